@@ -1,0 +1,103 @@
+"""The slurm-ab command. Heavy libraries (pandas, submitit) load only in the commands that use them."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import ConfigError, ConfigErrors, UsageError
+
+
+def _config_options(f):
+    f = click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Override one value, e.g. benchmark.num_prompts=20 (mode.X is short for modes.<MODE>.X).")(f)
+    f = click.option("--config", "configs", multiple=True, type=click.Path(dir_okay=False),
+                     help="Experiment TOML layered over the site (repeatable).")(f)
+    f = click.option("--site", default=None, metavar="NAME|FILE",
+                     help="Site profile: a built-in name (example, local) or a TOML file; default $SLURM_AB_SITE or 'example'.")(f)
+    return f
+
+
+def _sources(site, configs, sets):
+    from .experiment import Sources
+
+    return Sources(site, tuple(configs), tuple(sets))
+
+
+class _Group(click.Group):
+    """Turns user errors into one clear message and exit status 2, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except ConfigErrors as e:
+            for err in e.errors:
+                click.echo(f"slurm-ab: error: {err}", err=True)
+            sys.exit(e.exit_code)
+        except (ConfigError, UsageError) as e:
+            click.echo(f"slurm-ab: error: {e}", err=True)
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="slurm-ab")
+def main():
+    """Generate, submit, watch and collect A/B benchmarks of LLM serving on Slurm."""
+
+
+@main.command()
+@_config_options
+def modes(site, configs, sets):
+    """List the experiment's modes with their parallelism."""
+    from .experiment import load_tree_for
+
+    tree = load_tree_for(_sources(site, configs, sets))
+    nodes = tree["experiment"]["nodes_per_replica"]
+    reps = tree["experiment"]["replicas"]
+    for name, m in tree["modes"].items():
+        extra = ", ".join(f"{k}={v}" for k, v in m.get("args", {}).items())
+        click.echo(f"{name:<16} {reps} x TP{m.get('tp')}/PP{m.get('pp')}/EP{m.get('ep')} on {nodes} nodes"
+                   f"  {m.get('description', '')}{'  [' + extra + ']' if extra else ''}")
+
+
+@main.command("dry-run")
+@click.argument("mode")
+@click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
+@_config_options
+def dry_run(mode, run_id, site, configs, sets):
+    """Print the complete job script (stdout) and a resolved summary (stderr); submit nothing."""
+    from .experiment import plan_for
+    from .render import render_script, summary
+
+    plan = plan_for(_sources(site, configs, sets), mode, run_id)
+    script = render_script(plan)
+    click.echo(summary(plan), err=True, nl=False)
+    click.echo(script, nl=False)
+
+
+@main.command()
+@click.argument("mode")
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="File to write ('-' for stdout).")
+@click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
+@_config_options
+def render(mode, output, run_id, site, configs, sets):
+    """Write the job script to a file without submitting it."""
+    from .experiment import plan_for
+    from .render import render_script
+
+    plan = plan_for(_sources(site, configs, sets), mode, run_id)
+    script = render_script(plan)
+    if output == "-":
+        click.echo(script, nl=False)
+        return
+    out = Path(output)
+    if out.exists():
+        raise UsageError(f"{out} exists; slurm-ab does not overwrite files (choose another -o)")
+    out.write_text(script)
+    out.chmod(0o755)
+    click.echo(f"wrote {out} (run {plan.run_id}, results in {plan.run_dir})", err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

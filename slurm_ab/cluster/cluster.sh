@@ -1,0 +1,570 @@
+#!/usr/bin/env bash
+# slurm-ab local test cluster: a real multi-node Slurm (one slurmd per emulated node, Debian's
+# --enable-multiple-slurmd build) with real accounting (slurmdbd + MariaDB) on ONE machine.
+#
+# Usage: cluster.sh install | up | down [--purge] | status | env
+#
+#   install   apt-get the packages (skips what is installed; never starts the distro services)
+#   up        write configs, start munged, mariadb, slurmdbd, slurmctld, N x slurmd; wait until
+#             every node is idle and sacct answers. Idempotent: on a running cluster it only checks.
+#   down      cancel jobs, stop the daemons WE started (pid files only), keep the state dir
+#             (logs, DB, job-id counter) unless --purge.
+#   status    daemons up/down with pids, sinfo, the SLURM_CONF export line; non-zero if anything is down
+#   env       print `export SLURM_CONF=...` (for eval)
+#
+# Environment:
+#   SLURM_AB_CLUSTER_DIR      all state (default /var/lib/slurm-ab-cluster)
+#   SLURM_AB_CLUSTER_NODES    number of emulated nodes (default 9: node01..node09)
+#   SLURM_AB_CLUSTER_TIMEOUT  seconds to wait for each daemon (default 60)
+#
+# Traps (learned the hard way, keep in mind when editing):
+#   * Never install slurm-wlm-emulator: it flips the slurmd/slurmctld/slurmstepd alternatives to
+#     --enable-front-end builds ("fatal: No front end nodes defined"). We always run the explicit
+#     *-wlm binaries and give slurmd `-d /usr/sbin/slurmstepd-wlm` (otherwise slurmd execs
+#     /usr/sbin/slurmstepd, i.e. whatever the alternative points to).
+#   * Het jobs are scheduled ONLY by the backfill scheduler: bf_interval defaults to 30 s, so a het
+#     job waits ~25 s unless SchedulerParameters=bf_interval=1.
+#   * apt-get install of mariadb-server/munge/slurm* runs their init scripts; without a
+#     policy-rc.d a system mariadbd (port 3306, /run/mysqld) and munged get started behind our back.
+#     `install` drops a temporary policy-rc.d that forbids starts.
+#   * MariaDB is started with --no-defaults (the distro my.cnf points at /run/mysqld) on its own
+#     port; slurmdbd.conf has no socket option, so slurmdbd reaches it over TCP 127.0.0.1:$DB_PORT
+#     with a password user (root@localhost is unix_socket-auth only).
+#   * slurmdbd reads slurmdbd.conf from the directory of $SLURM_CONF, refuses it unless it is
+#     mode 600 and owned by SlurmUser; slurmctld/slurmd read gres.conf/cgroup.conf from there too.
+#   * Keep the ctld state dir and the accounting DB together: wiping only StateSaveLocation restarts
+#     job ids at 1 and sacct then mixes old and new jobs with the same id (down --purge wipes both).
+#   * munged refuses to run as root (without --force) and needs /run/munge (absent on a fresh
+#     machine, /run is a tmpfs); it is started as the munge user.
+#   * /etc/hosts may be a bind mount: edit it in place (cat > /etc/hosts), never rename over it.
+#   * Every emulated node is 127.0.0.1: jobs must derive distinct ports per node/replica.
+#   * slurmd restarts do not kill running steps (slurmstepd survives), so `down` cancels jobs first.
+#   * proctrack/linuxproc tracks processes by parent pid: a step's process that double-forks and
+#     re-parents to init escapes scancel.
+set -euo pipefail
+
+D="${SLURM_AB_CLUSTER_DIR:-/var/lib/slurm-ab-cluster}"
+NNODES="${SLURM_AB_CLUSTER_NODES:-9}"
+TIMEOUT="${SLURM_AB_CLUSTER_TIMEOUT:-60}"
+CLUSTER_NAME=slurmab
+CTLD_PORT=6817
+DBD_PORT=6819
+DB_PORT=3316          # private MariaDB port (3306 may be taken by a system MySQL, e.g. on CI runners)
+NODE_PORT_BASE=17000  # nodeNN listens on NODE_PORT_BASE+NN
+NODE_CPUS=8           # declared CPUs per emulated node (config_overrides: host has fewer)
+NODE_MEM_MB=8000
+NODE_GPUS=8           # fake GPU GRES per node (no device files)
+HOSTS_MARK="# slurm-ab-cluster"
+PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
+
+ETC="$D/etc"; RUN="$D/run"; LOG="$D/log"; DBDIR="$D/mysql"; MUNGE_DIR="$D/munge"
+CONF="$ETC/slurm.conf"
+DB_SOCK="$RUN/mariadb.sock"
+export SLURM_CONF="$CONF"
+
+# The regular (multiple-slurmd, non-front-end) daemon builds. They are started through symlinks in
+# $D/bin named slurmctld/slurmd/slurmstepd, see ensure_bin_links.
+SLURMCTLD_REAL=/usr/sbin/slurmctld-wlm
+SLURMD_REAL=/usr/sbin/slurmd-wlm
+SLURMSTEPD_REAL=/usr/sbin/slurmstepd-wlm
+BIN="$D/bin"
+SLURMCTLD="$BIN/slurmctld"
+SLURMD="$BIN/slurmd"
+SLURMSTEPD="$BIN/slurmstepd"
+SLURMDBD=/usr/sbin/slurmdbd
+
+log() { printf 'cluster: %s\n' "$*" >&2; }
+die() { printf 'cluster: ERROR: %s\n' "$*" >&2; exit 1; }
+
+node_name() { printf 'node%02d' "$1"; }
+all_nodes() { local i; for ((i = 1; i <= NNODES; i++)); do node_name "$i"; echo; done; }
+node_range() { printf 'node[01-%02d]' "$NNODES"; }
+
+need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root (use sudo)"; }
+
+# ---------------------------------------------------------------- pid-file helpers
+# pid_alive PIDFILE EXE_BASENAME: the pid in PIDFILE runs a binary named EXE_BASENAME (guards
+# against a stale pid file whose pid was reused by another process).
+pid_of() { [[ -s $1 ]] && tr -dc '0-9' <"$1"; }
+pid_alive() {
+  local pid exe
+  pid=$(pid_of "$1") || return 1
+  [[ -n $pid ]] && [[ -d /proc/$pid ]] || return 1
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  exe=${exe% (deleted)}
+  [[ ${exe##*/} == "$2" ]]
+}
+
+# stop_pidfile NAME PIDFILE EXE: SIGTERM, wait up to 20 s, then SIGKILL. Only ever signals the pid
+# recorded in OUR pid file, and only if it still runs the expected binary.
+stop_pidfile() {
+  local name=$1 pf=$2 exe=$3 pid i
+  if ! pid_alive "$pf" "$exe"; then rm -f "$pf"; return 0; fi
+  pid=$(pid_of "$pf")
+  log "stopping $name (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  for ((i = 0; i < 200; i++)); do
+    [[ -d /proc/$pid ]] || break
+    sleep 0.1
+  done
+  if [[ -d /proc/$pid ]]; then
+    log "$name (pid $pid) ignored SIGTERM for 20 s, sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
+  fi
+  rm -f "$pf"
+}
+
+# wait_for DESC LOGFILE CMD...: poll CMD every 0.2 s until it succeeds or TIMEOUT passes; on
+# timeout die with the tail of LOGFILE (the daemon that did not come up).
+wait_for() {
+  local desc=$1 logf=$2; shift 2
+  local deadline=$((SECONDS + TIMEOUT))
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS >= deadline)); then
+      printf 'cluster: ERROR: timed out after %ss waiting for %s\n' "$TIMEOUT" "$desc" >&2
+      if [[ -f $logf ]]; then
+        printf -- '--- last lines of %s ---\n' "$logf" >&2
+        tail -n 30 "$logf" >&2
+      fi
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+# ---------------------------------------------------------------- install
+cmd_install() {
+  need_root
+  local missing=() p
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if dpkg-query -W -f='${Status}' slurm-wlm-emulator 2>/dev/null | grep -q 'install ok installed'; then
+    log "WARNING: slurm-wlm-emulator is installed; this script uses the explicit *-wlm binaries"
+  fi
+  if ((${#missing[@]} == 0)); then
+    log "packages already installed: ${PACKAGES[*]}"
+  else
+    log "installing: ${missing[*]}"
+    # Forbid the packages' init scripts from starting system daemons (see traps above).
+    local prc=/usr/sbin/policy-rc.d created=0
+    if [[ ! -e $prc ]]; then
+      printf '#!/bin/sh\nexit 101\n' >"$prc"; chmod 755 "$prc"; created=1
+    fi
+    local rc=0
+    { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"; } || rc=$?
+    ((created)) && rm -f "$prc"
+    ((rc == 0)) || die "apt-get failed (rc=$rc)"
+  fi
+  local b
+  for b in "$SLURMCTLD_REAL" "$SLURMD_REAL" "$SLURMSTEPD_REAL" "$SLURMDBD"; do
+    [[ -x $b ]] || die "$b missing after install"
+  done
+}
+
+# ---------------------------------------------------------------- configuration
+render_slurm_conf() {
+  cat <<EOF
+# Generated by slurm_ab/cluster/cluster.sh -- edits are overwritten by 'up'.
+ClusterName=$CLUSTER_NAME
+SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
+AuthType=auth/munge
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool/%n
+SlurmctldPidFile=$RUN/slurmctld.pid
+SlurmdPidFile=$RUN/slurmd.%n.pid
+SlurmctldLogFile=$LOG/slurmctld.log
+SlurmdLogFile=$LOG/slurmd.%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+# Het jobs are started only by backfill; bf_interval=1 makes them start within ~1-2 s.
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1,bf_resolution=1
+# The emulated nodes claim more CPUs/GPUs than the host has.
+SlurmdParameters=config_overrides
+ReturnToService=2
+KillWait=5
+MinJobAge=30
+InactiveLimit=0
+Waittime=0
+SlurmdTimeout=60
+# Real accounting through slurmdbd.
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort=$DBD_PORT
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30
+JobCompType=jobcomp/none
+# Fake GPUs: a count only, no device files (see gres.conf).
+GresTypes=gpu
+NodeName=$(node_range) NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((NODE_PORT_BASE + 1))-$((NODE_PORT_BASE + NNODES))] CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:$NODE_GPUS State=UNKNOWN
+PartitionName=gpu Nodes=$(node_range) Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+EOF
+}
+
+render_gres_conf() {
+  printf '# Generated by cluster.sh: fake GPUs (count only, no File=).\nNodeName=%s Name=gpu Count=%s\n' \
+    "$(node_range)" "$NODE_GPUS"
+}
+
+render_cgroup_conf() {
+  # slurmd 22.05 always initialises a cgroup plugin; never talk to (absent) systemd.
+  printf '# Generated by cluster.sh\nCgroupPlugin=autodetect\nIgnoreSystemd=yes\n'
+}
+
+render_slurmdbd_conf() {
+  cat <<EOF
+# Generated by slurm_ab/cluster/cluster.sh
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$RUN/slurmdbd.pid
+LogFile=$LOG/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=$(cat "$ETC/dbpass")
+StorageLoc=slurm_acct_db
+EOF
+}
+
+# write_if_changed FILE MODE: stdin -> FILE, only when the content differs. Returns 0 if written.
+write_if_changed() {
+  local f=$1 mode=$2 tmp
+  tmp=$(mktemp "$f.XXXXXX")
+  cat >"$tmp"
+  chmod "$mode" "$tmp"
+  if [[ -f $f ]] && cmp -s "$tmp" "$f"; then rm -f "$tmp"; return 1; fi
+  mv -f "$tmp" "$f"
+  return 0
+}
+
+# TRAP: Slurm decides "am I slurmctld / slurmd / slurmstepd?" (running_in_slurmctld() etc.) by
+# comparing basename(argv[0]) with the daemon name. Started as "slurmctld-wlm", slurmctld never
+# sets up its slurmdbd agent connection and segfaults in slurm_persist_msg_pack() on its first
+# accounting message (acct_storage_p_flush_jobs_on_cluster). slurmd also execs the -d stepd path
+# as argv[0]. So we run the -wlm binaries via symlinks carrying the plain daemon names; this also
+# pins the non-emulator builds whatever the /usr/sbin/slurm* alternatives point to.
+ensure_bin_links() {
+  mkdir -p "$BIN"
+  ln -sfn "$SLURMCTLD_REAL" "$SLURMCTLD"
+  ln -sfn "$SLURMD_REAL" "$SLURMD"
+  ln -sfn "$SLURMSTEPD_REAL" "$SLURMSTEPD"
+}
+
+write_configs() {
+  mkdir -p "$ETC" "$RUN" "$LOG" "$D/state" "$D/spool"
+  ensure_bin_links
+  chmod 755 "$D"
+  if [[ ! -s $ETC/dbpass ]]; then
+    # Local-only password (MariaDB listens on 127.0.0.1 only), generated once per state dir.
+    (umask 077; od -An -tx1 -N12 /dev/urandom | tr -d ' \n' >"$ETC/dbpass")
+  fi
+  local changed=0
+  render_slurm_conf | write_if_changed "$CONF" 644 && changed=1
+  render_gres_conf | write_if_changed "$ETC/gres.conf" 644 && changed=1
+  render_cgroup_conf | write_if_changed "$ETC/cgroup.conf" 644 && changed=1
+  render_slurmdbd_conf | write_if_changed "$ETC/slurmdbd.conf" 600 && changed=1
+  if ((changed)) && pid_alive "$RUN/slurmctld.pid" slurmctld-wlm; then
+    log "WARNING: configuration changed while the cluster runs; apply it with: $0 down && $0 up"
+  fi
+  return 0
+}
+
+# /etc/hosts: make nodeNN resolvable (127.0.0.1), one marked line, edited in place.
+hosts_line() { printf '127.0.0.1 %s %s' "$(all_nodes | tr '\n' ' ' | sed 's/ $//')" "$HOSTS_MARK"; }
+ensure_hosts() {
+  local line
+  line=$(hosts_line)
+  grep -qxF "$line" /etc/hosts && return 0
+  local tmp
+  tmp=$(mktemp)
+  grep -vF "$HOSTS_MARK" /etc/hosts >"$tmp" || true
+  printf '%s\n' "$line" >>"$tmp"
+  cat "$tmp" >/etc/hosts
+  rm -f "$tmp"
+  log "added node names to /etc/hosts"
+}
+remove_hosts() {
+  grep -qF "$HOSTS_MARK" /etc/hosts || return 0
+  local tmp
+  tmp=$(mktemp)
+  grep -vF "$HOSTS_MARK" /etc/hosts >"$tmp" || true
+  cat "$tmp" >/etc/hosts
+  rm -f "$tmp"
+}
+
+# /etc/slurm/slurm.conf -> our conf, so client commands work without SLURM_CONF. Only if absent or
+# already our symlink; never overwrite a real file.
+ensure_conf_link() {
+  local link=/etc/slurm/slurm.conf
+  mkdir -p /etc/slurm
+  if [[ -L $link ]]; then
+    [[ $(readlink "$link") == "$CONF" ]] && return 0
+    log "WARNING: $link is a symlink to $(readlink "$link"), not ours; export SLURM_CONF=$CONF"
+  elif [[ -e $link ]]; then
+    log "WARNING: $link exists and is not ours; client commands need: export SLURM_CONF=$CONF"
+  else
+    ln -s "$CONF" "$link"
+  fi
+}
+remove_conf_link() {
+  local link=/etc/slurm/slurm.conf
+  if [[ -L $link ]] && [[ $(readlink "$link") == "$CONF" ]]; then rm -f "$link"; fi
+}
+
+# ---------------------------------------------------------------- daemons
+munge_ok() { munge -n 2>/dev/null | unmunge >/dev/null 2>&1; }
+
+start_munge() {
+  if munge_ok; then
+    pid_alive "$MUNGE_DIR/munged.pid" munged || log "munged: using an already running munged"
+    return 0
+  fi
+  mkdir -p /run/munge "$MUNGE_DIR"
+  chown munge:munge /run/munge "$MUNGE_DIR"
+  chmod 0755 /run/munge
+  chmod 0700 "$MUNGE_DIR"
+  local key=/etc/munge/munge.key
+  if [[ ! -s $key ]]; then
+    key=$MUNGE_DIR/munge.key
+    if [[ ! -s $key ]]; then
+      mungekey --create --keyfile="$key"
+      chown munge:munge "$key"; chmod 0600 "$key"
+    fi
+  fi
+  log "starting munged"
+  # munged refuses to run as root; it daemonises itself.
+  runuser -u munge -- /usr/sbin/munged --key-file="$key" --pid-file="$MUNGE_DIR/munged.pid" \
+    --log-file="$MUNGE_DIR/munged.log" --seed-file="$MUNGE_DIR/munged.seed" ||
+    { tail -n 20 "$MUNGE_DIR/munged.log" >&2 2>/dev/null; die "munged failed to start"; }
+  wait_for "munge -n | unmunge" "$MUNGE_DIR/munged.log" munge_ok
+}
+
+mariadb_ping() { mariadb-admin --no-defaults --socket="$DB_SOCK" -uroot ping; }
+mariadb_sql() { mariadb --no-defaults --socket="$DB_SOCK" -uroot -e "$1"; }
+
+start_mariadb() {
+  if pid_alive "$RUN/mariadb.pid" mariadbd; then
+    wait_for "mariadb" "$LOG/mariadb.log" mariadb_ping
+    return 0
+  fi
+  if [[ ! -d $DBDIR/mysql ]]; then
+    log "initialising MariaDB datadir $DBDIR"
+    mkdir -p "$DBDIR"
+    mariadb-install-db --no-defaults --datadir="$DBDIR" --user=root --skip-test-db \
+      --auth-root-authentication-method=socket >"$LOG/mariadb-install.log" 2>&1 ||
+      { tail -n 30 "$LOG/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
+  fi
+  log "starting mariadbd (127.0.0.1:$DB_PORT)"
+  # mariadbd does not daemonise: detach it with setsid so it survives this shell.
+  setsid /usr/sbin/mariadbd --no-defaults --user=root --datadir="$DBDIR" \
+    --socket="$DB_SOCK" --pid-file="$RUN/mariadb.pid" --port="$DB_PORT" --bind-address=127.0.0.1 \
+    --skip-name-resolve --log-error="$LOG/mariadb.log" \
+    --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --innodb-lock-wait-timeout=900 \
+    </dev/null >>"$LOG/mariadb.log" 2>&1 &
+  wait_for "mariadb" "$LOG/mariadb.log" mariadb_ping
+  local pw
+  pw=$(cat "$ETC/dbpass")
+  mariadb_sql "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pw';
+    ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pw';
+    GRANT ALL PRIVILEGES ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" ||
+    die "could not create the slurm MariaDB user"
+}
+
+dbd_ok() { sacctmgr -n -P list cluster format=cluster; }
+cluster_registered() { sacctmgr -n -P list cluster format=cluster | grep -qx "$CLUSTER_NAME"; }
+# The ctld has connected to slurmdbd once the cluster row carries a control host.
+ctld_registered() {
+  sacctmgr -n -P list cluster format=cluster,controlhost | grep -q "^$CLUSTER_NAME|[0-9]"
+}
+
+start_slurmdbd() {
+  if ! pid_alive "$RUN/slurmdbd.pid" slurmdbd; then
+    log "starting slurmdbd"
+    "$SLURMDBD" || die "slurmdbd failed to start (see $LOG/slurmdbd.log)"
+  fi
+  wait_for "slurmdbd (sacctmgr list cluster)" "$LOG/slurmdbd.log" dbd_ok
+  if ! cluster_registered; then
+    sacctmgr -i add cluster "$CLUSTER_NAME" >/dev/null || die "sacctmgr add cluster failed"
+  fi
+}
+
+ctld_ok() { scontrol ping | grep -q 'is UP'; }
+
+start_slurmctld() {
+  if ! pid_alive "$RUN/slurmctld.pid" slurmctld-wlm; then
+    log "starting slurmctld"
+    "$SLURMCTLD" -f "$CONF" || die "slurmctld failed to start (see $LOG/slurmctld.log)"
+  fi
+  wait_for "slurmctld (scontrol ping)" "$LOG/slurmctld.log" ctld_ok
+}
+
+start_slurmds() {
+  local n started=0
+  for n in $(all_nodes); do
+    pid_alive "$RUN/slurmd.$n.pid" slurmd-wlm && continue
+    "$SLURMD" -f "$CONF" -N "$n" -d "$SLURMSTEPD" || die "slurmd $n failed to start (see $LOG/slurmd.$n.log)"
+    started=$((started + 1))
+  done
+  ((started == 0)) || log "started $started slurmd"
+}
+
+# All nodes are usable: idle, allocated, mixed or completing, with no flags (* not responding,
+# ~ powered off, # powering up, ! pending power down, % powering down, $ maintenance, @ reboot).
+nodes_ready() {
+  local out
+  out=$(sinfo -h -N -o '%N %t') || return 1
+  [[ $(printf '%s\n' "$out" | grep -c .) -ge $NNODES ]] || return 1
+  ! printf '%s\n' "$out" | awk '{print $2}' | grep -qvxE 'idle|alloc|mix|comp'
+}
+
+# Nodes that stay down/drained although their slurmd runs (e.g. "Not responding" left over from a
+# previous run) are resumed once.
+resume_stuck_nodes() {
+  local n st
+  while read -r n st; do
+    case $st in
+      down*|drain*|drng*|fail*)
+        pid_alive "$RUN/slurmd.$n.pid" slurmd-wlm || continue
+        log "resuming $n (state $st)"
+        scontrol update nodename="$n" state=resume 2>/dev/null || true ;;
+    esac
+  done < <(sinfo -h -N -o '%N %t' 2>/dev/null)
+}
+
+wait_nodes() {
+  local deadline=$((SECONDS + TIMEOUT)) resumed=0
+  until nodes_ready; do
+    if ((!resumed && SECONDS + TIMEOUT - deadline >= 5)); then resume_stuck_nodes; resumed=1; fi
+    if ((SECONDS >= deadline)); then
+      printf 'cluster: ERROR: timed out after %ss waiting for %s nodes to be idle\n' "$TIMEOUT" "$NNODES" >&2
+      sinfo -N -o '%N %T %E' >&2 || true
+      local bad
+      bad=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 !~ /^(idle|alloc|mix|comp)$/ {print $1; exit}')
+      for f in "$LOG/slurmd.${bad:-node01}.log" "$LOG/slurmctld.log"; do
+        [[ -f $f ]] && { printf -- '--- last lines of %s ---\n' "$f" >&2; tail -n 20 "$f" >&2; }
+      done
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+sacct_ok() { sacct -n -X -S now-1minutes -o JobID; }
+
+cmd_up() {
+  need_root
+  local t0=$SECONDS
+  for b in "$SLURMCTLD_REAL" "$SLURMD_REAL" "$SLURMSTEPD_REAL" "$SLURMDBD" /usr/sbin/mariadbd /usr/sbin/munged; do
+    [[ -x $b ]] || die "$b not found; run: $0 install"
+  done
+  write_configs
+  ensure_hosts
+  ensure_conf_link
+  start_munge
+  start_mariadb
+  start_slurmdbd
+  start_slurmctld
+  start_slurmds
+  wait_nodes
+  wait_for "slurmctld to register with slurmdbd" "$LOG/slurmctld.log" ctld_registered
+  wait_for "sacct" "$LOG/slurmdbd.log" sacct_ok
+  log "cluster up: $NNODES nodes idle, accounting answers ($((SECONDS - t0)) s); SLURM_CONF=$CONF"
+}
+
+# ---------------------------------------------------------------- down
+cancel_jobs() {
+  pid_alive "$RUN/slurmctld.pid" slurmctld-wlm || return 0
+  local jobs
+  jobs=$(squeue -h -o '%A' 2>/dev/null | sort -u) || return 0
+  [[ -n $jobs ]] || return 0
+  log "cancelling jobs: $(echo "$jobs" | tr '\n' ' ')"
+  # shellcheck disable=SC2086  # word splitting of the job id list is intended
+  scancel $jobs 2>/dev/null || true
+  local deadline=$((SECONDS + 30))
+  while [[ -n $(squeue -h -o '%A' 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
+}
+
+cmd_down() {
+  need_root
+  local purge=0
+  [[ ${1:-} == --purge ]] && purge=1
+  cancel_jobs
+  local n
+  for n in $(all_nodes); do
+    # send SIGTERM to all slurmds first, then wait for each
+    pid_alive "$RUN/slurmd.$n.pid" slurmd-wlm && kill -TERM "$(pid_of "$RUN/slurmd.$n.pid")" 2>/dev/null
+  done
+  for n in $(all_nodes); do stop_pidfile "slurmd $n" "$RUN/slurmd.$n.pid" slurmd-wlm; done
+  stop_pidfile slurmctld "$RUN/slurmctld.pid" slurmctld-wlm
+  stop_pidfile slurmdbd "$RUN/slurmdbd.pid" slurmdbd
+  stop_pidfile mariadbd "$RUN/mariadb.pid" mariadbd
+  stop_pidfile munged "$MUNGE_DIR/munged.pid" munged
+  if ((purge)); then
+    remove_conf_link
+    remove_hosts
+    case $D in /|/var|/var/lib|/tmp|/root|"") die "refusing to purge $D" ;; esac
+    rm -rf "$D"
+    log "purged $D"
+  else
+    log "cluster down (state and logs kept in $D)"
+  fi
+}
+
+# ---------------------------------------------------------------- status
+cmd_status() {
+  local bad=0 n
+  report() { # NAME PIDFILE EXE
+    if pid_alive "$2" "$3"; then printf '%-16s up    pid %s\n' "$1" "$(pid_of "$2")"
+    else printf '%-16s DOWN\n' "$1"; bad=1; fi
+  }
+  if pid_alive "$MUNGE_DIR/munged.pid" munged; then
+    printf '%-16s up    pid %s\n' munged "$(pid_of "$MUNGE_DIR/munged.pid")"
+  elif munge_ok; then
+    printf '%-16s up    (not started by us)\n' munged
+  else
+    printf '%-16s DOWN\n' munged; bad=1
+  fi
+  report mariadbd "$RUN/mariadb.pid" mariadbd
+  report slurmdbd "$RUN/slurmdbd.pid" slurmdbd
+  report slurmctld "$RUN/slurmctld.pid" slurmctld-wlm
+  for n in $(all_nodes); do report "slurmd $n" "$RUN/slurmd.$n.pid" slurmd-wlm; done
+  if pid_alive "$RUN/slurmctld.pid" slurmctld-wlm; then
+    sinfo -N -o '%N %P %T %G' || bad=1
+  fi
+  echo "export SLURM_CONF=$CONF"
+  return "$bad"
+}
+
+main() {
+  local cmd=${1:-}
+  shift || true
+  case $cmd in
+    install) cmd_install ;;
+    up) cmd_up ;;
+    down) cmd_down "$@" ;;
+    status) cmd_status ;;
+    env) echo "export SLURM_CONF=$CONF" ;;
+    *) sed -n '4,18s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+  esac
+}
+
+main "$@"

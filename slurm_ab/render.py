@@ -1,0 +1,67 @@
+"""Render a JobPlan into the job script (jinja2) and a short human summary. Pure functions."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from . import __version__
+from .plan import JobPlan
+from .shell import word, words
+
+
+@lru_cache(maxsize=1)
+def _env():
+    import jinja2
+    import sbatch_templates
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(sbatch_templates.__file__).parent)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = word
+    env.filters["words"] = words
+    return env
+
+
+def render_script(plan: JobPlan, template: str = "hetjob.sbatch.j2") -> str:
+    return _env().get_template(template).render(p=plan, exp=plan.exp, version=__version__)
+
+
+def summary(plan: JobPlan) -> str:
+    """What the job will do, for dry-run: components, parallelism, ports and every command."""
+    e = plan.exp
+    m = e.mode
+    slot = plan.job_slot_size
+    lines = [
+        f"experiment {e.name}, mode {m.name}: {m.description}",
+        f"run id {plan.run_id}, run directory {plan.run_dir}, job name {plan.job_name}",
+        f"components: {e.replicas} (one per replica) x {e.nodes_per_replica} nodes, "
+        f"{e.cluster.gpus_per_node} GPUs per node, partition {e.cluster.partition}, time {e.cluster.time_limit}",
+        f"parallelism per replica: TP{m.tp} / PP{m.pp} / EP{m.ep} over {e.nodes_per_replica * e.cluster.gpus_per_node} GPUs",
+        f"benchmark: {e.benchmark.dataset} ({e.benchmark.dataset_config}) {e.benchmark.input_len} -> {e.benchmark.output_len}, "
+        f"C={e.benchmark.concurrency}, {e.benchmark.num_prompts} prompts; warm-up {e.warmup.input_len} -> {e.warmup.output_len} per replica",
+        f"ports (slot = job id % {e.ports.job_slots}):",
+    ]
+    for r in plan.replicas:
+        lines.append(f"  replica {r.index}: http {e.ports.server + r.port_offset} + slot*{slot}, "
+                     f"dist-init {e.ports.dist_init + r.port_offset} + slot*{slot}")
+    lines.append(f"  router: {e.ports.router} + slot, metrics {e.ports.router_metrics} + slot")
+    lines.append("commands:")
+    server = words(w for line in plan.server.lines for w in line)
+    env = " ".join(word(x) for x in plan.server.env)
+    for r in plan.replicas:
+        lines.append(f"  replica {r.index} (srun --het-group={r.index} --nodes={r.nodes}, every node): "
+                     f"{env + ' ' if env else ''}{server} --dist-init-addr \"$R{r.index}_HEAD:$R{r.index}_DIST_PORT\" "
+                     f"--port \"$R{r.index}_PORT\" --node-rank \"$SLURM_NODEID\"")
+    for r in plan.replicas:
+        lines.append(f"  warm-up {r.index}: POST http://$R{r.index}_HEAD:$R{r.index}_PORT/generate "
+                     f"{{input_ids: {e.warmup.input_len} x {e.warmup.token_id}, max_new_tokens: {e.warmup.output_len}}}")
+    lines.append("  router (srun --het-group=0 --nodes=1 --ntasks=1 --overlap): "
+                 + words(w for line in plan.router.lines for w in line))
+    lines.append("  client (srun --het-group=0 --nodes=1 --ntasks=1 --overlap): "
+                 + words(w for line in plan.client.lines for w in line))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,245 @@
+"""Semantic checks of one mode of the merged configuration, before anything is written.
+
+Every check reports the key, the value and what is allowed; all problems of a config are
+reported together (ConfigErrors), so a user fixes them in one round.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .config import Tree, lookup, referenced_keys, resolve_refs
+from .errors import ConfigError, ConfigErrors
+from .model import Experiment, build
+
+# Flags slurm-ab writes itself from the mode and the job's hosts and ports.
+RESERVED_FLAGS = {
+    "tp-size": "modes.<mode>.tp", "tensor-parallel-size": "modes.<mode>.tp", "tp": "modes.<mode>.tp",
+    "pp-size": "modes.<mode>.pp", "pipeline-parallel-size": "modes.<mode>.pp",
+    "ep-size": "modes.<mode>.ep", "expert-parallel-size": "modes.<mode>.ep", "ep": "modes.<mode>.ep",
+    "nnodes": "experiment.nodes_per_replica", "node-rank": "the Slurm node id",
+    "dist-init-addr": "the replica's first node and ports.dist_init", "nccl-init-addr": "the replica's first node",
+    "host": "0.0.0.0 (servers must be reachable from the router)", "port": "ports.server",
+    "model-path": "paths.model", "model": "paths.model",
+}
+# SGLang's argparse treats "--pp" as an ambiguous prefix (pp-size, pp-max-micro-batch-size, ...).
+AMBIGUOUS_FLAGS = {"pp": "pp-size (set it with modes.<mode>.pp)"}
+GPU_REQUESTS = ("gpus-per-node", "gres", "none")
+TIME_LIMIT = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE")
+SBATCH_SAFE = re.compile(r"[A-Za-z0-9_.,:+=@/%-]*")  # what may stand unquoted on an #SBATCH line
+SBATCH_OPTION = re.compile(r"--[a-z][a-z0-9-]*(=[^\s'\"\\#]+)?")
+PATH_SAFE = re.compile(r"[A-Za-z0-9_.+,@:=/-]+")  # run directory: used in #SBATCH --output (no %)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+NO_DRAFT_NEEDED = {"NGRAM"}
+
+
+def resolve(tree: Tree, mode: str) -> Experiment:
+    """Validate ``mode`` of ``tree`` and return the resolved Experiment, or raise ConfigErrors."""
+    modes = tree.get("modes", {})
+    if mode not in modes:
+        raise ConfigErrors([ConfigError("mode", mode, "unknown mode", ", ".join(sorted(modes)))])
+    errors: list[ConfigError] = []
+    bench = tree["benchmark"]
+    if bench["dataset"] not in tree["datasets"]:
+        errors.append(ConfigError("benchmark.dataset", bench["dataset"], "unknown dataset", ", ".join(sorted(tree["datasets"]))))
+        raise ConfigErrors(errors)
+
+    # Only the selected mode and dataset are resolved: another mode's missing draft model is no error.
+    pruned = dict(tree, modes={mode: modes[mode]}, datasets={bench["dataset"]: tree["datasets"][bench["dataset"]]})
+    errors += _required(pruned, mode)
+    try:
+        resolved = resolve_refs(pruned, pruned, "")
+    except ConfigError as e:
+        raise ConfigErrors(errors + [e]) from None
+    if errors:
+        raise ConfigErrors(errors)
+    errors += _mode_checks(resolved, mode)
+    errors += _site_checks(resolved)
+    errors += _bench_checks(resolved)
+    errors += _port_checks(resolved)
+    if errors:
+        raise ConfigErrors(errors)
+    return build(resolved, mode)
+
+
+def _required(tree: Tree, mode: str) -> list[ConfigError]:
+    """Site values that must be set: always, or because the mode or dataset refers to them."""
+    needed = {"cluster.partition": "the Slurm partition", "paths.model": "the model directory"}
+    refs = referenced_keys(tree["modes"][mode].get("args", {})) | referenced_keys(
+        tree["datasets"][tree["benchmark"]["dataset"]]["args"])
+    for ref in sorted(refs):
+        if ref.startswith(("paths.", "cluster.", "container.")):
+            needed.setdefault(ref, f"used by mode {mode!r} or dataset {tree['benchmark']['dataset']!r}")
+    out = []
+    for key, why in needed.items():
+        try:
+            value = lookup(tree, key)
+        except KeyError:
+            continue
+        if value in ("", None):
+            out.append(ConfigError(key, value, f"missing required site value ({why})", "set it in the site file or with --set"))
+    return out
+
+
+def _flag_map(tree: Tree, mode: str) -> dict[str, Any]:
+    flags = dict(tree["server"]["args"])
+    flags.update(tree["modes"][mode].get("args", {}))
+    return flags
+
+
+def _mode_checks(tree: Tree, mode: str) -> list[ConfigError]:
+    m = tree["modes"][mode]
+    key = f"modes.{mode}"
+    errs: list[ConfigError] = []
+    for k in ("tp", "pp", "ep"):
+        if k not in m:
+            errs.append(ConfigError(f"{key}.{k}", None, "missing", "a positive integer"))
+        elif m[k] < 1:
+            errs.append(ConfigError(f"{key}.{k}", m[k], "must be >= 1"))
+    exp = tree["experiment"]
+    for k in ("replicas", "nodes_per_replica"):
+        if exp[k] < 1:
+            errs.append(ConfigError(f"experiment.{k}", exp[k], "must be >= 1"))
+    if tree["cluster"]["gpus_per_node"] < 1:
+        errs.append(ConfigError("cluster.gpus_per_node", tree["cluster"]["gpus_per_node"], "must be >= 1"))
+    if errs:
+        return errs
+    tp, pp, ep = m["tp"], m["pp"], m["ep"]
+    gpus = exp["nodes_per_replica"] * tree["cluster"]["gpus_per_node"]
+    if tp * pp != gpus:
+        errs.append(ConfigError(f"{key}.tp", tp, f"TP x PP = {tp} x {pp} = {tp * pp} must equal nodes per replica x GPUs per node = "
+                                f"{exp['nodes_per_replica']} x {tree['cluster']['gpus_per_node']} = {gpus}"))
+    if tp % ep:
+        errs.append(ConfigError(f"{key}.ep", ep, f"TP ({tp}) must be divisible by EP", f"a divisor of {tp}"))
+    for table, flags in ((f"{key}.args", m.get("args", {})), ("server.args", tree["server"]["args"])):
+        for flag in flags:
+            if flag in AMBIGUOUS_FLAGS:
+                errs.append(ConfigError(f"{table}.{flag}", flags[flag], "ambiguous in SGLang's argparse", AMBIGUOUS_FLAGS[flag]))
+            elif flag in RESERVED_FLAGS:
+                errs.append(ConfigError(f"{table}.{flag}", flags[flag], "set by slurm-ab, not as a flag",
+                                        RESERVED_FLAGS[flag].replace("<mode>", mode)))
+    flags = _flag_map(tree, mode)
+    algo = str(flags.get("speculative-algorithm", "") or "")
+    if algo:
+        if algo.upper() == "DFLASH" and pp > 1:
+            errs.append(ConfigError(f"{key}.pp", pp, "DFLASH speculative decoding only supports pp_size == 1 (SGLang refuses it)", "1"))
+        draft = flags.get("speculative-draft-model-path", flags.get("speculative-draft-model", ""))
+        if algo.upper() not in NO_DRAFT_NEEDED and not draft:
+            errs.append(ConfigError(f"{key}.args.speculative-draft-model-path", draft,
+                                    f"speculative algorithm {algo} needs a draft model", "a path, e.g. \"{paths.draft_model}\""))
+    if "mem-fraction-static" in flags:
+        v = flags["mem-fraction-static"]
+        where = f"{key}.args.mem-fraction-static" if "mem-fraction-static" in m.get("args", {}) else "server.args.mem-fraction-static"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+            errs.append(ConfigError(where, v, "must be a number strictly between 0 and 1"))
+    return errs
+
+
+def _site_checks(tree: Tree) -> list[ConfigError]:
+    c = tree["cluster"]
+    errs: list[ConfigError] = []
+    if c["gpu_request"] not in GPU_REQUESTS:
+        errs.append(ConfigError("cluster.gpu_request", c["gpu_request"], "unknown GPU request style", ", ".join(GPU_REQUESTS)))
+    if not TIME_LIMIT.fullmatch(c["time_limit"]):
+        errs.append(ConfigError("cluster.time_limit", c["time_limit"], "not a Slurm time", "MM, MM:SS, HH:MM:SS, D-HH:MM:SS"))
+    for k in ("partition", "account"):
+        if not SBATCH_SAFE.fullmatch(c[k]):
+            errs.append(ConfigError(f"cluster.{k}", c[k], "contains characters that cannot stand on an #SBATCH line",
+                                    "letters, digits and _ . , : + = @ / % -"))
+    for i, opt in enumerate(c["sbatch_extra"]):
+        if not SBATCH_OPTION.fullmatch(opt):
+            errs.append(ConfigError(f"cluster.sbatch_extra[{i}]", opt, "not a single sbatch option", "--name or --name=value, no spaces or quotes"))
+    for i, opt in enumerate(c["srun_extra"]):
+        if not opt.startswith("-"):
+            errs.append(ConfigError(f"cluster.srun_extra[{i}]", opt, "not an srun option", "starts with -"))
+    for k in ("ready_timeout_s", "poll_interval_s", "teardown_grace_s", "signal_before_limit_s"):
+        if c[k] < 1:
+            errs.append(ConfigError(f"cluster.{k}", c[k], "must be >= 1"))
+    for i, name in enumerate(c["secret_env"]):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            errs.append(ConfigError(f"cluster.secret_env[{i}]", name, "not a valid environment variable name"))
+        elif name in tree["env"] or name in tree["server"]["env"]:
+            errs.append(ConfigError(f"cluster.secret_env[{i}]", name, "also given a value in [env]; a secret's value must come from the submitter's environment"))
+    if not PATH_SAFE.fullmatch(tree["paths"]["results"]):
+        errs.append(ConfigError("paths.results", tree["paths"]["results"], "run directories are named on #SBATCH lines",
+                                "letters, digits and _ . + , @ : = / - (no spaces, quotes or %)"))
+    if tree["container"]["image"]:
+        for k in ("model", "draft_model", "dataset"):
+            v = tree["paths"][k]
+            if v and ("," in v or ":" in v):
+                errs.append(ConfigError(f"paths.{k}", v, "cannot be mounted by pyxis (',' and ':' separate mounts)"))
+        for i, mnt in enumerate(tree["container"]["mounts"]):
+            if "," in mnt or not re.fullmatch(r"[^:]+:[^:]+(:[a-z+]+)?", mnt):
+                errs.append(ConfigError(f"container.mounts[{i}]", mnt, "not a pyxis mount", "SRC:DST[:FLAGS], no commas"))
+    for name, cmd in tree["commands"].items():
+        if not cmd or not all(cmd):
+            errs.append(ConfigError(f"commands.{name}", cmd, "must be a non-empty list of non-empty strings"))
+    if not NAME.fullmatch(tree["router"]["policy"]):
+        errs.append(ConfigError("router.policy", tree["router"]["policy"], "not a policy name", "e.g. round_robin"))
+    if tree["router"]["ready_timeout_s"] < 1:
+        errs.append(ConfigError("router.ready_timeout_s", tree["router"]["ready_timeout_s"], "must be >= 1"))
+    return errs
+
+
+def _bench_checks(tree: Tree) -> list[ConfigError]:
+    b, w = tree["benchmark"], tree["warmup"]
+    errs: list[ConfigError] = []
+    for k in ("concurrency", "num_prompts", "input_len", "output_len"):
+        if b[k] < 1:
+            errs.append(ConfigError(f"benchmark.{k}", b[k], "must be >= 1"))
+    if b["warmup_requests"] < 0:
+        errs.append(ConfigError("benchmark.warmup_requests", b["warmup_requests"], "must be >= 0"))
+    for k in ("input_len", "output_len", "timeout_s"):
+        if w[k] < 1:
+            errs.append(ConfigError(f"warmup.{k}", w[k], "must be >= 1"))
+    if w["token_id"] < 0:
+        errs.append(ConfigError("warmup.token_id", w["token_id"], "must be >= 0"))
+    if not NAME.fullmatch(b["backend"]):
+        errs.append(ConfigError("benchmark.backend", b["backend"], "not a backend name", "e.g. sglang"))
+    ctx = tree["model"]["context_length"]
+    flags_ctx = tree["server"]["args"].get("context-length")
+    if isinstance(flags_ctx, int) and not isinstance(flags_ctx, bool):
+        ctx = flags_ctx
+    for what, total in (("benchmark", b["input_len"] + b["output_len"]), ("warmup", w["input_len"] + w["output_len"])):
+        if total > ctx:
+            errs.append(ConfigError(f"{what}.input_len", tree[what]["input_len"],
+                                    f"input + output = {total} tokens exceeds the context length {ctx}",
+                                    f"input_len + output_len <= {ctx} (model.context_length)"))
+    return errs
+
+
+def port_ranges(tree_ports: dict, replicas: int) -> dict[str, tuple[int, int]]:
+    """Half-open port ranges each role may use over all job slots."""
+    p = tree_ports
+    span = p["job_slots"] * replicas * p["replica_stride"]
+    return {
+        "server": (p["server"], p["server"] + span),
+        "dist_init": (p["dist_init"], p["dist_init"] + span),
+        "router": (p["router"], p["router"] + p["job_slots"]),
+        "router_metrics": (p["router_metrics"], p["router_metrics"] + p["job_slots"]),
+    }
+
+
+def _port_checks(tree: Tree) -> list[ConfigError]:
+    p = tree["ports"]
+    errs: list[ConfigError] = []
+    for k in ("replica_stride", "job_slots"):
+        if p[k] < 1:
+            errs.append(ConfigError(f"ports.{k}", p[k], "must be >= 1"))
+    for k in ("server", "dist_init", "router", "router_metrics"):
+        if not 1024 <= p[k] <= 65535:
+            errs.append(ConfigError(f"ports.{k}", p[k], "not an unprivileged port", "1024..65535"))
+    if errs:
+        return errs
+    ranges = port_ranges(p, tree["experiment"]["replicas"])
+    names = list(ranges)
+    for i, a in enumerate(names):
+        lo, hi = ranges[a]
+        if hi > 65536:
+            errs.append(ConfigError(f"ports.{a}", p[a], f"its range {lo}..{hi - 1} (all job slots) passes 65535",
+                                    "a lower base, or fewer ports.job_slots"))
+        for b in names[i + 1:]:
+            lo2, hi2 = ranges[b]
+            if lo < hi2 and lo2 < hi:
+                errs.append(ConfigError(f"ports.{b}", p[b], f"its range {lo2}..{hi2 - 1} overlaps ports.{a} ({lo}..{hi - 1})"))
+    return errs

@@ -1,0 +1,69 @@
+"""The command line: exit codes, stdout/stderr split, nothing written on errors."""
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_dry_run_prints_script_and_summary(cli):
+    code, out, err = cli("dry-run", "tp32", "--run-id", "r1")
+    assert code == 0
+    assert out.startswith("#!/bin/bash\n") and "#SBATCH hetjob" in out
+    assert "parallelism per replica: TP32 / PP1 / EP4" in err and "router (srun" in err
+
+
+def test_dry_run_all_modes(cli):
+    for mode in ("tp32", "pp8", "tp32-dflash"):
+        code, out, _ = cli("dry-run", mode)
+        assert code == 0 and "sglang.launch_server" in out
+
+
+def test_invalid_input_exit_2_writes_nothing(cli, tmp_path):
+    code, out, err = cli("render", "tp32", "-o", "job.sh", "--set", "benchmark.concurrency=0")
+    assert code == 2 and out == ""
+    assert "benchmark.concurrency = 0: must be >= 1" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_mode_exit_2(cli, tmp_path):
+    code, _, err = cli("dry-run", "tp64")
+    assert code == 2 and "unknown mode" in err and "tp32-dflash" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_writes_and_never_overwrites(cli, tmp_path):
+    assert cli("render", "pp8", "-o", "job.sh", "--run-id", "x")[0] == 0
+    first = (tmp_path / "job.sh").read_text()
+    assert "--pp-size 8" in first and os.access(tmp_path / "job.sh", os.X_OK)
+    code, _, err = cli("render", "tp32", "-o", "job.sh")
+    assert code == 2 and "does not overwrite" in err
+    assert (tmp_path / "job.sh").read_text() == first
+
+
+def test_run_id_from_environment(cli, monkeypatch):
+    monkeypatch.setenv("RUN_ID", "dp2-tp32-20260902-123051")
+    code, out, _ = cli("dry-run", "tp32")
+    assert code == 0 and "--job-name=ab-dp2-tp32-20260902-123051" in out
+
+
+def test_default_run_id(cli):
+    code, out, _ = cli("dry-run", "pp8")
+    assert code == 0
+    import re
+    assert re.search(r"--job-name=ab-dp2-pp8-\d{8}-\d{6}\n", out)
+
+
+def test_modes_lists_parallelism(cli):
+    code, out, _ = cli("modes")
+    assert code == 0
+    assert "tp32             2 x TP32/PP1/EP4" in out and "2 x TP4/PP8/EP4" in out
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = ("import sys; from slurm_ab.cli import main\n"
+            "try:\n    main(['dry-run', 'tp32'])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('pandas', 'submitit', 'numpy', 'tabulate') if m in sys.modules]\n"
+            "print('HEAVY', heavy, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "HEAVY []" in r.stderr, r.stderr[-2000:]

@@ -1,0 +1,55 @@
+"""Every value reaching bash arrives as one literal word, whatever characters it holds."""
+import subprocess
+
+import pytest
+
+from conftest import render
+
+NASTY = [
+    "/models/Kimi K3",
+    "/models/it's \"quoted\"",
+    "/models/$HOME/$(touch /tmp/pwned)/`id`",
+    "/models/semi;colon&amp|pipe>redir",
+    "/models/glob*?[ab]",
+    "/models/new\nline",
+    "/models/{paths}x",
+]
+
+
+def _array(text: str, name: str) -> list[str]:
+    """Evaluate the NAME=( ... ) block of the rendered script in bash and return its words."""
+    start = text.index(f"\n{name}=(\n") + 1
+    end = text.index("\n)\n", start) + 3
+    script = text[start:end] + f'printf "%s\\0" "${{{name}[@]}}"\n'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout
+    return out.decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("path", NASTY)
+def test_model_path_is_one_literal_word(path, tmp_path):
+    import tomllib  # noqa: F401  (py>=3.11 in CI; tomli elsewhere)
+    cfg = tmp_path / "site.toml"
+    # TOML basic string with escapes for the nasty characters
+    esc = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    cfg.write_text(f'[paths]\nmodel = "{esc}"\n[container]\nimage = ""\n')
+    text = render("tp32", configs=[str(cfg)])
+    words = _array(text, "SERVER_CMD")
+    i = words.index("--model-path")
+    assert words[i + 1] == path
+    client = _array(text, "CLIENT_CMD")
+    assert client[client.index("--tokenizer") + 1] == path
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_env_values_are_literal(tmp_path):
+    cfg = tmp_path / "site.toml"
+    cfg.write_text('[env]\nNCCL_IB_HCA = "=mlx5_0,mlx5_1 $(id) `id`"\n')
+    words = _array(render("tp32", configs=[str(cfg)]), "SERVER_ENV")
+    assert "NCCL_IB_HCA==mlx5_0,mlx5_1 $(id) `id`" in words
+
+
+def test_extra_client_args_are_literal(tmp_path):
+    cfg = tmp_path / "x.toml"
+    cfg.write_text('[benchmark]\nextra_args = ["--extra-request-body", "{\\"a\\": \\"$b c\\"}"]\n')
+    words = _array(render("tp32", configs=[str(cfg)]), "CLIENT_CMD")
+    assert words[-1] == '{"a": "$b c"}'
