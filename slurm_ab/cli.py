@@ -99,5 +99,83 @@ def render(mode, output, run_id, site, configs, sets):
     click.echo(f"wrote {out} (run {plan.run_id}, results in {plan.run_dir})", err=True)
 
 
+@main.command()
+@click.argument("mode")
+@click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
+@click.option("--wait", is_flag=True, help="Follow the job to its end, then collect it.")
+@click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
+@_config_options
+def submit(mode, run_id, wait, no_collector, site, configs, sets):
+    """Submit MODE as a heterogeneous job into a new results/<RUN_ID>/."""
+    from .experiment import plan_for
+    from .submit import submit as do_submit
+
+    plan = plan_for(_sources(site, configs, sets), mode, run_id)
+    s = do_submit(plan, collector=not no_collector)
+    click.echo(f"submitted job {s.job_id} (mode {mode}, run {plan.run_id})")
+    click.echo(f"run directory: {s.run_dir}")
+    if s.collector_job_id:
+        click.echo(f"collector job {s.collector_job_id} runs after it (afterany)")
+    if wait:
+        _follow_and_collect(s.job_id, s.run_dir)
+    else:
+        click.echo(f"follow: slurm-ab watch {s.job_id}   tables: slurm-ab collect {s.job_id}")
+
+
+def _results_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("SLURM_AB_RESULTS", "results"))
+
+
+def _find_run(ref: str) -> Path:
+    from . import rundir
+
+    return rundir.find(ref, _results_dir())
+
+
+def _job_id(run_dir: Path, ref: str) -> str:
+    from . import rundir
+
+    jid = rundir.read_manifest(run_dir).get("job_id") or rundir._job_id_of(run_dir)
+    if not jid:
+        raise UsageError(f"{run_dir} records no job id (was it submitted?)")
+    return str(jid)
+
+
+def _follow_and_collect(job_id: str, run_dir: Path) -> None:
+    from .watch import follow
+
+    state = follow(job_id, run_dir, echo=click.echo)
+    click.echo(f"job {job_id} ended: {state}")
+    from .collector import collect_and_write, print_summary
+
+    summary = collect_and_write(run_dir, job_id=job_id, final=True)
+    print_summary(summary, echo=click.echo)
+    if summary.get("verdict") != "ok":
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("run")
+def watch(run):
+    """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
+    run_dir = _find_run(run)
+    _follow_and_collect(_job_id(run_dir, run), run_dir)
+
+
+@main.command()
+@click.argument("run")
+def cancel(run):
+    """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay."""
+    from .slurm import scancel
+
+    run_dir = _find_run(run)
+    jid = _job_id(run_dir, run)
+    if not scancel(jid):
+        raise UsageError(f"scancel {jid} failed")
+    click.echo(f"cancelled job {jid}; evidence stays in {run_dir} (slurm-ab collect {jid})")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

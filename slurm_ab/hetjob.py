@@ -1,0 +1,50 @@
+"""submitit, taught heterogeneous jobs.
+
+submitit renders one flat ``#SBATCH`` block and reads job state from ``sacct`` rows keyed by job
+id; a het job's rows are ``<leader>+0``, ``<leader>+1`` and there is no ``<leader>`` row, so stock
+submitit sees it UNKNOWN forever and ``wait()`` never returns (submitit issue #1741). Here the
+script comes pre-rendered and component 0's row stands for the job (it runs the batch script).
+"""
+from __future__ import annotations
+
+import typing as tp
+from pathlib import Path
+
+import submitit
+from submitit.slurm import slurm as sslurm
+
+
+class HetSlurmInfoWatcher(sslurm.SlurmInfoWatcher):
+    def read_info(self, string: tp.Union[bytes, str]) -> tp.Dict[str, tp.Dict[str, str]]:
+        info = super().read_info(string)
+        for key, stats in list(info.items()):
+            leader, plus, offset = key.partition("+")
+            if plus and offset == "0":
+                info.setdefault(leader, stats)
+        return info
+
+
+class HetSlurmJob(sslurm.SlurmJob):
+    watcher = HetSlurmInfoWatcher(delay_s=30)
+
+
+class HetSlurmExecutor(submitit.SlurmExecutor):
+    """Submits a rendered heterogeneous-job script as is (sbatch reads every component from it)."""
+
+    job_class = HetSlurmJob
+
+    def __init__(self, folder: tp.Union[str, Path]):
+        super().__init__(folder=folder, max_num_timeout=0)
+        self._script: str | None = None
+
+    def submit_script(self, script: str) -> HetSlurmJob:
+        self._script = script
+        try:
+            return self._submit_command("# rendered by slurm-ab")  # type: ignore[return-value]
+        finally:
+            self._script = None
+
+    def _make_submission_file_text(self, command: str, uid: str) -> str:
+        if self._script is None:  # a plain submitit submission (not used by slurm-ab)
+            return super()._make_submission_file_text(command, uid)
+        return self._script

@@ -1,0 +1,62 @@
+"""Thin wrappers over Slurm's commands (sacct, squeue, scancel); every call is bounded in time."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+TIMEOUT_S = 30  # a hung slurmctld must not hang the tool
+
+
+def _run(cmd: list[str]) -> str | None:
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "Start", "End", "NodeList", "Reason")
+
+
+def sacct(job_id: str) -> dict | None:
+    """The job's accounting: overall state plus each component and step; None without sacct."""
+    out = _run(["sacct", "-n", "-P", "-j", str(job_id), "-o", ",".join(SACCT_FIELDS)])
+    if not out:
+        return None
+    rows = [dict(zip(SACCT_FIELDS, line.split("|"))) for line in out.splitlines() if line.strip()]
+    if not rows:
+        return None
+    comps = {r["JobID"]: r for r in rows if "." not in r["JobID"]}
+    steps = [r for r in rows if "." in r["JobID"]]
+    head = comps.get(f"{job_id}+0") or comps.get(str(job_id)) or next(iter(comps.values()), rows[0])
+    return {
+        "job_id": str(job_id),
+        "state": head["State"].split()[0] if head["State"] else "UNKNOWN",
+        "state_text": head["State"],
+        "exit_code": head["ExitCode"],
+        "elapsed": head["Elapsed"],
+        "start": head["Start"],
+        "end": head["End"],
+        "components": {k: {"state": v["State"], "nodes": v["NodeList"], "exit_code": v["ExitCode"]} for k, v in comps.items()},
+        "steps": [{"id": s["JobID"], "name": s["JobName"], "state": s["State"], "exit_code": s["ExitCode"],
+                   "nodes": s["NodeList"]} for s in steps],
+    }
+
+
+def squeue_state(job_id: str) -> str | None:
+    """State while the job is known to the controller (PENDING, RUNNING, ...), else None."""
+    out = _run(["squeue", "-h", "-j", str(job_id), "-o", "%T"])
+    if not out:
+        return None
+    states = [s.strip() for s in out.splitlines() if s.strip()]
+    return states[0] if states else None
+
+
+def scancel(job_id: str, signal: str | None = None) -> bool:
+    cmd = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [str(job_id)]
+    return _run(cmd) is not None
+
+
+ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"}

@@ -1,0 +1,49 @@
+"""Follow a submitted job: its state through submitit's (het-aware) watcher, its events as they happen."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from .slurm import ACTIVE, squeue_state
+
+
+def _events_file(run_dir: Path, job_id: str) -> Path:
+    # A re-submitted script writes beside its original directory (see the job script).
+    alt = run_dir.with_name(f"{run_dir.name}-job{job_id}")
+    return (alt if alt.is_dir() else run_dir) / "events.log"
+
+
+def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float | None = None,
+           echo: Callable[[str], None] = print) -> str:
+    """Block until the job ends; echo each new event line; return the final Slurm state."""
+    from .hetjob import HetSlurmJob
+
+    job = HetSlurmJob(folder=run_dir / "submitit", job_id=job_id)
+    start = time.monotonic()
+    offset = 0
+    last_state = None
+    while True:
+        state = job.watcher.get_state(job_id, mode="force")
+        if state != last_state:
+            echo(f"job {job_id}: {state}")
+            last_state = state
+        ev = _events_file(run_dir, job_id)
+        if ev.exists():
+            with open(ev, errors="replace") as f:
+                f.seek(offset)
+                chunk = f.read()
+                # only whole lines; a partial last line is read next time
+                whole = chunk[: chunk.rfind("\n") + 1]
+                offset += len(whole.encode())
+            for line in whole.splitlines():
+                parts = line.split(" ", 3)
+                echo("  " + (f"{parts[2]} {parts[3]}" if len(parts) == 4 else line))
+        base = state.split()[0] if state else "UNKNOWN"
+        if base not in ACTIVE and base != "UNKNOWN":
+            return base
+        if base == "UNKNOWN" and time.monotonic() - start > 30 and squeue_state(job_id) is None:
+            return "UNKNOWN"  # no accounting and no longer queued: it has ended
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            return base
+        time.sleep(poll_s)
