@@ -165,6 +165,7 @@ def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
         f"--job-name={job_name(run_id)}",
         f"--output={run_dir}/slurm-%j.out",
         f"--signal=B:USR1@{c.signal_before_limit_s}",
+        "--no-requeue",  # a node failure must end the run with its evidence, not silently rerun it
     )
     return JobPlan(
         exp=exp,

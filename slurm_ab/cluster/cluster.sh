@@ -20,8 +20,10 @@
 # Traps (learned the hard way, keep in mind when editing):
 #   * Never install slurm-wlm-emulator: it flips the slurmd/slurmctld/slurmstepd alternatives to
 #     --enable-front-end builds ("fatal: No front end nodes defined"). We always run the explicit
-#     *-wlm binaries and give slurmd `-d /usr/sbin/slurmstepd-wlm` (otherwise slurmd execs
-#     /usr/sbin/slurmstepd, i.e. whatever the alternative points to).
+#     *-wlm binaries (through $D/bin symlinks, see ensure_bin_links) and give slurmd an explicit
+#     `-d` stepd (otherwise slurmd execs /usr/sbin/slurmstepd, whatever the alternative points to).
+#   * The daemons must see argv[0] basename slurmctld/slurmd/slurmstepd (ensure_bin_links): run as
+#     "slurmctld-wlm", slurmctld segfaults on its first message to slurmdbd.
 #   * Het jobs are scheduled ONLY by the backfill scheduler: bf_interval defaults to 30 s, so a het
 #     job waits ~25 s unless SchedulerParameters=bf_interval=1.
 #   * apt-get install of mariadb-server/munge/slurm* runs their init scripts; without a
@@ -41,6 +43,16 @@
 #   * slurmd restarts do not kill running steps (slurmstepd survives), so `down` cancels jobs first.
 #   * proctrack/linuxproc tracks processes by parent pid: a step's process that double-forks and
 #     re-parents to init escapes scancel.
+#   * GPU GRES without File= is silently dropped by 22.05 (node goes INVAL "gres/gpu count reported
+#     lower than configured"); see ensure_fake_gpus. Steps then see CUDA_VISIBLE_DEVICES=0..7.
+#   * Daemons are re-parented to PID 1, which here reaps late: a stopped daemon lingers ~2 s as a
+#     zombie, so "is it still running" must ignore zombies (see running()).
+#   * For users of the cluster: accounting reaches slurmdbd asynchronously. Right after a het job
+#     ends sacct may for ~1 s show a single "ID allocation" record instead of ID+0/ID+1: poll.
+#     Batch jobs hit by a node failure are requeued (JobRequeue default 1; sacct shows NODE_FAIL,
+#     then the job runs again): submit with --no-requeue where a rerun is unwanted.
+#     --signal=B:SIG@N can arrive up to ~60 s earlier than N before the limit (Slurm checks time
+#     limits about every 30 s); a TIMEOUT kill likewise lands up to ~30 s after the limit.
 set -euo pipefail
 
 D="${SLURM_AB_CLUSTER_DIR:-/var/lib/slurm-ab-cluster}"
@@ -53,7 +65,7 @@ DB_PORT=3316          # private MariaDB port (3306 may be taken by a system MySQ
 NODE_PORT_BASE=17000  # nodeNN listens on NODE_PORT_BASE+NN
 NODE_CPUS=8           # declared CPUs per emulated node (config_overrides: host has fewer)
 NODE_MEM_MB=8000
-NODE_GPUS=8           # fake GPU GRES per node (no device files)
+NODE_GPUS=8           # fake GPU GRES per node (File= symlinks to /dev/null)
 HOSTS_MARK="# slurm-ab-cluster"
 PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server)
 
@@ -76,6 +88,7 @@ SLURMDBD=/usr/sbin/slurmdbd
 log() { printf 'cluster: %s\n' "$*" >&2; }
 die() { printf 'cluster: ERROR: %s\n' "$*" >&2; exit 1; }
 
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
 node_name() { printf 'node%02d' "$1"; }
 all_nodes() { local i; for ((i = 1; i <= NNODES; i++)); do node_name "$i"; echo; done; }
 node_range() { printf 'node[01-%02d]' "$NNODES"; }
@@ -83,34 +96,44 @@ node_range() { printf 'node[01-%02d]' "$NNODES"; }
 need_root() { [[ $(id -u) -eq 0 ]] || die "must run as root (use sudo)"; }
 
 # ---------------------------------------------------------------- pid-file helpers
-# pid_alive PIDFILE EXE_BASENAME: the pid in PIDFILE runs a binary named EXE_BASENAME (guards
-# against a stale pid file whose pid was reused by another process).
+# pid_alive PIDFILE NAME: the pid in PIDFILE is alive and its /proc/PID/comm is NAME (guards against
+# a stale pid file whose pid was reused). comm, unlike /proc/PID/exe, is readable without root, so
+# `status` works for any user; our daemons run as slurmctld/slurmd (symlink names), slurmdbd,
+# mariadbd and munged.
 pid_of() { [[ -s $1 ]] && tr -dc '0-9' <"$1"; }
 pid_alive() {
-  local pid exe
-  pid=$(pid_of "$1") || return 1
-  [[ -n $pid ]] && [[ -d /proc/$pid ]] || return 1
-  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
-  exe=${exe% (deleted)}
-  [[ ${exe##*/} == "$2" ]]
+  local pid comm
+  pid=$(pid_of "$1" 2>/dev/null) || return 1
+  [[ -n $pid ]] || return 1
+  comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+  [[ $comm == "$2" ]] && running "$pid"
 }
 
-# stop_pidfile NAME PIDFILE EXE: SIGTERM, wait up to 20 s, then SIGKILL. Only ever signals the pid
-# recorded in OUR pid file, and only if it still runs the expected binary.
+# running PID: the process exists and is not a zombie. TRAP: our daemons are re-parented to PID 1,
+# and a container's PID 1 may reap late (here it took ~2 s): a dead daemon lingers as a zombie.
+running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [[ ${stat%% *} != Z ]]
+}
+
+# stop_pidfile NAME PIDFILE COMM: SIGTERM, wait up to 20 s, then SIGKILL. Only ever signals the pid
+# recorded in OUR pid file, and only if it still is the expected program.
 stop_pidfile() {
-  local name=$1 pf=$2 exe=$3 pid i
-  if ! pid_alive "$pf" "$exe"; then rm -f "$pf"; return 0; fi
+  local name=$1 pf=$2 comm=$3 pid i
+  if ! pid_alive "$pf" "$comm"; then rm -f "$pf"; return 0; fi
   pid=$(pid_of "$pf")
   log "stopping $name (pid $pid)"
   kill -TERM "$pid" 2>/dev/null || true
   for ((i = 0; i < 200; i++)); do
-    [[ -d /proc/$pid ]] || break
+    running "$pid" || break
     sleep 0.1
   done
-  if [[ -d /proc/$pid ]]; then
+  if running "$pid"; then
     log "$name (pid $pid) ignored SIGTERM for 20 s, sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
-    for ((i = 0; i < 50; i++)); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
+    for ((i = 0; i < 50; i++)); do running "$pid" || break; sleep 0.1; done
   fi
   rm -f "$pf"
 }
@@ -148,14 +171,14 @@ cmd_install() {
   else
     log "installing: ${missing[*]}"
     # Forbid the packages' init scripts from starting system daemons (see traps above).
-    local prc=/usr/sbin/policy-rc.d created=0
+    local prc=/usr/sbin/policy-rc.d
     if [[ ! -e $prc ]]; then
-      printf '#!/bin/sh\nexit 101\n' >"$prc"; chmod 755 "$prc"; created=1
+      printf '#!/bin/sh\nexit 101\n' >"$prc"; chmod 755 "$prc"
+      trap 'rm -f /usr/sbin/policy-rc.d' EXIT
     fi
     local rc=0
     { DEBIAN_FRONTEND=noninteractive apt-get update -q &&
       DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"; } || rc=$?
-    ((created)) && rm -f "$prc"
     ((rc == 0)) || die "apt-get failed (rc=$rc)"
   fi
   local b
@@ -216,9 +239,18 @@ PartitionName=gpu Nodes=$(node_range) Default=YES MaxTime=INFINITE State=UP Over
 EOF
 }
 
+# TRAP: Slurm 22.05 drops every GPU GRES without File= ("Removing file-less GPU"), the node then
+# reports gpu:0 and goes INVAL ("gres/gpu count reported lower than configured (0 < 8)"). The File
+# entries must stat() as character/block devices: $D/dev/gpuN are symlinks to /dev/null (the
+# trailing digit becomes the GPU index, so jobs see CUDA_VISIBLE_DEVICES=0..7).
+ensure_fake_gpus() {
+  local i
+  mkdir -p "$D/dev"
+  for ((i = 0; i < NODE_GPUS; i++)); do ln -sfn /dev/null "$D/dev/gpu$i"; done
+}
 render_gres_conf() {
-  printf '# Generated by cluster.sh: fake GPUs (count only, no File=).\nNodeName=%s Name=gpu Count=%s\n' \
-    "$(node_range)" "$NODE_GPUS"
+  printf '# Generated by cluster.sh: fake GPUs (see ensure_fake_gpus).\nNodeName=%s Name=gpu File=%s/dev/gpu[0-%s]\n' \
+    "$(node_range)" "$D" "$((NODE_GPUS - 1))"
 }
 
 render_cgroup_conf() {
@@ -257,7 +289,7 @@ write_if_changed() {
 }
 
 # TRAP: Slurm decides "am I slurmctld / slurmd / slurmstepd?" (running_in_slurmctld() etc.) by
-# comparing basename(argv[0]) with the daemon name. Started as "slurmctld-wlm", slurmctld never
+# comparing basename(argv[0]) with the daemon name. Started as "slurmctld", slurmctld never
 # sets up its slurmdbd agent connection and segfaults in slurm_persist_msg_pack() on its first
 # accounting message (acct_storage_p_flush_jobs_on_cluster). slurmd also execs the -d stepd path
 # as argv[0]. So we run the -wlm binaries via symlinks carrying the plain daemon names; this also
@@ -272,6 +304,9 @@ ensure_bin_links() {
 write_configs() {
   mkdir -p "$ETC" "$RUN" "$LOG" "$D/state" "$D/spool"
   ensure_bin_links
+  ensure_fake_gpus
+  local n
+  for n in $(all_nodes); do mkdir -p "$D/spool/$n"; done
   chmod 755 "$D"
   if [[ ! -s $ETC/dbpass ]]; then
     # Local-only password (MariaDB listens on 127.0.0.1 only), generated once per state dir.
@@ -282,7 +317,7 @@ write_configs() {
   render_gres_conf | write_if_changed "$ETC/gres.conf" 644 && changed=1
   render_cgroup_conf | write_if_changed "$ETC/cgroup.conf" 644 && changed=1
   render_slurmdbd_conf | write_if_changed "$ETC/slurmdbd.conf" 600 && changed=1
-  if ((changed)) && pid_alive "$RUN/slurmctld.pid" slurmctld-wlm; then
+  if ((changed)) && pid_alive "$RUN/slurmctld.pid" slurmctld; then
     log "WARNING: configuration changed while the cluster runs; apply it with: $0 down && $0 up"
   fi
   return 0
@@ -341,7 +376,7 @@ start_munge() {
   mkdir -p /run/munge "$MUNGE_DIR"
   chown munge:munge /run/munge "$MUNGE_DIR"
   chmod 0755 /run/munge
-  chmod 0700 "$MUNGE_DIR"
+  chmod 0755 "$MUNGE_DIR"  # readable so `status` can read the pid file as non-root
   local key=/etc/munge/munge.key
   if [[ ! -s $key ]]; then
     key=$MUNGE_DIR/munge.key
@@ -364,6 +399,7 @@ mariadb_sql() { mariadb --no-defaults --socket="$DB_SOCK" -uroot -e "$1"; }
 start_mariadb() {
   if pid_alive "$RUN/mariadb.pid" mariadbd; then
     wait_for "mariadb" "$LOG/mariadb.log" mariadb_ping
+    chmod 644 "$RUN/mariadb.pid"
     return 0
   fi
   if [[ ! -d $DBDIR/mysql ]]; then
@@ -381,6 +417,7 @@ start_mariadb() {
     --innodb-buffer-pool-size=128M --innodb-log-file-size=64M --innodb-lock-wait-timeout=900 \
     </dev/null >>"$LOG/mariadb.log" 2>&1 &
   wait_for "mariadb" "$LOG/mariadb.log" mariadb_ping
+  chmod 644 "$RUN/mariadb.pid"  # mariadbd writes it 0660; let `status` read it as any user
   local pw
   pw=$(cat "$ETC/dbpass")
   mariadb_sql "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pw';
@@ -410,7 +447,7 @@ start_slurmdbd() {
 ctld_ok() { scontrol ping | grep -q 'is UP'; }
 
 start_slurmctld() {
-  if ! pid_alive "$RUN/slurmctld.pid" slurmctld-wlm; then
+  if ! pid_alive "$RUN/slurmctld.pid" slurmctld; then
     log "starting slurmctld"
     "$SLURMCTLD" -f "$CONF" || die "slurmctld failed to start (see $LOG/slurmctld.log)"
   fi
@@ -420,7 +457,7 @@ start_slurmctld() {
 start_slurmds() {
   local n started=0
   for n in $(all_nodes); do
-    pid_alive "$RUN/slurmd.$n.pid" slurmd-wlm && continue
+    pid_alive "$RUN/slurmd.$n.pid" slurmd && continue
     "$SLURMD" -f "$CONF" -N "$n" -d "$SLURMSTEPD" || die "slurmd $n failed to start (see $LOG/slurmd.$n.log)"
     started=$((started + 1))
   done
@@ -443,7 +480,7 @@ resume_stuck_nodes() {
   while read -r n st; do
     case $st in
       down*|drain*|drng*|fail*)
-        pid_alive "$RUN/slurmd.$n.pid" slurmd-wlm || continue
+        pid_alive "$RUN/slurmd.$n.pid" slurmd || continue
         log "resuming $n (state $st)"
         scontrol update nodename="$n" state=resume 2>/dev/null || true ;;
     esac
@@ -453,7 +490,7 @@ resume_stuck_nodes() {
 wait_nodes() {
   local deadline=$((SECONDS + TIMEOUT)) resumed=0
   until nodes_ready; do
-    if ((!resumed && SECONDS + TIMEOUT - deadline >= 5)); then resume_stuck_nodes; resumed=1; fi
+    if ((!resumed && SECONDS + TIMEOUT - deadline >= 2)); then resume_stuck_nodes; resumed=1; fi
     if ((SECONDS >= deadline)); then
       printf 'cluster: ERROR: timed out after %ss waiting for %s nodes to be idle\n' "$TIMEOUT" "$NNODES" >&2
       sinfo -N -o '%N %T %E' >&2 || true
@@ -472,7 +509,7 @@ sacct_ok() { sacct -n -X -S now-1minutes -o JobID; }
 
 cmd_up() {
   need_root
-  local t0=$SECONDS
+  local t0=$EPOCHREALTIME
   for b in "$SLURMCTLD_REAL" "$SLURMD_REAL" "$SLURMSTEPD_REAL" "$SLURMDBD" /usr/sbin/mariadbd /usr/sbin/munged; do
     [[ -x $b ]] || die "$b not found; run: $0 install"
   done
@@ -487,20 +524,20 @@ cmd_up() {
   wait_nodes
   wait_for "slurmctld to register with slurmdbd" "$LOG/slurmctld.log" ctld_registered
   wait_for "sacct" "$LOG/slurmdbd.log" sacct_ok
-  log "cluster up: $NNODES nodes idle, accounting answers ($((SECONDS - t0)) s); SLURM_CONF=$CONF"
+  log "cluster up: $NNODES nodes idle, accounting answers ($(elapsed "$t0") s); SLURM_CONF=$CONF"
 }
 
 # ---------------------------------------------------------------- down
 cancel_jobs() {
-  pid_alive "$RUN/slurmctld.pid" slurmctld-wlm || return 0
+  pid_alive "$RUN/slurmctld.pid" slurmctld || return 0
   local jobs
   jobs=$(squeue -h -o '%A' 2>/dev/null | sort -u) || return 0
   [[ -n $jobs ]] || return 0
   log "cancelling jobs: $(echo "$jobs" | tr '\n' ' ')"
   # shellcheck disable=SC2086  # word splitting of the job id list is intended
   scancel $jobs 2>/dev/null || true
-  local deadline=$((SECONDS + 30))
-  while [[ -n $(squeue -h -o '%A' 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.5; done
+  local deadline=$((SECONDS + 20))
+  while [[ -n $(squeue -h -o '%A' 2>/dev/null) ]] && ((SECONDS < deadline)); do sleep 0.2; done
 }
 
 cmd_down() {
@@ -508,13 +545,17 @@ cmd_down() {
   local purge=0
   [[ ${1:-} == --purge ]] && purge=1
   cancel_jobs
-  local n
+  local n cnt=0
   for n in $(all_nodes); do
-    # send SIGTERM to all slurmds first, then wait for each
-    pid_alive "$RUN/slurmd.$n.pid" slurmd-wlm && kill -TERM "$(pid_of "$RUN/slurmd.$n.pid")" 2>/dev/null
+    # SIGTERM all slurmds at once, then wait for each (stop_pidfile)
+    if pid_alive "$RUN/slurmd.$n.pid" slurmd; then
+      kill -TERM "$(pid_of "$RUN/slurmd.$n.pid")" 2>/dev/null || true
+      cnt=$((cnt + 1))
+    fi
   done
-  for n in $(all_nodes); do stop_pidfile "slurmd $n" "$RUN/slurmd.$n.pid" slurmd-wlm; done
-  stop_pidfile slurmctld "$RUN/slurmctld.pid" slurmctld-wlm
+  ((cnt == 0)) || log "stopping $cnt slurmd"
+  for n in $(all_nodes); do stop_pidfile "slurmd $n" "$RUN/slurmd.$n.pid" slurmd; done
+  stop_pidfile slurmctld "$RUN/slurmctld.pid" slurmctld
   stop_pidfile slurmdbd "$RUN/slurmdbd.pid" slurmdbd
   stop_pidfile mariadbd "$RUN/mariadb.pid" mariadbd
   stop_pidfile munged "$MUNGE_DIR/munged.pid" munged
@@ -545,9 +586,9 @@ cmd_status() {
   fi
   report mariadbd "$RUN/mariadb.pid" mariadbd
   report slurmdbd "$RUN/slurmdbd.pid" slurmdbd
-  report slurmctld "$RUN/slurmctld.pid" slurmctld-wlm
-  for n in $(all_nodes); do report "slurmd $n" "$RUN/slurmd.$n.pid" slurmd-wlm; done
-  if pid_alive "$RUN/slurmctld.pid" slurmctld-wlm; then
+  report slurmctld "$RUN/slurmctld.pid" slurmctld
+  for n in $(all_nodes); do report "slurmd $n" "$RUN/slurmd.$n.pid" slurmd; done
+  if pid_alive "$RUN/slurmctld.pid" slurmctld; then
     sinfo -N -o '%N %P %T %G' || bad=1
   fi
   echo "export SLURM_CONF=$CONF"
