@@ -39,6 +39,9 @@ class HetSlurmExecutor(submitit.SlurmExecutor):
 
     def submit_script(self, script: str) -> HetSlurmJob:
         self._script = script
+        from submitit.core.utils import JobPaths
+
+        JobPaths.get_first_id_independent_folder(self.folder).mkdir(parents=True, exist_ok=True)
         try:
             return self._submit_command("# rendered by slurm-ab")  # type: ignore[return-value]
         finally:
