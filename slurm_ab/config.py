@@ -7,6 +7,7 @@ is reported with the closest known one; types are checked against the built-in v
 from __future__ import annotations
 
 import copy
+import functools
 import difflib
 import re
 import sys
@@ -30,8 +31,18 @@ DATASET_KEYS = {"args": list}
 REF = re.compile(r"\{([a-z_][a-z0-9_-]*(?:\.[A-Za-z0-9_-]+)+)\}")
 
 
+@functools.lru_cache(maxsize=1)
+def _builtin_text() -> str:
+    return resources.files("slurm_ab.data").joinpath("experiment.toml").read_text()
+
+
 def builtin_experiment() -> Tree:
-    return _load_text(resources.files("slurm_ab.data").joinpath("experiment.toml").read_text(), "built-in experiment")
+    return copy.deepcopy(_builtin_parsed())
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_parsed() -> Tree:
+    return _load_text(_builtin_text(), "built-in experiment")
 
 
 def builtin_sites() -> list[str]:
@@ -80,7 +91,18 @@ def parse_set(item: str, mode: str | None = None) -> tuple[list[str], Any]:
         parts = ["modes", mode, *parts[1:]]
     if any(not p for p in parts):
         raise ConfigError("--set", item, "empty key segment")
+    if not isinstance(value, str) and isinstance(value, (int, float, bool)) and _is_string_key(parts):
+        value = raw.strip()  # --set cluster.account=12345 means the string "12345"
     return parts, value
+
+
+def _is_string_key(parts: list[str]) -> bool:
+    node: Any = builtin_experiment()
+    for p in parts:
+        if not isinstance(node, dict) or p not in node:
+            return parts[0] in ("env",) or parts[:2] == ["server", "env"]
+        node = node[p]
+    return isinstance(node, str)
 
 
 def _set_path(tree: Tree, parts: list[str], value: Any) -> None:

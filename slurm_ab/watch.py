@@ -24,10 +24,6 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
     offset = 0
     last_state = None
     while True:
-        state = job.watcher.get_state(job_id, mode="force")
-        if state != last_state:
-            echo(f"job {job_id}: {state}")
-            last_state = state
         ev = _events_file(run_dir, job_id)
         if ev.exists():
             with open(ev, errors="replace") as f:
@@ -39,6 +35,10 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
             for line in whole.splitlines():
                 parts = line.split(" ", 3)
                 echo("  " + (f"{parts[2]} {parts[3]}" if len(parts) == 4 else line))
+        state = job.watcher.get_state(job_id, mode="force")
+        if state != last_state:
+            echo(f"job {job_id}: {state}")
+            last_state = state
         base = state.split()[0] if state else "UNKNOWN"
         if base not in ACTIVE and base != "UNKNOWN":
             return base

@@ -45,3 +45,16 @@ def cli(tmp_path, monkeypatch):
         return r.exit_code, r.stdout, r.stderr
 
     return run
+
+
+@pytest.fixture(scope="session")
+def local_cluster():
+    """The local Slurm cluster must be up (make cluster-up); CI brings it up before the tests."""
+    from slurm_ab.cluster import is_up
+
+    if not is_up(min_nodes=9):
+        if os.environ.get("CI"):
+            pytest.fail("the local Slurm cluster is not up in CI (make cluster-up)")
+        pytest.skip("local Slurm cluster not up (make cluster-up)")
+    if not Path("/var/lib/slurm-ab-local/models/Kimi-K3/tokenizer.json").exists():
+        pytest.skip("local model assets missing (make local-assets)")

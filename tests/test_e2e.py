@@ -1,0 +1,143 @@
+"""End to end on the real local Slurm cluster: the three modes, and the DFlash OOM at 0.86.
+
+Each job runs through `slurm-ab submit --wait` (submitit, het-aware watcher), the emulator stands
+in for the GPU engine, the router and bench_serving are the real ones.
+"""
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs import events, final_sacct, slurm_ab, wait_no_processes
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+MODES = ("tp32", "pp8", "tp32-dflash")
+STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, local_cluster):
+    return tmp_path_factory.mktemp("e2e")
+
+
+@pytest.fixture(scope="module")
+def runs(workdir):
+    """Run the three modes once (sequentially, as a user would) and keep their outcomes."""
+    out = {}
+    for mode in MODES:
+        run_id = f"e2e-{mode}-{int(time.time())}"
+        t0 = time.monotonic()
+        r = slurm_ab("submit", mode, "--site", "local", "--run-id", run_id, "--wait", cwd=workdir)
+        out[mode] = dict(proc=r, run_dir=workdir / "results" / run_id, seconds=time.monotonic() - t0)
+    return out
+
+
+def _job_id(run_dir: Path) -> str:
+    return json.loads((run_dir / "manifest.json").read_text())["job_id"]
+
+
+def _bench(run_dir: Path) -> dict:
+    lines = [l for l in (run_dir / "bench.jsonl").read_text().splitlines() if l.strip()]
+    return json.loads(lines[-1])
+
+
+def _ts(line: str) -> str | None:
+    m = STAMP.match(line)
+    return m.group(1) if m else None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_mode_completes_with_all_requests(runs, mode):
+    run = runs[mode]
+    assert run["proc"].returncode == 0, run["proc"].stdout[-3000:] + run["proc"].stderr[-3000:]
+    info = final_sacct(_job_id(run["run_dir"]))
+    assert info["state"] == "COMPLETED", info
+    assert set(info["components"]) == {f"{info['job_id']}+0", f"{info['job_id']}+1"}
+    rec = _bench(run["run_dir"])
+    assert rec["completed"] == 40 and all(e == "" for e in rec["errors"])
+    assert len(rec["ttfts"]) == 40
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_node_ran_its_rank(runs, mode):
+    logs = runs[mode]["run_dir"] / "logs"
+    for g in (0, 1):
+        for rank in range(4):
+            text = (logs / f"server-r{g}-n{rank}.log").read_text()
+            assert f"nnodes=4, node_rank={rank}," in text, (g, rank)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_warmup_first_then_round_robin(runs, mode):
+    run_dir = runs[mode]["run_dir"]
+    ev = events(run_dir)
+    kinds = [k for _, k, _ in ev]
+    assert kinds.index("warmup_done") < kinds.index("router_launch") < kinds.index("bench_start")
+    done = [kv for _, k, kv in ev if k == "warmup_done"]
+    assert sorted(kv["replica"] for kv in done) == ["0", "1"] and all(kv["ok"] == "1" for kv in done)
+    bench_start = next(l for l in (run_dir / "events.log").read_text().splitlines() if " bench_start" in l).split()
+    bench_start_ts = f"{bench_start[1]} {bench_start[2]}"
+    counts = []
+    for g in (0, 1):
+        lines = (run_dir / "logs" / f"server-r{g}-n0.log").read_text().splitlines()
+        warm = [l for l in lines if '"POST /generate HTTP/1.1" 200' in l]
+        bench = [l for l in lines if '"POST /v1/completions HTTP/1.1" 200' in l]
+        assert warm and _ts(warm[0]) < bench_start_ts, f"replica {g}: no direct warm-up before the benchmark"
+        assert bench and all(_ts(l) >= bench_start_ts for l in bench)
+        assert _ts(warm[0]) < _ts(bench[0])
+        counts.append(len(bench))
+    # 40 prompts split round robin, plus bench_serving's own single warm-up request on one replica
+    assert sorted(counts) == [20, 21], counts
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_no_process_left(runs, mode):
+    assert wait_no_processes(_job_id(runs[mode]["run_dir"]), 30) == []
+
+
+def test_parallelism_reached_the_servers(runs):
+    for mode, tp, pp in (("tp32", 32, 1), ("pp8", 4, 8), ("tp32-dflash", 32, 1)):
+        head = (runs[mode]["run_dir"] / "logs" / "server-r0-n0.log").read_text()
+        assert f"tp_size={tp}, pp_size={pp}," in head and "ep_size=4," in head
+    dflash = (runs["tp32-dflash"]["run_dir"] / "logs" / "server-r1-n0.log").read_text()
+    assert "speculative_algorithm='DFLASH'" in dflash and "accept len:" in dflash
+    assert "accept len:" not in (runs["tp32"]["run_dir"] / "logs" / "server-r1-n0.log").read_text()
+
+
+def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
+    run_id = f"e2e-oom-{int(time.time())}"
+    r = slurm_ab("submit", "tp32-dflash", "--site", "local", "--run-id", run_id, "--wait",
+                 "--set", "mode.args.mem-fraction-static=0.86", cwd=workdir)
+    assert r.returncode != 0
+    run_dir = workdir / "results" / run_id
+    job_id = _job_id(run_dir)
+    info = final_sacct(job_id)
+    assert info["state"] == "FAILED", info
+    # the job ended within 60 s of the OOM (not at its time limit)
+    oom_file, oom_ts = None, None
+    for f in sorted((run_dir / "logs").glob("server-r*-n*.log")):
+        for line in f.read_text().splitlines():
+            if "torch.OutOfMemoryError: CUDA out of memory" in line:
+                oom_file = f
+            if oom_file == f and oom_ts is None and _ts(line):
+                oom_ts = _ts(line)
+        if oom_file:
+            break
+    assert oom_file is not None, "no OOM in the server logs"
+    end = [l.split() for l in (run_dir / "events.log").read_text().splitlines() if " job_end " in l][-1]
+    from datetime import datetime
+    end_t = datetime.strptime(f"{end[1]} {end[2]}", "%Y-%m-%d %H:%M:%S.%f")
+    lines = oom_file.read_text().splitlines()
+    stamps = [s for s in (_ts(l) for l in lines) if s]
+    oom_t = datetime.strptime(stamps[-1][:23], "%Y-%m-%d %H:%M:%S.%f" if "." in stamps[-1] else "%Y-%m-%d %H:%M:%S")
+    assert (end_t - oom_t).total_seconds() < 60
+    # all logs kept; the job's output names the replica and the OOM
+    assert len(list((run_dir / "logs").glob("server-r*-n*.log"))) == 8
+    out = next(run_dir.glob("slurm-*.out")).read_text()
+    replica = re.search(r"server-r(\d)-n", oom_file.name).group(1)
+    assert f"server step of replica {replica} exited" in out
+    assert "CUDA out of memory" in out
+    assert wait_no_processes(job_id, 30) == []
