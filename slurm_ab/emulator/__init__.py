@@ -1,0 +1,70 @@
+"""SGLang engine emulator: ``python3 -m slurm_ab.emulator [SGLang launch_server flags]``.
+
+The only stand-in for the GPU engine in slurm-ab's local stack. The job script renders one SGLang
+command; on the local cluster ``python3 -m sglang.launch_server`` is replaced by this module and
+nothing else changes, so the emulator must be faithful wherever the rest of the system looks:
+flags (names, aliases, abbreviations, defaults, choices and SGLang's post-parse rules), multi-node
+rendezvous and readiness, HTTP endpoints and stream formats used by ``sglang.bench_serving`` and
+``sglang-router``, log lines parsed by the collector, and failure signatures.
+
+Emulator-only knobs come from the environment, never from flags:
+
+======================================  ======================================================================
+variable                                meaning
+======================================  ======================================================================
+``SLURM_AB_EMU_CONFIG``                 TOML overriding any key of ``costs.toml`` (same sections/keys; unknown
+                                        keys are an error)
+``SLURM_AB_EMU_TIME_SCALE``             multiplies every emulated duration (startup phases, prefill chunks,
+                                        decode steps); default 1.0, tests use 0.005-0.02. Logged throughputs
+                                        and client timings are wall-clock, so they scale by 1/scale together
+``SLURM_AB_EMU_LOG_VERSION``            SGLang log/API generation: ``0.5.23`` (default), ``0.5.6``,
+                                        ``0.4.10`` (sglang.md §3: separators, trailing ", ", prefill fields,
+                                        accept-rate definition; ``/server_info``, ``/model_info``, ``/ready``
+                                        are 404 before 0.5.23, as are their meta_info spec extras)
+``SLURM_AB_EMU_FAULT``                  comma list: ``hang_startup`` (rank 0 stops after "Load weight begin",
+                                        never healthy), ``die_after_requests=N`` (rank 0 scheduler crashes once
+                                        N user requests finished), ``crash_rank=R`` (node rank R dies while
+                                        loading), ``oom_first_prefill`` (first user prefill OOMs regardless of
+                                        memory)
+``SLURM_AB_EMU_SEED``                   RNG seed (acceptance draws, step jitter, output tokens); default
+                                        ``--random-seed`` or 0
+``SLURM_AB_EMU_GPUS_PER_NODE``          emulated GPUs per node (default 8); tp*pp must equal nnodes * this
+``SGLANG_LOG_MS``                       SGLang's own switch: millisecond timestamps ``[... HH:MM:SS.mmm ...]``
+======================================  ======================================================================
+
+Cost model (``costs.py``, defaults and per-key documentation in ``costs.toml``; all at scale 1):
+
+- prefill, per full pass per token: ``compute_ms_per_token/tp + 0.02 ms (tp>1) + 0.063 ms x (nodes
+  spanned by the TP group - 1)``; with pp > 1 a chunk costs 1/pp of that per stage + 2 ms, the first
+  chunk after the pipeline drained pays all stages, back-to-back chunks overlap; +15 ms per batch.
+- decode step of a micro-batch of m: ``280 ms/tp + 6 ms (tp>1) + 10.3 ms x (extra nodes) + 1 ms x m
+  + 0.05 ms per 1k context tokens + 3.8 ms x (pp-1)``; the running batch is split into min(batch, pp)
+  micro-batches, so with fewer requests than stages a token still costs a full pass (bubbles).
+- speculative: a verify step = decode step x (1 + 0.24 x (num_draft_tokens-1)) + 15 ms draft;
+  accepted length per step = 1 + truncated geometric around a per-request lognormal mean
+  (DFLASH 4.1, cv 0.25) which logs as accept len ~3.7 / accept rate ~0.18 with 16 draft tokens.
+- memory: KV pool = what ``mem_fraction_static`` leaves after weights; the first prefill whose
+  request reaches 16384 tokens allocates the FlashInfer MXFP4 MoE workspace (5 GiB, +3 GiB with
+  speculative decoding) from ``178.35 GiB x (1 - mem_fraction_static) - 18 GiB``: with a speculative
+  algorithm 0.86 fails (OOM traceback, "Scheduler hit an exception", "Received sigquit ...", the
+  process SIGKILLs itself like SGLang's kill_process_tree; the in-flight request's connection drops),
+  0.85 and 0.83 work (threshold ~0.854; ~0.871 without speculative decoding).
+
+``python3 -m slurm_ab.emulator.simulate -- FLAGS`` runs the same scheduler in virtual time and prints
+what a benchmark would give. Defaults, 2 replicas x 4 nodes, 40 prompts 16K -> 512, C=8 (seed in
+brackets): tp32 235 s, TPOT 77 ms (238 s, 76 ms); TP4 PP8 365 s, TPOT 127 ms (370 s, 127 ms);
+tp32 + DFLASH 315 s, TPOT 96 ms, accept len 3.7 (300 s, 98 ms, 3.76).
+
+Logs: SGLang-logger lines on stderr as ``[YYYY-mm-dd HH:MM:SS{.mmm}{ ranks}] msg`` with ranks
+`` DPd PPk TPt EPe`` as in SGLang; uvicorn access lines on stdout. Startup lines are printed for every
+GPU of the node; "Prefill batch"/"Decode batch" and ``max_total_num_tokens=...`` only by the TP0 of
+each PP stage, i.e. on node 0 when pp == 1 and, with pp > 1, on the node hosting stage k's TP0 with
+prefix ``PPk`` (rank 0 sends the lines over the rendezvous connection). ``/health`` on an idle
+server runs a 1-token generation, which logs ``Prefill batch ... #new-token: 1`` as SGLang does.
+
+Modules: ``cli_args`` (flags and rules), ``knobs``/``faults`` (environment), ``costs`` + ``costs.toml``,
+``memory``, ``topology`` (ranks -> nodes, prefixes), ``logfmt`` (exact line formats), ``tracebacks``,
+``tokenizer``, ``scheduler`` (pure batching state machine), ``engine`` (real-time driver), ``http_api``,
+``rendezvous`` (TCP + heartbeats), ``node`` (startup/shutdown per rank), ``build``, ``simulate``,
+``make_model`` (local tokenizer-only model dir), ``testing`` (subprocess helpers for tests).
+"""

@@ -1,0 +1,124 @@
+"""Runs the scheduler core in real time on one thread: plan a forward, sleep its duration times
+the time scale, apply it. HTTP threads submit requests and wait on per-request queues.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from .scheduler import EngineFault, Req, SchedulerCore
+
+DIE_DELAY = 0.5
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    new_ids: list[int]
+    now: float
+    finished: bool
+
+
+class RequestStream:
+    """Listener that hands the scheduler's outputs of one request to the HTTP thread."""
+
+    def __init__(self):
+        self.q: "queue.Queue[TokenEvent]" = queue.Queue()
+
+    def on_tokens(self, req: Req, new_ids: list[int], now: float, finished: bool) -> None:
+        self.q.put(TokenEvent(list(new_ids), now, finished))
+
+
+class Engine:
+    def __init__(self, core: SchedulerCore, time_scale: float, on_fatal: Callable[[EngineFault], None],
+                 die_after_requests: Optional[int] = None):
+        self.core = core
+        self.scale = time_scale
+        self.on_fatal = on_fatal
+        self.die_after = die_after_requests
+        self.cond = threading.Condition()
+        self.stop_event = threading.Event()
+        self.forwards_done = 0
+        self.dead = False
+        self._die_at: Optional[float] = None
+        self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        with self.cond:
+            self.cond.notify_all()
+
+    def submit(self, req: Req) -> None:
+        with self.cond:
+            self.core.add(req, time.time())
+            self.cond.notify_all()
+
+    def abort(self, rid: str) -> None:
+        with self.cond:
+            self.core.abort(rid)
+
+    def snapshot(self, fn):
+        """Run fn(core) under the scheduler lock (for /metrics, /server_info)."""
+        with self.cond:
+            return fn(self.core)
+
+    def health_probe(self, make_req: Callable[[], Req], timeout: float) -> bool:
+        """SGLang's /health: busy -> wait for the next forward; idle -> run a 1-token request."""
+        deadline = time.time() + timeout
+        with self.cond:
+            if self.core.busy():
+                target = self.forwards_done + 1
+                while self.forwards_done < target and not self.dead and time.time() < deadline:
+                    self.cond.wait(min(0.5, max(0.01, deadline - time.time())))
+                return self.forwards_done >= target and not self.dead
+        stream = RequestStream()
+        req = make_req()
+        req.listener = stream
+        self.submit(req)
+        try:
+            stream.q.get(timeout=max(0.01, deadline - time.time()))
+            return not self.dead
+        except queue.Empty:
+            self.abort(req.rid)
+            return False
+
+    def _crash_due(self) -> bool:
+        """die_after_requests: crash shortly (DIE_DELAY) after the N-th user request finished, so
+        its response still reaches the client."""
+        if self.die_after is None or self.core.counters.finished_user < self.die_after:
+            return False
+        if self._die_at is None:
+            self._die_at = time.time() + DIE_DELAY
+        return time.time() >= self._die_at
+
+    def _loop(self) -> None:
+        core = self.core
+        while not self.stop_event.is_set():
+            with self.cond:
+                if self._crash_due():
+                    self.dead = True
+                    self.cond.notify_all()
+                    self.on_fatal(EngineFault("crash", f"die_after_requests={self.die_after}"))
+                    return
+                fwd = core.plan(time.time()) if core.has_work() else None
+                if fwd is None:
+                    core.note_idle()
+                    self.cond.wait(0.1)
+                    continue
+            if self.stop_event.wait(fwd.duration * self.scale):
+                return
+            with self.cond:
+                try:
+                    core.complete(fwd, time.time())
+                except EngineFault as fault:
+                    self.dead = True
+                    self.cond.notify_all()
+                    self.on_fatal(fault)
+                    return
+                self.forwards_done += 1
+                self.cond.notify_all()

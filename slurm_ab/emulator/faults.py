@@ -1,0 +1,45 @@
+"""Fault injection for tests, from ``SLURM_AB_EMU_FAULT`` (comma-separated items).
+
+Faults live in the environment, never in flags, so the rendered SGLang command is the same
+with and without them. Items:
+
+- ``hang_startup``          rank 0 stops after ``Load weight begin`` and never becomes healthy
+- ``die_after_requests=N``  rank 0's scheduler crashes when the N-th user request has finished
+- ``crash_rank=R``          node rank R dies while loading weights
+- ``oom_first_prefill``     the first user prefill OOMs whatever ``--mem-fraction-static`` is
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+class FaultSpecError(ValueError):
+    """SLURM_AB_EMU_FAULT could not be parsed."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    hang_startup: bool = False
+    die_after_requests: Optional[int] = None
+    crash_rank: Optional[int] = None
+    oom_first_prefill: bool = False
+
+
+def parse_faults(spec: Optional[str]) -> Faults:
+    """Parse e.g. ``"die_after_requests=3,oom_first_prefill"``; empty means no fault."""
+    kw: dict = {}
+    for item in (spec or "").replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if name in ("hang_startup", "oom_first_prefill") and not value:
+            kw[name] = True
+        elif name in ("die_after_requests", "crash_rank") and value.strip().isdigit():
+            kw[name] = int(value)
+        else:
+            raise FaultSpecError(f"unknown SLURM_AB_EMU_FAULT item {item!r} (expected hang_startup, "
+                                 "die_after_requests=N, crash_rank=R or oom_first_prefill)")
+    return Faults(**kw)

@@ -1,0 +1,257 @@
+"""Multi-node rendezvous of one emulated replica over TCP at ``--dist-init-addr``.
+
+Node rank 0 listens on the dist-init port (as torch's TCPStore does) and the other ranks connect,
+retrying until rank 0 is up or the dist timeout passes. Afterwards the connection carries JSON
+lines: phase messages (``joined``, ``loaded``, ``ready``), scheduler log lines for the nodes that
+host other PP stages' TP0 (``log``), and heartbeats every 0.5 s so a dead or frozen peer is
+detected within ~2 s (``HEARTBEAT_TIMEOUT``) — the emulated counterpart of an NCCL failure.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Callable, Optional
+
+HEARTBEAT_INTERVAL = 0.5
+HEARTBEAT_TIMEOUT = 2.0
+CONNECT_RETRY = 0.5
+
+OnMessage = Callable[[int, dict], None]
+OnLost = Callable[[int, str], None]
+
+
+class RendezvousError(RuntimeError):
+    """Listening, connecting or joining failed (the message mimics torch.distributed's)."""
+
+
+class Conn:
+    """One peer connection: a reader thread (with heartbeat timeout) and a heartbeat sender."""
+
+    def __init__(self, sock: socket.socket, rank: int, on_message: OnMessage, on_lost: OnLost):
+        self.sock = sock
+        self.rank = rank
+        self.on_message = on_message
+        self.on_lost = on_lost
+        self.closed = threading.Event()
+        self._send_lock = threading.Lock()
+        self._buf = b""
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(HEARTBEAT_INTERVAL)
+
+    def start(self) -> None:
+        threading.Thread(target=self._read_loop, name=f"rdzv-read-{self.rank}", daemon=True).start()
+        threading.Thread(target=self._beat_loop, name=f"rdzv-beat-{self.rank}", daemon=True).start()
+
+    def send(self, msg: dict) -> bool:
+        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        try:
+            with self._send_lock:
+                self.sock.sendall(data)
+            return True
+        except OSError:
+            return False
+
+    def read_line(self, timeout: float) -> Optional[dict]:
+        """Blocking read of one message (used for the hello before the reader thread starts)."""
+        deadline = time.time() + timeout
+        while b"\n" not in self._buf:
+            if time.time() > deadline:
+                return None
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            if not chunk:
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.closed.set()
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def _lost(self, reason: str) -> None:
+        if not self.closed.is_set():
+            self.closed.set()
+            self.on_lost(self.rank, reason)
+
+    def _read_loop(self) -> None:
+        last = time.time()
+        while not self.closed.is_set():
+            try:
+                chunk = self.sock.recv(65536)
+            except socket.timeout:
+                if time.time() - last > HEARTBEAT_TIMEOUT:
+                    return self._lost(f"no heartbeat for {HEARTBEAT_TIMEOUT:.0f} s")
+                continue
+            except OSError as e:
+                return self._lost(f"connection error: {e}")
+            if not chunk:
+                return self._lost("connection closed by peer")
+            last = time.time()
+            self._buf += chunk
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("t") != "hb":
+                    self.on_message(self.rank, msg)
+
+    def _beat_loop(self) -> None:
+        while not self.closed.wait(HEARTBEAT_INTERVAL):
+            if not self.send({"t": "hb"}):
+                return
+
+
+class Hub:
+    """Rank 0's side: accepts nnodes - 1 peers, tracks their phase, broadcasts."""
+
+    def __init__(self, port: int, nnodes: int, on_message: OnMessage, on_lost: OnLost):
+        self.port = port
+        self.nnodes = nnodes
+        self.on_message = on_message
+        self.on_lost = on_lost
+        self.peers: dict[int, Conn] = {}
+        self.phase: dict[int, set[str]] = {}
+        self.cond = threading.Condition()
+        self._server: Optional[socket.socket] = None
+        self.closing = False
+
+    def start(self) -> None:
+        srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            srv.bind(("", self.port))
+        except OSError as e:
+            srv.close()
+            raise RendezvousError(
+                f"The server socket has failed to listen on any local network address. port: {self.port}, "
+                f"useIpv6: 0, code: -{e.errno}, name: {getattr(e, 'strerror', e)}") from None
+        srv.listen(64)
+        srv.settimeout(0.5)
+        self._server = srv
+        threading.Thread(target=self._accept_loop, name="rdzv-accept", daemon=True).start()
+
+    def _accept_loop(self) -> None:
+        while not self.closing:
+            try:
+                sock, _ = self._server.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
+
+    def _handshake(self, sock: socket.socket) -> None:
+        conn = Conn(sock, -1, self._message, self._lost)
+        try:
+            hello = conn.read_line(10.0)
+        except (OSError, ValueError):
+            hello = None
+        rank = hello.get("rank") if hello and hello.get("t") == "hello" else None
+        with self.cond:
+            ok = (isinstance(rank, int) and 0 < rank < self.nnodes and rank not in self.peers
+                  and hello.get("nnodes") == self.nnodes)
+            if ok:
+                conn.rank = rank
+                self.peers[rank] = conn
+                self.phase[rank] = set()
+                self.cond.notify_all()
+        if not ok:
+            conn.send({"t": "reject", "reason": f"bad hello {hello!r} (nnodes={self.nnodes})"})
+            conn.close()
+            return
+        conn.start()
+        if len(self.peers) == self.nnodes - 1:
+            self.broadcast({"t": "joined"})
+
+    def _message(self, rank: int, msg: dict) -> None:
+        if msg.get("t") == "phase":
+            with self.cond:
+                self.phase.setdefault(rank, set()).add(msg.get("phase", ""))
+                self.cond.notify_all()
+        self.on_message(rank, msg)
+
+    def _lost(self, rank: int, reason: str) -> None:
+        if not self.closing:
+            self.on_lost(rank, reason)
+
+    def wait_joined(self, timeout: float, stop: threading.Event) -> bool:
+        return self._wait(lambda: len(self.peers) == self.nnodes - 1, timeout, stop)
+
+    def wait_phase(self, phase: str, stop: threading.Event, timeout: Optional[float] = None) -> bool:
+        return self._wait(lambda: all(phase in self.phase.get(r, ()) for r in range(1, self.nnodes)), timeout, stop)
+
+    def _wait(self, pred, timeout: Optional[float], stop: threading.Event) -> bool:
+        deadline = None if timeout is None else time.time() + timeout
+        with self.cond:
+            while not pred():
+                if stop.is_set() or (deadline is not None and time.time() > deadline):
+                    return False
+                self.cond.wait(0.2)
+            return True
+
+    def broadcast(self, msg: dict) -> None:
+        for conn in list(self.peers.values()):
+            conn.send(msg)
+
+    def close(self) -> None:
+        self.closing = True
+        for conn in list(self.peers.values()):
+            conn.close()
+        if self._server is not None:
+            self._server.close()
+
+
+class Link:
+    """A rank >= 1's connection to rank 0."""
+
+    def __init__(self, rank: int, nnodes: int, on_message: OnMessage, on_lost: OnLost):
+        self.rank = rank
+        self.nnodes = nnodes
+        self.on_message = on_message
+        self.on_lost = on_lost
+        self.conn: Optional[Conn] = None
+        self.closing = False
+
+    def connect(self, host: str, port: int, timeout: float, stop: threading.Event) -> None:
+        """Retry until rank 0 accepts, or raise RendezvousError after `timeout` seconds."""
+        deadline = time.time() + timeout
+        last_error = ""
+        while not stop.is_set():
+            try:
+                sock = socket.create_connection((host, port), timeout=2.0)
+                break
+            except OSError as e:
+                last_error = str(e)
+                if time.time() > deadline:
+                    raise RendezvousError(
+                        f"torch.distributed.DistNetworkError: The client socket has timed out after {timeout:.0f}s "
+                        f"while trying to connect to ({host}, {port}). Last error: {last_error}") from None
+                stop.wait(CONNECT_RETRY)
+        else:
+            raise RendezvousError("interrupted while connecting")
+        self.conn = Conn(sock, 0, self.on_message, self._lost)
+        self.conn.send({"t": "hello", "rank": self.rank, "nnodes": self.nnodes})
+        self.conn.start()
+
+    def _lost(self, rank: int, reason: str) -> None:
+        if not self.closing:
+            self.on_lost(rank, reason)
+
+    def send(self, msg: dict) -> bool:
+        return self.conn.send(msg) if self.conn else False
+
+    def close(self) -> None:
+        self.closing = True
+        if self.conn:
+            self.conn.close()

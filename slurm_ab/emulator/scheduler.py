@@ -1,0 +1,338 @@
+"""The emulated SGLang scheduler: batching, chunked prefill, decode steps, speculative acceptance
+and the statistics lines, as a pure state machine driven by ``plan(now)`` / ``complete(fwd, now)``.
+
+Pure so the same code runs in real time (``engine.Engine`` sleeps each forward's duration) and in
+virtual time (``simulate`` estimates a whole benchmark in milliseconds). Policy as SGLang's
+``get_next_batch_to_run``: a pending prefill (a chunked request's next chunk first, then new
+requests up to ``--chunked-prefill-size`` tokens / ``--max-prefill-tokens`` /
+``--max-running-requests``) always runs before the next decode step; "Prefill batch" is logged
+when a batch is formed, "Decode batch" every ``--decode-log-interval`` decode steps.
+"""
+from __future__ import annotations
+
+import random
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Protocol
+
+from .costs import CostModel
+from .logfmt import DecodeStats, PrefillStats, decode_line, prefill_line
+from .memory import MemoryPlan
+
+
+class EngineFault(Exception):
+    """A fatal scheduler error (the runner prints it SGLang-style and the process dies)."""
+
+    def __init__(self, kind: str, detail: str = ""):
+        super().__init__(kind, detail)
+        self.kind = kind       # "oom" | "crash"
+        self.detail = detail
+
+
+class Listener(Protocol):
+    def on_tokens(self, req: "Req", new_ids: list[int], now: float, finished: bool) -> None: ...
+
+
+@dataclass
+class Req:
+    rid: str
+    input_len: int
+    max_new_tokens: int
+    kind: str = "user"                 # "user" | "warmup" (SGLang's own) | "health"
+    arrival: float = 0.0
+    listener: Optional[Listener] = None
+    seed: int = 0
+    prefilled: int = 0
+    output_ids: list[int] = field(default_factory=list)
+    verify_ct: int = 0
+    accepted: int = 0                  # tokens produced by verify steps (bonus included)
+    accept_mean: float = 1.0
+    first_token_time: Optional[float] = None
+    finish_time: Optional[float] = None
+    rng: random.Random = field(default_factory=random.Random)
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.prefilled + len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_time is not None
+
+
+@dataclass(frozen=True)
+class SchedConfig:
+    max_running_requests: int
+    chunked_prefill_size: Optional[int]    # None or <= 0: no chunking
+    max_prefill_tokens: int
+    max_total_num_tokens: int
+    decode_log_interval: int
+    cuda_graph_max_bs: int                 # 0: CUDA graphs disabled
+    num_draft_tokens: int                  # 1 without speculative decoding
+    log_version: str = "0.5.23"
+
+
+@dataclass
+class Forward:
+    kind: str                                        # "prefill" | "decode"
+    items: list[tuple[Req, int]]                     # (request, new tokens) for prefill
+    reqs: list[Req]                                  # decode batch
+    duration: float                                  # seconds at time scale 1
+
+
+@dataclass
+class Counters:
+    """Lifetime counters behind /metrics and /server_info."""
+    num_requests: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished_user: int = 0
+    last_gen_throughput: float = 0.0
+    last_accept_len: float = 0.0
+    spec_total_accepted: int = 0
+    spec_total_verify: int = 0
+
+
+class SchedulerCore:
+    def __init__(self, cfg: SchedConfig, model: CostModel, memory: MemoryPlan,
+                 sample_ids: Callable[[random.Random, int], list[int]],
+                 emit: Callable[[str], None], seed: int = 0, oom_first_user_prefill: bool = False):
+        self.cfg = cfg
+        self.model = model
+        self.memory = memory
+        self.sample_ids = sample_ids
+        self.emit = emit
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.chunked: Optional[Req] = None
+        self.counters = Counters()
+        self.workspace_allocated = False
+        self.force_oom = oom_first_user_prefill
+        self._last_kind: Optional[str] = None
+        self._drained = True
+        self._forward_ct_decode = 0
+        self._win_start: Optional[float] = None
+        self._win_tokens = 0
+        self._win_accepted = 0
+        self._win_verify = 0
+        self._last_prefill_tokens = 0
+        self._last_prefill_log: Optional[float] = None
+        self._n_added = 0
+
+    # ---- intake --------------------------------------------------------------------------------
+    def add(self, req: Req, now: float) -> None:
+        self._n_added += 1
+        req.arrival = now
+        req.rng = random.Random(zlib.crc32(f"{self.seed}/{self._n_added}".encode()))
+        if self.model.spec:
+            req.accept_mean = self.model.request_accept_mean(req.rng)
+        self.waiting.append(req)
+
+    def abort(self, rid: str) -> bool:
+        """Drop a request (client went away), wherever it is."""
+        for r in list(self.waiting):
+            if r.rid == rid:
+                self.waiting.remove(r)
+                return True
+        if self.chunked is not None and self.chunked.rid == rid:
+            self.chunked = None
+            return True
+        for r in self.running:
+            if r.rid == rid:
+                self.running.remove(r)
+                return True
+        return False
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running or self.chunked)
+
+    def busy(self) -> bool:
+        """SGLang answers a health check without a generation when something is running."""
+        return bool(self.running or self.chunked)
+
+    def note_idle(self) -> None:
+        self._drained = True
+
+    @property
+    def used_tokens(self) -> int:
+        return sum(r.kv_tokens for r in self.running) + (self.chunked.kv_tokens if self.chunked else 0)
+
+    # ---- planning ------------------------------------------------------------------------------
+    def plan(self, now: float) -> Optional[Forward]:
+        fwd = self._plan_prefill(now)
+        if fwd is None and self.running:
+            batch = list(self.running)
+            ctx = sum(r.kv_tokens for r in batch)
+            fwd = Forward("decode", [], batch, self.model.decode_time(len(batch), ctx, self.rng))
+        if fwd is not None:
+            self._drained = self._drained and fwd.kind != "prefill"
+        return fwd
+
+    def _plan_prefill(self, now: float) -> Optional[Forward]:
+        cfg = self.cfg
+        chunk_budget = cfg.chunked_prefill_size if cfg.chunked_prefill_size and cfg.chunked_prefill_size > 0 else None
+        input_budget = cfg.max_prefill_tokens
+        items: list[tuple[Req, int]] = []
+        new_chunked: Optional[Req] = None
+        if self.chunked is not None:
+            req = self.chunked
+            take = req.input_len - req.prefilled
+            if chunk_budget is not None and take > chunk_budget:
+                take, new_chunked = chunk_budget, req
+            items.append((req, take))
+            if chunk_budget is not None:
+                chunk_budget -= take
+            input_budget -= take
+        used = self.used_tokens
+        while self.waiting and new_chunked is None:
+            if len(self.running) + len(items) >= cfg.max_running_requests:
+                break
+            if (chunk_budget is not None and chunk_budget <= 0) or input_budget <= 0:
+                break
+            req = self.waiting[0]
+            extend = req.input_len
+            if items and extend > input_budget and chunk_budget is None:
+                break
+            if used + extend + req.max_new_tokens > cfg.max_total_num_tokens and (items or self.running):
+                break  # no KV room now: wait for running requests to finish
+            self.waiting.popleft()
+            take = extend
+            if chunk_budget is not None and take > chunk_budget:
+                take, new_chunked = chunk_budget, req
+            items.append((req, take))
+            used += take
+            input_budget -= take
+            if chunk_budget is not None:
+                chunk_budget -= take
+        if not items:
+            return None
+        self.chunked = new_chunked
+        tokens = sum(t for _, t in items)
+        self._log_prefill(now, items, tokens)
+        warm = self._last_kind == "prefill" and not self._drained
+        return Forward("prefill", items, [], self.model.prefill_time(tokens, warm))
+
+    def _log_prefill(self, now: float, items, tokens: int) -> None:
+        if self._last_prefill_log is not None and now > self._last_prefill_log:
+            throughput = self._last_prefill_tokens / (now - self._last_prefill_log)
+        else:
+            throughput = 0.0
+        self._last_prefill_log, self._last_prefill_tokens = now, tokens
+        pending = sum(r.input_len for r in self.waiting)
+        if self.chunked is not None:
+            pending += self.chunked.input_len - self.chunked.prefilled - next(
+                t for r, t in items if r is self.chunked)
+        used = sum(r.kv_tokens for r in self.running) + sum(r.prefilled + t for r, t in items)
+        stats = PrefillStats(
+            new_seq=len(items), new_token=tokens, cached_token=0,
+            token_usage=used / max(1, self.cfg.max_total_num_tokens), running_req=len(self.running),
+            queue_req=len(self.waiting), pending_token=max(0, pending), cuda_graph=False,
+            input_throughput=throughput)
+        self.emit(prefill_line(self.cfg.log_version, stats))
+
+    # ---- completion ----------------------------------------------------------------------------
+    def complete(self, fwd: Forward, now: float) -> None:
+        """Apply a finished forward: emit tokens to listeners, log stats. May raise EngineFault."""
+        self._last_kind = fwd.kind
+        if fwd.kind == "prefill":
+            self._complete_prefill(fwd, now)
+        else:
+            self._complete_decode(fwd, now)
+
+    def _check_workspace(self, items) -> None:
+        for req, take in items:
+            if req.kind == "user" and self.force_oom:
+                raise EngineFault("oom")
+            if not self.workspace_allocated and req.prefilled + take >= self.memory.workspace_min_prefill_tokens:
+                if self.memory.first_big_prefill_ooms:
+                    raise EngineFault("oom")
+                self.workspace_allocated = True
+
+    def _complete_prefill(self, fwd: Forward, now: float) -> None:
+        self._check_workspace(fwd.items)
+        for req, take in fwd.items:
+            req.prefilled += take
+            if req.prefilled < req.input_len:
+                continue
+            if req.kind != "health":
+                self.counters.prompt_tokens += req.input_len
+            if req.max_new_tokens <= 0:
+                self._finish(req, [], now)
+                continue
+            ids = self.sample_ids(req.rng, 1)
+            req.output_ids.extend(ids)
+            req.first_token_time = now
+            if len(req.output_ids) >= req.max_new_tokens:
+                self._finish(req, ids, now)
+            else:
+                self.running.append(req)
+                self._notify(req, ids, now)
+
+    def _complete_decode(self, fwd: Forward, now: float) -> None:
+        spec = self.model.spec is not None
+        produced = 0
+        for req in fwd.reqs:
+            if req.finished or req not in self.running:
+                continue  # aborted meanwhile
+            n = self.model.draw_accept(req.rng, req.accept_mean) if spec else 1
+            if spec:
+                req.verify_ct += 1
+                req.accepted += n
+                self._win_verify += 1
+                self._win_accepted += n
+            n = min(n, req.max_new_tokens - len(req.output_ids))
+            ids = self.sample_ids(req.rng, n)
+            req.output_ids.extend(ids)
+            produced += n
+            if len(req.output_ids) >= req.max_new_tokens:
+                self.running.remove(req)
+                self._finish(req, ids, now)
+            else:
+                self._notify(req, ids, now)
+        self._forward_ct_decode += 1
+        self._win_tokens += produced
+        if self._win_start is None:
+            self._win_start = now - fwd.duration
+        if self._forward_ct_decode % max(1, self.cfg.decode_log_interval) == 0:
+            self._log_decode(fwd, now)
+
+    def _log_decode(self, fwd: Forward, now: float) -> None:
+        elapsed = max(1e-9, now - (self._win_start if self._win_start is not None else now))
+        c = self.counters
+        c.last_gen_throughput = self._win_tokens / elapsed
+        spec = self.model.spec is not None
+        if spec and self._win_verify:
+            c.spec_total_accepted += self._win_accepted
+            c.spec_total_verify += self._win_verify
+            c.last_accept_len = self._win_accepted / self._win_verify
+        ctx = sum(r.kv_tokens for r in fwd.reqs)
+        stats = DecodeStats(
+            running_req=len(fwd.reqs), num_token=ctx, token_usage=ctx / max(1, self.cfg.max_total_num_tokens),
+            cuda_graph=0 < len(fwd.reqs) <= self.cfg.cuda_graph_max_bs, gen_throughput=c.last_gen_throughput,
+            queue_req=len(self.waiting),
+            accepted_tokens=self._win_accepted if spec else None, verify_ct=self._win_verify if spec else None,
+            num_draft_tokens=self.cfg.num_draft_tokens if spec else None)
+        self.emit(decode_line(self.cfg.log_version, stats))
+        self._win_start, self._win_tokens, self._win_accepted, self._win_verify = now, 0, 0, 0
+
+    def _notify(self, req: Req, ids: list[int], now: float) -> None:
+        if req.listener is not None:
+            req.listener.on_tokens(req, ids, now, False)
+
+    def _finish(self, req: Req, ids: list[int], now: float) -> None:
+        req.finish_time = now
+        if req.kind != "health":
+            self.counters.num_requests += 1
+            self.counters.generation_tokens += len(req.output_ids)
+        if req.kind == "user":
+            self.counters.finished_user += 1
+        if req.listener is not None:
+            req.listener.on_tokens(req, ids, now, True)
+
+    @property
+    def avg_spec_accept_length(self) -> float:
+        c = self.counters
+        return c.spec_total_accepted / c.spec_total_verify if c.spec_total_verify else 0.0
