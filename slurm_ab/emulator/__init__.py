@@ -26,6 +26,8 @@ variable                                meaning
                                         N user requests finished), ``crash_rank=R`` (node rank R dies while
                                         loading), ``oom_first_prefill`` (first user prefill OOMs regardless of
                                         memory)
+``SLURM_AB_EMU_FAULT_NODES``            comma list of Slurm node names (``SLURMD_NODENAME``): faults apply
+                                        only to the processes on these nodes (break one replica of a job)
 ``SLURM_AB_EMU_SEED``                   RNG seed (acceptance draws, step jitter, output tokens); default
                                         ``--random-seed`` or 0
 ``SLURM_AB_EMU_GPUS_PER_NODE``          emulated GPUs per node (default 8); tp*pp must equal nnodes * this

@@ -7,6 +7,8 @@ with and without them. Items:
 - ``die_after_requests=N``  rank 0's scheduler crashes when the N-th user request has finished
 - ``crash_rank=R``          node rank R dies while loading weights
 - ``oom_first_prefill``     the first user prefill OOMs whatever ``--mem-fraction-static`` is
+
+``SLURM_AB_EMU_FAULT_NODES=node05,...`` limits them to the processes on those Slurm nodes.
 """
 from __future__ import annotations
 

@@ -53,6 +53,11 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         faults = parse_faults(env.get("SLURM_AB_EMU_FAULT"))
     except ValueError as e:
         raise KnobError(str(e)) from None
+    # SLURM_AB_EMU_FAULT_NODES=node05,node06 limits the faults to the processes on those Slurm
+    # nodes (SLURMD_NODENAME), so a test can break one replica of a job.
+    only = [n.strip() for n in env.get("SLURM_AB_EMU_FAULT_NODES", "").split(",") if n.strip()]
+    if only and env.get("SLURMD_NODENAME", "") not in only:
+        faults = parse_faults(None)
     return Knobs(
         config_path=env.get("SLURM_AB_EMU_CONFIG") or None,
         time_scale=scale,
