@@ -150,9 +150,10 @@ def _follow_and_collect(job_id: str, run_dir: Path) -> None:
     click.echo(f"job {job_id} ended: {state}")
     from .collector import collect_and_write, print_summary
 
-    summary = collect_and_write(run_dir, job_id=job_id, final=True)
+    summary, written = collect_and_write(run_dir, job_id=job_id)
     print_summary(summary, echo=click.echo)
-    if summary.get("verdict") != "ok":
+    click.echo(f"summary: {run_dir}/summary.md" if (run_dir / "summary.md").exists() else "no summary written")
+    if summary.verdict != "ok":
         sys.exit(1)
 
 
@@ -162,6 +163,59 @@ def watch(run):
     """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
     run_dir = _find_run(run)
     _follow_and_collect(_job_id(run_dir, run), run_dir)
+
+
+@main.command()
+@click.argument("run")
+@click.option("--all-samples", is_flag=True, help="Average decode samples of the whole logs (warm-ups included), as in the seed.")
+def collect(run, all_samples):
+    """Turn a run's raw logs into summary.json/csv/md and print its row and verdict.
+
+    RUN is a job id, a run id or a run directory. Idempotent; raw logs are never changed; a
+    running job is reported as such and nothing final is written.
+    """
+    from .collector import collect_and_write, print_summary
+
+    run_dir = _find_run(run)
+    summary, written = collect_and_write(run_dir, all_samples=all_samples)
+    print_summary(summary, echo=click.echo)
+    if summary.verdict == "running":
+        click.echo(f"{run_dir}: the job is still running; nothing final written")
+    else:
+        click.echo(f"wrote {', '.join(p.name for p in written)}" if written else "summary files unchanged")
+
+
+def _summaries(refs):
+    from .collector import collect_and_write
+    from . import rundir
+
+    dirs = [_find_run(r) for r in refs] if refs else rundir.all_runs(_results_dir())
+    return [collect_and_write(d)[0] for d in dirs]
+
+
+@main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+def report(runs, fmt):
+    """One row per run (default: every run under results/), in the seed's layout."""
+    from .collect import report as render_report
+
+    summaries = _summaries(runs)
+    if not summaries:
+        raise UsageError(f"no runs under {_results_dir()}")
+    click.echo(render_report(summaries, fmt))
+
+
+@main.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+def compare(run_a, run_b, fmt):
+    """The paired comparison of two runs (B against A) with signed % change."""
+    from .collect import compare as render_compare
+
+    a, b = _summaries([run_a, run_b])
+    click.echo(render_compare(a, b, fmt))
 
 
 @main.command()

@@ -113,11 +113,11 @@ def submit_collector(plan: JobPlan, job_id: str, run_dir: Path) -> str | None:
 
     ex = submitit.SlurmExecutor(folder=run_dir / "submitit", max_num_timeout=0)
     c = plan.exp.cluster
-    params = dict(slurm_partition=c.partition, slurm_time=10, nodes=1, ntasks_per_node=1,
-                  slurm_job_name=f"ab-collect-{plan.run_id}", slurm_use_srun=False,
-                  slurm_additional_parameters={"dependency": f"afterany:{job_id}", "kill-on-invalid-dep": "yes"})
+    params = dict(partition=c.partition, time=10, nodes=1, ntasks_per_node=1,
+                  job_name=f"ab-collect-{plan.run_id}", use_srun=False,
+                  additional_parameters={"dependency": f"afterany:{job_id}", "kill-on-invalid-dep": "yes"})
     if c.account:
-        params["slurm_account"] = c.account
+        params["account"] = c.account
     ex.update_parameters(**params)
     try:
         return ex.submit(collect_after_job, str(run_dir), job_id).job_id
