@@ -1,0 +1,152 @@
+"""Benchmark numbers of a run from bench.jsonl, falling back to the printed result block.
+
+Latency percentiles come from per-request details when present (p95 exists in no 0.5.2 output),
+else from the record's own keys, else from the stdout block; the source is recorded.
+Throughputs are total tokens / duration (input_lens of 0.5.23 are server counts of successful
+requests only, so they are not summed).
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+from ..parse.bench import RecordRead, ResultBlock, agreement, latency_stats
+from .model import BenchResult, BenchSpec, Latency
+
+
+def _num(d: Mapping | None, key: str):
+    if not d:
+        return None
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _latency_from(values: Mapping | None, metric: str) -> Latency | None:
+    vals = {s: _num(values, f"{s}_{metric}_ms") for s in ("mean", "median", "p95", "p99")}
+    if all(v is None for v in vals.values()):
+        return None
+    return Latency(vals["mean"], vals["median"], vals["p95"], vals["p99"])
+
+
+def _merge(primary: Latency | None, fallback: Latency | None) -> Latency | None:
+    if primary is None:
+        return fallback
+    if fallback is None:
+        return primary
+    return Latency(*(a if a is not None else b for a, b in
+                     zip((primary.mean, primary.p50, primary.p95, primary.p99),
+                         (fallback.mean, fallback.p50, fallback.p95, fallback.p99))))
+
+
+def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
+                 ) -> tuple[BenchResult, list[str]]:
+    notes: list[str] = []
+    rec = read.record
+    if read.note:
+        notes.append(read.note)
+    blk = block.values if block else None
+    if block is not None and not block.complete:
+        notes.append("the client's result block is incomplete (client killed while printing?)")
+    src = rec if rec is not None else blk
+    if src is None:
+        return BenchResult(), notes
+    source = "jsonl" if rec is not None else "stdout"
+
+    stats = latency_stats(rec)
+    total = spec.num_prompts
+    failed = None
+    errors: tuple = ()
+    if stats is not None:
+        total = stats.requests
+        failed = stats.requests - stats.succeeded
+        errors = stats.errors
+    completed = _num(src, "completed")
+    if completed is None and stats is not None:
+        completed = stats.succeeded
+    if stats is not None and completed is not None and stats.succeeded != completed:
+        notes.append(f"details show {stats.succeeded} successful requests, the client reports "
+                     f"{int(completed)}")
+    if failed is None and total is not None and completed is not None:
+        failed = int(total - completed)
+
+    duration = _num(src, "duration")
+    tin = _num(src, "total_input_tokens")
+    tout = _num(src, "total_output_tokens")
+    in_tps = tin / duration if tin is not None and duration else _num(src, "input_throughput")
+    out_tps = tout / duration if tout is not None and duration else _num(src, "output_throughput")
+
+    own = {m: _merge(_latency_from(rec, m), _latency_from(blk, m))
+           for m in ("ttft", "tpot", "e2e_latency")}
+    if stats is not None and stats.ttft is not None:
+        def lat(d):
+            return Latency(d.mean, d.p50, d.p95, d.p99) if d else None
+        ttft, tpot, e2e = lat(stats.ttft), lat(stats.tpot), lat(stats.e2e)
+        lsource = "details"
+        disagreements = tuple(str(d) for d in agreement(rec, stats))
+        if disagreements:
+            notes.append("per-request details disagree with the client's summary: "
+                         + "; ".join(disagreements))
+    else:
+        ttft, tpot, e2e = own["ttft"], own["tpot"], own["e2e_latency"]
+        lsource = "record" if rec is not None and _latency_from(rec, "ttft") else \
+            ("stdout" if blk and _latency_from(blk, "ttft") else None)
+        disagreements = ()
+        if lsource and any(x is not None and x.p95 is None for x in (ttft, tpot, e2e)):
+            notes.append(f"no per-request details: latencies from the client's {lsource} "
+                         "values, p95 where the client printed none is missing")
+    return BenchResult(
+        duration_s=duration, completed=int(completed) if completed is not None else None,
+        total=int(total) if total is not None else None,
+        failed=int(failed) if failed is not None else None,
+        input_tokens=int(tin) if tin is not None else None,
+        output_tokens=int(tout) if tout is not None else None,
+        input_tps=in_tps, output_tps=out_tps, ttft=ttft, tpot=tpot, e2e=e2e,
+        source=source, latency_source=lsource, disagreements=disagreements,
+        errors=errors), notes
+
+
+def bench_spec(rec: Mapping | None, block: ResultBlock | None, manifest: Mapping | None
+               ) -> BenchSpec:
+    """The benchmark's definition: manifest (resolved config) first, then the client's record."""
+    bm = _manifest_benchmark(manifest)
+    rec = rec or {}
+    blk = block.values if block else {}
+    dataset = bm.get("dataset") or rec.get("dataset_name")
+    n_details = len(rec["ttfts"]) if isinstance(rec.get("ttfts"), list) else None
+    in_len = bm.get("input_len")
+    out_len = bm.get("output_len")
+    if isinstance(dataset, str) and dataset.startswith("random"):
+        in_len = in_len or rec.get("random_input_len")
+        out_len = out_len or rec.get("random_output_len")
+    conc = bm.get("concurrency") or rec.get("max_concurrency") or blk.get("max_concurrency")
+    rate = rec.get("request_rate", blk.get("request_rate", bm.get("request_rate")))
+    return BenchSpec(
+        backend=rec.get("backend") or blk.get("backend") or bm.get("backend"),
+        dataset=str(dataset) if dataset else None,
+        input_len=_int(in_len), output_len=_int(out_len),
+        num_prompts=_int(bm.get("num_prompts")) or n_details,
+        max_concurrency=_int(conc),
+        request_rate=None if rate is None else str(rate))
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _manifest_benchmark(manifest: Mapping | None) -> dict:
+    """The [benchmark] table wherever the manifest keeps it."""
+    if not isinstance(manifest, Mapping):
+        return {}
+    for path in (("benchmark",), ("config", "benchmark"), ("resolved", "benchmark"),
+                 ("experiment", "benchmark")):
+        node = manifest
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if isinstance(node, Mapping):
+            return dict(node)
+    return {}

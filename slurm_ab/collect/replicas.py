@@ -1,0 +1,203 @@
+"""Per-replica facts from the server logs: decode samples, requests served, warm-up.
+
+Requests served are counted from uvicorn access lines ('POST /generate' etc.) inside the window:
+one line per request, printed by node rank 0 only. '#new-seq' of 'Prefill batch' lines is the
+fallback when a log has no access lines: it over-counts, because a chunked prompt (16K with
+--chunked-prefill-size 8192) is a new sequence in each of its chunks — fine for "served > 0",
+not for exact counts. Both include bench_serving's own warm-up request, which is sent through
+the router after bench_start.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..parse.diagnose import server_log_identity
+from ..parse.events import EventLog, Warmup
+from ..parse.server_scan import DecodeAgg, Interval, ServerLogScan, scan_server_log
+from .model import ReplicaSummary
+
+DEFAULT_WARMUP_TOKENS = 16384
+PARALLEL_MIN_BYTES = 64 << 20        # below this, process start-up costs more than it saves
+
+
+@dataclass(frozen=True)
+class ReplicaScan:
+    """Raw scans of one replica's files plus what the summary needs from them."""
+
+    summary: ReplicaSummary
+    primary: DecodeAgg
+    scans: tuple[ServerLogScan, ...]
+    problems: tuple[str, ...]
+
+
+def server_logs(run_dir: Path) -> dict[int, dict[int, Path]]:
+    """replica -> node rank -> path, from logs/server-r<G>-n<R>.log."""
+    out: dict[int, dict[int, Path]] = {}
+    logs = run_dir / "logs"
+    if logs.is_dir():
+        for p in sorted(logs.iterdir()):
+            ident = server_log_identity(p.name)
+            if ident and p.is_file():
+                out.setdefault(ident[0], {})[ident[1]] = p
+    return out
+
+
+def _scan_job(args):
+    path, window, intervals, all_samples = args
+    ident = server_log_identity(path.name)
+    # Only node rank 0 runs the HTTP server, so only its log can hold generation requests.
+    return scan_server_log(path, window=window, intervals=intervals, all_samples=all_samples,
+                           access_log=ident is None or ident[1] == 0)
+
+
+def scan_files(paths: Sequence[Path], window, intervals: Sequence[Interval], all_samples: bool,
+               workers: int | None = None) -> list[ServerLogScan]:
+    """Scan files, in parallel processes when they are big enough to be worth it."""
+    if not paths:
+        return []
+    jobs = [(p, window, tuple(intervals), all_samples) for p in paths]
+    total = sum(p.stat().st_size for p in paths)
+    if workers is None:
+        workers = min(len(paths), os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
+    if workers <= 1 or len(paths) <= 1:
+        return [_scan_job(j) for j in jobs]
+    import multiprocessing
+    # Largest first so one big node-0 log does not start last.
+    order = sorted(range(len(jobs)), key=lambda i: -paths[i].stat().st_size)
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        results = dict(zip(order, pool.map(_scan_job, [jobs[i] for i in order])))
+    return [results[i] for i in range(len(jobs))]
+
+
+def warmup_intervals(warmups: dict[int, Warmup], bench_start: datetime | None
+                     ) -> list[Interval]:
+    out = []
+    for g, w in sorted(warmups.items()):
+        if w.start is not None:
+            out.append(Interval(f"warmup-r{g}", w.start, w.done or bench_start))
+    return out
+
+
+def summarise_replicas(run_dir: Path, replica_ids: Iterable[int], events: EventLog,
+                       window, *, all_samples: bool, node_lists: dict,
+                       warmup_tokens: int | None, workers: int | None = None
+                       ) -> list[ReplicaScan]:
+    files = server_logs(run_dir)
+    warmups = events.warmups()
+    bench_start = window[0] if window else None
+    intervals = warmup_intervals(warmups, bench_start)
+    # Without a recorded warm-up, look for one in everything before the benchmark.
+    pre = [Interval(f"pre-r{g}", None, bench_start) for g in sorted(set(replica_ids))
+           if g not in warmups and bench_start is not None]
+    ivs = intervals + pre
+    # Node rank 0 first: it holds every batch line unless the servers run with DP attention or
+    # PP (then every line carries a DP/PP tag and other nodes hold stage/group leaders), and
+    # it is the only node with an HTTP server. Other nodes are read only when needed.
+    heads = [files[g][0] for g in sorted(files) if 0 in files[g]]
+    scans = dict(zip(heads, scan_files(heads, window, ivs, all_samples, workers)))
+    rest = [p for g in sorted(files) for r, p in sorted(files[g].items())
+            if r != 0 and (0 not in files[g] or scans[files[g][0]].tagged
+                           or not scans[files[g][0]].decode_lines)]
+    scans.update(zip(rest, scan_files(rest, window, ivs, all_samples, workers)))
+    out = []
+    for g in sorted(set(replica_ids) | set(files)):
+        ranks = files.get(g, {})
+        scanned = [scans[p] for _, p in sorted(ranks.items()) if p in scans]
+        sizes = [p.stat().st_size for _, p in sorted(ranks.items())]
+        out.append(_one(run_dir, g, ranks, scanned, sizes, warmups.get(g), window,
+                        node_lists.get(str(g), []), warmup_tokens, all_samples))
+    return out
+
+
+def _one(run_dir: Path, g: int, ranks: dict[int, Path], scans: list[ServerLogScan],
+         sizes: list[int], warmup: Warmup | None, window, nodes: list[str],
+         warmup_tokens: int | None, all_samples: bool) -> ReplicaScan:
+    problems: list[str] = []
+    rel = tuple(str(p.relative_to(run_dir)) for _, p in sorted(ranks.items()))
+    if not ranks:
+        problems.append(f"replica {g}: no server log (logs/server-r{g}-n*.log missing)")
+    elif 0 not in ranks:
+        problems.append(f"replica {g}: no node-rank-0 log (logs/server-r{g}-n0.log missing)")
+    elif not any(sizes):
+        problems.append(f"replica {g}: server logs are empty")
+
+    # Decode samples: by stream over all files, then the lowest PP stage (see ServerLogScan).
+    streams: dict = {}
+    for s in scans:
+        for key, agg in s.decode.items():
+            streams[key] = streams.get(key, DecodeAgg()) + agg
+    primary = DecodeAgg()
+    if window is None and not all_samples:
+        streams = {}              # no benchmark happened (or it was not recorded): no samples
+        problems.append(f"replica {g}: no benchmark window in events.log; decode samples not "
+                        "counted (all_samples counts the whole log)")
+    if streams:
+        pp = min(k[1] for k in streams)
+        for key in sorted(streams):
+            if key[1] == pp:
+                primary = primary + streams[key]
+
+    posts_timed = sum(s.posts - s.posts_untimed for s in scans)
+    if posts_timed > 0:
+        served, source = sum(s.window.posts for s in scans), "access_log"
+    elif any(s.prefill_lines for s in scans):
+        served, source = sum(s.window.new_seq for s in scans), "prefill_new_seq"
+    elif any(sizes):
+        served, source = 0, "access_log"
+    else:
+        served, source = None, None
+    if window is None and served is not None:
+        problems.append(f"replica {g}: no benchmark window in events.log; requests counted "
+                        "over the whole log")
+
+    seen, how = _warmup(g, warmup, scans, window, warmup_tokens)
+    head = next((s for s in scans if s.path == str(ranks.get(0))), None)
+    summary = ReplicaSummary(
+        replica=g, logs=rel, nodes=tuple(nodes),
+        decode_samples=primary.samples, accept_samples=primary.accept_samples,
+        accept_len=primary.accept_len, accept_rate=primary.accept_rate,
+        gen_throughput=primary.gen_throughput, requests_served=served,
+        requests_source=source, warmup_seen=seen, warmup=how,
+        log_end=head.last_ts.isoformat(sep=" ") if head and head.last_ts else None)
+    return ReplicaScan(summary, primary, tuple(scans), tuple(problems))
+
+
+def _warmup(g: int, w: Warmup | None, scans: list[ServerLogScan], window,
+            expected: int | None) -> tuple[bool, str]:
+    """Was replica g sent its 16K warm-up before bench_start? (events.log + server log)"""
+    expected = expected or (w.prompt_tokens if w and w.prompt_tokens else DEFAULT_WARMUP_TOKENS)
+    has_batches = any(s.prefill_lines for s in scans)
+    has_access = any(s.posts for s in scans)
+    bench_start = window[0] if window else None
+    if w is not None:
+        name = f"warmup-r{g}"
+        tokens = sum(s.intervals.get(name).prefill_tokens for s in scans if name in s.intervals)
+        posts = sum(s.intervals.get(name).posts for s in scans if name in s.intervals)
+        if w.ok is not True:
+            return False, ("warm-up failed (events.log warmup_done ok=0)" if w.ok is False
+                           else "warm-up started but never finished (no warmup_done)")
+        if w.prompt_tokens is not None and w.prompt_tokens < expected:
+            return False, f"warm-up had {w.prompt_tokens} prompt tokens, expected {expected}"
+        if bench_start and w.done and w.done > bench_start:
+            return False, "warm-up finished after the benchmark started"
+        if has_batches and tokens >= expected:
+            return True, f"events.log ok=1; server log prefilled {tokens} tokens in the warm-up"
+        if has_access and posts:
+            return True, "events.log ok=1; server log shows the warm-up POST"
+        if has_batches or has_access:
+            return False, (f"events.log says ok=1 but the server log shows no {expected}-token "
+                           "prefill or POST during the warm-up")
+        return True, "events.log ok=1 (server log has no batch or access lines to confirm)"
+    name = f"pre-r{g}"
+    tokens = sum(s.intervals[name].prefill_tokens for s in scans if name in s.intervals)
+    if has_batches and tokens >= expected:
+        return True, (f"no warm-up in events.log; server log prefilled {tokens} tokens before "
+                      "the benchmark")
+    return False, "no warm-up recorded in events.log" + (
+        "" if not has_batches else f" and < {expected} tokens prefilled before the benchmark")

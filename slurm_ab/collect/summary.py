@@ -1,0 +1,133 @@
+"""collect_run: one run directory -> RunSummary (pure: reads files, writes nothing)."""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Mapping
+
+from ..parse.bench import parse_result_block, read_last_record
+from ..parse.diagnose import diagnose
+from ..parse.events import read_events
+from .bench_result import bench_result, bench_spec
+from .job import job_info
+from .model import Pooled, RunSummary
+from .replicas import summarise_replicas
+from .verdict import (diagnosis_reasons, outcome_reasons, state_verdict, validity_reasons)
+
+_RUN_ID = re.compile(r"^(?P<exp>[a-z0-9]+)-(?P<mode>.+?)-(?:[a-z0-9]+-)?\d{8}-\d{6}$")
+
+
+def read_manifest(run_dir: Path) -> dict:
+    try:
+        data = json.loads((run_dir / "manifest.json").read_text(errors="replace"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _dig(d: Mapping, *paths):
+    for path in paths:
+        node = d
+        for key in path:
+            node = node.get(key) if isinstance(node, Mapping) else None
+        if node not in (None, ""):
+            return node
+    return None
+
+
+def collect_run(run_dir: str | Path, *, all_samples: bool = False,
+                sacct: Mapping | None = None, workers: int | None = None) -> RunSummary:
+    """Summarise one run directory (layout in docs/design.md).
+
+    sacct: Slurm facts from the caller (see collect.job); None when unknown.
+    all_samples: count decode samples of the whole log instead of the benchmark window.
+    workers: processes for scanning server logs (None: automatic, 1: in-process).
+    """
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    events = read_events(run_dir / "events.log")
+    job = job_info(sacct, events, manifest)
+    start_ev = events.first.get("job_start")
+    run_id = str(_dig(manifest, ("run_id",)) or (start_ev.fields.get("run_id") if start_ev
+                                                   else None) or run_dir.name)
+    m = _RUN_ID.match(run_id)
+    mode = _dig(manifest, ("mode",), ("config", "mode")) or \
+        (start_ev.fields.get("mode") if start_ev else None) or (m.group("mode") if m else None)
+    label = _dig(manifest, ("description",), ("mode_description",), ("label",),
+                 ("config", "modes", str(mode), "description"),
+                 ("modes", str(mode), "description"))
+    notes: list[str] = []
+    if events.bad_lines:
+        notes.append(f"events.log: {len(events.bad_lines)} unreadable line(s)")
+
+    # ---- benchmark numbers -------------------------------------------------------------
+    read = read_last_record(run_dir / "bench.jsonl")
+    block = parse_result_block(run_dir / "logs" / "client.log")
+    spec = bench_spec(read.record, block, manifest)
+    bench, bnotes = bench_result(read, block, spec)
+    notes += bnotes
+    has_result = bench.source is not None
+
+    # ---- replicas ----------------------------------------------------------------------
+    window = events.bench_window()
+    replica_ids = set(events.replicas())
+    n = _dig(manifest, ("replicas",), ("experiment", "replicas"), ("config", "experiment",
+                                                                   "replicas"))
+    if isinstance(n, int):
+        replica_ids |= set(range(n))
+    warm_tokens = _dig(manifest, ("warmup", "input_len"), ("config", "warmup", "input_len"))
+    reps = summarise_replicas(run_dir, replica_ids, events, window, all_samples=all_samples,
+                              node_lists=job.node_lists,
+                              warmup_tokens=warm_tokens if isinstance(warm_tokens, int) else None,
+                              workers=workers)
+    if not reps:
+        reps = summarise_replicas(run_dir, {0, 1}, events, window, all_samples=all_samples,
+                                  node_lists=job.node_lists, warmup_tokens=None, workers=1)
+    replicas = tuple(r.summary for r in reps)
+    problems = [p for r in reps for p in r.problems]
+    pooled_n = sum(r.primary.accept_samples for r in reps)
+    rate_n = sum(r.primary.rate_samples for r in reps)
+    accept = Pooled(
+        samples=pooled_n,
+        accept_len=sum(r.primary.accept_len_sum for r in reps) / pooled_n if pooled_n else None,
+        accept_rate=sum(r.primary.accept_rate_sum for r in reps) / rate_n if rate_n else None)
+
+    # ---- verdict -----------------------------------------------------------------------
+    slurm_out = sorted(run_dir.glob("slurm-*.out"))
+    slurm_lines = diagnose(slurm_out, root=run_dir) if job.state is None else []
+    verdict, reasons = state_verdict(job, events, slurm_lines)
+    findings = []
+    if verdict is None:
+        failed = outcome_reasons(job, events, bench, has_result)
+        if failed:
+            verdict, reasons = "failed", failed
+        else:
+            invalid = validity_reasons(bench, problems, replicas, window)
+            verdict, reasons = ("invalid", invalid) if invalid else ("ok", [])
+    elif verdict in ("failed", "cancelled", "timeout"):
+        reasons += [r for r in outcome_reasons(job, events, bench, has_result)
+                    if r not in reasons]
+    if verdict in ("failed", "cancelled", "timeout"):
+        logs = run_dir / "logs"
+        files = slurm_out + (sorted(logs.glob("server-r*-n*.log")) + [logs / "router.log",
+                                                                       logs / "client.log"]
+                             if logs.is_dir() else [])
+        findings = diagnose(files, root=run_dir)
+        diag = diagnosis_reasons(findings, job.node_lists)
+        reasons = diag + [r for r in reasons if r not in diag] if verdict == "failed" \
+            else reasons + [r for r in diag if r not in reasons]
+    elif verdict == "ok" and problems:
+        notes += problems
+
+    return RunSummary(
+        run_id=run_id, mode=str(mode) if mode else None, label=str(label) if label else None,
+        job=job, spec=spec, bench=bench, replicas=replicas, accept=accept,
+        window=tuple(t.isoformat(sep=" ", timespec="milliseconds") if t else None
+                     for t in (window or (None, None))),
+        all_samples=all_samples, verdict=verdict, reasons=tuple(reasons),
+        findings=tuple(asdict(f) for f in findings), notes=tuple(notes))
+
+
+__all__ = ["collect_run", "read_manifest"]

@@ -1,0 +1,91 @@
+"""Write summary.json / .csv / .md into the run directory: atomic and idempotent.
+
+Each file is written to a temporary name in the same directory and renamed over the old one, so
+a reader never sees half a file; a file whose content would not change is not rewritten. No
+collection timestamp is written, so the same inputs give byte-identical outputs. Raw files are
+never opened for writing. A running job gets nothing (its numbers are not final).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from .model import RunSummary
+from .tables import main_row, report
+
+SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
+
+
+def _atomic_write(path: Path, text: str) -> bool:
+    data = text.encode()
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return True
+
+
+def render_json(s: RunSummary) -> str:
+    return json.dumps(s.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def render_md(s: RunSummary) -> str:
+    from tabulate import tabulate
+    lines = [f"# {s.run_id}", "", f"Verdict: **{s.verdict}**", ""]
+    lines += [f"- {r}" for r in s.reasons] + ([""] if s.reasons else [])
+    lines += [report([s], "md").rstrip("\n"), ""]
+    rep = [[r.replica, r.decode_samples, _f(r.accept_len, ".2f"), _f(r.accept_rate, ".3f"),
+            _f(r.gen_throughput, ".2f"),
+            "-" if r.requests_served is None else f"{r.requests_served} ({r.requests_source})",
+            "yes" if r.warmup_seen else "no", r.warmup] for r in s.replicas]
+    if rep:
+        lines += ["## Replicas", "", tabulate(
+            rep, headers=["replica", "decode samples", "accept len", "accept rate",
+                          "gen tok/s", "requests", "warm-up", "warm-up evidence"],
+            tablefmt="github", disable_numparse=True), ""]
+    lines += [f"Decode samples pooled over replicas: {s.accept.samples}"
+              + (f", accept len {s.accept.accept_len:.2f}, accept rate "
+                 f"{_f(s.accept.accept_rate, '.3f')}" if s.accept.accept_len is not None else ""),
+              f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
+              + (" (all samples counted)" if s.all_samples else ""),
+              f"Latency source: {s.bench.latency_source or '-'}", ""]
+    if s.findings:
+        lines += ["## Diagnosis", ""]
+        lines += [f"- `{f['file']}:{f['line']}` {f['kind']}: {f['excerpt']}" for f in s.findings]
+        lines.append("")
+    if s.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in s.notes] + [""]
+    return "\n".join(lines)
+
+
+def _f(x, fmt):
+    return "-" if x is None else f"{x:{fmt}}"
+
+
+def write_summary(s: RunSummary, run_dir: str | Path) -> list[Path]:
+    """Write the three summary files; return those that changed ([] for a running job)."""
+    if s.verdict == "running":
+        return []
+    run_dir = Path(run_dir)
+    texts = {"summary.json": render_json(s), "summary.csv": report([s], "csv"),
+             "summary.md": render_md(s)}
+    return [run_dir / n for n, t in texts.items() if _atomic_write(run_dir / n, t)]
+
+
+__all__ = ["write_summary", "render_json", "render_md", "SUMMARY_FILES", "main_row"]

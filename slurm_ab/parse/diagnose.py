@@ -1,0 +1,275 @@
+"""Failure signatures in a run's logs: what killed the run, where, and in which phase.
+
+Blocks are searched with one compiled bytes regex, so a clean GiB log costs one C-speed pass and
+Python only runs on matching lines. Each (kind, file) is reported once, with the first matching
+line and a count of repeats (an OOM is printed by every TP rank of a node).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable
+
+from .text import BLOCK, decode, iter_blocks, line_timestamp
+
+__all__ = ["Finding", "diagnose", "SIGNATURES", "ROOT_CAUSE_KINDS", "server_log_identity"]
+
+# (kind, label, bytes regex). Order = priority among kinds when choosing the headline reason.
+SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
+    ("oom", "CUDA out of memory",
+     rb"torch\.OutOfMemoryError|CUDA out of memory|CUDA error: out of memory"),
+    ("oom", "Not enough memory for the KV cache",
+     rb"Not enough memory\. Please try to increase --mem-fraction-static"),
+    ("oom", "Prefill out of memory", rb"Prefill out of memory"),
+    ("oom", "Decode out of memory", rb"Decode out of memory"),
+    ("oom", "Capture cuda graph failed", rb"Capture cuda graph failed"),
+    ("oom", "request slots out of memory", rb"alloc_req_slots runs out of memory"),
+    ("nccl", "NCCL error",
+     rb"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
+     rb"|Watchdog caught collective operation timeout|DistBackendError"),
+    ("gloo", "GLOO error",
+     rb"[Gg]loo[^\n]{0,120}(?:[Ee]rror|[Cc]onnection closed|[Tt]imed out|[Cc]onnection refused)"),
+    ("scheduler_exception", "Scheduler hit an exception", rb"Scheduler hit an exception"),
+    ("init_failed", "Initialization failed", rb"Initialization failed"),
+    ("health_check_failed", "Health check failed", rb"Health check failed"),
+    ("child_failed", "a server process failed", rb"Received sigquit from a child process"),
+    ("router", "router: no available workers", rb"No available workers"),
+    ("tokenizer", "tokenizer registration error",
+     rb"(?i:(?:fail|error|unable|cannot|could not)[^\n]{0,80}tokenizer"
+     rb"|tokenizer[^\n]{0,80}(?:fail|error|not found|no such file))"),
+    ("job_fatal", "slurm-ab fatal", rb"slurm-ab: FATAL:?"),
+    ("slurm_timeout", "Slurm time limit", rb"CANCELLED AT \S+ DUE TO TIME LIMIT"),
+    ("slurm_node_failure", "Slurm node failure",
+     rb"(?:CANCELLED AT \S+ )?DUE TO NODE FAIL(?:URE)?"),
+    ("slurm_cancelled", "Slurm cancellation", rb"CANCELLED AT \S+"),
+    ("srun_error", "srun error", rb"srun: error: "),
+    ("kv_pressure", "KV cache pool full (requests retracted)",
+     rb"KV cache pool is full\. Retract requests"),
+    ("connection_refused", "connection refused", rb"[Cc]onnection refused"),
+)
+# Kinds that explain a failure by themselves, most specific first. 'connection_refused' and
+# 'kv_pressure' are left out: both also occur in healthy runs (start-up retries, load peaks).
+ROOT_CAUSE_KINDS = ("oom", "nccl", "gloo", "scheduler_exception", "init_failed",
+                    "health_check_failed", "child_failed", "router", "tokenizer")
+
+_EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
+# Literal fragments, one of which every signature contains: blocks are searched for these with
+# bytes.find (C speed; a regex alternation would test every byte), and only lines holding one
+# are matched against the signatures.
+ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ailed",
+           b"xception", b"FATAL", b"CANCELLED", b"DUE TO NODE", b"sigquit", b"No available",
+           b"pool is full", b"refused", b"loo", b"Watchdog", b"okenizer", b"nccl")
+_MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
+_SERVER_LOG = re.compile(r"server-r(\d+)-n(\d+)\.log$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str                       # oom, nccl, gloo, scheduler_exception, job_fatal, ...
+    file: str                       # path as given
+    line: int                       # 1-based line of the first occurrence
+    excerpt: str                    # that line, cleaned and shortened
+    details: dict = field(default_factory=dict)   # label, count, ts, phase, replica, ...
+
+    @property
+    def ts(self) -> datetime | None:
+        value = self.details.get("ts")
+        return datetime.fromisoformat(value) if value else None
+
+
+def server_log_identity(path: str | Path) -> tuple[int, int] | None:
+    """logs/server-r<G>-n<R>.log -> (replica G, node rank R)."""
+    m = _SERVER_LOG.search(str(path))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+class _FileState:
+    """What is known about one file up to the current position (for the phase of an OOM)."""
+
+    __slots__ = ("prefill_seen", "decode_seen", "last_kind", "mem_fraction", "first_prefill",
+                 "first_decode")
+
+    def __init__(self) -> None:
+        self.prefill_seen = self.decode_seen = False
+        self.last_kind: str | None = None
+        self.mem_fraction: str | None = None
+        self.first_prefill: datetime | None = None
+        self.first_decode: datetime | None = None
+
+    def advance(self, buf: bytes, lo: int, hi: int) -> None:
+        """Take in buf[lo:hi] (up to a finding) without per-line Python work."""
+        if lo >= hi:
+            return
+        p = buf.rfind(b"Prefill batch", lo, hi)
+        d = buf.rfind(b"Decode batch", lo, hi)
+        if p >= 0 or d >= 0:
+            self.last_kind = "Prefill" if p > d else "Decode"
+        if p >= 0 and not self.prefill_seen:
+            self.prefill_seen = True
+            self.first_prefill = _ts_at(buf, buf.find(b"Prefill batch", lo, hi), lo)
+        if d >= 0 and not self.decode_seen:
+            self.decode_seen = True
+            self.first_decode = _ts_at(buf, buf.find(b"Decode batch", lo, hi), lo)
+        if self.mem_fraction is None:
+            for key in (b"mem_fraction_static=", b"--mem-fraction-static"):
+                i = buf.find(key, lo, hi)
+                if i >= 0:
+                    m = _MEMFRAC.match(buf, i)
+                    if m:
+                        self.mem_fraction = (m.group(1) or m.group(2)).decode()
+                        break
+
+    def phase(self, label: str) -> str:
+        if label == "Capture cuda graph failed":
+            return "cuda graph capture (startup)"
+        if label == "Not enough memory for the KV cache":
+            return "startup (KV cache pool)"
+        if label == "Prefill out of memory":
+            return "first prefill" if not self.decode_seen else "prefill"
+        if label == "Decode out of memory":
+            return "decode"
+        if not self.prefill_seen and not self.decode_seen:
+            return "startup"
+        if not self.decode_seen:
+            return "first prefill"
+        return "prefill" if self.last_kind == "Prefill" else "decode"
+
+
+def _ts_at(buf: bytes, pos: int, lo: int) -> datetime | None:
+    ls = max(buf.rfind(b"\n", lo, pos) + 1, lo)
+    return line_timestamp(decode(buf[ls: ls + 200]))
+
+
+def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding], _FileState]:
+    state = _FileState()
+    found: dict[str, list] = {}          # kind -> [finding fields..., count]
+    lineno = 1
+    carried: datetime | None = None          # last stamp of the previous blocks
+    for buf, lo, hi in iter_blocks(path, block):
+        counted = lo
+        done = lo                                  # state advanced up to here
+        for ls in _candidate_lines(buf, lo, hi):
+            le = buf.find(b"\n", ls, hi)
+            le = hi if le < 0 else le
+            raw = buf[ls:le]
+            for kind, label, rx in _EACH:
+                if rx.search(raw):
+                    break
+            else:
+                continue
+            lineno += buf.count(b"\n", counted, ls)
+            counted = ls
+            state.advance(buf, done, ls)
+            done = ls
+            if kind in found:
+                found[kind][-1] += 1
+                continue
+            text = decode(raw[:2000])
+            ts = line_timestamp(text) or _previous_ts(buf, lo, ls) or carried
+            details = {"label": label, "ts": ts.isoformat(sep=" ") if ts else None}
+            if kind == "oom":
+                details["phase"] = state.phase(label)
+                mf = state.mem_fraction or _mem_in(raw)
+                details["mem_fraction_static"] = float(mf) if mf else None
+            if kind == "job_fatal":
+                details["message"] = text.split("FATAL", 1)[1].lstrip(": ").strip()
+            if kind == "srun_error":
+                details["message"] = text.split("srun: error:", 1)[1].strip()
+            found[kind] = [kind, shown, lineno, _excerpt(text), details, 1]
+        state.advance(buf, done, hi)
+        lineno += buf.count(b"\n", counted, hi)
+        carried = _previous_ts(buf, lo, hi) or carried
+    out = []
+    for kind, f, line, excerpt, details, count in found.values():
+        if kind == "oom" and details.get("mem_fraction_static") is None and state.mem_fraction:
+            details["mem_fraction_static"] = float(state.mem_fraction)
+        details["count"] = count
+        out.append(Finding(kind, f, line, excerpt, details))
+    return out, state
+
+
+def _previous_ts(buf: bytes, lo: int, ls: int) -> datetime | None:
+    """A traceback line has no stamp: use the nearest stamped line above it (same block)."""
+    end = ls
+    for _ in range(200):
+        i = buf.rfind(b"\n[", lo, end)
+        start = lo if i < 0 else i + 1
+        if i < 0 and buf[lo:lo + 1] != b"[":
+            return None
+        ts = line_timestamp(decode(buf[start: start + 80]))
+        if ts is not None or i < 0:
+            return ts
+        end = i
+    return None
+
+
+def _candidate_lines(buf: bytes, lo: int, hi: int) -> list[int]:
+    """Sorted start offsets of the lines in buf[lo:hi] that hold an anchor."""
+    starts = set()
+    for anchor in ANCHORS:
+        i = buf.find(anchor, lo, hi)
+        while i >= 0:
+            ls = buf.rfind(b"\n", lo, i) + 1
+            starts.add(ls if ls > lo else lo)
+            le = buf.find(b"\n", i, hi)
+            if le < 0:
+                break
+            i = buf.find(anchor, le, hi)
+    return sorted(starts)
+
+
+def _mem_in(raw: bytes) -> str | None:
+    m = _MEMFRAC.search(raw)
+    return (m.group(1) or m.group(2)).decode() if m else None
+
+
+def _excerpt(text: str, width: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def diagnose(paths: Iterable[str | Path], *, root: str | Path | None = None,
+             block: int = BLOCK) -> list[Finding]:
+    """Scan files for failure signatures; return findings in file order, then line order.
+
+    Files that do not exist are skipped. For server logs named logs/server-r<G>-n<R>.log the
+    finding names replica and node rank; an OOM in a file without batch lines (node rank > 0:
+    only the scheduler of attention-TP rank 0 logs batches) takes its phase from the batch lines
+    of the same replica's other files, compared by timestamp.
+    """
+    results: list[tuple[Path, list[Finding], _FileState]] = []
+    for p in paths:
+        p = Path(p)
+        if not p.is_file():
+            continue
+        shown = str(p.relative_to(root)) if root and p.is_relative_to(root) else str(p)
+        findings, state = _scan_file(p, shown, block)
+        results.append((p, findings, state))
+    by_replica: dict[int, list[_FileState]] = {}
+    for p, _, state in results:
+        ident = server_log_identity(p)
+        if ident:
+            by_replica.setdefault(ident[0], []).append(state)
+    out: list[Finding] = []
+    for p, findings, state in results:
+        ident = server_log_identity(p)
+        for f in findings:
+            if ident:
+                f.details["replica"], f.details["node_rank"] = ident
+            if f.kind == "oom" and ident and f.details.get("phase") == "startup":
+                f.details["phase"] = _replica_phase(f, by_replica.get(ident[0], []))
+            out.append(f)
+    return out
+
+
+def _replica_phase(f: Finding, states: list[_FileState]) -> str:
+    ts = f.ts
+    if ts is None:
+        return "startup"
+    prefill = [s.first_prefill for s in states if s.first_prefill and s.first_prefill <= ts]
+    decode_ = [s.first_decode for s in states if s.first_decode and s.first_decode <= ts]
+    if not prefill and not decode_:
+        return "startup"
+    return "first prefill" if not decode_ else "serving"

@@ -1,0 +1,153 @@
+"""events.log written by the job script (docs/design.md).
+
+Line format: '<epoch_s.ms> <YYYY-mm-dd HH:MM:SS.mmm> <event> [key=value ...]'. Values normally
+have no spaces; a quoted value ("a b") or an unquoted one running up to the next ' key=' is
+accepted too, so a free-text reason survives. Unparseable lines are reported, not fatal.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from .text import iter_lines, parse_ts
+
+__all__ = ["Event", "EventLog", "Warmup", "parse_event_line", "read_events"]
+
+_HEAD = re.compile(r"^\s*(?P<epoch>\d+(?:\.\d+)?)\s+(?P<date>\d{4}-\d\d-\d\d)\s+"
+                   r"(?P<time>\d\d:\d\d:\d\d(?:[.,]\d+)?)\s+"
+                   r"(?P<name>[A-Za-z_][\w.-]*)(?P<rest>.*)$")
+# key=value, where value is quoted or runs up to the next ' key=' (free text survives)
+_KV = re.compile(r'(?:^|\s)([A-Za-z_][\w.-]*)='
+                 r'("(?:[^"\\]|\\.)*"|\'[^\']*\'|.*?)(?=\s+[A-Za-z_][\w.-]*=|\s*$)')
+
+
+@dataclass(frozen=True)
+class Event:
+    line: int
+    epoch: float
+    local: datetime | None          # the job's local clock, comparable with SGLang log stamps
+    name: str
+    fields: dict = field(default_factory=dict)
+
+    def get_int(self, key: str) -> int | None:
+        try:
+            return int(self.fields[key])
+        except (KeyError, ValueError):
+            return None
+
+
+def parse_event_line(text: str, line: int = 0) -> Event | None:
+    m = _HEAD.match(text)
+    if not m:
+        return None
+    fields = {}
+    for km in _KV.finditer(m.group("rest")):
+        value = km.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        fields[km.group(1)] = value
+    return Event(line, float(m.group("epoch")), parse_ts(f"{m.group('date')} {m.group('time')}"),
+                 m.group("name"), fields)
+
+
+@dataclass(frozen=True)
+class Warmup:
+    """The job's direct warm-up of one replica."""
+
+    replica: int
+    start: datetime | None
+    done: datetime | None
+    ok: bool | None                 # None: no warmup_done line
+    prompt_tokens: int | None
+
+
+@dataclass(frozen=True)
+class EventLog:
+    events: tuple[Event, ...] = ()
+    bad_lines: tuple[int, ...] = ()
+    exists: bool = False
+
+    def named(self, name: str) -> list[Event]:
+        return [e for e in self.events if e.name == name]
+
+    @property
+    def first(self) -> dict[str, Event]:
+        out: dict[str, Event] = {}
+        for e in self.events:
+            out.setdefault(e.name, e)
+        return out
+
+    @property
+    def last(self) -> dict[str, Event]:
+        return {e.name: e for e in self.events}
+
+    def bench_window(self) -> tuple[datetime | None, datetime | None] | None:
+        """(bench_start, bench_end) of the last benchmark; end is None if it never ended."""
+        starts = [e for e in self.events if e.name == "bench_start"]
+        if not starts:
+            return None
+        start = starts[-1]
+        end = next((e for e in self.events if e.name == "bench_end" and e.epoch >= start.epoch
+                    and e.line > start.line), None)
+        return start.local, end.local if end else None
+
+    def bench_rc(self) -> int | None:
+        ends = self.named("bench_end")
+        return ends[-1].get_int("rc") if ends else None
+
+    def job_rc(self) -> int | None:
+        ends = self.named("job_end")
+        return ends[-1].get_int("rc") if ends else None
+
+    def warmups(self) -> dict[int, Warmup]:
+        """Per replica: the last warm-up start and the done line that follows it."""
+        out: dict[int, Warmup] = {}
+        for e in self.events:
+            g = e.get_int("replica")
+            if g is None:
+                continue
+            if e.name == "warmup_start":
+                out[g] = Warmup(g, e.local, None, None, None)
+            elif e.name == "warmup_done":
+                prev = out.get(g, Warmup(g, None, None, None, None))
+                ok = e.fields.get("ok")
+                out[g] = Warmup(g, prev.start, e.local, ok == "1" if ok is not None else None,
+                                e.get_int("prompt_tokens"))
+        return out
+
+    def replicas(self) -> set[int]:
+        return {g for e in self.events if (g := e.get_int("replica")) is not None}
+
+    def hosts(self) -> dict[int, list[str]]:
+        """replica -> node hosts in node-rank order (from 'hosts replica=G nodes=a,b,...')."""
+        out: dict[int, list[str]] = {}
+        for e in self.named("hosts"):
+            g = e.get_int("replica")
+            if g is None:
+                continue
+            nodes = [n for n in e.fields.get("nodes", "").split(",") if n]
+            if not nodes and e.fields.get("head"):
+                nodes = [e.fields["head"]]
+            out[g] = nodes
+        return out
+
+    def failures(self) -> list[Event]:
+        return self.named("fail")
+
+
+def read_events(path: str | Path) -> EventLog:
+    events, bad = [], []
+    try:
+        for no, text in iter_lines(path):
+            if not text.strip():
+                continue
+            ev = parse_event_line(text, no)
+            if ev is None:
+                bad.append(no)
+            else:
+                events.append(ev)
+    except FileNotFoundError:
+        return EventLog()
+    return EventLog(tuple(events), tuple(bad), True)

@@ -1,0 +1,125 @@
+"""Line and block readers plus timestamp helpers shared by all parsers.
+
+Logs are read as bytes and decoded leniently: a log may hold binary garbage or a line cut by a
+dying process, and one bad byte must never cost the rest of the file.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator
+
+BLOCK = 1 << 22          # 4 MiB reads: large enough for C-speed scanning, small enough for flat RSS
+MAX_LINE = 1 << 20       # longer "lines" (binary garbage, tqdm \r storms) are cut into pieces
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_TS = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
+_BRACKET_TS = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)")
+
+
+def strip_ansi(text: str) -> str:
+    """Remove terminal colour/cursor sequences (cheap no-op when there is no ESC)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+def decode(raw: bytes) -> str:
+    """Bytes -> clean text line: lenient UTF-8, no ANSI codes, no line terminator."""
+    return strip_ansi(raw.decode("utf-8", "replace")).rstrip("\r\n")
+
+
+def iter_lines(path: str | Path, *, max_line: int = MAX_LINE) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, clean text) for every line of a file.
+
+    Memory is bounded by max_line: an over-long line is yielded in pieces that share its number.
+    """
+    with open(path, "rb", buffering=1 << 20) as f:
+        readline = f.readline
+        lineno = 1
+        while True:
+            raw = readline(max_line)
+            if not raw:
+                return
+            yield lineno, decode(raw)
+            if raw.endswith(b"\n"):
+                lineno += 1
+
+
+def iter_blocks(path: str | Path, size: int = BLOCK) -> Iterator[tuple[bytes, int, int]]:
+    """Yield (buffer, start, end): buffer[start:end] is a run of complete lines.
+
+    Bounds instead of slices avoid copying each 4 MiB block; only a line that straddles two
+    reads is copied (into a small stitch buffer). The final piece may lack a newline (a truncated
+    last line); a line longer than max(size, MAX_LINE) is yielded in pieces.
+    """
+    limit = max(size, MAX_LINE)
+    with open(path, "rb", buffering=0) as f:
+        rest = b""
+        while True:
+            buf = f.read(size)
+            if not buf:
+                if rest:
+                    yield rest, 0, len(rest)
+                return
+            first = buf.find(b"\n")
+            if first < 0:                      # no newline in a whole block
+                rest += buf
+                if len(rest) >= limit:
+                    yield rest, 0, len(rest)
+                    rest = b""
+                continue
+            start = 0
+            if rest:
+                stitch = rest + buf[: first + 1]
+                yield stitch, 0, len(stitch)
+                start = first + 1
+            last = buf.rfind(b"\n") + 1
+            if last > start:
+                yield buf, start, last
+            rest = buf[last:]
+
+
+def parse_ts(text: str) -> datetime | None:
+    """'YYYY-mm-dd HH:MM:SS[.fff]' (also 'T' and ',' variants) -> naive datetime, else None."""
+    m = _TS.match(text)
+    if not m:
+        return None
+    frac = m.group(3)
+    try:
+        ts = datetime.fromisoformat(f"{m.group(1)} {m.group(2)}")
+    except ValueError:
+        return None
+    if frac:
+        ts = ts.replace(microsecond=int(frac[:6].ljust(6, "0")))
+    return ts
+
+
+def line_timestamp(line: str) -> datetime | None:
+    """Timestamp of a log line: SGLang's '[date time ...]' prefix, or a leading 'date time'.
+
+    Router logs print UTC with a 'Z'; the zone is ignored (all windows use machine-local time).
+    """
+    line = strip_ansi(line)
+    m = _BRACKET_TS.search(line, 0, 200)
+    if m:
+        return parse_ts(m.group(1))
+    return parse_ts(line.lstrip()[:40])
+
+
+def has_fraction(ts_text: str) -> bool:
+    """True if a timestamp text carries sub-second digits (SGLANG_LOG_MS)."""
+    return len(ts_text) > 19 and ts_text[19] in ".,"
+
+
+def in_window(ts: datetime, start: datetime | None, end: datetime | None, *,
+              whole_seconds: bool) -> bool:
+    """Window test honouring the stamp's precision.
+
+    A stamp without milliseconds stands for a whole second [ts, ts+1): it is inside if that second
+    overlaps the window, so a sample logged 0.4 s after bench_start is not lost to truncation.
+    """
+    if whole_seconds:
+        if start is not None and ts < start.replace(microsecond=0):
+            return False
+        return end is None or ts <= end
+    return (start is None or ts >= start) and (end is None or ts <= end)

@@ -1,0 +1,37 @@
+"""The library surface the CLI uses: lazy heavy imports, run lookup by job id."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "collect"))
+from rundir_builder import build_run  # noqa: E402
+
+from slurm_ab.collect import find_run_dirs  # noqa: E402
+
+
+def test_importing_the_collector_does_not_import_pandas_or_tabulate():
+    code = ("import sys, slurm_ab.collect, slurm_ab.parse.server_log, slurm_ab.parse.bench, "
+            "slurm_ab.parse.diagnose, slurm_ab.parse.events\n"
+            "bad = [m for m in ('pandas', 'tabulate', 'numpy') if m in sys.modules]\n"
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_find_run_dirs(tmp_path):
+    run = build_run(tmp_path)                       # slurm-4242.out, manifest, events
+    assert find_run_dirs(tmp_path, 4242) == [run]
+    (run / "slurm-4242.out").unlink()
+    assert find_run_dirs(tmp_path, "4242") == [run]            # manifest.json
+    m = json.loads((run / "manifest.json").read_text())
+    m["job_id"] = "1"
+    (run / "manifest.json").write_text(json.dumps(m))
+    assert find_run_dirs(tmp_path, "4242") == [run]            # events.log job_start
+    other = tmp_path / "dp2-tp32-20260902-123051-job77"
+    other.mkdir()
+    assert find_run_dirs(tmp_path, 77) == [other]
+    assert find_run_dirs(tmp_path, 5) == [] and find_run_dirs(tmp_path / "nope", 5) == []

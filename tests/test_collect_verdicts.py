@@ -1,0 +1,194 @@
+"""Every broken run gets a verdict and a readable reason, never a traceback."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "collect"))
+from rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run  # noqa: E402
+
+from slurm_ab.collect import collect_run, main_row, report  # noqa: E402
+from slurm_ab.collect.write import write_summary  # noqa: E402
+
+DONE = {"state": "COMPLETED"}
+
+
+def _ok(tmp_path, **kw) -> Path:
+    return build_run(tmp_path, RunSpec(**kw))
+
+
+def test_healthy_run_is_ok_with_or_without_slurm_state(tmp_path):
+    run = _ok(tmp_path)
+    assert collect_run(run, sacct=DONE).verdict == "ok"
+    s = collect_run(run)           # no sacct: events.log job_end rc=0 says it finished
+    assert s.verdict == "ok" and s.job.source == "none" and s.job.job_id == "4242"
+
+
+def test_oom_run_names_replica_node_phase_and_fraction(tmp_path):
+    run = build_oom_run(tmp_path)
+    for sacct in ({"state": "FAILED", "exit_code": "1:0"}, None):
+        s = collect_run(run, sacct=sacct)
+        assert s.verdict == "failed"
+        first = s.reasons[0]
+        assert first.startswith("replica 1 node rank 2 (node07): CUDA out of memory during "
+                                "first prefill (mem_fraction_static=0.86)")
+        assert "logs/server-r1-n2.log:" in first
+        assert "job: server step of replica 1 exited with status 1" in s.reasons
+        oom = next(f for f in s.findings if f["kind"] == "oom")
+        assert oom["details"]["replica"] == 1 and oom["details"]["node_rank"] == 2
+        assert oom["details"]["mem_fraction_static"] == 0.86
+    row = main_row(s)
+    assert row["Verdict"].startswith("failed: replica 1 node rank 2 (node07): CUDA out of memory")
+    assert row["Input TPS"] == "-" and row["TTFT mean / p95"] == "-"
+    assert write_summary(s, run)       # failed runs are final: summaries are written
+
+
+@pytest.mark.parametrize("state,verdict,text", [
+    ("CANCELLED by 1000", "cancelled", "job CANCELLED by 1000 (Slurm)"),
+    ("TIMEOUT", "timeout", "job hit its time limit (TIMEOUT)"),
+    ("NODE_FAIL", "failed", "job NODE_FAIL (Slurm, exit code ?)"),
+    ("PENDING", "running", "job is PENDING (Slurm)"),
+])
+def test_slurm_states(tmp_path, state, verdict, text):
+    s = collect_run(_ok(tmp_path), sacct={"state": state})
+    assert s.verdict == verdict and text in s.reasons
+
+
+def test_cancelled_and_timeout_from_slurm_lines_without_sacct(tmp_path):
+    run = _ok(tmp_path)
+    events = (run / "events.log").read_text().splitlines()
+    (run / "events.log").write_text("\n".join(l for l in events if " job_end " not in l) + "\n")
+    assert collect_run(run).verdict == "running"
+    out = run / "slurm-4242.out"
+    out.write_text(out.read_text() + "slurmstepd: error: *** JOB 4242 ON node01 CANCELLED AT "
+                   "2026-09-02T12:40:00 ***\n")
+    s = collect_run(run)
+    assert s.verdict == "cancelled" and s.reasons[0] == "job was cancelled (Slurm/job log)"
+    out.write_text(out.read_text().replace("***\n", "DUE TO TIME LIMIT ***\n"))
+    assert collect_run(run).verdict == "timeout"
+
+
+def test_missing_replica_logs(tmp_path):
+    run = _ok(tmp_path)
+    for p in (run / "logs").glob("server-r1-*.log"):
+        p.unlink()
+    s = collect_run(run, sacct=DONE)
+    assert s.verdict == "invalid"
+    assert "replica 1: no server log (logs/server-r1-n*.log missing)" in s.reasons
+    assert s.replicas[1].logs == () and s.replicas[1].requests_served is None
+
+
+def test_empty_files(tmp_path):
+    run = _ok(tmp_path)
+    for p in (run / "logs").glob("server-r0-*.log"):
+        p.write_bytes(b"")
+    s = collect_run(run, sacct=DONE)
+    assert s.verdict == "invalid" and "replica 0: server logs are empty" in s.reasons
+    assert "replica 0 served no requests during the benchmark" in s.reasons
+    (run / "bench.jsonl").write_bytes(b"")
+    (run / "logs" / "client.log").write_bytes(b"")
+    s = collect_run(run, sacct=DONE)
+    assert s.verdict == "failed" and s.reasons[-1].startswith("no benchmark result")
+
+
+def test_truncated_jsonl_uses_last_complete_record(tmp_path):
+    run = _ok(tmp_path)
+    good = (run / "bench.jsonl").read_text()
+    (run / "bench.jsonl").write_text(good + good[: len(good) // 2])
+    s = collect_run(run, sacct=DONE)
+    assert s.verdict == "ok"
+    assert main_row(s)["TTFT mean / p95"] == "8.35s / 20.79s"
+    assert any("truncated" in n for n in s.notes)
+
+
+def test_only_a_truncated_record_falls_back_to_stdout(tmp_path):
+    run = _ok(tmp_path)
+    good = (run / "bench.jsonl").read_text()
+    (run / "bench.jsonl").write_text(good[:1000])
+    s = collect_run(run, sacct=DONE)
+    assert s.bench.source == "stdout" and s.bench.latency_source == "stdout"
+    assert main_row(s)["Input TPS"] == "2797.64"
+    assert s.bench.ttft.p95 is None                  # 0.5.2 prints no p95 TTFT
+    assert s.verdict == "ok" and any("no per-request details" in n for n in s.notes)
+
+
+def test_binary_garbage_in_logs(tmp_path):
+    run = _ok(tmp_path, target=TP32_DFLASH)
+    p = run / "logs" / "server-r0-n0.log"
+    data = p.read_bytes().split(b"\n")
+    data.insert(5, b"\x00\xff\xfe\x89PNG\r\x1a garbage Decode batch \xc3\x28")
+    data.insert(9, bytes(range(256)))
+    p.write_bytes(b"\n".join(data) + b"\x00\x00\x00")
+    (run / "events.log").write_bytes((run / "events.log").read_bytes() + b"\xff\xfe\x00\n")
+    s = collect_run(run, sacct=DONE)
+    assert s.verdict == "ok" and s.accept.samples == 37
+    assert f"{s.accept.accept_len:.2f}" == "3.76"
+    assert "events.log: 1 unreadable line(s)" in s.notes
+
+
+def test_replica_that_served_nothing(tmp_path):
+    s = collect_run(_ok(tmp_path, served=(41, 0)), sacct=DONE)
+    assert s.verdict == "invalid"
+    assert s.reasons == ("replica 1 served no requests during the benchmark",)
+    assert s.replicas[1].requests_served == 0 and s.replicas[0].requests_served == 41
+
+
+def test_missing_warmup(tmp_path):
+    s = collect_run(_ok(tmp_path, warmed=(True, False)), sacct=DONE)
+    assert s.verdict == "invalid"
+    assert len(s.reasons) == 1
+    assert s.reasons[0].startswith("replica 1 was not warmed up: no warm-up recorded in "
+                                   "events.log")
+
+
+def test_warmup_claimed_but_not_in_server_log(tmp_path):
+    run = _ok(tmp_path)
+    p = run / "logs" / "server-r1-n0.log"
+    p.write_text("\n".join(l for l in p.read_text().splitlines()
+                           if "#new-token: 8192, #cached-token: 0, token usage: 0.20, "
+                              "#running-req: 0," not in l and "12:33:" not in l) + "\n")
+    s = collect_run(run, sacct=DONE)
+    assert s.verdict == "invalid"
+    assert "events.log says ok=1 but the server log shows no 16384-token prefill" in \
+        s.reasons[0]
+
+
+def test_request_errors_make_the_run_invalid(tmp_path):
+    s = collect_run(_ok(tmp_path, errors={0: "Internal Server Error", 5: "Internal Server "
+                                          "Error"}), sacct=DONE)
+    assert s.verdict == "invalid"
+    assert s.reasons[:2] == ("only 38/40 requests succeeded",
+                             "2 request(s) failed: Internal Server Error")
+    assert main_row(s)["Requests ok/total"] == "38/40"
+    assert main_row(s)["Verdict"] == "invalid: only 38/40 requests succeeded"
+
+
+def test_client_failure_and_missing_everything(tmp_path):
+    run = _ok(tmp_path)
+    ev = (run / "events.log").read_text().replace("bench_end rc=0", "bench_end rc=1")
+    (run / "events.log").write_text(ev.replace("job_end rc=0", "job_end rc=1"))
+    s = collect_run(run, sacct={"state": "FAILED"})
+    assert s.verdict == "failed"
+    assert "benchmark client exited with status 1" in s.reasons
+    empty = tmp_path / "empty-run"
+    empty.mkdir()
+    s = collect_run(empty, sacct={"state": "FAILED"})
+    assert s.verdict == "failed" and s.reasons
+    s = collect_run(empty)
+    assert s.verdict == "running"
+    s = collect_run(tmp_path / "does-not-exist", sacct={"state": "COMPLETED"})
+    assert s.verdict == "failed" and s.reasons[-1].startswith("no benchmark result")
+    assert "failed" in report([s])
+
+
+def test_no_bench_window(tmp_path):
+    run = _ok(tmp_path, target=TP32_DFLASH)
+    ev = (run / "events.log").read_text().splitlines()
+    (run / "events.log").write_text("\n".join(l for l in ev if "bench_" not in l) + "\n")
+    s = collect_run(run, sacct=DONE)
+    assert s.verdict == "invalid"
+    assert "no bench_start in events.log: the benchmark window is unknown" in s.reasons
+    assert s.accept.samples == 0                     # nothing to window: no samples ...
+    assert collect_run(run, sacct=DONE, all_samples=True).accept.samples == 37 + 4  # ... unless asked

@@ -1,0 +1,119 @@
+"""Failure signatures: kind, file, line, excerpt, phase and memory fraction."""
+from __future__ import annotations
+
+from slurm_ab.parse.diagnose import diagnose, server_log_identity
+
+SERVER_ARGS = ("[2026-09-02 14:10:03] server_args=ServerArgs(model_path='/m', tp_size=32, "
+               "mem_fraction_static=0.86, chunked_prefill_size=8192)")
+PREFILL = ("[2026-09-02 14:12:30 TP0 EP0] Prefill batch, #new-seq: 1, #new-token: 8192, "
+           "#cached-token: 0, token usage: 0.20, #running-req: 0, #queue-req: 0")
+DECODE = ("[2026-09-02 14:13:30 TP0 EP0] Decode batch, #running-req: 1, #token: 9, "
+          "token usage: 0.20, cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0")
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.50 GiB. GPU 0 has a "
+       "total capacity of 178.35 GiB")
+
+
+def _write(tmp_path, name, lines):
+    p = tmp_path / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_oom_first_prefill_in_the_same_file(tmp_path):
+    p = _write(tmp_path, "logs/server-r1-n0.log", [
+        SERVER_ARGS, "[2026-09-02 14:11:00] The server is fired up and ready to roll!", PREFILL,
+        "[2026-09-02 14:12:31 TP0 EP0] Scheduler hit an exception: Traceback (most recent "
+        "call last):", '  File "scheduler.py", line 1', OOM, OOM])
+    found = diagnose([p], root=tmp_path)
+    oom = next(f for f in found if f.kind == "oom")
+    assert oom.file == "logs/server-r1-n0.log" and oom.line == 6
+    assert oom.details["phase"] == "first prefill"
+    assert oom.details["mem_fraction_static"] == 0.86
+    assert oom.details["replica"] == 1 and oom.details["node_rank"] == 0
+    assert oom.details["count"] == 2 and oom.details["ts"] == "2026-09-02 14:12:31"
+    assert "CUDA out of memory" in oom.excerpt
+    assert {f.kind for f in found} == {"oom", "scheduler_exception"}
+
+
+def test_oom_phase_startup_decode_and_cross_file(tmp_path):
+    start = _write(tmp_path, "a.log", ["[2026-09-02 14:10:00] loading", OOM])
+    dec = _write(tmp_path, "b.log", [PREFILL, DECODE, "[2026-09-02 14:13:31] x", OOM])
+    assert diagnose([start])[0].details["phase"] == "startup"
+    assert diagnose([start])[0].details["mem_fraction_static"] is None
+    assert diagnose([dec])[0].details["phase"] == "decode"
+    # node rank 2 has no batch lines: its OOM takes the phase from node rank 0 by time
+    n0 = _write(tmp_path, "logs/server-r0-n0.log", [SERVER_ARGS, PREFILL])
+    n2 = _write(tmp_path, "logs/server-r0-n2.log",
+                [SERVER_ARGS, "[2026-09-02 14:12:31 TP16] Scheduler hit an exception:", OOM])
+    found = diagnose([n0, n2])
+    oom = next(f for f in found if f.kind == "oom")
+    assert (oom.details["replica"], oom.details["node_rank"]) == (0, 2)
+    assert oom.details["phase"] == "first prefill" and oom.details["mem_fraction_static"] == 0.86
+    early = _write(tmp_path, "logs/server-r0-n3.log", ["[2026-09-02 14:10:10 TP24] x", OOM])
+    assert next(f for f in diagnose([n0, early]) if f.kind == "oom").details["phase"] == \
+        "startup"
+
+
+def test_specific_oom_messages(tmp_path):
+    p = _write(tmp_path, "x.log", [
+        "[2026-09-02 14:10:00] RuntimeError: Not enough memory. Please try to increase "
+        "--mem-fraction-static. Current value: mem_fraction_static=0.95"])
+    f = diagnose([p])[0]
+    assert f.details["phase"] == "startup (KV cache pool)"
+    assert f.details["mem_fraction_static"] == 0.95
+    q = _write(tmp_path, "y.log", ["[2026-09-02 14:10:00] Capture cuda graph failed: boom"])
+    assert diagnose([q])[0].details["phase"] == "cuda graph capture (startup)"
+
+
+def test_job_slurm_and_router_lines(tmp_path):
+    out = _write(tmp_path, "slurm-7.out", [
+        "2026-09-02 12:00:00 slurm-ab: replica 0: starting",
+        "2026-09-02 12:30:00 slurm-ab: FATAL: replica 1 not healthy after 30 s",
+        "srun: error: node07: task 2: Exited with exit code 1",
+        "slurmstepd: error: *** JOB 7 ON node01 CANCELLED AT 2026-09-02T12:31:00 DUE TO TIME "
+        "LIMIT ***",
+        "slurmstepd: error: *** STEP 7.3 ON node01 CANCELLED AT 2026-09-02T12:31:00 ***",
+    ])
+    router = _write(tmp_path, "logs/router.log", [
+        "2026-09-02T12:20:00.1Z ERROR sglang_router: No available workers for request",
+        "2026-09-02T12:19:00.0Z ERROR Failed to load tokenizer from /shared/models/Kimi-K3: "
+        "No such file or directory",
+        "2026-09-02T12:19:00.0Z WARN connect error: Connection refused (os error 111)",
+    ])
+    found = diagnose([out, router], root=tmp_path)
+    by = {f.kind: f for f in found}
+    assert by["job_fatal"].details["message"] == "replica 1 not healthy after 30 s"
+    assert by["job_fatal"].line == 2 and by["job_fatal"].file == "slurm-7.out"
+    assert by["srun_error"].details["message"] == "node07: task 2: Exited with exit code 1"
+    assert by["slurm_timeout"].line == 4 and by["slurm_cancelled"].line == 5
+    assert by["router"].file == "logs/router.log" and by["router"].line == 1
+    assert by["tokenizer"].line == 2 and by["connection_refused"].line == 3
+
+
+def test_nccl_gloo_init_and_clean_logs(tmp_path):
+    p = _write(tmp_path, "n.log", [
+        "[2026-09-02 14:10:00 TP3] NCCL error in: ProcessGroupNCCL.cpp:1", "ok",
+        "[2026-09-02 14:10:01] Gloo connectFullMesh failed with Connection closed by peer",
+        "[2026-09-02 14:10:02] Initialization failed. warmup error: boom",
+        "*** JOB 9 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO NODE FAILURE ***"])
+    kinds = [f.kind for f in diagnose([p])]
+    assert kinds == ["nccl", "gloo", "init_failed", "slurm_node_failure"]
+    clean = _write(tmp_path, "c.log", [PREFILL, DECODE] * 100)
+    assert diagnose([clean, tmp_path / "missing.log"]) == []
+
+
+def test_line_numbers_across_blocks_and_garbage(tmp_path):
+    p = tmp_path / "big.log"
+    filler = [f"[2026-09-02 14:10:00 TP0] line {i} " + "x" * 50 for i in range(500)]
+    p.write_bytes(b"\x00\xff\xfe garbage\n" + "\n".join(filler).encode() + b"\n"
+                  + OOM.encode() + b"\n" + b"tail " * 10)
+    for block in (100, 4096, 1 << 22):
+        f = diagnose([p], block=block)[0]
+        assert f.line == 502 and f.kind == "oom", block
+        assert f.details["ts"] == "2026-09-02 14:10:00"
+
+
+def test_server_log_identity():
+    assert server_log_identity("results/x/logs/server-r1-n3.log") == (1, 3)
+    assert server_log_identity("logs/router.log") is None
