@@ -114,7 +114,7 @@ def test_tps_changes_shown_separately_when_they_diverge(summaries):
 
 def test_report_formats(summaries):
     md = report(summaries)
-    assert md.splitlines()[0].startswith("| Mode") and "3.76 / 0.184" in md
+    assert md.splitlines()[0].startswith("| Run ") and "| Mode " in md.splitlines()[0] and "3.76 / 0.184" in md
     csv = report(summaries, "csv")
     header, first = csv.splitlines()[:2]
     assert header.startswith("run_id,mode,verdict") and ",tp32,ok," in first

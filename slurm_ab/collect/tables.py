@@ -83,9 +83,10 @@ def report(summaries: Sequence[RunSummary], fmt: str = "md") -> str:
     if fmt == "md":
         from tabulate import tabulate
         rows = [main_row(s) for s in summaries]
-        return tabulate([[r[c] for c in MAIN_COLUMNS] for r in rows], headers=MAIN_COLUMNS,
-                        tablefmt="github", disable_numparse=True,
-                        colalign=("left",) + ("right",) * 8 + ("left",)) + "\n"
+        # The run id tells apart two runs of one mode (the seed's table has one row per mode).
+        return tabulate([[s.run_id] + [r[c] for c in MAIN_COLUMNS] for s, r in zip(summaries, rows)],
+                        headers=("Run",) + MAIN_COLUMNS, tablefmt="github", disable_numparse=True,
+                        colalign=("left", "left") + ("right",) * 8 + ("left",)) + "\n"
     if fmt in ("csv", "json"):
         import pandas as pd
         df = pd.DataFrame([numeric_row(s) for s in summaries],
