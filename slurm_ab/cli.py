@@ -78,25 +78,31 @@ def dry_run(mode, run_id, site, configs, sets):
 
 @main.command()
 @click.argument("mode")
-@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False), help="File to write ('-' for stdout).")
+@click.option("-o", "--output", "output", default=None, type=click.Path(dir_okay=False),
+              help="Also write a copy here ('-' for stdout).")
 @click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
 @_config_options
 def render(mode, output, run_id, site, configs, sets):
-    """Write the job script to a file without submitting it."""
+    """Prepare results/<RUN_ID>/ with job.sbatch and a manifest, without submitting.
+
+    `sbatch results/<RUN_ID>/job.sbatch` then runs it on its own.
+    """
     from .experiment import plan_for
     from .render import render_script
+    from .submit import prepare
 
     plan = plan_for(_sources(site, configs, sets), mode, run_id)
-    script = render_script(plan)
-    if output == "-":
-        click.echo(script, nl=False)
-        return
-    out = Path(output)
-    if out.exists():
+    out = Path(output) if output and output != "-" else None
+    if out is not None and out.exists():
         raise UsageError(f"{out} exists; slurm-ab does not overwrite files (choose another -o)")
-    out.write_text(script)
-    out.chmod(0o755)
-    click.echo(f"wrote {out} (run {plan.run_id}, results in {plan.run_dir})", err=True)
+    if output == "-":
+        click.echo(render_script(plan), nl=False)
+    run_dir, script = prepare(plan)
+    if out is not None:
+        out.write_text(script)
+        out.chmod(0o755)
+    click.echo(f"wrote {run_dir}/job.sbatch{' and ' + str(out) if out else ''} (run {plan.run_id}); "
+               f"submit with: sbatch {run_dir}/job.sbatch", err=True)
 
 
 @main.command()

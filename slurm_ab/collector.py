@@ -48,7 +48,19 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
     facts = slurm_facts(str(jid) if jid else None) if final else None
     summary = collect_run(run_dir, all_samples=all_samples, sacct=facts)
     written = write_summary(summary, run_dir)
+    _record_nodes(run_dir, summary)
     return summary, written
+
+
+def _record_nodes(run_dir: Path, summary) -> None:
+    """Add the components' node lists to the manifest once the job has run (submit cannot know them)."""
+    import json
+
+    m = rundir.read_manifest(run_dir)
+    nodes = dict(summary.job.node_lists or {})
+    if m and nodes and "nodes" not in m:
+        m["nodes"] = {f"het_group_{k}": v for k, v in nodes.items()}
+        rundir.write_atomic(run_dir / "manifest.json", json.dumps(m, indent=2) + "\n")
 
 
 def print_summary(summary, echo: Callable[[str], None] = print) -> None:

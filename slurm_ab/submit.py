@@ -85,14 +85,21 @@ def check_secrets(plan: JobPlan) -> None:
                           f"not set in your environment: {', '.join(missing)}", "export them before submitting")
 
 
-def submit(plan: JobPlan, *, collector: bool = True) -> Submitted:
-    from .hetjob import HetSlurmExecutor
-
-    check_secrets(plan)
+def prepare(plan: JobPlan) -> tuple[Path, str]:
+    """Create the run directory with the exact script and a manifest, ready for `sbatch job.sbatch`
+    (Slurm opens the job's output file there before the script runs)."""
     run_dir = rundir.create(Path(plan.run_dir))
     script = render_script(plan)
     rundir.write_new(run_dir / "job.sbatch", script, 0o755)
     rundir.write_atomic(run_dir / "manifest.json", json.dumps(manifest(plan, None, None), indent=2) + "\n")
+    return run_dir, script
+
+
+def submit(plan: JobPlan, *, collector: bool = True) -> Submitted:
+    from .hetjob import HetSlurmExecutor
+
+    check_secrets(plan)
+    run_dir, script = prepare(plan)
     executor = HetSlurmExecutor(folder=run_dir / "submitit")
     try:
         job = executor.submit_script(script)

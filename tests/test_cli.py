@@ -36,9 +36,14 @@ def test_render_writes_and_never_overwrites(cli, tmp_path):
     assert cli("render", "pp8", "-o", "job.sh", "--run-id", "x")[0] == 0
     first = (tmp_path / "job.sh").read_text()
     assert "--pp-size 8" in first and os.access(tmp_path / "job.sh", os.X_OK)
+    assert (tmp_path / "results" / "x" / "job.sbatch").read_text() == first
+    assert (tmp_path / "results" / "x" / "manifest.json").exists()
     code, _, err = cli("render", "tp32", "-o", "job.sh")
     assert code == 2 and "does not overwrite" in err
     assert (tmp_path / "job.sh").read_text() == first
+    code, _, err = cli("render", "tp32", "--run-id", "x")
+    assert code == 2 and "already exists" in err
+    assert (tmp_path / "results" / "x" / "job.sbatch").read_text() == first
 
 
 def test_run_id_from_environment(cli, monkeypatch):

@@ -141,3 +141,91 @@ def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
     assert f"server step of replica {replica} exited" in out
     assert "CUDA out of memory" in out
     assert wait_no_processes(job_id, 30) == []
+    # the collector's verdict: failed, diagnosed as the OOM of that replica at 0.86
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["verdict"] == "failed"
+    first = summary["reasons"][0]
+    assert f"replica {replica}" in first and "CUDA out of memory" in first and "mem_fraction_static=0.86" in first
+
+
+def _stats(values):
+    xs = sorted(values)
+    k = (len(xs) - 1) * 0.95
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return sum(xs) / len(xs), xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_summary_matches_independent_recomputation(runs, mode):
+    run_dir = runs[mode]["run_dir"]
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["verdict"] == "ok", s["reasons"]
+    rec = _bench(run_dir)
+    ok = [i for i, e in enumerate(rec["errors"]) if not e]
+    ttft = [rec["ttfts"][i] * 1000 for i in ok]
+    e2e = [(rec["ttfts"][i] + sum(rec["itls"][i])) * 1000 for i in ok]
+    tpot = [(e2e[j] - ttft[j]) / (rec["output_lens"][i] - 1) for j, i in enumerate(ok)]
+    b = s["bench"]
+    for name, values in (("ttft", ttft), ("e2e", e2e), ("tpot", tpot)):
+        mean, p95 = _stats(values)
+        assert b[name]["mean"] == pytest.approx(mean, rel=1e-9), name
+        assert b[name]["p95"] == pytest.approx(p95, rel=1e-9), name
+    assert b["input_tps"] == pytest.approx(rec["total_input_tokens"] / rec["duration"], rel=1e-9)
+    assert b["output_tps"] == pytest.approx(rec["total_output_tokens"] / rec["duration"], rel=1e-9)
+    assert b["completed"] == 40 and [r["requests_served"] for r in s["replicas"]] == [20, 20]
+    assert all(r["warmup_seen"] for r in s["replicas"])
+    if mode == "tp32-dflash":
+        assert s["accept"]["samples"] > 0 and 2.5 < s["accept"]["accept_len"] < 5.5
+    else:
+        assert s["accept"]["accept_len"] is None
+
+
+def test_report_and_compare_print_the_seed_tables(runs, workdir):
+    r = slurm_ab("report", *(runs[m]["run_dir"].name for m in MODES), cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    header = r.stdout.splitlines()[0]
+    for col in ("Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95", "E2E mean / p95"):
+        assert col in header
+    assert r.stdout.count("| ok") == 3
+    c = slurm_ab("compare", runs["tp32"]["run_dir"].name, runs["tp32-dflash"]["run_dir"].name, cwd=workdir)
+    assert c.returncode == 0, c.stderr
+    for row in ("Benchmark duration", "Input / Output TPS", "TTFT mean / p95", "TPOT mean / p95",
+                "E2E mean / p95", "Accept length"):
+        assert row in c.stdout
+    assert re.search(r"[+-]\d+\.\d\d%", c.stdout)
+
+
+def test_collect_is_idempotent_and_leaves_raw_files(runs, workdir):
+    run_dir = runs["pp8"]["run_dir"]
+    raw = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith("summary.")}
+    before = {n: (run_dir / n).read_bytes() for n in ("summary.json", "summary.csv", "summary.md")}
+    job_id = _job_id(run_dir)
+    r = slurm_ab("collect", job_id, cwd=workdir)
+    assert r.returncode == 0 and "summary files unchanged" in r.stdout, r.stdout + r.stderr
+    assert {n: (run_dir / n).read_bytes() for n in before} == before
+    assert {p: p.read_bytes() for p in raw if not p.name == "manifest.json"} == \
+        {p: b for p, b in raw.items() if not p.name == "manifest.json"}
+
+
+def test_plain_sbatch_of_a_rendered_script(workdir):
+    """`sbatch` of a generated script works on its own and writes the same layout; collect finds it."""
+    run_id = f"e2e-sbatch-{int(time.time())}"
+    r = slurm_ab("render", "tp32", "--site", "local", "--run-id", run_id, "-o", f"{run_id}.sbatch", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    import subprocess
+    out = subprocess.run(["sbatch", f"results/{run_id}/job.sbatch"], cwd=workdir, capture_output=True, text=True, check=True).stdout
+    job_id = re.search(r"Submitted batch job (\d+)", out).group(1)
+    info = final_sacct(job_id, timeout_s=300)
+    assert info["state"] == "COMPLETED", info
+    run_dir = workdir / "results" / run_id
+    assert (run_dir / "job.sbatch").read_text() == (workdir / f"{run_id}.sbatch").read_text()
+    c = slurm_ab("collect", job_id, cwd=workdir)
+    assert c.returncode == 0 and "verdict: ok" in c.stdout, c.stdout + c.stderr
+    # a second sbatch of the same script never overwrites the first run's evidence
+    first_events = (run_dir / "events.log").read_bytes()
+    out = subprocess.run(["sbatch", str(run_dir / "job.sbatch")], cwd=workdir, capture_output=True, text=True, check=True).stdout
+    job2 = re.search(r"Submitted batch job (\d+)", out).group(1)
+    assert final_sacct(job2, timeout_s=300)["state"] == "COMPLETED"
+    assert (run_dir / "events.log").read_bytes() == first_events
+    assert (run_dir.parent / f"{run_id}-job{job2}" / "bench.jsonl").exists()
+    assert wait_no_processes(job2, 30) == []
