@@ -11,16 +11,7 @@ from slurm_ab.emulator.make_model import make_model
 from slurm_ab.emulator.testing import DECODE_RE, PREFIX, EmuProcs, free_ports, http_get, wait_healthy
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(make_model(tmp_path_factory.mktemp("model") / "m", vocab_size=4000))
-
-
-@pytest.fixture
-def procs(tmp_path):
-    ep = EmuProcs(str(tmp_path / "logs"))
-    yield ep
-    ep.close()
+from emu_fixtures import model_dir, procs  # noqa: F401  (shared fixtures)
 
 
 def replica(procs, model_dir, layout=("--tp-size", "16"), nnodes=2, env=None, hosts=None, extra=()):

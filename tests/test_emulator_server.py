@@ -14,16 +14,7 @@ ACCESS_RE = re.compile(r'^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?\] IN
                        r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/1\.1" (?P<code>\d{3}) ')
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(make_model(tmp_path_factory.mktemp("model") / "m", vocab_size=4000))
-
-
-@pytest.fixture
-def procs(tmp_path):
-    ep = EmuProcs(str(tmp_path / "logs"))
-    yield ep
-    ep.close()
+from emu_fixtures import model_dir, procs  # noqa: F401  (shared fixtures)
 
 
 def start(procs, model_dir, extra=(), env=None, name="node"):

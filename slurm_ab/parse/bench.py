@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .stats import Dist
-from .text import iter_lines
+from .text import iter_lines, scalar
 
 __all__ = ["RecordRead", "ResultBlock", "LatencyStats", "Disagreement", "read_last_record",
            "parse_result_block", "latency_stats", "agreement", "REL_TOL", "ABS_TOL_MS"]
@@ -104,17 +104,6 @@ def _key(label: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", label.lower()).strip("_")
 
 
-def _scalar(text: str) -> Any:
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
 @dataclass(frozen=True)
 class ResultBlock:
     """The last 'Serving Benchmark Result' block, keyed like the JSONL record."""
@@ -150,7 +139,7 @@ def parse_result_block(path: str | Path) -> ResultBlock | None:
             if m:
                 label, value = m.group("label").strip(), m.group("value")
                 cur_labels[label] = value
-                cur_vals[_key(label)] = _scalar(value)
+                cur_vals[_key(label)] = scalar(value)
     except FileNotFoundError:
         return None
     if cur_vals is not None:

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from .text import decode, has_fraction, iter_blocks, line_timestamp, parse_ts, strip_ansi
+from .text import decode, has_fraction, iter_blocks, line_timestamp, parse_ts, scalar, strip_ansi
 
 __all__ = [
     "BatchSample", "AccessLine", "parse_batch_line", "iter_batch_samples", "parse_ranks",
@@ -107,22 +107,6 @@ class AccessLine:
         return self.method == "POST" and self.path.split("?", 1)[0] in GENERATE_PATHS
 
 
-def _value(text: str) -> object:
-    text = text.strip()
-    if text == "True":
-        return True
-    if text == "False":
-        return False
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
 def parse_body(body: str, complete: bool = True) -> dict[str, object]:
     """'k: v, k: v, ' -> {k: v}; pieces without ': ' (a truncated tail, junk) are skipped.
 
@@ -136,7 +120,7 @@ def parse_body(body: str, complete: bool = True) -> dict[str, object]:
     for part in parts:
         key, sep, val = part.rpartition(": ")
         if sep and key:
-            out[key.strip().lstrip(",. ")] = _value(val.rstrip(", "))
+            out[key.strip().lstrip(",. ")] = scalar(val.rstrip(", "))
     return out
 
 

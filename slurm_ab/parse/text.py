@@ -79,6 +79,19 @@ def iter_blocks(path: str | Path, size: int = BLOCK) -> Iterator[tuple[bytes, in
             rest = buf[last:]
 
 
+def scalar(text: str) -> object:
+    """A printed value as int, float or bool when it is one, else the stripped text."""
+    text = text.strip()
+    if text in ("True", "False"):
+        return text == "True"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
 def parse_ts(text: str) -> datetime | None:
     """'YYYY-mm-dd HH:MM:SS[.fff]' (also 'T' and ',' variants) -> naive datetime, else None."""
     m = _TS.match(text)
