@@ -237,5 +237,16 @@ def cancel(run):
     click.echo(f"cancelled job {jid}; evidence stays in {run_dir} (slurm-ab collect {jid})")
 
 
+@main.command()
+@click.argument("action", type=click.Choice(["up", "down", "status", "install"]))
+def cluster(action):
+    """The local emulated 9-node Slurm cluster (same as make cluster-up/down/status)."""
+    import subprocess
+
+    from .cluster import cluster_script
+
+    sys.exit(subprocess.call(["bash", str(cluster_script()), action]))
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
