@@ -148,6 +148,27 @@ wait_router_ready() {
   done
 }
 
+# Slurm's view of the job's nodes as it ends: a node that is down, drained, failing or not
+# responding explains a NODE_FAIL, so it goes to events.log ("node_state node=... state=...
+# reason=...") and the job's output.
+# shellcheck disable=SC2317  # runs from a trap
+record_node_states() {
+  local var nodes="" node state reason
+  local -A seen=()
+  for var in $(compgen -v SLURM_JOB_NODELIST_HET_GROUP_); do nodes+="${nodes:+,}${!var}"; done
+  [[ -n "$nodes" ]] || nodes=${SLURM_JOB_NODELIST:-}
+  [[ -n "$nodes" ]] || return 0
+  while IFS='|' read -r node state reason; do
+    [[ -n "$node" && -z "${seen[$node]:-}" ]] || continue
+    seen[$node]=1
+    case $state in
+      *'*' | down* | drain* | fail* | unk* | inval* | reboot* | power* | maint*)
+        log "node $node is $state in Slurm (reason: ${reason:-none})" >&2
+        event node_state "node=$node" "state=$state" "reason=${reason//$'\n'/ }" ;;
+    esac
+  done < <(timeout 10 sinfo -h -N -n "$nodes" -o '%N|%T|%E' 2>/dev/null)
+}
+
 # Stop every step: SIGTERM (srun forwards it to the tasks), SIGKILL after the grace period, then
 # cancel any step that is still known to Slurm. Runs once, on every exit path.
 # shellcheck disable=SC2317  # runs from a trap
@@ -169,6 +190,7 @@ teardown() {
     case $step in *.batch | *.extern | "") ;; *) scancel --signal=KILL "$step" 2>/dev/null ;; esac
   done < <(squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null)
   wait 2>/dev/null
+  record_node_states
   log "teardown ($reason) done"
 }
 
@@ -181,7 +203,7 @@ on_exit() {
 }
 # shellcheck disable=SC2317  # runs from a trap
 on_signal() {
-  log "received SIG$1: stopping" >&2
+  log "FATAL: received SIG$1 (scancel, node failure, preemption or time limit): stopping" >&2
   event fail kind=signal "signal=$1"
   teardown "signal-$1"
   exit 143

@@ -115,9 +115,13 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
                                                                        logs / "client.log"]
                              if logs.is_dir() else [])
         findings = diagnose(files, root=run_dir)
-        diag = diagnosis_reasons(findings, job.node_lists)
+        diag = diagnosis_reasons(findings, job.node_lists, events) + \
+            stalled_replica_reasons(run_dir, events, job.node_lists)
         reasons = diag + [r for r in reasons if r not in diag] if verdict == "failed" \
             else reasons + [r for r in diag if r not in reasons]
+        cut = interrupted_reason(events, replicas, spec.num_prompts, has_result)
+        if cut:
+            reasons.insert(1, cut)
     elif verdict == "ok" and problems:
         notes += problems
 
@@ -128,6 +132,67 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
                      for t in (window or (None, None))),
         all_samples=all_samples, verdict=verdict, reasons=tuple(reasons),
         findings=tuple(asdict(f) for f in findings), notes=tuple(notes))
+
+
+def interrupted_reason(events, replicas, total: int | None, has_result: bool) -> str | None:
+    """A benchmark that started and never ended: how far it got, from the servers' access logs
+    (the client writes its output only at the end)."""
+    window = events.bench_window()
+    if window is None or window[1] is not None or has_result:
+        return None
+    start = events.last["bench_start"]
+    stop = next((e for e in events.events if e.line > start.line and e.name in
+                 ("fail", "teardown", "job_end")), None)
+    after = f" {stop.epoch - start.epoch:.0f} s after it started" if stop else ""
+    counted = [r for r in replicas if r.requests_served is not None]
+    if not counted:
+        return f"benchmark interrupted{after}; no server log to count completed requests"
+    n = sum(r.requests_served for r in counted)
+    exact = all(r.requests_source == "access_log" for r in counted)
+    per = ", ".join(f"replica {r.replica}: {r.requests_served}" for r in counted)
+    if exact:
+        return (f"benchmark interrupted{after}: {n}" + (f" of {total}" if total else "")
+                + f" requests had succeeded (HTTP 200 in the server access logs: {per}; a "
+                "streamed request is logged when it starts); the client wrote no result")
+    return (f"benchmark interrupted{after}: about {n}" + (f" of {total}" if total else "")
+            + f" requests had reached the servers (no access log; new sequences in prefill "
+            f"lines: {per}); the client wrote no result")
+
+
+def stalled_replica_reasons(run_dir: Path, events, node_lists: dict) -> list[str]:
+    """The last line of the head log of each replica the job gave up on (not healthy in time,
+    warm-up failed): where its start-up stopped. The job's output has the last 20 lines."""
+    out = []
+    for e in events.failures():
+        ids = e.fields.get("replicas") or e.fields.get("replica") or ""
+        if e.fields.get("kind") not in ("not_ready", "warmup_failed"):
+            continue
+        for g in (x for x in ids.split(",") if x.strip().isdigit()):
+            path = run_dir / "logs" / f"server-r{int(g)}-n0.log"
+            line = _last_line(path)
+            hosts = node_lists.get(str(int(g))) or []
+            where = f"replica {int(g)} node rank 0" + (f" ({hosts[0]})" if hosts else "")
+            out.append(f"{where}: last log line: {line} [{path.relative_to(run_dir)}]" if line
+                       else f"{where}: its log is empty or missing [{path.relative_to(run_dir)}]")
+    return out
+
+
+def _last_line(path: Path, tail: int = 16384) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - tail))
+            data = f.read()
+    except OSError:
+        return None
+    # Slurm appends its own '*** STEP ... CANCELLED ***' line to a step's output: not the server's.
+    lines = [ln for ln in data.decode(errors="replace").splitlines()
+             if ln.strip() and not ln.startswith(("slurmstepd", "srun:"))]
+    if not lines:
+        return None
+    text = " ".join(lines[-1].split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 __all__ = ["collect_run", "read_manifest"]

@@ -2,7 +2,8 @@
 
 - running: Slurm says the job is not finished, or nothing says it is (no sacct state, no
   job_end in events.log, no Slurm cancellation line): nothing final may be written.
-- cancelled / timeout: Slurm state (or Slurm's own '*** ... CANCELLED AT ... ***' line).
+- cancelled / timeout: Slurm state (or Slurm's own '*** ... CANCELLED AT ... ***' line); also
+  timeout when the job stopped itself on Slurm's USR1 ahead of its limit (Slurm says FAILED).
 - failed: Slurm failure state, a non-zero job/client exit, a 'fail' event, no result at all.
 - invalid: the job completed but the numbers do not measure what was asked: not every prompt
   succeeded, a request error, a replica that served nothing or was not warmed up, logs missing.
@@ -10,6 +11,8 @@
 """
 from __future__ import annotations
 
+import re
+from pathlib import PurePath
 from typing import Sequence
 
 from ..parse.diagnose import ROOT_CAUSE_KINDS, Finding
@@ -29,12 +32,19 @@ def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
         return "cancelled", [f"job {raw} (Slurm)"]
     if state in TIMEOUT_STATES:
         return "timeout", [f"job hit its time limit ({raw})"]
+    if state in FAILED_STATES and state != "NODE_FAIL" and \
+            "time_limit" in {e.fields.get("kind") for e in events.failures()}:
+        # The job's own teardown on Slurm's USR1 (--signal=B:USR1@N) ran before the limit: Slurm
+        # records the script's exit status (FAILED), but the run ended because time ran out.
+        return "timeout", [time_limit_reason(events)]
     if state in FAILED_STATES:
         return "failed", [f"job {raw} (Slurm, exit code {job.exit_code or '?'})"]
     if state is None:
         fails = {e.fields.get("kind") for e in events.failures()}
-        if "slurm_timeout" in kinds or "time_limit" in fails:
+        if "slurm_timeout" in kinds:
             return "timeout", ["job hit its time limit (Slurm/job log)"]
+        if "time_limit" in fails:
+            return "timeout", [time_limit_reason(events)]
         if "slurm_node_failure" in kinds:
             return "failed", ["job lost a node (DUE TO NODE FAILURE)"]
         if "slurm_cancelled" in kinds or "signal" in fails:
@@ -43,6 +53,14 @@ def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
             return "running", ["no Slurm state given and no job_end in events.log: the job may "
                                "still be running"]
     return None, []
+
+
+def time_limit_reason(events: EventLog) -> str:
+    fail = next(e for e in events.failures() if e.fields.get("kind") == "time_limit")
+    start = events.first.get("job_start")
+    after = f" {fail.epoch - start.epoch:.0f} s after the job started" if start else ""
+    return (f"job reached its time limit: Slurm's warning signal (USR1) came{after} and the job "
+            "stopped itself before Slurm killed it")
 
 
 def outcome_reasons(job: JobInfo, events: EventLog, bench: BenchResult, has_result: bool
@@ -89,6 +107,20 @@ def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replic
     return out
 
 
+def _host_map(node_lists: dict) -> dict[str, tuple[int, int]]:
+    """host -> (replica, node rank)."""
+    out: dict[str, tuple[int, int]] = {}
+    for g, hosts in node_lists.items():
+        for rank, host in enumerate(hosts):
+            out.setdefault(host, (int(g), rank))
+    return out
+
+
+def _where_host(host: str, node_lists: dict) -> str:
+    g_r = _host_map(node_lists).get(host)
+    return f"{host} (replica {g_r[0]} node rank {g_r[1]})" if g_r else host
+
+
 def finding_reason(f: Finding, node_lists: dict) -> str:
     d = f.details
     where = ""
@@ -111,15 +143,86 @@ def finding_reason(f: Finding, node_lists: dict) -> str:
     return f"{where}{d.get('label', f.kind)}: {f.excerpt} [{f.file}:{f.line}]"
 
 
-def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict) -> list[str]:
-    """Root causes first (by kind priority, then time), then the job's own FATAL lines."""
+_SRUN_TASK = re.compile(r"^(\S+): task (\d+): (.+)$")
+
+
+def _is_job_output(name: str) -> bool:
+    return PurePath(name).name.startswith("slurm-")
+
+
+def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict) -> list[str]:
+    """Nodes that failed under the job: srun's 'Node failure on X' lines and the nodes the job
+    found down, drained or not responding in Slurm as it ended (events 'node_state')."""
+    nodes: dict[str, dict] = {}
+    for f in lost:
+        if f.details.get("node"):
+            nodes.setdefault(f.details["node"], {})["srun"] = True
+    for e in events.named("node_state"):
+        if e.fields.get("node"):
+            reason = e.fields.get("reason", "")
+            nodes.setdefault(e.fields["node"], {}).update(
+                state=e.fields.get("state") or "?",
+                reason=reason if reason and reason != "none" else None)
+    out = []
+    for node, info in nodes.items():
+        where = _where_host(node, node_lists)
+        why = f"reason: {info['reason']}" if info.get("reason") else ""
+        if info.get("srun"):
+            out.append(f"node {where} failed (srun: Node failure on {node}"
+                       + (f"; Slurm: {info['state']}" + (f", {why}" if why else "")
+                          if "state" in info else "") + ")")
+        else:
+            out.append(f"node {where} was {info['state']} in Slurm when the job ended"
+                       + (f" ({why})" if why else ""))
+    return out
+
+
+def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
+                      events: EventLog | None = None) -> list[str]:
+    """What went wrong, most telling first: lost nodes, root causes in the logs (by kind
+    priority, then time), the task srun saw die in the replica whose server step failed, the
+    job's own FATAL line, then other srun errors.
+
+    The job's output (slurm-*.out) repeats the last lines of the failing logs: its root causes
+    count only when no log file has one of the same kind. srun errors printed after the job's
+    FATAL line come from its own teardown and are left out.
+    """
+    events = events or EventLog()
     def key(f: Finding):
         return (ROOT_CAUSE_KINDS.index(f.kind), f.details.get("ts") or "9999", f.file, f.line)
     roots = sorted((f for f in findings if f.kind in ROOT_CAUSE_KINDS), key=key)
-    fatal = [f for f in findings if f.kind in ("job_fatal", "srun_error")]
+    in_logs = {f.kind for f in roots if not _is_job_output(f.file)}
+    roots = [f for f in roots if not (_is_job_output(f.file) and f.kind in in_logs)]
+    fatal = [f for f in findings if f.kind == "job_fatal"]
+    fatal_at = {f.file: f.line for f in fatal}
+    sruns = [f for f in findings if f.kind == "srun_error"
+             and (f.file not in fatal_at or f.line < fatal_at[f.file])]
+    lost = [f for f in findings if f.kind == "node_failure"]
+
+    # The replica whose server step the job saw exit: srun's line about its task goes first.
+    failed_replica = None
+    for e in events.failures():
+        step = e.fields.get("step", "")
+        if step.startswith("server-r") and step[len("server-r"):].isdigit():
+            failed_replica = int(step[len("server-r"):])
+            break
+    hosts = _host_map(node_lists)
+    task_lines, other_sruns = [], []
+    for f in sruns:
+        m = _SRUN_TASK.match(f.details.get("message") or "")
+        g_r = hosts.get(m.group(1)) if m else None
+        if m and g_r and g_r[0] == failed_replica:
+            task_lines.append(f"replica {g_r[0]} node rank {g_r[1]} ({m.group(1)}): srun: task "
+                              f"{m.group(2)}: {m.group(3)}")
+        else:
+            other_sruns.append(finding_reason(f, node_lists))
+
     seen, out = set(), []
-    for f in roots + fatal:
-        text = finding_reason(f, node_lists)
+    texts = node_reasons(lost, events, node_lists) \
+        + [finding_reason(f, node_lists) for f in roots] + task_lines \
+        + [finding_reason(f, node_lists) for f in fatal] \
+        + other_sruns
+    for text in texts:
         if text not in seen:
             seen.add(text)
             out.append(text)

@@ -26,6 +26,7 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
     ("oom", "Decode out of memory", rb"Decode out of memory"),
     ("oom", "Capture cuda graph failed", rb"Capture cuda graph failed"),
     ("oom", "request slots out of memory", rb"alloc_req_slots runs out of memory"),
+    ("cuda_error", "CUDA error", rb"CUDA error: (?!out of memory)"),
     ("nccl", "NCCL error",
      rb"NCCL error|ncclInternalError|ncclSystemError|ncclUnhandledCudaError|ncclRemoteError"
      rb"|Watchdog caught collective operation timeout|DistBackendError"),
@@ -36,6 +37,9 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
     ("health_check_failed", "Health check failed", rb"Health check failed"),
     ("child_failed", "a server process failed", rb"Received sigquit from a child process"),
     ("router", "router: no available workers", rb"No available workers"),
+    ("bad_args", "invalid command-line arguments",
+     rb": error: (?:unrecognized arguments|argument -|the following arguments are required"
+     rb"|invalid choice)"),
     ("tokenizer", "tokenizer registration error",
      rb"(?i:(?:fail|error|unable|cannot|could not)[^\n]{0,80}tokenizer"
      rb"|tokenizer[^\n]{0,80}(?:fail|error|not found|no such file))"),
@@ -43,6 +47,7 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
     ("slurm_timeout", "Slurm time limit", rb"CANCELLED AT \S+ DUE TO TIME LIMIT"),
     ("slurm_node_failure", "Slurm node failure",
      rb"(?:CANCELLED AT \S+ )?DUE TO NODE FAIL(?:URE)?"),
+    ("node_failure", "a node of the job failed", rb"srun: error: Node failure on \S+"),
     ("slurm_cancelled", "Slurm cancellation", rb"CANCELLED AT \S+"),
     ("srun_error", "srun error", rb"srun: error: "),
     ("kv_pressure", "KV cache pool full (requests retracted)",
@@ -51,8 +56,8 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
 )
 # Kinds that explain a failure by themselves, most specific first. 'connection_refused' and
 # 'kv_pressure' are left out: both also occur in healthy runs (start-up retries, load peaks).
-ROOT_CAUSE_KINDS = ("oom", "nccl", "gloo", "scheduler_exception", "init_failed",
-                    "health_check_failed", "child_failed", "router", "tokenizer")
+ROOT_CAUSE_KINDS = ("oom", "cuda_error", "nccl", "gloo", "scheduler_exception", "init_failed",
+                    "health_check_failed", "child_failed", "router", "tokenizer", "bad_args")
 
 _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
 # Literal fragments, one of which every signature contains: blocks are searched for these with
@@ -63,6 +68,7 @@ ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ai
            b"pool is full", b"refused", b"loo", b"Watchdog", b"okenizer", b"nccl")
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
 _SERVER_LOG = re.compile(r"server-r(\d+)-n(\d+)\.log$")
+_FAILED_NODE = re.compile(r"Node failure on (\S+)")
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,10 @@ def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding
                 details["message"] = text.split("FATAL", 1)[1].lstrip(": ").strip()
             if kind == "srun_error":
                 details["message"] = text.split("srun: error:", 1)[1].strip()
+            if kind == "node_failure":
+                m = _FAILED_NODE.search(text)
+                if m:
+                    details["node"] = m.group(1)
             found[kind] = [kind, shown, lineno, _excerpt(text), details, 1]
         state.advance(buf, done, hi)
         lineno += buf.count(b"\n", counted, hi)

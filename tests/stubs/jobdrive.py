@@ -1,0 +1,272 @@
+"""Drive one real job on the local cluster and track every process it starts.
+
+``tests/jobs.processes_of_job`` finds a job's processes by the SLURM_JOB_ID marker in their
+environment. Programs that rename themselves (setproctitle: sglang-router shows up as
+``sglang::router``) overwrite that environment block, so the marker alone misses them. Here every
+snapshot also takes the descendants of the job's own ``slurmstepd: [<component id>.<step>]``
+daemons, and each process seen is remembered as (pid, start time): ``leftovers()`` then says which
+of them still run, whatever they did to their environment or parent since.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from jobs import events, final_sacct, processes_of_job  # noqa: E402
+
+_STEPD = re.compile(r"^slurmstepd: \[(\d+)[.\]]")
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    start: int          # clock ticks since boot: (pid, start) never names two processes
+    cmd: str
+    env: tuple[bytes, ...]
+
+    def envvar(self, name: str) -> str | None:
+        prefix = f"{name}=".encode()
+        for e in self.env:
+            if e.startswith(prefix):
+                return e[len(prefix):].decode(errors="replace")
+        return None
+
+
+def all_procs() -> dict[int, Proc]:
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            try:
+                env = tuple(Path(f"/proc/{d}/environ").read_bytes().split(b"\0"))
+            except OSError:
+                env = ()
+        except OSError:
+            continue
+        rest = stat[stat.rindex(")") + 2:].split()
+        if rest[0] == "Z":
+            continue
+        out[int(d)] = Proc(int(d), int(rest[1]), int(rest[19]), cmd, env)
+    return out
+
+
+def alive(pid: int, start: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    rest = stat[stat.rindex(")") + 2:].split()
+    return rest[0] != "Z" and int(rest[19]) == start
+
+
+def component_ids(job_id: str) -> set[str]:
+    """Job ids of a het job's components (the leader's id, +1, ...), from squeue while known."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%A"], capture_output=True,
+                             text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    ids = {line.strip() for line in out.splitlines() if line.strip().isdigit()}
+    return ids | {job_id}
+
+
+@dataclass
+class Tracker:
+    """Every process of one job seen in any snapshot."""
+
+    job_id: str
+    comps: set = field(default_factory=set)
+    seen: dict = field(default_factory=dict)      # (pid, start) -> cmd
+
+    def snapshot(self) -> list[Proc]:
+        if len(self.comps) < 2:
+            self.comps |= component_ids(self.job_id)
+        procs = all_procs()
+        marker = f"SLURM_JOB_ID={self.job_id}".encode()
+        mine = {p.pid for p in procs.values() if marker in p.env and not p.cmd.startswith("slurmstepd")}
+        stepds = {p.pid for p in procs.values() if (m := _STEPD.match(p.cmd)) and m.group(1) in self.comps}
+        children: dict[int, list[int]] = {}
+        for p in procs.values():
+            children.setdefault(p.ppid, []).append(p.pid)
+        todo = list(stepds)
+        while todo:
+            for c in children.get(todo.pop(), []):
+                if c not in mine and not procs[c].cmd.startswith("slurmstepd"):
+                    mine.add(c)
+                    todo.append(c)
+        for pid in mine:
+            self.seen.setdefault((pid, procs[pid].start), procs[pid].cmd)
+        return [procs[p] for p in mine]
+
+    def leftovers(self) -> list[tuple[int, str]]:
+        left = [(pid, cmd) for (pid, start), cmd in self.seen.items() if alive(pid, start)]
+        left += [x for x in processes_of_job(self.job_id) if x not in left]
+        return left
+
+    def wait_gone(self, timeout_s: float = 30) -> list[tuple[int, str]]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = self.leftovers()
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.5)
+
+
+def slurm_env() -> dict:
+    e = dict(os.environ)
+    e.pop("SLURM_AB_SITE", None)
+    e.pop("RUN_ID", None)
+    return e
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurm_ab", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**slurm_env(), **(env or {})})
+
+
+def wait_cluster_idle(timeout_s: float = 180) -> None:
+    """Wait (bounded) until no slurm-ab job (name ab-*, collectors included) is queued or running,
+    so that jobs do not slow each other down and node assignment is predictable."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
+        if not [line for line in out.splitlines() if line.startswith("ab-")]:
+            return
+        time.sleep(0.5)
+
+
+class Job:
+    """``slurm-ab submit MODE --site local --wait`` in the background, with its processes tracked."""
+
+    def __init__(self, workdir: Path, run_id: str, *sets: str, mode: str = "tp32", env: dict | None = None,
+                 site: str = "local", extra: tuple = ()):
+        self.workdir, self.run_id = workdir, run_id
+        self.run_dir = workdir / "results" / run_id
+        args = ["submit", mode, "--site", site, "--run-id", run_id, "--wait", "--no-collector", *extra]
+        for s in sets:
+            args += ["--set", s]
+        wait_cluster_idle()
+        self.out_path = workdir / f"{run_id}.submit.out"
+        self._out = open(self.out_path, "w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "slurm_ab", *args], cwd=workdir, text=True,
+                                     stdout=self._out, stderr=subprocess.STDOUT,
+                                     env={**slurm_env(), **(env or {})})
+        self.t_submit = time.time()
+        self.job_id: str | None = None
+        self.tracker: Tracker | None = None
+        self.rc: int | None = None
+        self.end_wall: float | None = None     # when the submit --wait command returned
+
+    # ---- while it runs -----------------------------------------------------------------------
+    def tick(self) -> None:
+        if self.job_id is None:
+            try:
+                self.job_id = json.loads((self.run_dir / "manifest.json").read_text()).get("job_id")
+            except (OSError, ValueError):
+                pass
+            if self.job_id:
+                self.tracker = Tracker(str(self.job_id))
+        if self.tracker is not None:
+            self.tracker.snapshot()
+
+    def events(self):
+        try:
+            return events(self.run_dir)
+        except (OSError, IndexError, ValueError):
+            return []
+
+    def event(self, name: str, **match):
+        for t, k, kv in self.events():
+            if k == name and all(kv.get(a) == str(b) for a, b in match.items()):
+                return t, kv
+        return None
+
+    def wait_for(self, cond, timeout_s: float = 90, what: str = "condition"):
+        """Poll cond() (snapshotting processes) until it returns something truthy."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.tick()
+            got = cond()
+            if got:
+                return got
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{what}: the submit command ended first:\n{self.output()[-4000:]}")
+            time.sleep(0.2)
+        raise AssertionError(f"{what}: not within {timeout_s} s\n{self.output()[-4000:]}")
+
+    def wait_event(self, name: str, timeout_s: float = 90, **match):
+        return self.wait_for(lambda: self.event(name, **match), timeout_s, f"event {name} {match}")
+
+    def hosts(self) -> dict[int, list[str]]:
+        return {int(kv["replica"]): kv["nodes"].split(",") for _, k, kv in self.events() if k == "hosts"}
+
+    def find(self, needle: str, node: str | None = None) -> list[Proc]:
+        """The job's processes whose command line holds NEEDLE (on Slurm node NODE, if given:
+        by SLURMD_NODENAME, so only processes that kept their environment)."""
+        self.tick()
+        procs = self.tracker.snapshot() if self.tracker else []
+        return [p for p in procs if needle in p.cmd and (node is None or p.envvar("SLURMD_NODENAME") == node)]
+
+    # ---- at the end --------------------------------------------------------------------------
+    def finish(self, timeout_s: float = 180) -> int:
+        deadline = time.monotonic() + timeout_s
+        while self.proc.poll() is None:
+            self.tick()
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                if self.job_id:
+                    subprocess.run(["scancel", str(self.job_id)])
+                raise AssertionError(f"job did not end within {timeout_s} s:\n{self.output()[-4000:]}")
+            time.sleep(0.2)
+        self.end_wall = time.time()
+        self.tick()
+        self.rc = self.proc.returncode
+        return self.rc
+
+    def output(self) -> str:
+        self._out.flush()
+        return self.out_path.read_text(errors="replace")
+
+    def sacct(self) -> dict:
+        return final_sacct(str(self.job_id))
+
+    def job_end(self) -> float:
+        """Epoch of the job script's job_end event (the last thing it does)."""
+        ends = [t for t, k, _ in self.events() if k == "job_end"]
+        assert ends, f"no job_end in events.log:\n{(self.run_dir / 'events.log').read_text()}"
+        return ends[-1]
+
+    def summary(self) -> dict:
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+    def assert_nothing_left(self, timeout_s: float = 30) -> None:
+        assert self.tracker is not None, "job id never known"
+        left = self.tracker.wait_gone(timeout_s)
+        assert left == [], f"processes of job {self.job_id} still running: {left}"
+
+    def cleanup(self) -> None:
+        """After a failed assertion: never leave the job running."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        if self.job_id:
+            subprocess.run(["scancel", str(self.job_id)], capture_output=True)
+        self._out.close()
+
+
+def access_posts(run_dir: Path, path: str = "/v1/completions") -> int:
+    """Successful generation requests in the replicas' uvicorn access logs (node rank 0 only)."""
+    n = 0
+    for f in sorted((run_dir / "logs").glob("server-r*-n0.log")):
+        n += f.read_text(errors="replace").count(f'"POST {path} HTTP/1.1" 200')
+    return n
