@@ -14,6 +14,21 @@ def _events_file(run_dir: Path, job_id: str) -> Path:
     return (alt if alt.is_dir() else run_dir) / "events.log"
 
 
+def _settle(job_id: str, events: Path, timeout_s: float = 30.0) -> None:
+    """sacct turns final (CANCELLED, NODE_FAIL) while the batch script may still be tearing down
+    and recording why; wait, bounded, for its job_end event or for the job to leave the queue."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if b" job_end " in events.read_bytes()[-4096:]:
+                return
+        except OSError:
+            pass
+        if squeue_state(job_id) is None:
+            return
+        time.sleep(0.5)
+
+
 def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float | None = None,
            echo: Callable[[str], None] = print) -> str:
     """Block until the job ends; echo each new event line; return the final Slurm state."""
@@ -41,6 +56,7 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
             last_state = state
         base = state.split()[0] if state else "UNKNOWN"
         if base not in ACTIVE and base != "UNKNOWN":
+            _settle(job_id, ev)
             return base
         if base == "UNKNOWN" and time.monotonic() - start > 30 and squeue_state(job_id) is None:
             return "UNKNOWN"  # no accounting and no longer queued: it has ended

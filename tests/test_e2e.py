@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import events, final_sacct, slurm_ab, wait_no_processes
+from jobs import events, final_sacct, run_tracked, slurm_ab, wait_no_processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -30,8 +30,9 @@ def runs(workdir):
     for mode in MODES:
         run_id = f"e2e-{mode}-{int(time.time())}"
         t0 = time.monotonic()
-        r = slurm_ab("submit", mode, "--site", "local", "--run-id", run_id, "--wait", cwd=workdir)
-        out[mode] = dict(proc=r, run_dir=workdir / "results" / run_id, seconds=time.monotonic() - t0)
+        r, tracker = run_tracked(["submit", mode, "--site", "local", "--run-id", run_id, "--wait"], cwd=workdir)
+        out[mode] = dict(proc=r, run_dir=workdir / "results" / run_id, seconds=time.monotonic() - t0,
+                         tracker=tracker)
     return out
 
 
@@ -95,6 +96,12 @@ def test_warmup_first_then_round_robin(runs, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_no_process_left(runs, mode):
+    tracker = runs[mode]["tracker"]
+    # the job's servers (8), router and client were all seen, and none of them remains
+    cmds = " ".join(tracker.seen.values())
+    assert "slurm_ab.emulator" in cmds and "sglang.bench_serving" in cmds
+    assert "sglang::router" in cmds or "launch_router" in cmds
+    assert tracker.wait_gone(30) == []
     assert wait_no_processes(_job_id(runs[mode]["run_dir"]), 30) == []
 
 
@@ -109,8 +116,8 @@ def test_parallelism_reached_the_servers(runs):
 
 def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
     run_id = f"e2e-oom-{int(time.time())}"
-    r = slurm_ab("submit", "tp32-dflash", "--site", "local", "--run-id", run_id, "--wait",
-                 "--set", "mode.args.mem-fraction-static=0.86", cwd=workdir)
+    r, tracker = run_tracked(["submit", "tp32-dflash", "--site", "local", "--run-id", run_id, "--wait",
+                              "--set", "mode.args.mem-fraction-static=0.86"], cwd=workdir)
     assert r.returncode != 0
     run_dir = workdir / "results" / run_id
     job_id = _job_id(run_dir)
@@ -140,7 +147,7 @@ def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
     replica = re.search(r"server-r(\d)-n", oom_file.name).group(1)
     assert f"server step of replica {replica} exited" in out
     assert "CUDA out of memory" in out
-    assert wait_no_processes(job_id, 30) == []
+    assert wait_no_processes(job_id, 30) == [] and tracker.wait_gone(30) == []
     # the collector's verdict: failed, diagnosed as the OOM of that replica at 0.86
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["verdict"] == "failed"
