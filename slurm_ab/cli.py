@@ -182,7 +182,12 @@ def collect(run, all_samples):
     """
     from .collector import collect_and_write, print_summary
 
+    from . import rundir
+
     run_dir = _find_run(run)
+    if not rundir.submitted(run_dir):
+        raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no events.log): "
+                         f"sbatch {run_dir}/job.sbatch")
     summary, written = collect_and_write(run_dir, all_samples=all_samples)
     print_summary(summary, echo=click.echo)
     if summary.verdict == "running":

@@ -72,8 +72,13 @@ def find(ref: str, results: Path) -> Path:
     raise UsageError(f"no run {ref!r}: not a run directory, a run id under {results}, or the job id of one")
 
 
+def submitted(run_dir: Path) -> bool:
+    """A job ran (or was submitted) for this directory; `render` alone prepares one without."""
+    return (run_dir / "events.log").exists() or bool(read_manifest(run_dir).get("job_id"))
+
+
 def all_runs(results: Path) -> list[Path]:
+    """Run directories under results/ that a job ran or was submitted for."""
     if not results.is_dir():
         return []
-    return sorted(d for d in results.iterdir()
-                  if d.is_dir() and ((d / "manifest.json").exists() or (d / "events.log").exists()))
+    return sorted(d for d in results.iterdir() if d.is_dir() and submitted(d))

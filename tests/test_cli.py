@@ -72,3 +72,12 @@ def test_help_does_not_import_heavy_libraries():
             "print('HEAVY', heavy, file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "HEAVY []" in r.stderr, r.stderr[-2000:]
+
+
+def test_collect_of_a_prepared_but_unsubmitted_run(cli, tmp_path):
+    assert cli("render", "tp32", "--run-id", "prep")[0] == 0
+    code, _, err = cli("collect", "prep")
+    assert code == 2 and "never submitted" in err and "sbatch" in err
+    assert sorted(p.name for p in (tmp_path / "results" / "prep").iterdir()) == ["job.sbatch", "manifest.json"]
+    code, _, err = cli("report")
+    assert code == 2 and "no runs" in err
