@@ -143,7 +143,7 @@ def _find_run(ref: str) -> Path:
 def _job_id(run_dir: Path, ref: str) -> str:
     from . import rundir
 
-    jid = rundir.read_manifest(run_dir).get("job_id") or rundir._job_id_of(run_dir)
+    jid = rundir.job_id_of(run_dir)
     if not jid:
         raise UsageError(f"{run_dir} records no job id (was it submitted?)")
     return str(jid)

@@ -44,7 +44,7 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
     """Collect one run; write summary.json/csv/md unless the job is still running."""
     from .collect import collect_run, write_summary
 
-    jid = job_id or rundir.read_manifest(run_dir).get("job_id") or rundir._job_id_of(run_dir)
+    jid = job_id or rundir.job_id_of(run_dir)
     facts = slurm_facts(str(jid) if jid else None) if final else None
     summary = collect_run(run_dir, all_samples=all_samples, sacct=facts)
     written = write_summary(summary, run_dir)

@@ -36,13 +36,16 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def read_manifest(run_dir: Path) -> dict:
+    """The manifest as a dict; {} when missing, unreadable or not a JSON object."""
     try:
-        return json.loads((run_dir / "manifest.json").read_text())
+        data = json.loads((run_dir / "manifest.json").read_text(errors="replace"))
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
-def _job_id_of(run_dir: Path) -> str | None:
+def job_id_of(run_dir: Path) -> str | None:
+    """The Slurm job id of a run: from the manifest (submit) or events.log (plain sbatch)."""
     m = read_manifest(run_dir)
     if m.get("job_id"):
         return str(m["job_id"])
@@ -65,10 +68,12 @@ def find(ref: str, results: Path) -> Path:
     if "/" not in ref and (results / ref).is_dir():
         return results / ref
     job = ref.split("+")[0]
-    if job.isdigit() and results.is_dir():
-        for d in sorted(results.iterdir()):
-            if d.is_dir() and _job_id_of(d) == job:
-                return d
+    if job.isdigit():
+        from .collect.locate import find_run_dirs
+
+        found = find_run_dirs(results, job)
+        if found:
+            return found[0]
     raise UsageError(f"no run {ref!r}: not a run directory, a run id under {results}, or the job id of one")
 
 

@@ -53,13 +53,17 @@ def final_sacct(job_id: str, timeout_s: float = 20) -> dict:
         time.sleep(0.5)
 
 
-def slurm_ab(*args: str, cwd: Path, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+def slurm_env() -> dict:
+    """This environment without the user's own slurm-ab defaults (site, run id)."""
     e = dict(os.environ)
     e.pop("SLURM_AB_SITE", None)
     e.pop("RUN_ID", None)
-    e.update(env or {})
+    return e
+
+
+def slurm_ab(*args: str, cwd: Path, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_ab", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=e)
+                          timeout=timeout, env={**slurm_env(), **(env or {})})
 
 
 def events(run_dir: Path) -> list[tuple[float, str, dict]]:
@@ -184,11 +188,8 @@ class Tracker:
 
 def run_tracked(args: list[str], cwd: Path, timeout: float = 600) -> tuple[subprocess.CompletedProcess, "Tracker | None"]:
     """Run `slurm-ab submit ... --wait`, snapshotting the job's processes every 0.5 s while it runs."""
-    e = dict(os.environ)
-    e.pop("SLURM_AB_SITE", None)
-    e.pop("RUN_ID", None)
     p = subprocess.Popen([sys.executable, "-m", "slurm_ab", *args], cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=e)
+                         stderr=subprocess.PIPE, text=True, env=slurm_env())
     out: list[str] = []
     err: list[str] = []
     threads = [threading.Thread(target=lambda s=s, b=b: b.extend(s), daemon=True) for s, b in ((p.stdout, out), (p.stderr, err))]

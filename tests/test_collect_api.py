@@ -35,3 +35,16 @@ def test_find_run_dirs(tmp_path):
     other.mkdir()
     assert find_run_dirs(tmp_path, 77) == [other]
     assert find_run_dirs(tmp_path, 5) == [] and find_run_dirs(tmp_path / "nope", 5) == []
+
+
+def test_find_run_dirs_prefers_the_run_that_records_the_job(tmp_path):
+    # a re-submitted script leaves a one-line slurm-<JOBID>.out pointer in the old run
+    old, new = tmp_path / "r1", tmp_path / "r1-job99"
+    old.mkdir()
+    new.mkdir()
+    (old / "slurm-99.out").write_text("slurm-ab: r1 was already used by another job\n")
+    assert find_run_dirs(tmp_path, 99) == [new]
+    only = tmp_path / "r2"
+    only.mkdir()
+    (only / "slurm-7.out").write_text("x\n")
+    assert find_run_dirs(tmp_path, 7) == [only]

@@ -6,31 +6,30 @@ three identifies the run (a re-used run dir gets a '-job<JOBID>' suffix, see the
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..parse.events import read_events
+from ..rundir import read_manifest
 
 
 def find_run_dirs(results: str | Path, job_id: str | int) -> list[Path]:
-    """Run directories of job_id under results (usually one), sorted by name."""
+    """Run directories of job_id under results (usually one), sorted by name.
+
+    A directory that records the job (name suffix, manifest, events.log) wins over one that only
+    holds its slurm-<JOBID>.out: a re-submitted script leaves a one-line pointer in the old run.
+    """
     results, job_id = Path(results), str(job_id)
     if not results.is_dir():
         return []
-    out = []
+    recorded, output_only = [], []
     for run in sorted(p for p in results.iterdir() if p.is_dir()):
-        if (run / f"slurm-{job_id}.out").exists() or run.name.endswith(f"-job{job_id}"):
-            out.append(run)
+        if run.name.endswith(f"-job{job_id}") or str(read_manifest(run).get("job_id", "")) == job_id:
+            recorded.append(run)
             continue
-        try:
-            manifest = json.loads((run / "manifest.json").read_text(errors="replace"))
-            if isinstance(manifest, dict) and str(manifest.get("job_id", "")) == job_id:
-                out.append(run)
-                continue
-        except (OSError, ValueError):
-            pass
         start = read_events(run / "events.log").first.get("job_start") \
             if (run / "events.log").is_file() else None
         if start is not None and start.fields.get("job_id") == job_id:
-            out.append(run)
-    return out
+            recorded.append(run)
+        elif (run / f"slurm-{job_id}.out").exists():
+            output_only.append(run)
+    return recorded or output_only

@@ -1,7 +1,6 @@
 """collect_run: one run directory -> RunSummary (pure: reads files, writes nothing)."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Mapping
 from ..parse.bench import parse_result_block, read_last_record
 from ..parse.diagnose import diagnose
 from ..parse.events import read_events
+from ..rundir import read_manifest
 from .bench_result import bench_result, bench_spec
 from .job import job_info
 from .model import Pooled, RunSummary
@@ -17,14 +17,6 @@ from .replicas import summarise_replicas
 from .verdict import (diagnosis_reasons, outcome_reasons, state_verdict, validity_reasons)
 
 _RUN_ID = re.compile(r"^(?P<exp>[a-z0-9]+)-(?P<mode>.+?)-(?:[a-z0-9]+-)?\d{8}-\d{6}$")
-
-
-def read_manifest(run_dir: Path) -> dict:
-    try:
-        data = json.loads((run_dir / "manifest.json").read_text(errors="replace"))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _dig(d: Mapping, *paths):

@@ -19,14 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from jobs import Proc, Tracker, all_procs, alive, component_ids, events, final_sacct, processes_of_job  # noqa: E402,F401
-
-def slurm_env() -> dict:
-    e = dict(os.environ)
-    e.pop("SLURM_AB_SITE", None)
-    e.pop("RUN_ID", None)
-    return e
-
+from jobs import Proc, Tracker, all_procs, alive, component_ids, events, final_sacct, processes_of_job, slurm_env  # noqa: E402,F401
 
 def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_ab", *args], cwd=cwd, capture_output=True, text=True,
