@@ -20,7 +20,7 @@ def _config_options(f):
 
 
 def _sources(site, configs, sets):
-    from .experiment import Sources
+    from .sources import Sources
 
     return Sources(site, tuple(configs), tuple(sets))
 
@@ -50,7 +50,7 @@ def main():
 @_config_options
 def modes(site, configs, sets):
     """List the experiment's modes with their parallelism."""
-    from .experiment import load_tree_for
+    from .sources import load_tree_for
 
     tree = load_tree_for(_sources(site, configs, sets))
     nodes = tree["experiment"]["nodes_per_replica"]
@@ -67,7 +67,7 @@ def modes(site, configs, sets):
 @_config_options
 def dry_run(mode, run_id, site, configs, sets):
     """Print the complete job script (stdout) and a resolved summary (stderr); submit nothing."""
-    from .experiment import plan_for
+    from .sources import plan_for
     from .render import render_script, summary
 
     plan = plan_for(_sources(site, configs, sets), mode, run_id)
@@ -87,7 +87,7 @@ def render(mode, output, run_id, site, configs, sets):
 
     `sbatch results/<RUN_ID>/job.sbatch` then runs it on its own.
     """
-    from .experiment import plan_for
+    from .sources import plan_for
     from .render import render_script
     from .submit import prepare
 
@@ -113,7 +113,7 @@ def render(mode, output, run_id, site, configs, sets):
 @_config_options
 def submit(mode, run_id, wait, no_collector, site, configs, sets):
     """Submit MODE as a heterogeneous job into a new results/<RUN_ID>/."""
-    from .experiment import plan_for
+    from .sources import plan_for
     from .submit import submit as do_submit
 
     plan = plan_for(_sources(site, configs, sets), mode, run_id)

@@ -1,56 +1,179 @@
-"""The edge between user input and the model: options -> validated Experiment and JobPlan."""
+"""The experiment: frozen dataclasses (modes, benchmark, cluster, paths) built from a checked tree.
+
+Flags and environment stay ordered tuples of pairs so rendering is deterministic and the dataclasses
+hashable; nothing here knows a model name or a cluster.
+"""
 from __future__ import annotations
 
-import os
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
 
-from .config import load_tree
-from .model import Experiment
-from .plan import JobPlan, check_run_id, make_plan
-from .validate import resolve
-
-DEFAULT_SITE = "example"
+Pairs = tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
-class Sources:
-    """Where the configuration comes from (the CLI's --site, --config, --set)."""
-
-    site: str | None = None
-    configs: tuple[str, ...] = ()
-    sets: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def site_name(self) -> str:
-        return self.site or os.environ.get("SLURM_AB_SITE") or DEFAULT_SITE
+class Mode:
+    name: str
+    description: str
+    tp: int
+    pp: int
+    ep: int
+    args: Pairs = ()
 
 
-def load_tree_for(src: Sources, mode: str | None = None) -> dict:
-    return load_tree(src.site_name, src.configs, src.sets, mode)
+@dataclass(frozen=True)
+class Benchmark:
+    dataset: str
+    dataset_config: str
+    input_len: int
+    output_len: int
+    concurrency: int
+    num_prompts: int
+    backend: str
+    warmup_requests: int
+    seed: int
+    extra_args: tuple[str, ...]
+    dataset_args: tuple[str, ...]  # resolved from [datasets.<dataset>]
 
 
-def load_experiment(src: Sources, mode: str) -> Experiment:
-    return resolve(load_tree_for(src, mode), mode)
+@dataclass(frozen=True)
+class Warmup:
+    input_len: int
+    output_len: int
+    token_id: int
+    timeout_s: int
 
 
-def default_run_id(exp: Experiment, now: float | None = None) -> str:
-    return f"{exp.name}-{exp.mode.name}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(now))}"
+@dataclass(frozen=True)
+class Router:
+    policy: str
+    ready_timeout_s: int
+    ready_path: str
+    ready_field: str
+    args: Pairs
 
 
-def pick_run_id(exp: Experiment, run_id: str | None) -> str:
-    """--run-id, else $RUN_ID (as in the seed's script), else <experiment>-<mode>-<timestamp>."""
-    rid = run_id if run_id is not None else (os.environ.get("RUN_ID") or default_run_id(exp))
-    check_run_id(rid)
-    return rid
+@dataclass(frozen=True)
+class Cluster:
+    partition: str
+    account: str
+    time_limit: str
+    gpus_per_node: int
+    gpu_request: str
+    exclusive: bool
+    sbatch_extra: tuple[str, ...]
+    srun_extra: tuple[str, ...]
+    ready_timeout_s: int
+    poll_interval_s: int
+    teardown_grace_s: int
+    signal_before_limit_s: int
+    secret_env: tuple[str, ...]
 
 
-def run_dir_for(exp: Experiment, run_id: str) -> Path:
-    return (Path(exp.paths.results) / run_id).absolute()
+@dataclass(frozen=True)
+class Container:
+    image: str
+    mounts: tuple[str, ...]
+    workdir: str
+    mount_home: bool
 
 
-def plan_for(src: Sources, mode: str, run_id: str | None = None) -> JobPlan:
-    exp = load_experiment(src, mode)
-    rid = pick_run_id(exp, run_id)
-    return make_plan(exp, rid, str(run_dir_for(exp, rid)))
+@dataclass(frozen=True)
+class Paths:
+    model: str
+    draft_model: str
+    dataset: str
+    tokenizer: str
+    results: str
+
+
+@dataclass(frozen=True)
+class Commands:
+    server: tuple[str, ...]
+    router: tuple[str, ...]
+    client: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Ports:
+    server: int
+    dist_init: int
+    router: int
+    router_metrics: int
+    replica_stride: int
+    job_slots: int
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One mode of one experiment on one site, fully resolved."""
+
+    name: str
+    description: str
+    replicas: int
+    nodes_per_replica: int
+    context_length: int
+    mode: Mode
+    benchmark: Benchmark
+    warmup: Warmup
+    server_args: Pairs
+    server_env: Pairs
+    env: Pairs
+    router: Router
+    cluster: Cluster
+    container: Container
+    paths: Paths
+    commands: Commands
+    ports: Ports
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _build(cls, table: dict, **extra):
+    """Build a dataclass from a table, turning lists into tuples and tables into pairs."""
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in extra:
+            kwargs[f.name] = extra[f.name]
+            continue
+        v = table[f.name]
+        if isinstance(v, list):
+            v = tuple(v)
+        elif isinstance(v, dict):
+            v = tuple((k, tuple(x) if isinstance(x, list) else x) for k, x in v.items())
+        kwargs[f.name] = v
+    return cls(**kwargs)
+
+
+def build(tree: dict, mode_name: str) -> Experiment:
+    """Assemble the model; the tree must already be validated and its references resolved."""
+    m = tree["modes"][mode_name]
+    mode = Mode(mode_name, m.get("description", ""), m["tp"], m["pp"], m["ep"],
+                tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in m.get("args", {}).items()))
+    bench = tree["benchmark"]
+    dataset_args = tuple(str(a) for a in tree["datasets"][bench["dataset"]]["args"])
+    return Experiment(
+        name=tree["experiment"]["name"],
+        description=tree["experiment"]["description"],
+        replicas=tree["experiment"]["replicas"],
+        nodes_per_replica=tree["experiment"]["nodes_per_replica"],
+        context_length=tree["model"]["context_length"],
+        mode=mode,
+        benchmark=_build(Benchmark, bench, dataset_args=dataset_args),
+        warmup=_build(Warmup, tree["warmup"]),
+        server_args=_build_pairs(tree["server"]["args"]),
+        server_env=_build_pairs(tree["server"]["env"]),
+        env=_build_pairs(tree["env"]),
+        router=_build(Router, tree["router"]),
+        cluster=_build(Cluster, tree["cluster"]),
+        container=_build(Container, tree["container"]),
+        paths=_build(Paths, tree["paths"]),
+        commands=_build(Commands, tree["commands"]),
+        ports=_build(Ports, tree["ports"]),
+    )
+
+
+def _build_pairs(table: dict) -> Pairs:
+    return tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in table.items())

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from dataclasses import dataclass
 
-from .model import Experiment
+from .experiment import Experiment
 from .shell import Var, flag_words
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

@@ -10,7 +10,7 @@ from typing import Any
 
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
-from .model import Experiment, build
+from .experiment import Experiment, build
 
 # Flags slurm-ab writes itself from the mode and the job's hosts and ports.
 RESERVED_FLAGS = {

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ab.experiment import Sources, plan_for
+from slurm_ab.sources import Sources, plan_for
 from slurm_ab.render import render_script
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from slurm_ab.config import builtin_experiment
 from slurm_ab.errors import ConfigError, ConfigErrors
-from slurm_ab.experiment import Sources, plan_for
+from slurm_ab.sources import Sources, plan_for
 from slurm_ab.render import render_script
 
 

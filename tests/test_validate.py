@@ -2,7 +2,7 @@
 import pytest
 
 from slurm_ab.errors import ConfigError, ConfigErrors
-from slurm_ab.experiment import Sources, load_experiment, plan_for
+from slurm_ab.sources import Sources, load_experiment, plan_for
 
 
 def errors_of(mode="tp32", sets=(), site="example", configs=()):

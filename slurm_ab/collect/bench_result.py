@@ -11,7 +11,7 @@ import math
 from typing import Mapping
 
 from ..parse.bench import RecordRead, ResultBlock, agreement, latency_stats
-from .model import BenchResult, BenchSpec, Latency
+from .records import BenchResult, BenchSpec, Latency
 
 
 def _num(d: Mapping | None, key: str):

@@ -12,7 +12,7 @@ import re
 from typing import Mapping
 
 from ..parse.events import EventLog
-from .model import JobInfo
+from .records import JobInfo
 
 RUNNING_STATES = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING",
                   "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT",

@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 from ..parse.diagnose import server_log_identity
 from ..parse.events import EventLog, Warmup
 from ..parse.server_scan import DecodeAgg, Interval, ServerLogScan, scan_server_log
-from .model import ReplicaSummary
+from .records import ReplicaSummary
 
 DEFAULT_WARMUP_TOKENS = 16384
 PARALLEL_MIN_BYTES = 64 << 20        # below this, process start-up costs more than it saves

@@ -12,7 +12,7 @@ from ..parse.events import read_events
 from ..rundir import read_manifest
 from .bench_result import bench_result, bench_spec
 from .job import job_info
-from .model import Pooled, RunSummary
+from .records import Pooled, RunSummary
 from .replicas import summarise_replicas
 from .verdict import (diagnosis_reasons, outcome_reasons, state_verdict, validity_reasons)
 

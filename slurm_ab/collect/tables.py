@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from .model import Latency, RunSummary
+from .records import Latency, RunSummary
 
 MAIN_COLUMNS = ("Mode", "Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95",
                 "E2E mean / p95", "Duration", "Requests ok/total", "Accept len / rate",

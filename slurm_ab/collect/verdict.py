@@ -18,7 +18,7 @@ from typing import Sequence
 from ..parse.diagnose import ROOT_CAUSE_KINDS, Finding
 from ..parse.events import EventLog
 from .job import CANCELLED_STATES, FAILED_STATES, RUNNING_STATES, TIMEOUT_STATES
-from .model import BenchResult, JobInfo
+from .records import BenchResult, JobInfo
 
 
 def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]

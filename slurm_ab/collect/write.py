@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .model import RunSummary
+from .records import RunSummary
 from .tables import main_row, report
 
 SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
