@@ -6,47 +6,62 @@ LOCAL   ?= /var/lib/slurm-ab-local
 SET     ?=
 SETARGS  = $(foreach s,$(SET),--set $(s))
 SLURM_AB = $(PY) -m slurm_ab
+CLUSTER  = bash testbed/slurm_ab_testbed/cluster.sh
+SETUP_STAMP = build/setup.stamp
+
+# The `local` site belongs to the testbed, not to slurm-ab: tell the site loader where it lives.
+TESTBED_SITES := $(CURDIR)/testbed/sites
+export SLURM_AB_SITES := $(if $(findstring $(TESTBED_SITES),$(SLURM_AB_SITES)),$(SLURM_AB_SITES),$(TESTBED_SITES)$(if $(SLURM_AB_SITES),:$(SLURM_AB_SITES)))
 
 .PHONY: help setup install local-assets cluster-up cluster-down cluster-status test test-fast \
         dry-run render submit collect report compare demo bench-collect
 
 help:
-	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck) and Python deps"
-	@echo "make cluster-up | cluster-down start/stop the local 9-node Slurm cluster"
+	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck), slurm-ab and"
+	@echo "                               the testbed (emulator, local cluster); quick no-op when already done"
+	@echo "make cluster-up | cluster-down start/stop the local 9-node Slurm cluster (cluster-status: its state)"
 	@echo "make demo                      run the three modes on the local cluster and print the tables"
 	@echo "make dry-run MODE=tp32         print the job script (SITE=example|local|FILE)"
 	@echo "make submit MODE=tp32          submit one run (add WAIT=1 to follow it)"
 	@echo "make collect JOBID=123         collect a finished run into tables"
-	@echo "make test                      run the tests"
+	@echo "make test                      setup + cluster-up if needed, then every test (test-fast: no cluster)"
 
+# Idempotent and fast when done: testbed/setup_check.py looks (in ~0.1 s) for the tools and for
+# slurm_ab + slurm_ab_testbed installed from this checkout; the stamp is redone when a pyproject changes.
 setup:
-	bash slurm_ab/cluster/cluster.sh install
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[local,test]'
+	@$(PY) testbed/setup_check.py || rm -f $(SETUP_STAMP)
+	@$(MAKE) --no-print-directory $(SETUP_STAMP)
+
+$(SETUP_STAMP): pyproject.toml testbed/pyproject.toml
+	$(CLUSTER) install
+	$(PY) -m pip install -q -e '.[test]' -e ./testbed
 	# The real benchmark client: sglang 0.5.2 imports without torch; its GPU deps are not needed.
 	$(PY) -m pip install -q --no-deps 'sglang==0.5.2'
+	@$(PY) testbed/setup_check.py
+	@mkdir -p $(@D) && touch $@
 
 install:
 	$(PY) -m pip install -e .
 
 # Tokenizer-only model directories for the local site (generated, no download).
-local-assets:
-	$(PY) -m slurm_ab.emulator.make_model $(LOCAL)/models/Kimi-K3
-	$(PY) -m slurm_ab.emulator.make_model $(LOCAL)/models/Kimi-K3-DFlash
+local-assets: setup
+	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3
+	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3-DFlash
 
 cluster-up: local-assets
-	bash slurm_ab/cluster/cluster.sh up
+	$(CLUSTER) up
 
 cluster-down:
-	bash slurm_ab/cluster/cluster.sh down
+	$(CLUSTER) down
 
 cluster-status:
-	bash slurm_ab/cluster/cluster.sh status
+	$(CLUSTER) status
 
-test:
+# The README's test command: on a fresh machine it installs, starts the cluster, then tests.
+test: setup cluster-up
 	$(PY) -m pytest -q -ra
 
-test-fast:
+test-fast: setup
 	$(PY) -m pytest -q -m 'not slow and not cluster'
 
 dry-run:

@@ -4,11 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
+# The `local` site ships with the testbed, not with slurm-ab.
+export SLURM_AB_SITES="$PWD/testbed/sites${SLURM_AB_SITES:+:$SLURM_AB_SITES}"
 
-if ! command -v sbatch >/dev/null || ! command -v shellcheck >/dev/null \
-   || ! "$PY" -c 'import slurm_ab, sglang.bench_serving, sglang_router, submitit, pandas' 2>/dev/null; then
-  make setup PY="$PY"
-fi
+make setup PY="$PY"        # a quick no-op when already done
 make cluster-up PY="$PY"
 
 stamp=$(date +%Y%m%d-%H%M%S)

@@ -15,7 +15,7 @@ def _config_options(f):
     f = click.option("--config", "configs", multiple=True, type=click.Path(dir_okay=False),
                      help="Experiment TOML layered over the site (repeatable).")(f)
     f = click.option("--site", default=None, metavar="NAME|FILE",
-                     help="Site profile: a built-in name (example, local) or a TOML file; default $SLURM_AB_SITE or 'example'.")(f)
+                     help="Site profile: a name (built-in: example; or NAME.toml in $SLURM_AB_SITES dirs) or a TOML file; default $SLURM_AB_SITE or 'example'.")(f)
     return f
 
 
@@ -97,7 +97,7 @@ def render(mode, output, run_id, site, configs, sets):
         raise UsageError(f"{out} exists; slurm-ab does not overwrite files (choose another -o)")
     if output == "-":
         click.echo(render_script(plan), nl=False)
-    run_dir, script = prepare(plan)
+    run_dir, script, _ = prepare(plan)
     if out is not None:
         out.write_text(script)
         out.chmod(0o755)
@@ -140,7 +140,7 @@ def _find_run(ref: str) -> Path:
     return rundir.find(ref, _results_dir())
 
 
-def _job_id(run_dir: Path, ref: str) -> str:
+def _job_id(run_dir: Path) -> str:
     from . import rundir
 
     jid = rundir.job_id_of(run_dir)
@@ -154,10 +154,10 @@ def _follow_and_collect(job_id: str, run_dir: Path) -> None:
 
     state = follow(job_id, run_dir, echo=click.echo)
     click.echo(f"job {job_id} ended: {state}")
-    from .collector import collect_and_write, print_summary
+    from .collect import collect_and_write, summary_text
 
     summary, written = collect_and_write(run_dir, job_id=job_id)
-    print_summary(summary, echo=click.echo)
+    click.echo(summary_text(summary))
     click.echo(f"summary: {run_dir}/summary.md" if (run_dir / "summary.md").exists() else "no summary written")
     if summary.verdict != "ok":
         sys.exit(1)
@@ -168,7 +168,7 @@ def _follow_and_collect(job_id: str, run_dir: Path) -> None:
 def watch(run):
     """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
     run_dir = _find_run(run)
-    _follow_and_collect(_job_id(run_dir, run), run_dir)
+    _follow_and_collect(_job_id(run_dir), run_dir)
 
 
 @main.command()
@@ -180,16 +180,15 @@ def collect(run, all_samples):
     RUN is a job id, a run id or a run directory. Idempotent; raw logs are never changed; a
     running job is reported as such and nothing final is written.
     """
-    from .collector import collect_and_write, print_summary
-
     from . import rundir
+    from .collect import collect_and_write, summary_text
 
     run_dir = _find_run(run)
     if not rundir.submitted(run_dir):
         raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no events.log): "
                          f"sbatch {run_dir}/job.sbatch")
     summary, written = collect_and_write(run_dir, all_samples=all_samples)
-    print_summary(summary, echo=click.echo)
+    click.echo(summary_text(summary))
     if summary.verdict == "running":
         click.echo(f"{run_dir}: the job is still running; nothing final written")
     else:
@@ -197,8 +196,8 @@ def collect(run, all_samples):
 
 
 def _summaries(refs):
-    from .collector import collect_and_write
     from . import rundir
+    from .collect import collect_and_write
 
     dirs = [_find_run(r) for r in refs] if refs else rundir.all_runs(_results_dir())
     return [collect_and_write(d)[0] for d in dirs]
@@ -236,21 +235,10 @@ def cancel(run):
     from .slurm import scancel
 
     run_dir = _find_run(run)
-    jid = _job_id(run_dir, run)
+    jid = _job_id(run_dir)
     if not scancel(jid):
         raise UsageError(f"scancel {jid} failed")
     click.echo(f"cancelled job {jid}; evidence stays in {run_dir} (slurm-ab collect {jid})")
-
-
-@main.command()
-@click.argument("action", type=click.Choice(["up", "down", "status", "install"]))
-def cluster(action):
-    """The local emulated 9-node Slurm cluster (same as make cluster-up/down/status)."""
-    import subprocess
-
-    from .cluster import cluster_script
-
-    sys.exit(subprocess.call(["bash", str(cluster_script()), action]))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 import difflib
+import os
 import re
 import sys
 from importlib import resources
@@ -25,9 +26,13 @@ from .errors import ConfigError, ConfigErrors
 Tree = dict[str, Any]
 
 # Tables whose keys are the user's own (flag names, variable names, mode and dataset names).
-FREE_TABLES = ("server.args", "server.env", "router.args", "env", "modes", "datasets")
+FREE_TABLES = ("server.args", "server.env", "router.args", "env", "modes", "datasets", "router_profiles")
 MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict}
 DATASET_KEYS = {"args": list}
+PROFILE_KEYS = {"description": str, "command": list, "module": str, "distribution": str,
+                "ready_path": str, "ready_field": str, "args": dict}
+NAMED_TABLES = {"modes": MODE_KEYS, "datasets": DATASET_KEYS, "router_profiles": PROFILE_KEYS}
+SITES_ENV = "SLURM_AB_SITES"
 REF = re.compile(r"\{([a-z_][a-z0-9_-]*(?:\.[A-Za-z0-9_-]+)+)\}")
 
 
@@ -49,13 +54,25 @@ def builtin_sites() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files("slurm_ab.data.sites").iterdir() if p.name.endswith(".toml"))
 
 
+def site_dirs() -> list[Path]:
+    """Directories of named site files besides the built-in ones: ``$SLURM_AB_SITES``, colon-separated
+    (a cluster's shared site files; the testbed's ``local`` site)."""
+    return [Path(d) for d in os.environ.get(SITES_ENV, "").split(os.pathsep) if d]
+
+
 def site_text(site: str) -> tuple[str, str]:
-    """Return (text, origin) of a site given as a built-in name or a file path."""
+    """Return (text, origin) of a site given as a name (built-in, then ``$SLURM_AB_SITES``) or a file path."""
     if site in builtin_sites():
         return resources.files("slurm_ab.data.sites").joinpath(f"{site}.toml").read_text(), f"built-in site {site!r}"
+    if "/" not in site:
+        for d in site_dirs():
+            if (d / f"{site}.toml").is_file():
+                return (d / f"{site}.toml").read_text(), str(d / f"{site}.toml")
     path = Path(site)
     if not path.is_file():
-        raise ConfigError("--site", site, "no such built-in site or file", ", ".join(builtin_sites()) + " or a TOML file")
+        dirs = ", ".join(str(d) for d in site_dirs()) or "none, it is unset"
+        raise ConfigError("--site", site, "no such site or file",
+                          f"built-in {', '.join(builtin_sites())}; NAME.toml in ${SITES_ENV} ({dirs}); or a TOML file")
     return path.read_text(), str(path)
 
 
@@ -145,7 +162,7 @@ def check_keys(layer: Tree, defaults: Tree, origin: str) -> list[ConfigError]:
     def walk(node: Tree, ref: Tree, path: str) -> None:
         for key, value in node.items():
             full = f"{path}.{key}" if path else key
-            if path in FREE_TABLES or path.startswith("modes.") or path.startswith("datasets."):
+            if path in FREE_TABLES or path.split(".")[0] in NAMED_TABLES and "." in path:
                 errors.extend(_check_free(full, key, value, path))
                 continue
             if key not in ref:
@@ -170,7 +187,7 @@ SCALAR = (str, int, float, bool)
 
 def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError]:
     """Checks for the user-named tables: flag names, variable names, modes, datasets."""
-    if table in ("server.args", "router.args") or (table.startswith("modes.") and table.endswith(".args")):
+    if table in ("server.args", "router.args") or (table.split(".")[0] in NAMED_TABLES and table.endswith(".args")):
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", key):
             return [ConfigError(full, value, "flag name must be lower-case words joined by '-', without leading dashes")]
         if not (isinstance(value, SCALAR) or (isinstance(value, list) and all(isinstance(v, SCALAR) for v in value))):
@@ -182,12 +199,12 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             return [ConfigError(full, value, "environment value must be a string or number")]
         return []
-    if table in ("modes", "datasets"):
+    if table in NAMED_TABLES:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", key):
             return [ConfigError(full, value, "name must be letters, digits, '.', '_' or '-'")]
         if not isinstance(value, dict):
             return [ConfigError(full, value, "must be a table")]
-        spec = MODE_KEYS if table == "modes" else DATASET_KEYS
+        spec = NAMED_TABLES[table]
         errs = []
         for k, v in value.items():
             if k not in spec:
@@ -197,7 +214,7 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
                 errs.append(ConfigError(f"{full}.{k}", v, f"must be a {_type_name(spec[k])}"))
             elif k == "args" and isinstance(v, dict):
                 errs.extend(e for ak, av in v.items() for e in _check_free(f"{full}.args.{ak}", ak, av, f"{full}.args"))
-            elif k == "args" and isinstance(v, list) and not all(isinstance(a, str) for a in v):
+            elif isinstance(v, list) and not all(isinstance(a, str) for a in v):
                 errs.append(ConfigError(f"{full}.{k}", v, "must be a list of strings"))
         return errs
     return []

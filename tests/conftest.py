@@ -9,6 +9,11 @@ from slurm_ab.sources import Sources, plan_for
 from slurm_ab.render import render_script
 
 ROOT = Path(__file__).resolve().parent.parent
+# The testbed's `local` site is not shipped with slurm-ab; the site loader finds it through
+# $SLURM_AB_SITES (as with `make`), here and in every slurm-ab the tests start.
+TESTBED_SITES = ROOT / "testbed" / "sites"
+if str(TESTBED_SITES) not in os.environ.get("SLURM_AB_SITES", "").split(os.pathsep):
+    os.environ["SLURM_AB_SITES"] = os.pathsep.join(filter(None, [str(TESTBED_SITES), os.environ.get("SLURM_AB_SITES")]))
 GOLDEN = Path(__file__).parent / "golden"
 MODES = ("tp32", "pp8", "tp32-dflash")
 # Stable placeholders for golden files: fixed run id and results directory.
@@ -50,7 +55,7 @@ def cli(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def local_cluster():
     """The local Slurm cluster must be up (make cluster-up); CI brings it up before the tests."""
-    from slurm_ab.cluster import is_up
+    from slurm_ab_testbed.cluster import is_up
 
     if not is_up(min_nodes=9):
         if os.environ.get("CI"):

@@ -1,8 +1,8 @@
 """Fixtures shared by the emulator tests: a small tokenizer-only model and a process group."""
 import pytest
 
-from slurm_ab.emulator.make_model import make_model
-from slurm_ab.emulator.testing import EmuProcs
+from slurm_ab_testbed.make_model import make_model
+from slurm_ab_testbed.testing import EmuProcs
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Real-Slurm tests against the local multi-node cluster (``slurm_ab/cluster/cluster.sh up``).
+"""Real-Slurm tests against the local multi-node cluster (``testbed/slurm_ab_testbed/cluster.sh up``).
 
 Skipped when Slurm's client commands are absent or the cluster is not up. They submit real jobs:
 a 2 x 4-node heterogeneous job (node assignment, SLURM_NODEID, an --overlap step) and jobs that
@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 try:
-    from slurm_ab.cluster import cluster_script, is_up, run
+    from slurm_ab_testbed.cluster import cluster_script, is_up, run
 except ImportError:  # running from a checkout without the package installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from slurm_ab.cluster import cluster_script, is_up, run
+    from slurm_ab_testbed.cluster import cluster_script, is_up, run
 
 
 def _skip_reason() -> str | None:

@@ -99,7 +99,7 @@ def test_no_process_left(runs, mode):
     tracker = runs[mode]["tracker"]
     # the job's servers (8), router and client were all seen, and none of them remains
     cmds = " ".join(tracker.seen.values())
-    assert "slurm_ab.emulator" in cmds and "sglang.bench_serving" in cmds
+    assert "slurm_ab_testbed.emulator" in cmds and "sglang.bench_serving" in cmds
     assert "sglang::router" in cmds or "launch_router" in cmds
     assert tracker.wait_gone(30) == []
     assert wait_no_processes(_job_id(runs[mode]["run_dir"]), 30) == []

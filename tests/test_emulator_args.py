@@ -4,10 +4,10 @@ import sys
 
 import pytest
 
-from slurm_ab.emulator.cli_args import (DFLASH_PP_ERROR, SPEC_RESET_WARNING, ServerArgsError, build_parser,
+from slurm_ab_testbed.emulator.cli_args import (DFLASH_PP_ERROR, SPEC_RESET_WARNING, ServerArgsError, build_parser,
                                         parse)
-from slurm_ab.emulator.faults import Faults, FaultSpecError, parse_faults
-from slurm_ab.emulator.knobs import KnobError, read_knobs
+from slurm_ab_testbed.emulator.faults import Faults, FaultSpecError, parse_faults
+from slurm_ab_testbed.emulator.knobs import KnobError, read_knobs
 
 BASE = ["--model-path", "/m", "--tp-size", "8"]
 
@@ -81,7 +81,7 @@ def test_world_size_must_fill_the_nodes():
 
 def test_cli_exit_codes(tmp_path):
     def run(*argv):
-        return subprocess.run([sys.executable, "-m", "slurm_ab.emulator", *argv], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "slurm_ab_testbed.emulator", *argv], capture_output=True, text=True,
                               timeout=30)
     r = run("--model-path", "/m", "--pp", "2")
     assert r.returncode == 2 and "ambiguous option: --pp" in r.stderr

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from slurm_ab.emulator.make_model import make_model
-from slurm_ab.emulator.testing import EmuProcs, free_ports, http_get, wait_healthy
+from slurm_ab_testbed.make_model import make_model
+from slurm_ab_testbed.testing import EmuProcs, free_ports, http_get, wait_healthy
 
 pytest.importorskip("sglang.bench_serving")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

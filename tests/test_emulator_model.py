@@ -6,16 +6,16 @@ import sys
 
 import pytest
 
-from slurm_ab.emulator.build import build_core, plan_replica
-from slurm_ab.emulator.cli_args import parse
-from slurm_ab.emulator.costs import load_costs
-from slurm_ab.emulator.logfmt import DecodeStats, PrefillStats, decode_line, prefill_line
-from slurm_ab.emulator.make_model import make_model
-from slurm_ab.emulator.memory import plan_memory
-from slurm_ab.emulator.scheduler import EngineFault, Req
-from slurm_ab.emulator.simulate import simulate
-from slurm_ab.emulator.testing import DECODE_RE, PREFILL_RE, PREFIX, SPEC
-from slurm_ab.emulator.topology import Rank, Topology
+from slurm_ab_testbed.emulator.build import build_core, plan_replica
+from slurm_ab_testbed.emulator.cli_args import parse
+from slurm_ab_testbed.emulator.costs import load_costs
+from slurm_ab_testbed.emulator.logfmt import DecodeStats, PrefillStats, decode_line, prefill_line
+from slurm_ab_testbed.make_model import make_model
+from slurm_ab_testbed.emulator.memory import plan_memory
+from slurm_ab_testbed.emulator.scheduler import EngineFault, Req
+from slurm_ab_testbed.emulator.simulate import simulate
+from slurm_ab_testbed.testing import DECODE_RE, PREFILL_RE, PREFIX, SPEC
+from slurm_ab_testbed.emulator.topology import Rank, Topology
 
 
 
@@ -174,6 +174,6 @@ print(json.dumps([tok.vocab_size, len(tok.encode(text)), tok.encode(text) == ids
                        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == [5000, 16384, True]
-    from slurm_ab.emulator.tokenizer import EmuTokenizer
+    from slurm_ab_testbed.emulator.tokenizer import EmuTokenizer
     tok = EmuTokenizer(str(d))
     assert len(tok.encode("w10 w11 <s> w12")) == 4

@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from slurm_ab.emulator.make_model import make_model
-from slurm_ab.emulator.testing import DECODE_RE, PREFIX, EmuProcs, free_ports, http_get, wait_healthy
+from slurm_ab_testbed.make_model import make_model
+from slurm_ab_testbed.testing import DECODE_RE, PREFIX, EmuProcs, free_ports, http_get, wait_healthy
 
 
 from emu_fixtures import model_dir, procs  # noqa: F401  (shared fixtures)

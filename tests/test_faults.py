@@ -145,7 +145,7 @@ def test_replica_head_killed_mid_benchmark(job):
     j.wait_for(lambda: access_posts(j.run_dir) >= 4, 60, "4 requests through the router")
     g = 1
     head = j.hosts()[g][0]
-    victims = [p for p in j.find("slurm_ab.emulator", node=head) if p.cmd.startswith("python3 -m")]
+    victims = [p for p in j.find("slurm_ab_testbed.emulator", node=head) if p.cmd.startswith("python3 -m")]
     assert len(victims) == 1, victims
     t_kill = time.time()
     os.kill(victims[0].pid, signal.SIGKILL)
@@ -280,7 +280,7 @@ def _node_state(node: str) -> str:
 
 def _restore(node: str) -> None:
     """cluster.sh up restarts the missing slurmd and resumes the node."""
-    from slurm_ab.cluster import cluster_script
+    from slurm_ab_testbed.cluster import cluster_script
     subprocess.run(["bash", str(cluster_script()), "up"], capture_output=True, timeout=180)
     deadline = time.monotonic() + 60
     while re.match(r"(down|drain|fail|unk)|.*\*$", _node_state(node)) and time.monotonic() < deadline:
@@ -358,7 +358,7 @@ def test_slurm_ab_cancel_mid_benchmark(job, workdir):
 def test_plain_scancel_during_startup(job, workdir):
     j = job("scancel")
     j.wait_event("server_launch", replica=1)
-    j.wait_for(lambda: len([p for p in j.find("slurm_ab.emulator") if p.cmd.startswith("python3 -m")]) == 8,
+    j.wait_for(lambda: len([p for p in j.find("slurm_ab_testbed.emulator") if p.cmd.startswith("python3 -m")]) == 8,
                30, "8 server processes")
     t = time.time()
     subprocess.run(["scancel", str(j.job_id)], check=True)

@@ -40,7 +40,7 @@ def toml_list(xs) -> str:
 
 
 def local_site_text() -> str:
-    return (Path(slurm_ab.__file__).parent / "data" / "sites" / "local.toml").read_text()
+    return (Path(__file__).resolve().parents[1] / "testbed" / "sites" / "local.toml").read_text()
 
 
 # ---- run ids, job names, run directories (no cluster needed) ---------------------------------------
@@ -128,7 +128,7 @@ def recorded(tmp_path_factory, local_cluster):
     cfg.write_text("\n".join([
         "[paths]", f"model = {toml_str(str(model))}",
         "[commands]",
-        f"server = {toml_list(stub + ['python3', '-m', 'slurm_ab.emulator'])}",
+        f"server = {toml_list(stub + ['python3', '-m', 'slurm_ab_testbed.emulator'])}",
         f"router = {toml_list(stub + ['python3', '-m', 'sglang_router.launch_router'])}",
         f"client = {toml_list(stub + ['python3', '-m', 'sglang.bench_serving'])}",
         "[env]", f"SLURM_AB_NASTY = {toml_str(NASTY)}",
@@ -149,7 +149,7 @@ def recorded(tmp_path_factory, local_cluster):
 
 def _role(r: dict) -> str:
     a = r["argv"]
-    return {"slurm_ab.emulator": "server", "sglang_router.launch_router": "router",
+    return {"slurm_ab_testbed.emulator": "server", "sglang_router.launch_router": "router",
             "sglang.bench_serving": "client"}.get(a[2] if len(a) > 2 else "", "?")
 
 

@@ -85,9 +85,26 @@ def test_bad_toml_file(tmp_path):
     assert "not valid TOML" in one_error("tp32", configs=[str(cfg)])
 
 
-def test_unknown_site():
+def test_unknown_site_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_AB_SITES", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
     msg = one_error("tp32", site="nowhere")
-    assert "--site = 'nowhere'" in msg and "example, local" in msg
+    assert "--site = 'nowhere'" in msg and "built-in example" in msg
+    assert f"$SLURM_AB_SITES ({tmp_path / 'a'}, {tmp_path / 'b'})" in msg
+    monkeypatch.delenv("SLURM_AB_SITES")
+    assert "$SLURM_AB_SITES (none, it is unset)" in one_error("tp32", site="nowhere")
+
+
+def test_named_sites_come_from_slurm_ab_sites_dirs_in_order(tmp_path, monkeypatch):
+    """A cluster's shared site files (and the testbed's `local`) are found by name, first dir first."""
+    from slurm_ab.config import site_text
+
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    (tmp_path / "a" / "mine.toml").write_text("# a\n")
+    (tmp_path / "b" / "mine.toml").write_text("# b\n")
+    (tmp_path / "b" / "example.toml").write_text("# not the built-in\n")
+    monkeypatch.setenv("SLURM_AB_SITES", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    assert site_text("mine") == ("# a\n", str(tmp_path / "a" / "mine.toml"))
+    assert site_text("example")[1] == "built-in site 'example'"
 
 
 def test_unknown_reference():

@@ -1,4 +1,4 @@
-"""Helpers for the local multi-node test cluster (``slurm_ab/cluster/cluster.sh``).
+"""Helpers for the local multi-node test cluster (``testbed/slurm_ab_testbed/cluster.sh``).
 
 Kept tiny and stdlib-only: the tool and the tests import this to find the script, to check whether
 the cluster answers, and to run Slurm client commands against it.

@@ -1,6 +1,6 @@
 """Estimate a benchmark on emulated replicas in virtual time (no sleeping, no HTTP).
 
-``python3 -m slurm_ab.emulator.simulate [--replicas 2 --num-prompts 40 --concurrency 8
+``python3 -m slurm_ab_testbed.emulator.simulate [--replicas 2 --num-prompts 40 --concurrency 8
 --input-len 16384 --output-len 512] -- SGLANG FLAGS`` runs the real scheduler/cost model of each
 replica behind a round-robin client that behaves like ``bench_serving`` (closed loop with
 ``--max-concurrency``, one warm-up request first) and prints the bench-style summary at time
@@ -173,7 +173,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     sglang = argv[argv.index("--") + 1:] if "--" in argv else []
     own = argv[:argv.index("--")] if "--" in argv else argv
-    ap = argparse.ArgumentParser(prog="python3 -m slurm_ab.emulator.simulate", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m slurm_ab_testbed.emulator.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--num-prompts", type=int, default=40)
     ap.add_argument("--concurrency", type=int, default=8)

@@ -107,7 +107,7 @@ class EmuProcs:
         full_env = dict(os.environ)
         full_env.update(FAST_ENV)
         full_env.update(env or {})
-        cmd = [sys.executable, "-m", "slurm_ab.emulator", *argv] if module else list(argv)
+        cmd = [sys.executable, "-m", "slurm_ab_testbed.emulator", *argv] if module else list(argv)
         log = self.dir / f"{name}.log"
         fh = open(log, "wb")
         p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True,

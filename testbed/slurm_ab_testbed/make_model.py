@@ -1,6 +1,6 @@
 """Write a tiny local "model directory" the whole stack can load offline.
 
-``python3 -m slurm_ab.emulator.make_model DIR [--vocab-size N]`` writes a word-level tokenizer
+``python3 -m slurm_ab_testbed.make_model DIR [--vocab-size N]`` writes a word-level tokenizer
 (``w0 w1 ...``, whitespace pre-tokenizer, no normalizer) built with the ``tokenizers`` library,
 so decode -> encode round-trips exactly: bench_serving's ``random-ids`` prompts of 16384 tokens
 re-tokenize to 16384 on the server. It also writes ``tokenizer_config.json``
@@ -63,7 +63,7 @@ def files(vocab_size: int, architecture: str, model_type: str, context_length: i
             "bos_token_id": 1,
             "eos_token_id": 2,
             "pad_token_id": 3,
-            "slurm_ab_emulator": "tokenizer-only model directory written by slurm_ab.emulator.make_model",
+            "slurm_ab_emulator": "tokenizer-only model directory written by slurm_ab_testbed.make_model",
         }),
     }
 
@@ -87,7 +87,7 @@ def make_model(directory: str | os.PathLike, vocab_size: int = 32000,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m slurm_ab.emulator.make_model", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python3 -m slurm_ab_testbed.make_model", description=__doc__.split("\n\n")[0])
     ap.add_argument("dir")
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--architecture", default="KimiK3ForConditionalGeneration",

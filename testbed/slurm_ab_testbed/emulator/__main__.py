@@ -1,4 +1,4 @@
-"""``python3 -m slurm_ab.emulator [SGLang launch_server flags]``: run one emulated SGLang node."""
+"""``python3 -m slurm_ab_testbed.emulator [SGLang launch_server flags]``: run one emulated SGLang node."""
 from __future__ import annotations
 
 import sys
@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
         knobs = read_knobs()
         costs = load_costs(knobs.config_path)
     except (KnobError, CostConfigError, OSError, ValueError) as e:
-        print(f"slurm_ab.emulator: {e}", file=sys.stderr)
+        print(f"slurm_ab_testbed.emulator: {e}", file=sys.stderr)
         return 2
     try:
         resolved = parse(argv, knobs.gpus_per_node)   # argparse errors exit 2, like SGLang

@@ -1,4 +1,4 @@
-"""SGLang engine emulator: ``python3 -m slurm_ab.emulator [SGLang launch_server flags]``.
+"""SGLang engine emulator: ``python3 -m slurm_ab_testbed.emulator [SGLang launch_server flags]``.
 
 The only stand-in for the GPU engine in slurm-ab's local stack. The job script renders one SGLang
 command; on the local cluster ``python3 -m sglang.launch_server`` is replaced by this module and
@@ -52,7 +52,7 @@ Cost model (``costs.py``, defaults and per-key documentation in ``costs.toml``; 
   process SIGKILLs itself like SGLang's kill_process_tree; the in-flight request's connection drops),
   0.85 and 0.83 work (threshold ~0.854; ~0.871 without speculative decoding).
 
-``python3 -m slurm_ab.emulator.simulate -- FLAGS`` runs the same scheduler in virtual time and prints
+``python3 -m slurm_ab_testbed.emulator.simulate -- FLAGS`` runs the same scheduler in virtual time and prints
 what a benchmark would give. Defaults, 2 replicas x 4 nodes, 40 prompts 16K -> 512, C=8 (seed in
 brackets): tp32 235 s, TPOT 77 ms (238 s, 76 ms); TP4 PP8 365 s, TPOT 127 ms (370 s, 127 ms);
 tp32 + DFLASH 315 s, TPOT 96 ms, accept len 3.7 (300 s, 98 ms, 3.76).
@@ -67,6 +67,7 @@ server runs a 1-token generation, which logs ``Prefill batch ... #new-token: 1``
 Modules: ``cli_args`` (flags and rules), ``knobs``/``faults`` (environment), ``costs`` + ``costs.toml``,
 ``memory``, ``topology`` (ranks -> nodes, prefixes), ``logfmt`` (exact line formats), ``tracebacks``,
 ``tokenizer``, ``scheduler`` (pure batching state machine), ``engine`` (real-time driver), ``http_api``,
-``rendezvous`` (TCP + heartbeats), ``node`` (startup/shutdown per rank), ``build``, ``simulate``,
-``make_model`` (local tokenizer-only model dir), ``testing`` (subprocess helpers for tests).
+``rendezvous`` (TCP + heartbeats), ``node`` (startup/shutdown per rank), ``build``, ``simulate``.
+Beside it in ``slurm_ab_testbed``: ``make_model`` (tokenizer-only model dir), ``testing`` (subprocess
+helpers for tests), ``cluster`` + ``cluster.sh`` (the local Slurm cluster).
 """

@@ -22,7 +22,7 @@ class EmuTokenizer:
         if not os.path.isfile(file):
             raise TokenizerNotFound(f"Can't load tokenizer for '{path}': no tokenizer.json found "
                                     "(the emulator needs a local tokenizer; see "
-                                    "`python3 -m slurm_ab.emulator.make_model`).")
+                                    "`python3 -m slurm_ab_testbed.make_model`).")
         self.tok = Tokenizer.from_file(file)
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         special = {i for i, t in self.tok.get_added_tokens_decoder().items() if t.special}

@@ -1,0 +1,35 @@
+"""Is `make setup` done for THIS checkout? Exit 0 if so, else print what is missing and exit 1.
+
+Checks in well under a second what `make setup` leaves behind: the tools on PATH, and slurm_ab and
+slurm_ab_testbed importable from this checkout (CI clones the repo elsewhere on a machine that may
+hold an install from another checkout) with the modules the tests and the local site use.
+"""
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.pop(0)  # not testbed/: it holds slurm_ab_testbed whether installed or not
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ("sbatch", "sacct", "slurmctld", "shellcheck")
+MODULES = ("submitit", "click", "jinja2", "pandas", "tabulate", "pytest", "hypothesis",
+           "sglang", "sglang_router", "tokenizers")
+OURS = {"slurm_ab": ROOT / "slurm_ab", "slurm_ab_testbed": ROOT / "testbed" / "slurm_ab_testbed"}
+
+
+def missing() -> list[str]:
+    out = [f"{t} not on PATH" for t in TOOLS if shutil.which(t) is None]
+    for name, where in OURS.items():
+        spec = importlib.util.find_spec(name)
+        origin = Path(spec.origin).resolve().parent if spec and spec.origin else None
+        if origin != where:
+            out.append(f"{name} imports from {origin or 'nowhere'}, not {where}")
+    out += [f"python module {m} missing" for m in MODULES if importlib.util.find_spec(m) is None]
+    return out
+
+
+if __name__ == "__main__":
+    problems = missing()
+    for p in problems:
+        print(f"setup needed: {p}", file=sys.stderr)
+    sys.exit(1 if problems else 0)
