@@ -1,0 +1,145 @@
+"""A/B statistics: aggregates and deltas against independent scipy/numpy computations."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from slurm_ab import ab_stats
+from slurm_ab.ab_stats import (BETTER, INCONCLUSIVE, METRICS, SAME, WORSE, aggregate, aggregates,
+                               delta, deltas)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_aggregate_matches_the_t_interval_of_the_mean():
+    agg = aggregate([10.0, 12.0, 14.0])
+    assert agg.n == 3 and agg.mean == pytest.approx(12.0) and agg.sd == pytest.approx(2.0)
+    assert agg.cov == pytest.approx(2.0 / 12.0)
+    hw = stats.t.ppf(0.975, 2) * 2.0 / math.sqrt(3)          # 4.303 * 1.1547
+    assert hw == pytest.approx(4.9683, abs=1e-4)
+    assert (agg.ci_low, agg.ci_high) == pytest.approx((12.0 - hw, 12.0 + hw))
+    assert agg.half_width == pytest.approx(hw)
+    assert agg.to_dict()["half_width"] == pytest.approx(hw)
+
+
+def test_aggregate_of_one_pass_has_no_spread_or_interval():
+    agg = aggregate([85.99])
+    assert (agg.n, agg.mean, agg.sd, agg.cov, agg.ci_low, agg.half_width) == (1, 85.99, None, None, None, None)
+    assert aggregate([]).n == 0 and aggregate([None, float("nan")]).mean is None
+
+
+def test_aggregate_skips_missing_passes():
+    assert aggregate([1.0, None, 3.0, float("inf")]).n == 2
+
+
+def _welch_log_reference(a, b, confidence=0.95):
+    """Independent reference: Welch-Satterthwaite by hand on log values, quantile from scipy."""
+    la, lb = np.log(a), np.log(b)
+    va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(la) - 1) + vb ** 2 / (len(lb) - 1))
+    d = lb.mean() - la.mean()
+    hw = stats.t.ppf(0.5 + confidence / 2, df) * math.sqrt(va + vb)
+    return math.expm1(d - hw) * 100, math.expm1(d + hw) * 100
+
+
+def test_delta_matches_a_welch_interval_on_log_values():
+    a = [2797.64, 2751.20, 2840.02, 2810.33]
+    b = [2218.94, 2260.10, 2190.55]
+    d = delta("input_tps", a, b)
+    low, high = _welch_log_reference(np.array(a), np.array(b))
+    assert (d.ci_low_pct, d.ci_high_pct) == pytest.approx((low, high), rel=1e-9)
+    assert d.change_pct == pytest.approx((np.mean(b) / np.mean(a) - 1) * 100)
+    assert (d.n_a, d.n_b) == (4, 3)
+    assert d.ci_high_pct < 0 and d.verdict == WORSE           # throughput fell
+
+
+def test_direction_of_each_metric():
+    up = ([100.0, 101.0, 99.0], [110.0, 111.0, 109.0])
+    down = (up[1], up[0])
+    assert delta("output_tps", *up).verdict == BETTER
+    assert delta("output_tps", *down).verdict == WORSE
+    assert delta("tpot_mean_ms", *up).verdict == WORSE        # latency up: worse
+    assert delta("tpot_mean_ms", *down).verdict == BETTER
+    assert delta("accept_len", *up).verdict == BETTER
+    assert delta("custom", *up, better="lower").verdict == WORSE
+    with pytest.raises(ValueError, match="unknown metric"):
+        delta("custom", *up)
+    with pytest.raises(ValueError, match="better must be"):
+        delta("custom", *up, better="up")
+    assert {m.name: m.better for m in METRICS}["duration_s"] == "lower"
+
+
+def test_overlapping_samples_are_no_significant_difference():
+    d = delta("output_tps", [100.0, 103.0, 97.0], [101.0, 98.0, 104.0])
+    assert d.ci_low_pct < 0 < d.ci_high_pct and d.verdict == SAME
+
+
+def test_one_pass_per_side_is_inconclusive_with_the_point_change():
+    d = delta("duration_s", [238.18], [300.30])
+    assert d.verdict == INCONCLUSIVE == "inconclusive (n=1)"
+    assert d.change_pct == pytest.approx(26.08, abs=0.005)    # the seed's +26.08%
+    assert d.ci_low_pct is None and d.ci_high_pct is None
+    assert delta("duration_s", [238.18, 240.0], [300.30]).verdict == INCONCLUSIVE
+
+
+def test_a_side_without_values_has_no_verdict():
+    d = delta("accept_len", [None, None], [3.76, 3.70])
+    assert d.a_mean is None and d.change_pct is None and d.verdict is None and d.n_a == 0
+
+
+def test_identical_passes_give_a_point_interval():
+    d = delta("output_tps", [80.0, 80.0], [84.0, 84.0])
+    assert d.ci_low_pct == pytest.approx(5.0) and d.ci_high_pct == pytest.approx(5.0)
+    assert d.verdict == BETTER
+    assert delta("output_tps", [80.0, 80.0], [80.0, 80.0]).verdict == SAME
+
+
+def test_non_positive_values_fall_back_to_the_difference_of_means():
+    a, b = [0.0, 1.0, 2.0], [3.0, 4.0, 5.0]
+    d = delta("ttft_mean_s", a, b)
+    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    assert (d.ci_low_pct, d.ci_high_pct) == pytest.approx((ci.low * 100, ci.high * 100))
+    assert d.verdict == WORSE
+
+
+def test_json_of_a_delta_has_exactly_the_documented_keys():
+    d = delta("output_tps", [85.99, 86.5], [68.2, 67.9])
+    keys = ["metric", "a_mean", "b_mean", "change_pct", "ci_low_pct", "ci_high_pct", "n_a", "n_b",
+            "verdict"]
+    assert list(d.to_dict()) == keys
+    assert json.loads(json.dumps(d.to_dict()))["verdict"] == WORSE
+
+
+def test_deltas_and_aggregates_over_rows():
+    a_rows = [{"output_tps": 86.0, "tpot_mean_ms": 76.0}, {"output_tps": 85.0, "tpot_mean_ms": 75.5}]
+    b_rows = [{"output_tps": 68.0, "tpot_mean_ms": 98.0}, {"output_tps": 69.0, "tpot_mean_ms": 99.0}]
+    out = {d.metric: d for d in deltas(a_rows, b_rows)}
+    assert [d.metric for d in deltas(a_rows, b_rows)] == [m.name for m in METRICS]
+    assert out["output_tps"].verdict == WORSE and out["tpot_mean_ms"].verdict == WORSE
+    assert out["accept_len"].verdict is None
+    aggs = aggregates(a_rows)
+    assert aggs["output_tps"].mean == pytest.approx(85.5) and aggs["ttft_mean_s"].n == 0
+
+
+def test_interval_is_95_percent_by_default_and_widens_with_confidence():
+    a, b = [100.0, 102.0, 98.0, 101.0], [104.0, 107.0, 103.0, 106.0]
+    d95, d99 = delta("output_tps", a, b), delta("output_tps", a, b, confidence=0.99)
+    assert d99.ci_low_pct < d95.ci_low_pct < d95.ci_high_pct < d99.ci_high_pct
+    assert ab_stats.CONFIDENCE == 0.95
+
+
+def test_importing_ab_stats_and_dry_run_import_no_scipy_or_numpy():
+    code = ("import sys, slurm_ab.ab_stats\n"
+            "from slurm_ab.cli import main\n"
+            "try:\n    main(['dry-run', 'tp32'])\nexcept SystemExit:\n    pass\n"
+            "heavy = [m for m in ('scipy', 'numpy', 'pandas') if m in sys.modules]\n"
+            "print('HEAVY', heavy, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "HEAVY []" in r.stderr, r.stderr[-2000:]
