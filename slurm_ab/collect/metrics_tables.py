@@ -1,0 +1,96 @@
+"""The server-metrics table (summary.md, report) and columns (summary.csv/json), beside the
+decode-log figures: counter-based vs log-based acceptance, window counters, gauge peaks."""
+from __future__ import annotations
+
+from .server_metrics import ServerMetrics
+
+HEADERS = ("replica", "accept len log / counters", "diff", "accept rate log / counters",
+           "gen tokens", "verify calls", "running peak / mean", "queued peak / mean",
+           "KV usage peak", "retracted peak", "requests router / counter / access log")
+
+
+def _f(x, fmt: str = ".2f") -> str:
+    return "-" if x is None else f"{x:{fmt}}"
+
+
+def _g(x) -> str:
+    return "-" if x is None else f"{x:g}"
+
+
+def metrics_rows(sm: ServerMetrics, log_rates: dict) -> list[list[str]]:
+    rows = []
+    for r in sm.replicas:
+        rows.append([
+            str(r.replica), f"{_f(r.log_accept_len)} / {_f(r.accept_len)}",
+            "-" if r.diff_pct is None else f"{r.diff_pct:+.1f}%",
+            f"{_f(log_rates.get(r.replica), '.3f')} / {_f(r.accept_rate, '.3f')}",
+            _g(r.gen_tokens), _g(r.verify_calls),
+            f"{_g(r.running_peak)} / {_f(r.running_mean, '.1f')}",
+            f"{_g(r.queued_peak)} / {_f(r.queued_mean, '.1f')}", _f(r.kv_usage_peak),
+            _g(r.retracted_peak),
+            f"{_g(r.router_requests)} / {_g(r.requests if r.exposed else None)} / "
+            f"{_g(r.access_requests)}"])
+    p = sm.pooled
+    rows.append(["pooled", f"{_f(p.log_accept_len)} / {_f(p.accept_len)}",
+                 "-" if p.diff_pct is None else f"{p.diff_pct:+.1f}%",
+                 f"{_f(log_rates.get('pooled'), '.3f')} / {_f(p.accept_rate, '.3f')}",
+                 _g(p.gen_tokens), _g(p.verify_calls), f"{_g(p.running_peak)} / -",
+                 f"{_g(p.queued_peak)} / -", _f(p.kv_usage_peak), _g(p.retracted_peak),
+                 f"- / {_g(p.requests)} / -"])
+    return rows
+
+
+def metrics_md(summary) -> str:
+    """The '## Server metrics' section of summary.md ('' without metrics)."""
+    sm = getattr(summary, "server_metrics", None)
+    if sm is None or not sm.available:
+        return ""
+    from tabulate import tabulate
+    rates = {r.replica: r.accept_rate for r in summary.replicas}
+    rates["pooled"] = summary.accept.accept_rate
+    lines = ["## Server metrics (/metrics counters over the benchmark window)", "",
+             tabulate(metrics_rows(sm, rates), headers=HEADERS, tablefmt="github",
+                      disable_numparse=True), "",
+             "Accept len from counters = delta sglang:generation_tokens_total / delta "
+             "sglang:spec_verify_calls_total (token-weighted); from the log = mean of the "
+             "'Decode batch' samples (docs/metrics.md).", ""]
+    if sm.checks:
+        lines += ["Checks:", ""] + [f"- {c}" for c in sm.checks] + [""]
+    return "\n".join(lines)
+
+
+def report_md(summaries) -> str:
+    """One pooled server-metrics row per run, below the main table ('' when no run has any)."""
+    have = [s for s in summaries if getattr(s, "server_metrics", None) is not None
+            and s.server_metrics.available]
+    if not have:
+        return ""
+    from tabulate import tabulate
+    rows = []
+    for s in have:
+        p = s.server_metrics.pooled
+        rows.append([s.run_id, s.mode or "-",
+                     f"{_f(p.log_accept_len)} / {_f(p.accept_len)}",
+                     "-" if p.diff_pct is None else f"{p.diff_pct:+.1f}%",
+                     _g(p.running_peak), _g(p.queued_peak), _f(p.kv_usage_peak),
+                     _g(p.retracted_peak)])
+    return "\n" + tabulate(rows, headers=["Run", "Mode", "Accept len log / counters", "diff",
+                                          "Running peak", "Queued peak", "KV usage peak",
+                                          "Retracted peak"],
+                           tablefmt="github", disable_numparse=True) + "\n"
+
+
+def metrics_columns(summary) -> dict:
+    """Extra numeric columns of summary.csv/json (None without metrics)."""
+    sm = getattr(summary, "server_metrics", None)
+    p = sm.pooled if sm is not None and sm.available else None
+
+    def g(attr):
+        return getattr(p, attr) if p is not None else None
+    return {
+        "accept_len_counters": g("accept_len"), "accept_rate_counters": g("accept_rate"),
+        "accept_len_diff_pct": g("diff_pct"), "gen_tokens_window": g("gen_tokens"),
+        "verify_calls_window": g("verify_calls"), "running_peak": g("running_peak"),
+        "queued_peak": g("queued_peak"), "kv_usage_peak": g("kv_usage_peak"),
+        "retracted_peak": g("retracted_peak"),
+    }
