@@ -1,37 +1,16 @@
+"""Fixtures for every test; plain helpers are the package tests/helpers/ (``helpers.X``)."""
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from slurm_ab.sources import Sources, plan_for
-from slurm_ab.render import render_script
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # The testbed's `local` site is not shipped with slurm-ab; the site loader finds it through
 # $SLURM_AB_SITES (as with `make`), here and in every slurm-ab the tests start.
 TESTBED_SITES = ROOT / "testbed" / "sites"
 if str(TESTBED_SITES) not in os.environ.get("SLURM_AB_SITES", "").split(os.pathsep):
     os.environ["SLURM_AB_SITES"] = os.pathsep.join(filter(None, [str(TESTBED_SITES), os.environ.get("SLURM_AB_SITES")]))
-GOLDEN = Path(__file__).parent / "golden"
-MODES = ("tp32", "pp8", "tp32-dflash")
-# Stable placeholders for golden files: fixed run id and results directory.
-GOLDEN_SETS = ("paths.results=/results",)
-GOLDEN_RUN_ID = "RUN-ID"
-
-
-def render(mode: str, site: str = "example", sets=(), run_id: str = GOLDEN_RUN_ID, configs=()) -> str:
-    src = Sources(site, tuple(configs), GOLDEN_SETS + tuple(sets))
-    return render_script(plan_for(src, mode, run_id))
-
-
-def shellcheck(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["shellcheck", "-x", str(path)], capture_output=True, text=True)
-
-
-requires_shellcheck = pytest.mark.skipif(shutil.which("shellcheck") is None and not os.environ.get("CI"),
-                                         reason="shellcheck not installed (CI installs it)")
 
 
 @pytest.fixture
@@ -62,4 +41,24 @@ def local_cluster():
             pytest.fail("the local Slurm cluster is not up in CI (make cluster-up)")
         pytest.skip("local Slurm cluster not up (make cluster-up)")
     if not Path("/var/lib/slurm-ab-local/models/Kimi-K3/tokenizer.json").exists():
+        if os.environ.get("CI"):
+            pytest.fail("local model assets missing in CI (make cluster-up makes them)")
         pytest.skip("local model assets missing (make local-assets)")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A small tokenizer-only model directory for the emulator."""
+    from slurm_ab_testbed.make_model import make_model
+
+    return str(make_model(tmp_path_factory.mktemp("model") / "m", vocab_size=4000))
+
+
+@pytest.fixture
+def procs(tmp_path):
+    """A group of emulator (or other) processes with logs under tmp_path, all ended afterwards."""
+    from slurm_ab_testbed.testing import EmuProcs
+
+    ep = EmuProcs(str(tmp_path / "logs"))
+    yield ep
+    ep.close()

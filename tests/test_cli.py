@@ -3,7 +3,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def test_dry_run_prints_script_and_summary(cli):

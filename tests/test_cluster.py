@@ -8,18 +8,13 @@ complete, fail and get cancelled, then check what sacct (slurmdbd + MariaDB) rec
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-try:
-    from slurm_ab_testbed.cluster import cluster_script, is_up, run
-except ImportError:  # running from a checkout without the package installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from slurm_ab_testbed.cluster import cluster_script, is_up, run
+from slurm_ab_testbed.cluster import cluster_script, is_up, run
 
 
 def _skip_reason() -> str | None:

@@ -6,8 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "collect"))
-from rundir_builder import build_run  # noqa: E402
+from helpers.rundir_builder import build_run
 
 from slurm_ab.collect import find_run_dirs  # noqa: E402
 

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "collect"))
-from rundir_builder import (TP32, TP32_DFLASH, RunSpec, build_run,  # noqa: E402
+from helpers.rundir_builder import (TP32, TP32_DFLASH, RunSpec, build_run,
                             make_requests)
 
 from slurm_ab.collect import collect_run, compare, compare_rows, main_row, report  # noqa: E402

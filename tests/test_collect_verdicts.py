@@ -1,13 +1,11 @@
 """Every broken run gets a verdict and a readable reason, never a traceback."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "collect"))
-from rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run  # noqa: E402
+from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run
 
 from slurm_ab.collect import collect_run, main_row, report  # noqa: E402
 from slurm_ab.collect.write import write_summary  # noqa: E402

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs import events, final_sacct, run_tracked, slurm_ab, wait_no_processes
+from helpers.jobs import events, final_sacct, run_tracked, slurm_ab, wait_no_processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

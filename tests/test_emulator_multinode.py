@@ -11,7 +11,6 @@ from slurm_ab_testbed.make_model import make_model
 from slurm_ab_testbed.testing import DECODE_RE, PREFIX, EmuProcs, free_ports, http_get, wait_healthy
 
 
-from emu_fixtures import model_dir, procs  # noqa: F401  (shared fixtures)
 
 
 def replica(procs, model_dir, layout=("--tp-size", "16"), nnodes=2, env=None, hosts=None, extra=()):

@@ -14,7 +14,6 @@ ACCESS_RE = re.compile(r'^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?\] IN
                        r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/1\.1" (?P<code>\d{3}) ')
 
 
-from emu_fixtures import model_dir, procs  # noqa: F401  (shared fixtures)
 
 
 def start(procs, model_dir, extra=(), env=None, name="node"):

@@ -4,7 +4,7 @@ Every scenario runs one real heterogeneous job (2 replicas x 4 nodes, the emulat
 SGLang, the real router and client) through ``slurm-ab submit --wait``, injects its fault, and
 checks: how long from the fault to the job's end, the Slurm state, what the verdict says, that
 the evidence is still there, and that no process of the job is left on any node (tracked by the
-job's SLURM_JOB_ID marker and by the job's own slurmstepd daemons, see stubs/jobdrive.py).
+job's SLURM_JOB_ID marker and by the job's own slurmstepd daemons, see helpers/jobdrive.py).
 
 Measured times are printed as 'MEASURE <scenario>: ...' (pytest -rA shows them).
 """
@@ -15,15 +15,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "stubs"))
-from jobdrive import Job, Tracker, access_posts, cli, processes_of_job, wait_cluster_idle  # noqa: E402
+from helpers.jobdrive import Job, Tracker, access_posts, cli, processes_of_job, wait_cluster_idle
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)")
 # Short scenarios: the emulator's clock at 0.02 (start-up ~6 s, the benchmark ~13 s on 2 cores).
@@ -438,8 +436,7 @@ def test_next_job_on_the_same_nodes_is_undisturbed(job):
 
 # ---- the collector rules behind these verdicts (no cluster: built run directories) ------------------
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "collect"))
-from rundir_builder import RunSpec, build_run  # noqa: E402
+from helpers.rundir_builder import RunSpec, build_run  # noqa: E402
 
 from slurm_ab.collect import collect_run  # noqa: E402
 

@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from conftest import render
+from helpers.scripts import render
 
 NASTY = [
     "/models/Kimi K3",
@@ -27,7 +27,6 @@ def _array(text: str, name: str) -> list[str]:
 
 @pytest.mark.parametrize("path", NASTY)
 def test_model_path_is_one_literal_word(path, tmp_path):
-    import tomllib  # noqa: F401  (py>=3.11 in CI; tomli elsewhere)
     cfg = tmp_path / "site.toml"
     # TOML basic string with escapes for the nasty characters
     esc = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

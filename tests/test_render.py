@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import GOLDEN, MODES, render, requires_shellcheck, shellcheck
+from helpers.scripts import GOLDEN, MODES, render, shellcheck
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -98,7 +98,6 @@ def test_bash_syntax(tmp_path, mode):
     assert r.returncode == 0, r.stderr
 
 
-@requires_shellcheck
 @pytest.mark.parametrize("mode,site", [(m, "example") for m in MODES] + [("tp32", "local")])
 def test_shellcheck_clean(tmp_path, mode, site):
     p = tmp_path / f"{mode}.sbatch"

@@ -1,6 +1,6 @@
 """Bad input (issue 5): shell safety proven on the cluster, run directories, secrets.
 
-One real job runs every step's command through a recording stub (stubs/record_exec.py: argv and
+One real job runs every step's command through a recording stub (tests/stubs/record_exec.py: argv and
 environment as JSON, then exec of the real program), with the model directory at a path made of
 spaces, quotes, $(...), backticks, ';', glob characters and a newline, the same text in
 environment values and in extra flags of the server, the router and the client, and a secret
@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import json
 import secrets
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "stubs"))
-from jobdrive import Job, cli as run_cli  # noqa: E402
-
-import slurm_ab  # noqa: E402
+from helpers.jobdrive import Job, cli as run_cli
 
 STUB = Path(__file__).parent / "stubs" / "record_exec.py"
 MODEL = Path("/var/lib/slurm-ab-local/models/Kimi-K3")

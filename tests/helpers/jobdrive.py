@@ -1,6 +1,6 @@
 """Drive one real job on the local cluster and track every process it starts.
 
-``tests/jobs.processes_of_job`` finds a job's processes by the SLURM_JOB_ID marker in their
+``helpers.jobs.processes_of_job`` finds a job's processes by the SLURM_JOB_ID marker in their
 environment. Programs that rename themselves (setproctitle: sglang-router shows up as
 ``sglang::router``) overwrite that environment block, so the marker alone misses them. Here every
 snapshot also takes the descendants of the job's own ``slurmstepd: [<component id>.<step>]``
@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from jobs import Proc, Tracker, all_procs, alive, component_ids, events, final_sacct, processes_of_job, slurm_env  # noqa: E402,F401
+from .jobs import Proc, Tracker, all_procs, alive, component_ids, events, final_sacct, processes_of_job, slurm_env  # noqa: F401
 
 def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_ab", *args], cwd=cwd, capture_output=True, text=True,
