@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 from .cli_args import ServerArgs
 from .costs import CostModel, Costs, Layout
 from .memory import MemoryPlan, plan_memory
+from .noise import Noise
 from .scheduler import SchedConfig, SchedulerCore
 
 
@@ -42,5 +43,7 @@ def plan_replica(args: ServerArgs, costs: Costs, gpus_per_node: int, log_version
 
 
 def build_core(rep: Replica, sample_ids: Callable[[random.Random, int], list[int]],
-               emit: Callable[[str], None], seed: int, oom_first_user_prefill: bool = False) -> SchedulerCore:
-    return SchedulerCore(rep.config, rep.model, rep.memory, sample_ids, emit, seed, oom_first_user_prefill)
+               emit: Callable[[str], None], seed: int, oom_first_user_prefill: bool = False,
+               noise: Optional[Noise] = None) -> SchedulerCore:
+    return SchedulerCore(rep.config, rep.model, rep.memory, sample_ids, emit, seed, oom_first_user_prefill,
+                         noise)

@@ -18,6 +18,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from .noise import NoiseConfig
+
 DEFAULTS_PATH = Path(__file__).with_name("costs.toml")
 
 
@@ -92,10 +94,11 @@ class Costs:
     decode: Decode
     speculative: Speculative
     memory: Memory
+    noise: NoiseConfig
 
 
 _SECTIONS = {"startup": Startup, "prefill": Prefill, "decode": Decode, "speculative": Speculative,
-             "memory": Memory}
+             "memory": Memory, "noise": NoiseConfig}
 
 
 def _merge(base: dict, override: dict, where: str = "") -> dict:

@@ -32,6 +32,7 @@ from .topology import Rank, Topology
 from .tracebacks import SIGQUIT, load_crash_traceback, oom_traceback, peer_lost_traceback, \
     scheduler_crash_traceback
 from .memory import oom_message
+from .noise import Noise, launch_seed
 
 DEFAULT_DIST_TIMEOUT = 600
 LOSS_GRACE = 0.3  # a peer vanishing during a job-wide SIGTERM is not a crash
@@ -248,7 +249,8 @@ class Node:
             return 0
         self._log_scheduler_ready()
         seed = k.seed if k.seed is not None else (a.random_seed or 0)
-        core = build_core(self.replica, tok.output_ids, self.emit_stats, seed, k.faults.oom_first_prefill)
+        noise = Noise(self.costs.noise, launch_seed(seed, os.environ, a.port))
+        core = build_core(self.replica, tok.output_ids, self.emit_stats, seed, k.faults.oom_first_prefill, noise)
         self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests)
         model_info = {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
         self.app = App(a, k, tok, self.engine, self.sink, self.replica, model_info, self.context_len)

@@ -19,6 +19,8 @@ from typing import Callable, Optional, Protocol
 from .costs import CostModel
 from .logfmt import DecodeStats, PrefillStats, decode_line, prefill_line
 from .memory import MemoryPlan
+from .metrics import MetricsState
+from .noise import Noise
 
 
 class EngineFault(Exception):
@@ -40,6 +42,7 @@ class Req:
     input_len: int
     max_new_tokens: int
     kind: str = "user"                 # "user" | "warmup" (SGLang's own) | "health"
+    streaming: bool = False            # /metrics' is_streaming label
     arrival: float = 0.0
     listener: Optional[Listener] = None
     seed: int = 0
@@ -97,8 +100,10 @@ class Counters:
 class SchedulerCore:
     def __init__(self, cfg: SchedConfig, model: CostModel, memory: MemoryPlan,
                  sample_ids: Callable[[random.Random, int], list[int]],
-                 emit: Callable[[str], None], seed: int = 0, oom_first_user_prefill: bool = False):
+                 emit: Callable[[str], None], seed: int = 0, oom_first_user_prefill: bool = False,
+                 noise: Optional[Noise] = None):
         self.cfg = cfg
+        self.noise = noise
         self.model = model
         self.memory = memory
         self.sample_ids = sample_ids
@@ -109,6 +114,7 @@ class SchedulerCore:
         self.running: list[Req] = []
         self.chunked: Optional[Req] = None
         self.counters = Counters()
+        self.metrics = MetricsState()      # /metrics, fed by the same events as the log lines
         self.workspace_allocated = False
         self.force_oom = oom_first_user_prefill
         self._last_kind: Optional[str] = None
@@ -169,6 +175,10 @@ class SchedulerCore:
             fwd = Forward("decode", [], batch, self.model.decode_time(len(batch), ctx, self.rng))
         if fwd is not None:
             self._drained = self._drained and fwd.kind != "prefill"
+            if self.noise is not None:
+                fwd.duration *= self.noise.forward_factor(now)
+                if fwd.kind == "prefill":
+                    fwd.duration += self.noise.prefill_stall_s(len(self.waiting) + len(self.running))
         return fwd
 
     def _plan_prefill(self, now: float) -> Optional[Forward]:
@@ -232,11 +242,17 @@ class SchedulerCore:
             queue_req=len(self.waiting), pending_token=max(0, pending), cuda_graph=False,
             input_throughput=throughput)
         self.emit(prefill_line(self.cfg.log_version, stats))
+        self.metrics.on_report(num_running_reqs=stats.running_req, num_queue_reqs=stats.queue_req,
+                               token_usage=stats.token_usage, full_token_usage=stats.token_usage,
+                               num_used_tokens=used, kv_used_tokens=used,
+                               kv_available_tokens=max(0, self.cfg.max_total_num_tokens - used))
 
     # ---- completion ----------------------------------------------------------------------------
     def complete(self, fwd: Forward, now: float) -> None:
         """Apply a finished forward: emit tokens to listeners, log stats. May raise EngineFault."""
         self._last_kind = fwd.kind
+        if self.noise is not None:
+            self.noise.forward_done(now)
         if fwd.kind == "prefill":
             self._complete_prefill(fwd, now)
         else:
@@ -259,6 +275,7 @@ class SchedulerCore:
                 continue
             if req.kind != "health":
                 self.counters.prompt_tokens += req.input_len
+                self.metrics.prefill_input_tokens += req.input_len
             if req.max_new_tokens <= 0:
                 self._finish(req, [], now)
                 continue
@@ -316,7 +333,23 @@ class SchedulerCore:
             accepted_tokens=self._win_accepted if spec else None, verify_ct=self._win_verify if spec else None,
             num_draft_tokens=self.cfg.num_draft_tokens if spec else None)
         self.emit(decode_line(self.cfg.log_version, stats))
+        self._report_decode(stats, ctx)
         self._win_start, self._win_tokens, self._win_accepted, self._win_verify = now, 0, 0, 0
+
+    def _report_decode(self, stats: DecodeStats, ctx: int) -> None:
+        """The Decode batch line's figures as /metrics gauges (SGLang's log_stats)."""
+        g = dict(num_running_reqs=stats.running_req, num_queue_reqs=stats.queue_req,
+                 token_usage=stats.token_usage, full_token_usage=stats.token_usage,
+                 gen_throughput=stats.gen_throughput, num_used_tokens=ctx, kv_used_tokens=ctx,
+                 kv_available_tokens=max(0, self.cfg.max_total_num_tokens - ctx),
+                 decode_sum_seq_lens=ctx, is_cuda_graph=1.0 if stats.cuda_graph else 0.0)
+        if stats.verify_ct:
+            n = stats.num_draft_tokens or 1
+            g.update(spec_accept_length=stats.accepted_tokens / stats.verify_ct,
+                     spec_accept_rate=(stats.accepted_tokens - stats.verify_ct)
+                     / (stats.verify_ct * (n - 1)) if n > 1 else 0.0,
+                     spec_num_draft_tokens=n, spec_num_steps=1)
+        self.metrics.on_report(**g)
 
     def _notify(self, req: Req, ids: list[int], now: float) -> None:
         if req.listener is not None:
@@ -327,6 +360,10 @@ class SchedulerCore:
         if req.kind != "health":
             self.counters.num_requests += 1
             self.counters.generation_tokens += len(req.output_ids)
+            n = len(req.output_ids)
+            first = req.first_token_time
+            self.metrics.on_finish(req.streaming, req.input_len, n, req.verify_ct, now - req.arrival,
+                                   (now - first) / (n - 1) if first is not None and n > 1 else None)
         if req.kind == "user":
             self.counters.finished_user += 1
         if req.listener is not None:

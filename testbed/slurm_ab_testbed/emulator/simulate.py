@@ -18,6 +18,7 @@ from typing import Optional
 from .build import build_core, plan_replica
 from .cli_args import parse
 from .costs import load_costs
+from .noise import Noise
 from .scheduler import Req
 
 
@@ -63,7 +64,8 @@ class _Track:
 def simulate(sglang_argv: list[str], replicas: int = 2, num_prompts: int = 40, concurrency: int = 8,
              input_len: int = 16384, output_len: int = 512, replica_warmup: bool = True,
              bench_warmup: bool = True, config_path: Optional[str] = None, gpus_per_node: int = 8,
-             seed: int = 1) -> Result:
+             seed: int = 1, noise_seed: Optional[int] = None) -> Result:
+    """One benchmark in virtual time. `noise_seed`: apply costs.toml's [noise] (one launch per replica); None: no noise."""
     argv = list(sglang_argv)
     if "--nnodes" not in argv:
         argv += ["--nnodes", str(_nnodes(argv, gpus_per_node))]
@@ -77,7 +79,9 @@ def simulate(sglang_argv: list[str], replicas: int = 2, num_prompts: int = 40, c
     def emit_for(i):
         return lambda body: decode_lines.append(body) if body.startswith("Decode") else None
 
-    cores = [build_core(rep, lambda rng, n: [7] * n, emit_for(i), seed + i) for i in range(replicas)]
+    noises = [None if noise_seed is None else Noise(costs.noise, noise_seed * 1000 + i) for i in range(replicas)]
+    cores = [build_core(rep, lambda rng, n: [7] * n, emit_for(i), seed + i, noise=noises[i])
+             for i in range(replicas)]
     busy: list[Optional[tuple[float, object]]] = [None] * replicas
     now = 0.0
     n_sent = [0]
