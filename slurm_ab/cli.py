@@ -57,8 +57,12 @@ def modes(site, configs, sets):
     reps = tree["experiment"]["replicas"]
     for name, m in tree["modes"].items():
         extra = ", ".join(f"{k}={v}" for k, v in m.get("args", {}).items())
-        click.echo(f"{name:<16} {reps} x TP{m.get('tp')}/PP{m.get('pp')}/EP{m.get('ep')} on {nodes} nodes"
-                   f"  {m.get('description', '')}{'  [' + extra + ']' if extra else ''}")
+        par = f"{reps} x TP{m.get('tp')}/PP{m.get('pp')}/EP{m.get('ep')}"
+        desc = m.get("description", "")
+        # the description usually starts with the parallelism ("2 x TP32/PP1/EP4 + DFlash"):
+        # print it once
+        head = desc if desc.startswith(par) else f"{par}  {desc}".rstrip()
+        click.echo(f"{name:<16} {head}, {nodes} nodes per replica{'  [' + extra + ']' if extra else ''}")
 
 
 @main.command("dry-run")
@@ -87,8 +91,9 @@ def render(mode, output, run_id, site, configs, sets):
 
     `sbatch results/<RUN_ID>/job.sbatch` then runs it on its own.
     """
-    from .sources import plan_for
+    from . import rundir
     from .render import render_script
+    from .sources import plan_for
     from .submit import prepare
 
     plan = plan_for(_sources(site, configs, sets), mode, run_id)
@@ -101,8 +106,9 @@ def render(mode, output, run_id, site, configs, sets):
     if out is not None:
         out.write_text(script)
         out.chmod(0o755)
-    click.echo(f"wrote {run_dir}/job.sbatch{' and ' + str(out) if out else ''} (run {plan.run_id}); "
-               f"submit with: sbatch {run_dir}/job.sbatch", err=True)
+    script_path = rundir.Layout(run_dir).job_script
+    click.echo(f"wrote {script_path}{' and ' + str(out) if out else ''} (run {plan.run_id}); "
+               f"submit with: sbatch {script_path}", err=True)
 
 
 @main.command()
@@ -150,6 +156,7 @@ def _job_id(run_dir: Path) -> str:
 
 
 def _follow_and_collect(job_id: str, run_dir: Path) -> None:
+    from . import rundir
     from .watch import follow
 
     state = follow(job_id, run_dir, echo=click.echo)
@@ -158,7 +165,8 @@ def _follow_and_collect(job_id: str, run_dir: Path) -> None:
 
     summary, written = collect_and_write(run_dir, job_id=job_id)
     click.echo(summary_text(summary))
-    click.echo(f"summary: {run_dir}/summary.md" if (run_dir / "summary.md").exists() else "no summary written")
+    md = rundir.Layout(run_dir).summary("summary.md")
+    click.echo(f"summary: {md}" if md.exists() else "no summary written")
     if summary.verdict != "ok":
         sys.exit(1)
 
@@ -186,7 +194,7 @@ def collect(run, all_samples):
     run_dir = _find_run(run)
     if not rundir.submitted(run_dir):
         raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no events.log): "
-                         f"sbatch {run_dir}/job.sbatch")
+                         f"sbatch {rundir.Layout(run_dir).job_script}")
     summary, written = collect_and_write(run_dir, all_samples=all_samples)
     click.echo(summary_text(summary))
     if summary.verdict == "running":

@@ -1,4 +1,5 @@
-"""Thin wrappers over Slurm's commands (sacct, squeue, scancel); every call is bounded in time."""
+"""Thin wrappers over Slurm's commands (sacct, squeue, scancel), every call bounded in time, and
+the one list of Slurm job states."""
 from __future__ import annotations
 
 import shutil
@@ -59,4 +60,41 @@ def scancel(job_id: str, signal: str | None = None) -> bool:
     return _run(cmd) is not None
 
 
-ACTIVE = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"}
+# ---- job states --------------------------------------------------------------------------------
+# Every state of squeue(1) "JOB STATE CODES" (Slurm 22.05), in one place: watch follows a job while
+# it is active, the collector's verdict reads the terminal ones. sacct prints the same names, with
+# a suffix at times ("CANCELLED by 1000", "CANCELLED+"): see base_state.
+PENDING_STATES = frozenset({
+    "PENDING",          # awaiting resource allocation
+    "REQUEUED",         # completing job is being requeued
+    "REQUEUE_HOLD",     # held job is being requeued
+    "REQUEUE_FED",      # being requeued by a federation
+    "RESV_DEL_HOLD",    # held after its reservation was deleted
+})
+RUNNING_STATES = frozenset({
+    "RUNNING",          # has an allocation
+    "CONFIGURING",      # allocated, nodes not ready yet (booting)
+    "COMPLETING",       # some processes on some nodes may still be active
+    "RESIZING",         # about to change size
+    "SUSPENDED",        # allocation kept, execution suspended
+    "STOPPED",          # allocation kept, execution stopped with SIGSTOP
+    "SIGNALING",        # being signaled
+    "STAGE_OUT",        # staging out files
+})
+ACTIVE_STATES = PENDING_STATES | RUNNING_STATES
+COMPLETED_STATES = frozenset({"COMPLETED"})
+CANCELLED_STATES = frozenset({"CANCELLED", "PREEMPTED", "REVOKED"})
+TIMEOUT_STATES = frozenset({"TIMEOUT", "DEADLINE"})
+FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "SPECIAL_EXIT"})
+TERMINAL_STATES = COMPLETED_STATES | CANCELLED_STATES | TIMEOUT_STATES | FAILED_STATES
+
+
+def base_state(raw: str | None) -> str | None:
+    """The state's name: 'CANCELLED by 1000' -> 'CANCELLED', 'CANCELLED+' -> 'CANCELLED'."""
+    words = str(raw or "").split()
+    return words[0].rstrip("+").upper() or None if words else None
+
+
+def is_active(state: str | None) -> bool:
+    """The job is queued or holds (or is about to hold) an allocation: it has not ended."""
+    return base_state(state) in ACTIVE_STATES

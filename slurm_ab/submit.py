@@ -5,17 +5,17 @@ Side effects live here (files, sbatch); everything before it is pure.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import platform
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import __version__, rundir
+from .rundir import Layout, Manifest
 from .errors import ConfigError, UsageError
 from .plan import JobPlan
 from .render import render_script
@@ -58,24 +58,24 @@ def versions() -> dict:
     }
 
 
-def manifest(plan: JobPlan, job_id: str | None, collector: str | None) -> dict:
+def manifest(plan: JobPlan) -> Manifest:
+    """The manifest of a prepared run (no job id yet)."""
     e = plan.exp
-    return {
-        "run_id": plan.run_id,
-        "experiment": e.name,
-        "mode": e.mode.name,
-        "mode_description": e.mode.description,
-        "job_id": job_id,
-        "collector_job_id": collector,
-        "job_name": plan.job_name,
-        "run_dir": plan.run_dir,
-        "components": [{"het_group": r.index, "replica": r.index, "nodes": r.nodes} for r in plan.replicas],
-        "submitted_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "submitted_by": getpass.getuser(),
-        "submit_host": socket.gethostname(),
-        "versions": versions(),
-        "config": e.to_dict(),  # secret values are never part of it: only their names
-    }
+    return Manifest(
+        run_id=plan.run_id,
+        experiment=e.name,
+        mode=e.mode.name,
+        mode_description=e.mode.description,
+        job_name=plan.job_name,
+        run_dir=plan.run_dir,
+        components=tuple({"het_group": r.index, "replica": r.index, "nodes": r.nodes}
+                         for r in plan.replicas),
+        submitted_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        submitted_by=getpass.getuser(),
+        submit_host=socket.gethostname(),
+        versions=versions(),
+        config=e.to_dict(),  # secret values are never part of it: only their names
+    )
 
 
 def check_secrets(plan: JobPlan) -> None:
@@ -85,30 +85,32 @@ def check_secrets(plan: JobPlan) -> None:
                           f"not set in your environment: {', '.join(missing)}", "export them before submitting")
 
 
-def prepare(plan: JobPlan) -> tuple[Path, str]:
+def prepare(plan: JobPlan) -> tuple[Path, str, Manifest]:
     """Create the run directory with the exact script and a manifest, ready for `sbatch job.sbatch`
     (Slurm opens the job's output file there before the script runs)."""
     run_dir = rundir.create(Path(plan.run_dir))
     script = render_script(plan)
-    rundir.write_new(run_dir / "job.sbatch", script, 0o755)
-    rundir.write_atomic(run_dir / "manifest.json", json.dumps(manifest(plan, None, None), indent=2) + "\n")
-    return run_dir, script
+    rundir.write_new(Layout(run_dir).job_script, script, 0o755)
+    m = manifest(plan)
+    rundir.write_manifest(run_dir, m)
+    return run_dir, script, m
 
 
 def submit(plan: JobPlan, *, collector: bool = True) -> Submitted:
     from .hetjob import HetSlurmExecutor
 
     check_secrets(plan)
-    run_dir, script = prepare(plan)
-    executor = HetSlurmExecutor(folder=run_dir / "submitit")
+    run_dir, script, m = prepare(plan)
+    lay = Layout(run_dir)
+    executor = HetSlurmExecutor(folder=lay.submitit)
     try:
         job = executor.submit_script(script)
     except Exception as e:  # sbatch refused: keep the directory as evidence, say why
         msg = str(e).strip().splitlines()
-        (run_dir / "submit-error.txt").write_text(str(e) + "\n")
-        raise UsageError(f"sbatch refused the job: {msg[-1] if msg else e} (details in {run_dir}/submit-error.txt)") from None
+        lay.submit_error.write_text(str(e) + "\n")
+        raise UsageError(f"sbatch refused the job: {msg[-1] if msg else e} (details in {lay.submit_error})") from None
     collector_id = submit_collector(plan, job.job_id, run_dir) if collector else None
-    rundir.write_atomic(run_dir / "manifest.json", json.dumps(manifest(plan, job.job_id, collector_id), indent=2) + "\n")
+    rundir.write_manifest(run_dir, replace(m, job_id=str(job.job_id), collector_job_id=collector_id))
     return Submitted(job.job_id, run_dir, collector_id)
 
 
@@ -116,9 +118,9 @@ def submit_collector(plan: JobPlan, job_id: str, run_dir: Path) -> str | None:
     """A one-node job after the experiment (afterany), so the tables exist without a manual step."""
     import submitit
 
-    from .collect_job import collect_after_job
+    from .collect.chained import collect_after_job
 
-    ex = submitit.SlurmExecutor(folder=run_dir / "submitit", max_num_timeout=0)
+    ex = submitit.SlurmExecutor(folder=Layout(run_dir).submitit, max_num_timeout=0)
     c = plan.exp.cluster
     params = dict(partition=c.partition, time=10, nodes=1, ntasks_per_node=1,
                   job_name=f"ab-collect-{plan.run_id}", use_srun=False,

@@ -5,13 +5,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .slurm import ACTIVE, squeue_state
+from .rundir import Layout
+from .slurm import base_state, is_active, squeue_state
 
 
 def _events_file(run_dir: Path, job_id: str) -> Path:
     # A re-submitted script writes beside its original directory (see the job script).
     alt = run_dir.with_name(f"{run_dir.name}-job{job_id}")
-    return (alt if alt.is_dir() else run_dir) / "events.log"
+    return Layout(alt if alt.is_dir() else run_dir).events
 
 
 def _settle(job_id: str, events: Path, timeout_s: float = 30.0) -> None:
@@ -34,7 +35,7 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
     """Block until the job ends; echo each new event line; return the final Slurm state."""
     from .hetjob import HetSlurmJob
 
-    job = HetSlurmJob(folder=run_dir / "submitit", job_id=job_id)
+    job = HetSlurmJob(folder=Layout(run_dir).submitit, job_id=job_id)
     start = time.monotonic()
     offset = 0
     last_state = None
@@ -54,8 +55,8 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
         if state != last_state:
             echo(f"job {job_id}: {state}")
             last_state = state
-        base = state.split()[0] if state else "UNKNOWN"
-        if base not in ACTIVE and base != "UNKNOWN":
+        base = base_state(state) or "UNKNOWN"   # UNKNOWN: submitit has no sacct row yet
+        if not is_active(base) and base != "UNKNOWN":
             _settle(job_id, ev)
             return base
         if base == "UNKNOWN" and time.monotonic() - start > 30 and squeue_state(job_id) is None:

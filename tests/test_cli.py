@@ -63,6 +63,9 @@ def test_modes_lists_parallelism(cli):
     code, out, _ = cli("modes")
     assert code == 0
     assert "tp32             2 x TP32/PP1/EP4" in out and "2 x TP4/PP8/EP4" in out
+    for line in out.splitlines():   # the parallelism once per mode, not again in the description
+        assert line.count(" x TP") == 1, line
+    assert "tp32-dflash      2 x TP32/PP1/EP4 + DFlash, 4 nodes per replica  [" in out
 
 
 def test_help_does_not_import_heavy_libraries():

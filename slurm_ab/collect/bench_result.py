@@ -107,10 +107,11 @@ def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
         errors=errors), notes
 
 
-def bench_spec(rec: Mapping | None, block: ResultBlock | None, manifest: Mapping | None
+def bench_spec(rec: Mapping | None, block: ResultBlock | None, benchmark: Mapping | None
                ) -> BenchSpec:
-    """The benchmark's definition: manifest (resolved config) first, then the client's record."""
-    bm = _manifest_benchmark(manifest)
+    """The benchmark's definition: the manifest's [benchmark] table (resolved config) first, then
+    the client's record."""
+    bm = dict(benchmark or {})
     rec = rec or {}
     blk = block.values if block else {}
     dataset = bm.get("dataset") or rec.get("dataset_name")
@@ -137,16 +138,3 @@ def _int(v) -> int | None:
     except (TypeError, ValueError):
         return None
 
-
-def _manifest_benchmark(manifest: Mapping | None) -> dict:
-    """The [benchmark] table wherever the manifest keeps it."""
-    if not isinstance(manifest, Mapping):
-        return {}
-    for path in (("benchmark",), ("config", "benchmark"), ("resolved", "benchmark"),
-                 ("experiment", "benchmark")):
-        node = manifest
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        if isinstance(node, Mapping):
-            return dict(node)
-    return {}

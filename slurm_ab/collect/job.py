@@ -1,10 +1,9 @@
-"""Slurm job facts from an injected sacct dict (the CLI runs sacct; this stays pure).
+"""Slurm job facts from an injected sacct dict (collect.slurm_facts runs sacct; this stays pure).
 
-Accepted shape (keys case-insensitive, all optional):
+The dict (keys case-insensitive, all optional), as collect.slurm_facts builds it:
     {"job_id": "123", "state": "COMPLETED", "elapsed": "00:05:12" | 312, "exit_code": "0:0",
      "node_lists": {"0": "node[01-04]", "1": ["node05", ...]}}
-or {"rows": [{"JobID": "123+0", "State": ..., "Elapsed": ..., "NodeList": ...}, ...]} as parsed
-from `sacct -P -o JobID,State,Elapsed,ExitCode,NodeList`; het component N gives replica N.
+het component N gives replica N.
 """
 from __future__ import annotations
 
@@ -12,22 +11,8 @@ import re
 from typing import Mapping
 
 from ..parse.events import EventLog
+from ..slurm import base_state
 from .records import JobInfo
-
-RUNNING_STATES = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING",
-                  "COMPLETING", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT",
-                  "STOPPED"}
-CANCELLED_STATES = {"CANCELLED", "PREEMPTED", "REVOKED"}
-TIMEOUT_STATES = {"TIMEOUT", "DEADLINE"}
-FAILED_STATES = {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "SPECIAL_EXIT"}
-
-
-def normalise_state(raw: str | None) -> str | None:
-    """'CANCELLED by 1000' -> 'CANCELLED'; 'CANCELLED+' -> 'CANCELLED'."""
-    if not raw:
-        return None
-    word = str(raw).strip().split()[0].rstrip("+").upper() if str(raw).strip() else ""
-    return word or None
 
 
 def parse_elapsed(value) -> float | None:
@@ -79,41 +64,23 @@ def _hosts(value) -> list[str]:
     return expand_hostlist(str(value)) if value else []
 
 
-def job_info(sacct: Mapping | None, events: EventLog, manifest: Mapping | None = None) -> JobInfo:
-    """Merge sacct facts with what the job recorded (job id, hosts per replica)."""
-    job_id = state_raw = exit_code = None
-    elapsed = None
+def job_info(sacct: Mapping | None, events: EventLog, job_id: str | None = None) -> JobInfo:
+    """Merge sacct facts with what the run recorded: its job id (rundir.identify) and the hosts
+    of each replica (events.log)."""
+    state_raw = exit_code = elapsed = None
     nodes: dict[str, list[str]] = {}
     source = "none"
     if sacct:
         source = "sacct"
-        rows = _get(sacct, "rows")
-        if isinstance(rows, list) and rows:
-            main = rows[0]
-            for row in rows:
-                jid = str(_get(row, "JobID", "job_id") or "")
-                m = re.fullmatch(r"(\d+)\+(\d+)", jid)
-                if m and _get(row, "NodeList", "nodes"):
-                    nodes[m.group(2)] = _hosts(_get(row, "NodeList", "nodes"))
-            job_id = str(_get(main, "JobID", "job_id") or "").split("+")[0] or None
-            state_raw = _get(main, "State", "state")
-            elapsed = parse_elapsed(_get(main, "Elapsed", "elapsed"))
-            exit_code = _get(main, "ExitCode", "exit_code")
         job_id = str(_get(sacct, "job_id", "jobid") or job_id or "") or None
-        state_raw = _get(sacct, "state") or state_raw
-        elapsed = parse_elapsed(_get(sacct, "elapsed", "elapsed_s")) if \
-            _get(sacct, "elapsed", "elapsed_s") is not None else elapsed
-        exit_code = _get(sacct, "exit_code", "exitcode") or exit_code
+        state_raw = _get(sacct, "state")
+        elapsed = parse_elapsed(_get(sacct, "elapsed", "elapsed_s"))
+        exit_code = _get(sacct, "exit_code", "exitcode")
         lists = _get(sacct, "node_lists", "nodes", "nodelist")
         if isinstance(lists, Mapping):
             nodes.update({str(k): _hosts(v) for k, v in lists.items()})
-    if not job_id:
-        start = events.first.get("job_start")
-        job_id = start.fields.get("job_id") if start else None
-        if not job_id and manifest:
-            job_id = str(_get(manifest, "job_id", "jobid") or "") or None
     for g, hosts in events.hosts().items():
         nodes.setdefault(str(g), hosts)
-    return JobInfo(job_id, normalise_state(state_raw), str(state_raw) if state_raw else None,
+    return JobInfo(job_id or None, base_state(state_raw), str(state_raw) if state_raw else None,
                    elapsed, str(exit_code) if exit_code is not None else None,
                    {k: nodes[k] for k in sorted(nodes, key=lambda x: (len(x), x))}, source)

@@ -1,63 +1,42 @@
 """collect_run: one run directory -> RunSummary (pure: reads files, writes nothing)."""
 from __future__ import annotations
 
-import re
 from dataclasses import asdict
 from pathlib import Path
 from typing import Mapping
 
+from .. import rundir
 from ..parse.bench import parse_result_block, read_last_record
 from ..parse.diagnose import diagnose
 from ..parse.events import read_events
-from ..rundir import read_manifest
 from .bench_result import bench_result, bench_spec
 from .job import job_info
 from .records import Pooled, RunSummary
 from .replicas import summarise_replicas
 from .verdict import (diagnosis_reasons, outcome_reasons, state_verdict, validity_reasons)
 
-_RUN_ID = re.compile(r"^(?P<exp>[a-z0-9]+)-(?P<mode>.+?)-(?:[a-z0-9]+-)?\d{8}-\d{6}$")
-
-
-def _dig(d: Mapping, *paths):
-    for path in paths:
-        node = d
-        for key in path:
-            node = node.get(key) if isinstance(node, Mapping) else None
-        if node not in (None, ""):
-            return node
-    return None
-
-
 def collect_run(run_dir: str | Path, *, all_samples: bool = False,
                 sacct: Mapping | None = None, workers: int | None = None) -> RunSummary:
-    """Summarise one run directory (layout in docs/design.md).
+    """Summarise one run directory (layout in rundir.Layout).
 
     sacct: Slurm facts from the caller (see collect.job); None when unknown.
     all_samples: count decode samples of the whole log instead of the benchmark window.
     workers: processes for scanning server logs (None: automatic, 1: in-process).
     """
     run_dir = Path(run_dir)
-    manifest = read_manifest(run_dir)
-    events = read_events(run_dir / "events.log")
-    job = job_info(sacct, events, manifest)
-    start_ev = events.first.get("job_start")
-    run_id = str(_dig(manifest, ("run_id",)) or (start_ev.fields.get("run_id") if start_ev
-                                                   else None) or run_dir.name)
-    m = _RUN_ID.match(run_id)
-    mode = _dig(manifest, ("mode",), ("config", "mode")) or \
-        (start_ev.fields.get("mode") if start_ev else None) or (m.group("mode") if m else None)
-    label = _dig(manifest, ("description",), ("mode_description",), ("label",),
-                 ("config", "modes", str(mode), "description"),
-                 ("modes", str(mode), "description"))
+    lay = rundir.Layout(run_dir)
+    manifest = rundir.read_manifest(run_dir) or rundir.Manifest()
+    who = rundir.identify(run_dir, manifest)
+    events = read_events(lay.events)
+    job = job_info(sacct, events, who.job_id)
     notes: list[str] = []
     if events.bad_lines:
         notes.append(f"events.log: {len(events.bad_lines)} unreadable line(s)")
 
     # ---- benchmark numbers -------------------------------------------------------------
-    read = read_last_record(run_dir / "bench.jsonl")
-    block = parse_result_block(run_dir / "logs" / "client.log")
-    spec = bench_spec(read.record, block, manifest)
+    read = read_last_record(lay.bench_jsonl)
+    block = parse_result_block(lay.client_log)
+    spec = bench_spec(read.record, block, manifest.benchmark)
     bench, bnotes = bench_result(read, block, spec)
     notes += bnotes
     has_result = bench.source is not None
@@ -65,14 +44,10 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
     # ---- replicas ----------------------------------------------------------------------
     window = events.bench_window()
     replica_ids = set(events.replicas())
-    n = _dig(manifest, ("replicas",), ("experiment", "replicas"), ("config", "experiment",
-                                                                   "replicas"))
-    if isinstance(n, int):
-        replica_ids |= set(range(n))
-    warm_tokens = _dig(manifest, ("warmup", "input_len"), ("config", "warmup", "input_len"))
+    if manifest.replicas is not None:
+        replica_ids |= set(range(manifest.replicas))
     reps = summarise_replicas(run_dir, replica_ids, events, window, all_samples=all_samples,
-                              node_lists=job.node_lists,
-                              warmup_tokens=warm_tokens if isinstance(warm_tokens, int) else None,
+                              node_lists=job.node_lists, warmup_tokens=manifest.warmup_input_len,
                               workers=workers)
     if not reps:
         reps = summarise_replicas(run_dir, {0, 1}, events, window, all_samples=all_samples,
@@ -87,7 +62,7 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
         accept_rate=sum(r.primary.accept_rate_sum for r in reps) / rate_n if rate_n else None)
 
     # ---- verdict -----------------------------------------------------------------------
-    slurm_out = sorted(run_dir.glob("slurm-*.out"))
+    slurm_out = lay.slurm_outs()
     slurm_lines = diagnose(slurm_out, root=run_dir) if job.state is None else []
     verdict, reasons = state_verdict(job, events, slurm_lines)
     findings = []
@@ -102,10 +77,8 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)
                     if r not in reasons]
     if verdict in ("failed", "cancelled", "timeout"):
-        logs = run_dir / "logs"
-        files = slurm_out + (sorted(logs.glob("server-r*-n*.log")) + [logs / "router.log",
-                                                                       logs / "client.log"]
-                             if logs.is_dir() else [])
+        files = slurm_out + (lay.server_logs() + [lay.router_log, lay.client_log]
+                             if lay.logs.is_dir() else [])
         findings = diagnose(files, root=run_dir)
         diag = diagnosis_reasons(findings, job.node_lists, events) + \
             stalled_replica_reasons(run_dir, events, job.node_lists)
@@ -118,7 +91,7 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
         notes += problems
 
     return RunSummary(
-        run_id=run_id, mode=str(mode) if mode else None, label=str(label) if label else None,
+        run_id=who.run_id, mode=who.mode, label=manifest.mode_description,
         job=job, spec=spec, bench=bench, replicas=replicas, accept=accept,
         window=tuple(t.isoformat(sep=" ", timespec="milliseconds") if t else None
                      for t in (window or (None, None))),
@@ -160,7 +133,7 @@ def stalled_replica_reasons(run_dir: Path, events, node_lists: dict) -> list[str
         if e.fields.get("kind") not in ("not_ready", "warmup_failed"):
             continue
         for g in (x for x in ids.split(",") if x.strip().isdigit()):
-            path = run_dir / "logs" / f"server-r{int(g)}-n0.log"
+            path = rundir.Layout(run_dir).server_log(int(g), 0)
             line = _last_line(path)
             hosts = node_lists.get(str(int(g))) or []
             where = f"replica {int(g)} node rank 0" + (f" ({hosts[0]})" if hosts else "")
@@ -187,4 +160,4 @@ def _last_line(path: Path, tail: int = 16384) -> str | None:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-__all__ = ["collect_run", "read_manifest"]
+__all__ = ["collect_run"]

@@ -17,7 +17,7 @@ from typing import Sequence
 
 from ..parse.diagnose import ROOT_CAUSE_KINDS, Finding
 from ..parse.events import EventLog
-from .job import CANCELLED_STATES, FAILED_STATES, RUNNING_STATES, TIMEOUT_STATES
+from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
 from .records import BenchResult, JobInfo
 
 
@@ -26,7 +26,7 @@ def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
     """Verdict decided by the job's state alone (None: the job completed or looks completed)."""
     state, raw = job.state, job.state_raw
     kinds = {f.kind for f in slurm_lines}
-    if state in RUNNING_STATES:
+    if state in ACTIVE_STATES:
         return "running", [f"job is {raw} (Slurm)"]
     if state in CANCELLED_STATES:
         return "cancelled", [f"job {raw} (Slurm)"]

@@ -8,37 +8,11 @@ never opened for writing. A running job gets nothing (its numbers are not final)
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from ..rundir import SUMMARY_FILES, Layout, write_atomic
 from .records import RunSummary
 from .tables import main_row, report
-
-SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
-
-
-def _atomic_write(path: Path, text: str) -> bool:
-    data = text.encode()
-    try:
-        if path.read_bytes() == data:
-            return False
-    except OSError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return True
 
 
 def render_json(s: RunSummary) -> str:
@@ -82,10 +56,10 @@ def write_summary(s: RunSummary, run_dir: str | Path) -> list[Path]:
     """Write the three summary files; return those that changed ([] for a running job)."""
     if s.verdict == "running":
         return []
-    run_dir = Path(run_dir)
+    lay = Layout(Path(run_dir))
     texts = {"summary.json": render_json(s), "summary.csv": report([s], "csv"),
              "summary.md": render_md(s)}
-    return [run_dir / n for n, t in texts.items() if _atomic_write(run_dir / n, t)]
+    return [lay.summary(n) for n, t in texts.items() if write_atomic(lay.summary(n), t)]
 
 
 __all__ = ["write_summary", "render_json", "render_md", "SUMMARY_FILES", "main_row"]

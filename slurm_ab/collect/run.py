@@ -1,0 +1,42 @@
+"""Collect one run end to end: Slurm's facts + the run directory -> summary files.
+
+``collect_and_write`` is what `slurm-ab collect`, `submit --wait` and the chained collector job
+(collect.chained) call; all three give the same files. Raw logs are only read.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .. import rundir
+from .records import RunSummary
+from .slurm_facts import slurm_facts
+from .summary import collect_run
+from .write import write_summary
+
+
+def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool = True,
+                      all_samples: bool = False) -> tuple[RunSummary, list[Path]]:
+    """Collect one run; write summary.json/csv/md unless the job is still running.
+
+    Returns the summary and the summary files that changed. final=False skips asking Slurm.
+    """
+    jid = job_id or rundir.job_id_of(run_dir)
+    facts = slurm_facts(str(jid) if jid else None) if final else None
+    summary = collect_run(run_dir, all_samples=all_samples, sacct=facts)
+    written = write_summary(summary, run_dir)
+    rundir.record_nodes(run_dir, dict(summary.job.node_lists or {}))
+    return summary, written
+
+
+def summary_text(summary: RunSummary) -> str:
+    """What the CLI prints after collecting: the run's row, its verdict and reasons, acceptance."""
+    from .tables import report
+
+    lines = [report([summary], "md"), f"verdict: {summary.verdict}"]
+    lines += [f"  - {r}" for r in summary.reasons]
+    if summary.accept and summary.accept.samples:
+        lines.append(f"accept length {summary.accept.accept_len:.2f}, rate "
+                     f"{summary.accept.accept_rate or 0:.3f} over {summary.accept.samples} decode "
+                     f"samples of both replicas "
+                     f"({'whole logs' if summary.all_samples else 'benchmark window only'})")
+    return "\n".join(lines)
