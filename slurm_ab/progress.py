@@ -1,0 +1,312 @@
+"""Live progress of a running job, from the files it writes (never from its servers).
+
+Each poll opens a file, reads what was appended since the last poll, and closes it again, so the
+job's files are never held open; only whole lines are consumed (a half-written last line is read
+next time). Sources:
+
+- phase: events.log (job_start, server_launch/ready per replica, warmup_*, router_*,
+  bench_start/bench_end, fail, job_end); before job_start the job is queued;
+- requests: bench_serving 0.5.2 prints nothing while it runs (--disable-tqdm) and writes
+  bench.jsonl only at the end, so the live source is node rank 0's uvicorn access lines: one per
+  generation POST, logged on arrival. While requests remain to be sent the client keeps exactly C
+  in flight (its semaphore refills at once), so done = arrived - C; once all have arrived, done =
+  total - (running + queued) of each replica's latest Decode/Prefill sample; bench_end = all done.
+- output tok/s: the sum over replicas of the latest decode sample's gen throughput (if it is
+  recent); req/s = done / time since bench_start; ETA = remaining / req/s.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, TextIO
+
+from .parse.events import Event, parse_event_line
+from .parse.server_log import parse_access_line, parse_batch_line
+
+_SERVER0 = re.compile(r"server-r(\d+)-n0\.log$")
+RECENT_S = 10.0
+
+
+class _Tail:
+    """Whole lines appended to a file since the last read (open-read-close each time)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+
+    def read(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        return data[:end].decode("utf-8", "replace").splitlines()
+
+
+@dataclass
+class _Replica:
+    arrivals: list = field(default_factory=list)    # times of generation POSTs (all)
+    last_sample: object = None                      # latest Decode/Prefill BatchSample
+    last_decode: object = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    phase: str
+    state: str | None = None
+    total: int | None = None
+    done: int | None = None
+    arrived: int | None = None
+    elapsed_s: float | None = None          # since job_start (else since watching began)
+    bench_s: float | None = None            # since bench_start
+    req_per_s: float | None = None
+    out_tok_per_s: float | None = None
+    eta_s: float | None = None
+    source: str = "server access logs"
+    finished: bool = False
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(round(s))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
+
+
+def describe(s: Snapshot) -> str:
+    """One plain line: '[01:23] benchmark pass 1 of 1: 24/40 requests, 2.90 req/s, ...'."""
+    parts = [f"[{_fmt_s(s.elapsed_s)}] {s.phase}"]
+    if s.total is not None and s.done is not None:
+        parts.append(f": {s.done}/{s.total} requests")
+        if s.req_per_s is not None:
+            parts.append(f", {s.req_per_s:.2f} req/s")
+        if s.out_tok_per_s is not None:
+            parts.append(f", {s.out_tok_per_s:.0f} out tok/s")
+        if s.eta_s is not None and not s.finished:
+            parts.append(f", ETA {_fmt_s(s.eta_s)}")
+    return "".join(parts)
+
+
+class Tracker:
+    """Follows one run directory; poll() returns a Snapshot."""
+
+    def __init__(self, run_dir: str | Path, *, total: int | None = None, passes: int | None = None,
+                 concurrency: int | None = None, clock: Callable[[], float] = time.time):
+        self.run_dir = Path(run_dir)
+        self.clock = clock
+        self.started_watching = clock()
+        cfg = _manifest_benchmark(self.run_dir)
+        self.total = total if total is not None else _int(cfg.get("num_prompts"))
+        self.passes = passes if passes is not None else (_int(cfg.get("passes")) or _int(cfg.get("repeats")) or 1)
+        self.concurrency = concurrency if concurrency is not None else _int(cfg.get("concurrency"))
+        self.events: list[Event] = []
+        self._ev_tail = _Tail(self.run_dir / "events.log")
+        self._tails: dict[int, _Tail] = {}
+        self.replicas: dict[int, _Replica] = {}
+        self._floor = (None, 0)                   # (bench_start line, highest done so far)
+
+    # -- reading ----------------------------------------------------------------------------------
+    def _read(self) -> None:
+        for no, text in enumerate(self._ev_tail.read(), len(self.events) + 1):
+            ev = parse_event_line(text, no)
+            if ev is not None:
+                self.events.append(ev)
+        logs = self.run_dir / "logs"
+        for p in (sorted(logs.glob("server-r*-n0.log")) if logs.is_dir() else []):
+            m = _SERVER0.search(p.name)
+            if m and int(m.group(1)) not in self._tails:
+                self._tails[int(m.group(1))] = _Tail(p)
+        for g, tail in self._tails.items():
+            rep = self.replicas.setdefault(g, _Replica())
+            for line in tail.read():
+                if '"POST ' in line:
+                    a = parse_access_line(line)
+                    if a is not None and a.is_generation and a.status == 200 and a.ts is not None:
+                        rep.arrivals.append(a.ts)
+                elif " batch" in line:
+                    s = parse_batch_line(line)
+                    if s is not None and s.ts is not None:
+                        rep.last_sample = s
+                        if s.kind == "Decode":
+                            rep.last_decode = s
+
+    # -- deriving ---------------------------------------------------------------------------------
+    def _named(self, name: str) -> list[Event]:
+        return [e for e in self.events if e.name == name]
+
+    def _phase(self, state: str | None) -> tuple[str, Event | None, bool]:
+        """(phase text, the running pass's bench_start or None, benchmark finished)."""
+        names = {e.name for e in self.events}
+        starts, ends = self._named("bench_start"), self._named("bench_end")
+        fails = self._named("fail")
+        if "job_end" in names or "teardown" in names:
+            if fails:
+                return f"failed ({fails[0].fields.get('kind', '?')}), collecting", None, False
+            return "collecting", None, bool(ends)
+        if fails:
+            return f"failing ({fails[0].fields.get('kind', '?')}): tearing down", None, False
+        if starts:
+            k = len(starts)
+            if len(ends) < k:
+                return f"benchmark pass {k} of {max(self.passes, k)}", starts[-1], False
+            return (f"benchmark pass {k} of {max(self.passes, k)} done", None, True)
+        if "router_launch" in names:
+            return "router", None, False
+        warm = {e.get_int("replica") for e in self._named("warmup_start")}
+        warm_done = {e.get_int("replica") for e in self._named("warmup_done")}
+        if warm - warm_done:
+            return "warm-up replica " + ",".join(str(g) for g in sorted(warm - warm_done)), None, False
+        launched = {e.get_int("replica") for e in self._named("server_launch")}
+        ready = {e.get_int("replica") for e in self._named("ready")}
+        if launched - ready:
+            return "loading replica " + ",".join(str(g) for g in sorted(launched - ready)), None, False
+        if launched:
+            return "warm-up", None, False
+        if "job_start" in names:
+            return "preflight", None, False
+        if state and state.split()[0] in ("PENDING", "CONFIGURING", "REQUEUED"):
+            return "queued", None, False
+        return ("queued" if not state or state.startswith(("UNKNOWN", "PENDING")) else state.lower()), None, False
+
+    def poll(self, state: str | None = None) -> Snapshot:
+        self._read()
+        now = self.clock()
+        js, je = self._named("job_start"), self._named("job_end")
+        elapsed = (je[-1].epoch if je else now) - (js[0].epoch if js else self.started_watching)
+        phase, bstart, bench_done = self._phase(state)
+        if bstart is None:
+            if bench_done and self.total:
+                last = self._named("bench_start")[-1]
+                end = next((e for e in self._named("bench_end") if e.line > last.line), None)
+                dur = (end.epoch - last.epoch) if end else None
+                return Snapshot(phase, state, self.total, self.total, None, elapsed, dur,
+                                self.total / dur if dur else None, None, 0.0, finished=True)
+            return Snapshot(phase, state, self.total, 0 if self.total and not bench_done else None,
+                            None, elapsed)
+        bench_s = now - bstart.epoch
+        arrived = sum(1 for r in self.replicas.values() for t in r.arrivals
+                      if bstart.local is None or t >= bstart.local)
+        # estimates only rise within a pass (a stale decode sample must not take requests back)
+        done = self._done(arrived, bstart.local)
+        if self._floor[0] == bstart.line:
+            done = max(done, self._floor[1])
+        self._floor = (bstart.line, done)
+        rate = done / bench_s if bench_s > 0 and done else None
+        tok = None
+        recent = [r.last_decode for r in self.replicas.values() if r.last_decode is not None
+                  and bstart.local is not None and r.last_decode.ts >= bstart.local]
+        if recent:
+            newest = max(s.ts for s in recent)
+            tok = sum(s.gen_throughput or 0.0 for s in recent
+                      if (newest - s.ts).total_seconds() <= RECENT_S)
+        eta = (self.total - done) / rate if rate and self.total is not None else None
+        return Snapshot(phase, state, self.total, done, arrived, elapsed, bench_s, rate, tok, eta)
+
+    def _done(self, arrived: int, since: datetime | None) -> int:
+        total, c = self.total, self.concurrency or 1
+        if total is None or arrived < total:
+            d = max(arrived - c, 0)
+            return d if total is None else min(d, total)
+        # every request has arrived: in flight = running + queued of each replica's latest sample,
+        # plus its arrivals after that sample (the sample does not know them yet)
+        in_flight = 0
+        for r in self.replicas.values():
+            s = r.last_sample
+            mine = [t for t in r.arrivals if since is None or t >= since]
+            if s is None:
+                in_flight += len(mine)
+                continue
+            in_flight += int(s.running_req or 0) + int(s.queue_req or 0) + sum(1 for t in mine if t > s.ts)
+        return max(total - min(in_flight, c), 0)
+
+
+def _int(v) -> int | None:
+    try:
+        return int(v) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _manifest_benchmark(run_dir: Path) -> dict:
+    import json
+    try:
+        m = json.loads((run_dir / "manifest.json").read_text(errors="replace"))
+    except (OSError, ValueError):
+        return {}
+    cfg = (m.get("config") or {}) if isinstance(m, dict) else {}
+    b = cfg.get("benchmark") if isinstance(cfg, dict) else None
+    return b if isinstance(b, dict) else {}
+
+
+# ---- display ------------------------------------------------------------------------------------
+
+class Display:
+    """A tqdm bar on a terminal; plain periodic lines otherwise (a line per phase change and at
+    most one per `every_s` seconds)."""
+
+    def __init__(self, out: TextIO | None = None, *, tty: bool | None = None, every_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.out = out or sys.stdout
+        self.tty = self.out.isatty() if tty is None else tty
+        self.every_s = every_s
+        self.clock = clock
+        self._bar = None
+        self._last_line = None
+        self._last_t = None
+        self._last_phase = None
+
+    def write(self, line: str) -> None:
+        """A message line (events, state changes) that stays above the bar."""
+        if self._bar is not None:
+            self._bar.write(line, file=self.out)
+        else:
+            print(line, file=self.out, flush=True)
+
+    def update(self, s: Snapshot) -> None:
+        if self.tty:
+            self._update_bar(s)
+            return
+        now = self.clock()
+        line = describe(s)
+        if s.phase != self._last_phase or self._last_t is None or now - self._last_t >= self.every_s:
+            if line != self._last_line:
+                print(line, file=self.out, flush=True)
+                self._last_line, self._last_t, self._last_phase = line, now, s.phase
+
+    def _update_bar(self, s: Snapshot) -> None:
+        from tqdm import tqdm
+
+        if self._bar is None:
+            self._bar = tqdm(total=s.total, file=self.out, dynamic_ncols=True, leave=True,
+                             bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {postfix}")
+        bar = self._bar
+        if s.total is not None and bar.total != s.total:
+            bar.total = s.total
+        bar.set_description_str(f"[{_fmt_s(s.elapsed_s)}] {s.phase}", refresh=False)
+        post = []
+        if s.req_per_s is not None:
+            post.append(f"{s.req_per_s:.2f} req/s")
+        if s.out_tok_per_s is not None:
+            post.append(f"{s.out_tok_per_s:.0f} out tok/s")
+        if s.eta_s is not None and not s.finished:
+            post.append(f"ETA {_fmt_s(s.eta_s)}")
+        bar.set_postfix_str(", ".join(post), refresh=False)
+        bar.n = s.done or 0
+        bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def watch_progress(run_dir: str | Path, *, display: Display | None = None, **kw) -> tuple[Tracker, Display]:
+    """A tracker for the run and a display on stdout, for watch.follow's on_poll callback."""
+    return Tracker(run_dir, **kw), display or Display()

@@ -1,0 +1,341 @@
+"""One self-contained HTML page per run, per set of runs, per comparison.
+
+No script, no external resource: CSS inline, plots as PNG data URIs, links to the run's raw
+files as relative paths (from where the page is written). Tables are the collector's markdown
+(summary.md, or the text `report`/`compare` print), converted cell by cell, so every value is
+the same text as in the markdown.
+"""
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import os
+from pathlib import Path
+
+from . import markdown, series
+from .rundata import RunFiles, load
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
+h3{font-size:15px} table{border-collapse:collapse;margin:8px 0 14px;font-size:12.5px;display:block;overflow-x:auto}
+th,td{border:1px solid #d0d0d0;padding:3px 7px;vertical-align:top} th{background:#f3f3f3;text-align:left}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} code,pre{font:12px ui-monospace,Menlo,Consolas,monospace}
+pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
+.verdict{display:inline-block;padding:2px 10px;border-radius:4px;font-weight:600;color:#fff;background:#757575}
+.v-ok{background:#2e7d32} .v-invalid{background:#ef6c00} .v-failed,.v-timeout{background:#c62828} .v-cancelled{background:#6d4c41} .v-running{background:#1565c0}
+img.plot{max-width:100%;border:1px solid #e5e5e5;margin:6px 0} .muted{color:#666;font-size:12.5px} p.warn{color:#8a4b00}
+dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:13px} dl.prov dt{color:#555} dl.prov dd{margin:0}
+ul.files{columns:3;font-size:12.5px} .hl{background:#ffebee}
+"""
+
+
+def esc(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def data_uri(png_bytes: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes).decode("ascii")
+
+
+def img(png_bytes: bytes, alt: str, name: str = "") -> str:
+    return (f'<figure><img class="plot" alt="{esc(alt)}" data-plot="{esc(name)}" '
+            f'src="{data_uri(png_bytes)}"><figcaption class="muted">{esc(alt)}</figcaption></figure>\n')
+
+
+def page(title: str, body: str) -> str:
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{esc(title)}</title>"
+            f"<style>{CSS}</style></head>\n<body>\n{body}</body></html>\n")
+
+
+def verdict_badge(v: str) -> str:
+    return f'<span class="verdict v-{esc(v)}">{esc(v)}</span>'
+
+
+def _rel(target: Path, base_dir: Path) -> str:
+    return os.path.relpath(target.resolve(), base_dir.resolve()).replace(os.sep, "/")
+
+
+# ---- pieces of a run's page ---------------------------------------------------------------------
+
+RAW_PATTERNS = ("job.sbatch", "manifest.json", "slurm-*.out", "events.log", "bench.jsonl",
+                "logs/*", "summary.json", "summary.csv", "summary.md")
+
+
+def raw_files(run_dir: Path) -> list[Path]:
+    seen, out = set(), []
+    for pat in RAW_PATTERNS:
+        for p in sorted(run_dir.glob(pat)):
+            if p.is_file() and p not in seen:
+                seen.add(p)
+                out.append(p)
+    return out
+
+
+def links(run: RunFiles, base_dir: Path) -> str:
+    items = "".join(f'<li><a href="{esc(_rel(p, base_dir))}">{esc(p.relative_to(run.run_dir))}</a></li>'
+                    for p in raw_files(run.run_dir))
+    return f'<ul class="files">{items}</ul>\n' if items else "<p class=\"muted\">no files</p>\n"
+
+
+def _flags(cfg: dict) -> str:
+    """SGLang flags of the run from the manifest's resolved config ([name, value] pairs)."""
+    def flag(pair):
+        if isinstance(pair, str):
+            return pair
+        if isinstance(pair, (list, tuple)) and len(pair) == 2:
+            name, value = pair
+            return f"--{name}" if value is True else f"--{name} {value}"
+        return None
+
+    mode = cfg.get("mode") or {}
+    out = [f for f in map(flag, list(cfg.get("server_args") or []) + list(mode.get("args") or [])) if f]
+    if mode:
+        out.insert(0, f"--tp-size {mode.get('tp')} --pp-size {mode.get('pp')} --ep-size {mode.get('ep')}")
+    return " ".join(out)
+
+
+def provenance(run: RunFiles) -> str:
+    m, s = run.manifest, run.summary
+    cfg = m.get("config") or {}
+    bench = cfg.get("benchmark") or {}
+    versions = m.get("versions") or {}
+    job = s.get("job") or {}
+    nodes = job.get("node_lists") or {}
+    if not nodes and isinstance(m.get("nodes"), dict):
+        nodes = m["nodes"]
+    rows = [
+        ("run", run.run_id), ("mode", f"{run.mode}  {m.get('mode_description') or s.get('label') or ''}"),
+        ("job id", m.get("job_id") or job.get("job_id") or "-"),
+        ("Slurm state", f"{job.get('state_raw') or job.get('state') or '-'}"
+                        + (f", elapsed {job['elapsed_s']:.0f} s" if isinstance(job.get("elapsed_s"), (int, float)) else "")),
+        ("nodes", "; ".join(f"replica {k}: {', '.join(v) if isinstance(v, list) else v}" for k, v in sorted(nodes.items())) or "-"),
+        ("flags", _flags(cfg) or "-"),
+        ("benchmark", ", ".join(f"{k}={bench[k]}" for k in ("dataset", "input_len", "output_len",
+                                                          "concurrency", "num_prompts", "backend") if k in bench) or "-"),
+        ("model", (cfg.get("paths") or {}).get("model") or cfg.get("model") or "-"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if k != "git_commit" and v) or "-"),
+        ("git commit", versions.get("git_commit") or m.get("git_commit") or "-"),
+        ("submitted", f"{m.get('submitted_at') or '-'} by {m.get('submitted_by') or '?'} on {m.get('submit_host') or '?'}"),
+    ]
+    return '<dl class="prov">' + "".join(f"<dt>{esc(k)}</dt><dd><code>{esc(v)}</code></dd>" for k, v in rows) + "</dl>\n"
+
+
+def _context(run_dir: Path, rel: str, line: int, around: int = 3) -> str:
+    """Lines line-around .. line+around of a raw file (the finding's line highlighted)."""
+    path = run_dir / rel
+    out, lo, hi = [], max(1, line - around), line + around
+    try:
+        with open(path, "rb") as f:
+            for no, raw in enumerate(f, 1):
+                if no > hi:
+                    break
+                if no >= lo:
+                    text = raw.decode("utf-8", "replace").rstrip("\r\n")[:400]
+                    cls = ' class="hl"' if no == line else ""
+                    out.append(f"<span{cls}>{no:>6}  {esc(text)}</span>")
+    except OSError:
+        return ""
+    return "<pre>" + "\n".join(out) + "</pre>\n"
+
+
+def diagnosis(run: RunFiles, base_dir: Path) -> str:
+    findings = run.summary.get("findings") or []
+    if not findings:
+        return ""
+    reasons = run.summary.get("reasons") or []
+
+    def cited(f):   # findings that the verdict's reasons cite come first, in the reasons' order
+        tag = f"[{f.get('file')}:{f.get('line')}]"
+        return next((i for i, r in enumerate(reasons) if tag in r), len(reasons))
+    findings = sorted(findings, key=cited)
+    parts = ["<h2>Diagnosis</h2>\n"]
+    for f in findings[:12]:
+        rel = str(f.get("file") or "")
+        line = f.get("line") or 0
+        href = _rel(run.run_dir / rel, base_dir) if rel else ""
+        parts.append(f'<h3>{esc(f.get("kind"))}: <a href="{esc(href)}">{esc(rel)}</a>:{esc(line)}</h3>\n'
+                     f"<p>{esc(f.get('excerpt') or '')}</p>\n")
+        if rel and isinstance(line, int) and line > 0:
+            parts.append(_context(run.run_dir, rel, line))
+    if len(findings) > 12:
+        parts.append(f"<p class=\"muted\">{len(findings) - 12} more findings in summary.md</p>\n")
+    return "".join(parts)
+
+
+# ---- plots of one run -----------------------------------------------------------------------------
+
+def cdf_curve(run: RunFiles, label: str | None = None) -> dict:
+    lat = series.request_latencies(run.record)
+    bench = run.summary.get("bench") or {}
+    return {"label": label or run.mode, "ttft": series.cdf_points(lat["ttft"]),
+            "e2e": series.cdf_points(lat["e2e"]), "ttft_p": bench.get("ttft") or {},
+            "e2e_p": bench.get("e2e") or {}}
+
+
+def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
+    """(file name, caption, PNG) of every plot of one run."""
+    from . import plots
+
+    out = []
+    curve = cdf_curve(run)
+    if curve["ttft"][0]:
+        out.append(("latency-cdf.png", "Per-request TTFT and E2E CDFs; markers at the table's p50 "
+                    "(circle) and p95 (diamond)", plots.png(plots.fig_cdfs([curve]))))
+    tl = series.timeline(run)
+    win = series.windows(run)
+    if tl.requests:
+        cap = (f"Request timeline ({len(tl.requests)} requests; {tl.method}"
+               + (f"; largest start residual {tl.residual_ms:.0f} ms" if tl.residual_ms is not None else "")
+               + "). Black ticks: arrival at the server. Below: requests in flight.")
+        out.append(("request-timeline.png", cap,
+                    plots.png(plots.fig_timeline(tl, title=f"Request timeline: {run.run_id}",
+                                                 windows={"benchmark": win["benchmark"]}))))
+    dec = series.decode_series(run)
+    if any(d["t"] for d in dec.values()):
+        out.append(("decode.png", "Per replica: decode throughput" +
+                    (" and accept length" if any(v is not None for d in dec.values() for v in d["accept"]) else "")
+                    + " over time from the Decode batch samples of node rank 0",
+                    plots.png(plots.fig_decode(dec, win, failure=tl.failure))))
+    lanes = series.phases(run)
+    if lanes:
+        cap = "Job phases from events.log" + (" up to the failure (red)" if tl.failure is not None else "")
+        out.append(("phases.png", cap, plots.png(plots.fig_phases(lanes, failure=tl.failure,
+                                                                 end=series.job_end(run)))))
+    return out
+
+
+def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
+               plots_out: list | None = None) -> str:
+    """The page of one run; base_dir is where the page will live (for relative links).
+    plots_out, if given, receives the (name, caption, png) list for writing PNG files."""
+    run = load(run_dir)
+    base = Path(base_dir) if base_dir is not None else run.run_dir
+    pl = run_plots(run)
+    if plots_out is not None:
+        plots_out.extend(pl)
+    s = run.summary
+    body = [f"<h1>{esc(run.run_id)} <span class=\"muted\">({esc(run.mode)})</span></h1>\n",
+            f"<p>Verdict: {verdict_badge(run.verdict)}</p>\n"]
+    if s.get("reasons"):
+        body.append("<ul class=\"reasons\">" + "".join(f"<li>{esc(r)}</li>" for r in s["reasons"]) + "</ul>\n")
+    body.append("<h2>Results</h2>\n")
+    body.append(markdown.to_html(_without_reasons(run.summary_md)) if run.summary_md
+                else "<p class=\"muted\">not collected yet (no summary.md)</p>\n")
+    body.append("<h2>Provenance</h2>\n" + provenance(run))
+    body.append(diagnosis(run, base))
+    body.append("<h2>Plots</h2>\n")
+    body.extend(img(b, cap, name) for name, cap, b in pl)
+    if not pl:
+        body.append("<p class=\"muted\">nothing to plot (no client details, access lines or events)</p>\n")
+    body.append("<h2>Raw files</h2>\n" + links(run, base))
+    return page(f"slurm-ab: {run.run_id}", "".join(body))
+
+
+def _without_reasons(md: str) -> str:
+    """summary.md minus its title, verdict line, reasons and diagnosis (the page shows those itself,
+    with context); its tables and notes stay as written."""
+    out, skip = [], False
+    lines = md.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("## "):
+            skip = line.strip() == "## Diagnosis"
+        if skip:
+            continue
+        if line.startswith("# ") or line.startswith("Verdict: "):
+            continue
+        if line.startswith("- ") and not any(l.startswith("|") for l in lines[:i]):
+            continue                                  # the reasons list before the first table
+        out.append(line)
+    return "\n".join(out)
+
+
+# ---- several runs, comparisons ------------------------------------------------------------------
+
+def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: str = "slurm-ab report") -> str:
+    from . import plots
+
+    runs = [load(d) for d in run_dirs]
+    base = Path(base_dir)
+    body = [f"<h1>{esc(title)}</h1>\n<h2>Runs</h2>\n", markdown.to_html(table_md)]
+    curves = [cdf_curve(r, r.run_id) for r in runs]
+    curves = [c for c in curves if c["ttft"][0]]
+    if curves:
+        body.append("<h2>Latency distributions</h2>\n")
+        body.append(img(plots.png(plots.fig_cdfs(curves)), "Per-request TTFT and E2E CDFs, one line per run; "
+                        "markers at each run's p50 (circle) and p95 (diamond)", "latency-cdf"))
+    for r in runs:
+        body.append(f"<h2>{esc(r.run_id)} ({esc(r.mode)}) {verdict_badge(r.verdict)}</h2>\n")
+        if r.summary.get("reasons"):
+            body.append("<ul>" + "".join(f"<li>{esc(x)}</li>" for x in r.summary["reasons"][:3]) + "</ul>\n")
+        rep = Path(r.run_dir) / "report.html"
+        if rep.exists():
+            body.append(f'<p><a href="{esc(_rel(rep, base))}">full report of this run</a></p>\n')
+        body.append(links(r, base))
+    return page(title, "".join(body))
+
+
+def numeric_row(run_dir: Path) -> dict:
+    """The run's numeric row (summary.csv: the collector's machine-readable table)."""
+    try:
+        text = (Path(run_dir) / "summary.csv").read_text()
+    except OSError:
+        return {}
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if not rows:
+        return {}
+    out = {}
+    for k, v in rows[0].items():
+        try:
+            out[k] = float(v) if v not in ("", None) else None
+        except ValueError:
+            out[k] = v
+    return out
+
+
+def forest_rows(a_rows: list[dict], b_rows: list[dict]) -> list[dict]:
+    """ab_stats deltas per metric (with intervals when both sides have repeats)."""
+    from ..ab_stats import deltas
+    return [d.to_dict() for d in deltas(a_rows, b_rows) if d.change_pct is not None]
+
+
+def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
+                   forest: list[dict] | None = None, sweep: list[dict] | None = None) -> str:
+    """Paired comparison: the compare table, CDFs of both runs, forest plot of % changes (with
+    intervals when the runs have repeats: pass `forest` rows {metric, change_pct, ci_low_pct,
+    ci_high_pct, verdict}), sweep curves when given."""
+    from . import plots
+
+    a, b = load(run_a), load(run_b)
+    base = Path(base_dir)
+    title = f"slurm-ab compare: {a.run_id} vs {b.run_id}"
+    body = [f"<h1>{esc(title)}</h1>\n",
+            f"<p>A: <code>{esc(a.run_id)}</code> ({esc(a.mode)}) {verdict_badge(a.verdict)} &nbsp; "
+            f"B: <code>{esc(b.run_id)}</code> ({esc(b.mode)}) {verdict_badge(b.verdict)}</p>\n",
+            "<h2>Paired comparison</h2>\n", markdown.to_html(compare_md)]
+    curves = [c for c in (cdf_curve(a, f"A {a.run_id}"), cdf_curve(b, f"B {b.run_id}")) if c["ttft"][0]]
+    if curves:
+        body.append(img(plots.png(plots.fig_cdfs(curves)), "Per-request TTFT and E2E CDFs of A and B; "
+                        "markers at p50 (circle) and p95 (diamond)", "latency-cdf"))
+    rows = forest if forest is not None else forest_rows([numeric_row(a.run_dir)], [numeric_row(b.run_dir)])
+    if rows:
+        has_ci = any(r.get("ci_low_pct") is not None for r in rows)
+        body.append("<h2>Change per metric</h2>\n")
+        body.append(img(plots.png(plots.fig_forest(rows, title=f"B ({b.mode}) against A ({a.mode})")),
+                        "% change of B against A" + (" with 95% intervals (Welch, log scale)" if has_ci
+                                                      else "; one pass per side, so no interval (inconclusive)"),
+                        "forest"))
+        body.append(markdown.table_html(["metric", "change", "95% interval", "verdict"], [
+            [str(r["metric"]), f"{r['change_pct']:+.2f}%",
+             "-" if r.get("ci_low_pct") is None else f"{r['ci_low_pct']:+.2f}% .. {r['ci_high_pct']:+.2f}%",
+             str(r.get("verdict") or "-")] for r in rows]))
+    if sweep:
+        body.append("<h2>Concurrency sweep</h2>\n")
+        body.append(img(plots.png(plots.fig_sweep(sweep)), "Output throughput against TPOT and TTFT per "
+                        "mode and concurrency, intervals as bars, Pareto front dashed", "sweep"))
+    for r, name in ((a, "A"), (b, "B")):
+        body.append(f"<h2>Raw files of {name}: {esc(r.run_id)}</h2>\n" + links(r, base))
+    return page(title, "".join(body))

@@ -1,0 +1,292 @@
+"""The data behind each plot, as plain numbers (pure functions; tests check these, not pixels).
+
+Request timeline and replica attribution (bench_serving 0.5.2 records no per-request start time):
+
+1. Client side: with `--max-concurrency C` and an infinite request rate, bench_serving starts
+   every request as a task behind an asyncio.Semaphore(C), which wakes waiters in FIFO order. So
+   requests 0..C-1 start at once, and each later request starts when the earliest running one
+   ends. Replaying that with each request's E2E (TTFT + sum of ITLs, from --output-details) gives
+   every request's start relative to the benchmark's start.
+2. Server side: node rank 0 of each replica logs one uvicorn access line per generation POST
+   when the response starts, i.e. when the request arrives (millisecond stamps). The router's
+   round_robin sends consecutive requests to alternating replicas.
+3. Requests are paired with access lines in start order (replayed start, ties by index). Requests
+   whose replayed starts lie within TIE_S of each other (the first C, and each group of slots
+   freed together) form a group whose order is not known from the client; the group takes the
+   access lines at its positions, so per-replica counts are exactly the access-log counts. Inside
+   a group each replica prefills FIFO, so its j-th arrival gets its j-th smallest TTFT: requests
+   are dealt by increasing TTFT to the group's replicas in turn (first arrival first), each
+   replica taking its arrivals in time order. Which of two requests with near-equal TTFT went to
+   which replica can still swap; counts and each replica's TTFT ladder are right.
+4. Times: start = replayed start + the median offset to the paired access lines (the client's
+   clock, so in-flight requests never exceed C), first token = start + TTFT, end = start + E2E;
+   the access line is drawn as the arrival tick. The largest |replayed start - access line|
+   after alignment is reported with the plot.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import statistics
+from dataclasses import dataclass
+from datetime import datetime
+
+from .rundata import RunFiles
+
+
+# ---- latency CDFs -------------------------------------------------------------------------------
+
+def request_latencies(record: dict | None) -> dict[str, list[float]]:
+    """Per successful request: 'ttft' and 'e2e' in ms, by request index (the collector's rules:
+    an empty error and at least one output token; E2E = TTFT + sum of ITLs)."""
+    out = {"ttft": [], "e2e": [], "index": []}
+    if not record or not isinstance(record.get("ttfts"), list):
+        return out
+    itls = record.get("itls") or []
+    outs = record.get("output_lens")
+    errs = record.get("errors")
+    for i, ttft in enumerate(record["ttfts"]):
+        if errs is not None and i < len(errs) and errs[i]:
+            continue
+        if outs is not None and i < len(outs) and not outs[i]:
+            continue
+        if not isinstance(ttft, (int, float)):
+            continue
+        req = itls[i] if i < len(itls) and isinstance(itls[i], list) else []
+        e2e = ttft + math.fsum(x for x in req if isinstance(x, (int, float)))
+        out["ttft"].append(ttft * 1000.0)
+        out["e2e"].append(e2e * 1000.0)
+        out["index"].append(i)
+    return out
+
+
+def cdf_points(values) -> tuple[list[float], list[float]]:
+    """The CDF that matches the tables' percentiles: sorted values at heights k/(n-1), joined by
+    straight lines (numpy's 'linear' percentile is exactly its inverse), so it crosses 0.95 at
+    the reported p95."""
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return [], []
+    if n == 1:
+        return xs, [1.0]
+    return xs, [k / (n - 1) for k in range(n)]
+
+
+def cdf_at(xs: list[float], ys: list[float], x: float) -> float:
+    """Height of the piecewise-linear CDF at x."""
+    if not xs or x < xs[0]:
+        return 0.0
+    for k in range(1, len(xs)):
+        if x <= xs[k]:
+            if xs[k] == xs[k - 1]:
+                return ys[k]
+            return ys[k - 1] + (ys[k] - ys[k - 1]) * (x - xs[k - 1]) / (xs[k] - xs[k - 1])
+    return 1.0
+
+
+# ---- request timeline ---------------------------------------------------------------------------
+
+TIE_S = 0.05
+
+
+@dataclass(frozen=True)
+class Request:
+    index: int                        # position in bench_serving's request list
+    start: float                      # s since the benchmark started (client clock, aligned)
+    first_token: float | None
+    end: float | None
+    replica: int | None               # None: could not be attributed
+    arrival: float | None = None      # the server's access line (s since the benchmark started)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    requests: tuple = ()              # Request, by start
+    concurrency: tuple = ()           # (t, in-flight requests) steps
+    method: str = ""                  # how starts and replicas were found
+    residual_ms: float | None = None  # largest |replayed start - access line| after alignment
+    failure: float | None = None      # s since origin of the job's first 'fail' event
+    bench_end: float | None = None
+
+
+def replay_starts(e2e_s: list[float], concurrency: int | None) -> list[float]:
+    """Start of each request under a FIFO semaphore of `concurrency` slots (see module doc)."""
+    c = concurrency if concurrency and concurrency > 0 else len(e2e_s)
+    starts, running = [], []
+    for i, d in enumerate(e2e_s):
+        t = 0.0 if i < c else heapq.heappop(running)
+        starts.append(t)
+        heapq.heappush(running, t + d)
+    return starts
+
+
+def _bench_access(run: RunFiles) -> list[tuple[datetime, int]]:
+    start = run.event_time("bench_start", last=True)
+    if start is None:
+        return []                   # no benchmark ran: access lines are warm-ups and health checks
+    ends = [e.local for e in run.events.named("bench_end") if e.local and e.local >= start]
+    end = ends[-1] if ends else None
+    out = []
+    for g, times in run.access.items():
+        for ts in times:
+            if ts >= start and (end is None or ts <= end):
+                out.append((ts, g))
+    out.sort()
+    return out
+
+
+def concurrency_steps(intervals) -> list[tuple[float, int]]:
+    """(t, requests in flight from t on) for intervals (start, end|None); None = still open."""
+    edges = []
+    for s, e in intervals:
+        edges.append((s, 1))
+        if e is not None:
+            edges.append((e, -1))
+    edges.sort(key=lambda x: (x[0], x[1]))      # an end and a start at one instant: end first
+    out, n = [(0.0, 0)] if edges and edges[0][0] > 0 else [], 0
+    for t, d in edges:
+        n += d
+        if out and out[-1][0] == t:
+            out[-1] = (t, n)
+        else:
+            out.append((t, n))
+    return out
+
+
+def _groups(order: list[int], rel: list[float]) -> list[list[int]]:
+    groups: list[list[int]] = []
+    for k in order:
+        if groups and rel[k] - rel[groups[-1][-1]] <= TIE_S:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups
+
+
+def _deal(group: list[int], lines: list[tuple[float, int]], ttft: list[float]) -> dict:
+    """Request -> (replica, arrival) inside one group (module doc, step 3)."""
+    by_rep: dict[int, list[float]] = {}
+    for t, g in sorted(lines):
+        by_rep.setdefault(g, []).append(t)
+    turn = list(by_rep)                       # replicas by their first arrival in the group
+    taken = {g: 0 for g in turn}
+    out, i = {}, 0
+    for k in sorted(group[:len(lines)], key=lambda k: (ttft[k], k)):
+        for _ in range(len(turn)):
+            g = turn[i % len(turn)]
+            i += 1
+            if taken[g] < len(by_rep[g]):
+                out[k] = (g, by_rep[g][taken[g]])
+                taken[g] += 1
+                break
+    return out
+
+
+def timeline(run: RunFiles) -> Timeline:
+    access = [(run.seconds(ts), g) for ts, g in _bench_access(run)]
+    fails = run.events.named("fail")
+    failure = run.seconds(fails[0].local) if fails else None
+    end_ev = run.events.named("bench_end")
+    bench_end = run.seconds(end_ev[-1].local) if end_ev else None
+    rec = run.record
+    lat = request_latencies(rec)
+    if not lat["index"]:
+        # no client details (the client died or never ran): arrivals from the access lines only
+        reqs = tuple(Request(k, t, None, None, g, t) for k, (t, g) in enumerate(access))
+        return Timeline(reqs, tuple(concurrency_steps([(r.start, None) for r in reqs])),
+                        "arrivals from the servers' access lines (no client details)", None,
+                        failure, bench_end)
+    e2e_s = [x / 1000.0 for x in lat["e2e"]]
+    ttft_s = [x / 1000.0 for x in lat["ttft"]]
+    conc = rec.get("max_concurrency") if isinstance(rec.get("max_concurrency"), int) else None
+    rel = replay_starts(e2e_s, conc)          # failed requests are left out (duration unknown)
+    order = sorted(range(len(rel)), key=lambda k: (rel[k], lat["index"][k]))
+    assigned: dict = {}
+    pos = 0
+    for group in _groups(order, rel):
+        assigned.update(_deal(group, access[pos:pos + len(group)], ttft_s))
+        pos += len(group)
+    if assigned:
+        offsets = [t - rel[k] for k, (_, t) in assigned.items()]
+        base = statistics.median(offsets)
+        residual = max(abs(o - base) for o in offsets) * 1000.0
+    else:
+        base, residual = (access[0][0] if access else 0.0), None
+    reqs = []
+    for k in order:
+        s = base + rel[k]
+        g, arrival = assigned.get(k, (None, None))
+        # base + (rel + e2e) is bit-identical to the start of the request that takes the freed slot
+        reqs.append(Request(lat["index"][k], s, s + ttft_s[k], base + (rel[k] + e2e_s[k]), g, arrival))
+    method = ("starts replayed from the client's per-request latencies under its concurrency limit; "
+              "replica from the servers' access lines (FIFO prefill order within requests that "
+              "started together)")
+    if len(access) != len(order):
+        method += (f"; {len(access)} access lines for {len(order)} successful requests: "
+                   f"{abs(len(access) - len(order))} left unpaired")
+    return Timeline(tuple(reqs), tuple(concurrency_steps([(r.start, r.end) for r in reqs])),
+                    method, residual, failure, bench_end)
+
+
+def replica_counts(tl: Timeline) -> dict:
+    out: dict = {}
+    for r in tl.requests:
+        out[r.replica] = out.get(r.replica, 0) + 1
+    return out
+
+
+# ---- decode samples and windows -----------------------------------------------------------------
+
+def decode_series(run: RunFiles) -> dict[int, dict[str, list]]:
+    """replica -> {'t': s since origin, 'gen': tok/s, 'accept': accept len (None without spec)}."""
+    out = {}
+    for g, pts in sorted(run.decode.items()):
+        out[g] = {"t": [run.seconds(p.ts) for p in pts], "gen": [p.gen_throughput for p in pts],
+                  "accept": [p.accept_len for p in pts]}
+    return out
+
+
+def windows(run: RunFiles) -> dict[str, list[tuple[float, float | None]]]:
+    """'warmup': each replica's direct warm-up; 'benchmark': bench_start..bench_end (s since origin)."""
+    out = {"warmup": [], "benchmark": []}
+    for w in run.events.warmups().values():
+        if w.start is not None:
+            out["warmup"].append((run.seconds(w.start), run.seconds(w.done) if w.done else None))
+    start = run.event_time("bench_start", last=True)
+    if start is not None:
+        ends = [e.local for e in run.events.named("bench_end") if e.local and e.local >= start]
+        out["benchmark"].append((run.seconds(start), run.seconds(ends[-1]) if ends else None))
+    return out
+
+
+def phases(run: RunFiles) -> list[tuple[str, list[tuple[str, float, float | None]]]]:
+    """Lanes of the job-phase plot: per replica loading and warm-up; the router and benchmark."""
+    ev = run.events
+    lanes: dict[str, list] = {}
+
+    def span(lane, phase, start_ev, end_ev):
+        if start_ev is not None and start_ev.local is not None:
+            end = run.seconds(end_ev.local) if end_ev is not None and end_ev.local else None
+            lanes.setdefault(lane, []).append((phase, run.seconds(start_ev.local), end))
+
+    for g in sorted(ev.replicas()):
+        def first(name, g=g):
+            return next((e for e in ev.events if e.name == name and e.get_int("replica") == g), None)
+        span(f"replica {g}", "loading", first("server_launch"), first("ready"))
+        span(f"replica {g}", "warm-up", first("warmup_start"), first("warmup_done"))
+    f = ev.first
+    span("router", "router", f.get("router_launch"), f.get("router_ready"))
+    starts, ends = ev.named("bench_start"), ev.named("bench_end")
+    for k, s in enumerate(starts):
+        e = next((x for x in ends if x.line > s.line), None)
+        span("client", "benchmark", s, e)
+    return list(lanes.items())
+
+
+def job_end(run: RunFiles) -> float | None:
+    for name in ("job_end", "teardown"):
+        t = run.event_time(name, last=True)
+        if t is not None:
+            return run.seconds(t)
+    return None

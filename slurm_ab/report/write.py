@@ -1,0 +1,59 @@
+"""Write a run's report.html and plots/*.png: atomic, idempotent (same inputs, same bytes).
+
+Only derived files are written; a file whose content would not change is left alone.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+PLOTS_DIR = "plots"
+REPORT = "report.html"
+
+
+def write_if_changed(path: Path, data: bytes) -> bool:
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return True
+
+
+def write_run_report(run_dir: str | Path) -> list[Path]:
+    """report.html and plots/<name>.png in the run directory; returns the files that changed."""
+    from .html import render_run
+
+    run_dir = Path(run_dir)
+    pl: list = []
+    text = render_run(run_dir, plots_out=pl)
+    changed = []
+    if pl:
+        (run_dir / PLOTS_DIR).mkdir(exist_ok=True)
+        for name, _, data in pl:
+            p = run_dir / PLOTS_DIR / name
+            if write_if_changed(p, data):
+                changed.append(p)
+    p = run_dir / REPORT
+    if write_if_changed(p, text.encode()):
+        changed.append(p)
+    return changed
+
+
+def write_html(path: str | Path, text: str) -> Path:
+    path = Path(path)
+    write_if_changed(path, text.encode())
+    return path

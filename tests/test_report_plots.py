@@ -1,0 +1,250 @@
+"""The data behind the report's plots, on real run directories captured from the local cluster
+(tests/fixtures/report: tp32, pp8, tp32-dflash and the 0.86 OOM; bench.jsonl without the
+generated texts, node rank 0's server logs)."""
+from __future__ import annotations
+
+import json
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from slurm_ab.report import rundata, series
+
+FIX = ROOT / "tests" / "fixtures" / "report"
+OK_RUNS = ("dev-tp32", "dev-pp8", "dev-tp32-dflash")
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """Copies of the fixture runs (report files are written into the copies)."""
+    out = {}
+    for d in FIX.iterdir():
+        shutil.copytree(d, tmp_path / d.name)
+        out[d.name] = tmp_path / d.name
+    return out
+
+
+def _summary(d: Path) -> dict:
+    return json.loads((d / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("name", OK_RUNS)
+def test_cdf_hits_half_and_095_at_the_reported_p50_and_p95(name):
+    run = rundata.load(FIX / name)
+    lat = series.request_latencies(run.record)
+    s = _summary(FIX / name)["bench"]
+    assert len(lat["ttft"]) == s["completed"] == 40
+    for key in ("ttft", "e2e"):
+        xs, ys = series.cdf_points(lat[key])
+        assert ys[0] == 0.0 and ys[-1] == 1.0 and xs == sorted(xs)
+        assert series.cdf_at(xs, ys, s[key]["p95"]) == pytest.approx(0.95, abs=1e-9)
+        assert series.cdf_at(xs, ys, s[key]["p50"]) == pytest.approx(0.50, abs=1e-9)
+
+
+def test_cdf_markers_sit_on_the_curve_at_the_table_values():
+    from slurm_ab.report import html, plots
+    run = rundata.load(FIX / "dev-tp32")
+    fig = plots.fig_cdfs([html.cdf_curve(run)])
+    s = _summary(FIX / "dev-tp32")["bench"]
+    marks = {ln.get_gid(): ln.get_xydata()[0] for ax in fig.axes for ln in ax.lines if ln.get_gid()}
+    assert marks["ttft-p95-0"] == pytest.approx([s["ttft"]["p95"] / 1000, 0.95])
+    assert marks["e2e-p50-0"] == pytest.approx([s["e2e"]["p50"] / 1000, 0.5])
+
+
+@pytest.mark.parametrize("name", OK_RUNS)
+def test_timeline_one_bar_per_request_coloured_by_the_replica_that_served_it(name):
+    from matplotlib.colors import to_hex
+
+    from slurm_ab.report import plots
+    run = rundata.load(FIX / name)
+    tl = series.timeline(run)
+    summ = _summary(FIX / name)
+    assert sorted(r.index for r in tl.requests) == list(range(40))
+    fig = plots.fig_timeline(tl)
+    bars = [p for p in fig.axes[0].patches if (p.get_gid() or "").startswith("req-")]
+    assert sorted(int(p.get_gid()[4:]) for p in bars) == list(range(40))     # one bar each
+    by_colour: dict = {}
+    for p in bars:
+        c = to_hex(p.get_facecolor())
+        by_colour[c] = by_colour.get(c, 0) + 1
+    served = {plots.replica_color(r["replica"]): r["requests_served"] for r in summ["replicas"]}
+    assert by_colour == served == {plots.replica_color(0): 20, plots.replica_color(1): 20}
+
+
+@pytest.mark.parametrize("name", OK_RUNS)
+def test_timeline_is_consistent_with_the_client(name):
+    run = rundata.load(FIX / name)
+    tl = series.timeline(run)
+    conc = run.record["max_concurrency"]
+    assert max(n for _, n in tl.concurrency) == conc          # the client's limit, never more
+    assert tl.concurrency[-1][1] == 0
+    lat = series.request_latencies(run.record)
+    for r in tl.requests:
+        k = lat["index"].index(r.index)
+        assert r.first_token - r.start == pytest.approx(lat["ttft"][k] / 1000)
+        assert r.end - r.start == pytest.approx(lat["e2e"][k] / 1000)
+        assert r.arrival is not None and abs(r.arrival - r.start) < 0.25      # server saw it then
+    # the benchmark's span: first start to last end is the client's own duration (+ stream close)
+    span = max(r.end for r in tl.requests) - min(r.start for r in tl.requests)
+    assert span == pytest.approx(run.record["duration"], abs=0.05)
+    assert tl.residual_ms < 250
+    first = [r for r in tl.requests if r.start - tl.requests[0].start < series.TIE_S]
+    assert len(first) == conc
+
+
+def test_requests_that_start_together_are_dealt_by_fifo_prefill_order():
+    """tp32 prefills one 16K request per ~0.25 s: of the first 8 (4 per replica), each replica's
+    TTFTs form a ladder (~0.33, 0.58, 0.83, 1.08 s), never two of the same rung."""
+    run = rundata.load(FIX / "dev-tp32")
+    tl = series.timeline(run)
+    first = [r for r in tl.requests if r.start - tl.requests[0].start < series.TIE_S]
+    for g in (0, 1):
+        ttfts = sorted(r.first_token - r.start for r in first if r.replica == g)
+        assert len(ttfts) == 4
+        assert min(b - a for a, b in zip(ttfts, ttfts[1:])) > 0.15, ttfts
+
+
+def test_replay_of_a_fifo_semaphore():
+    assert series.replay_starts([3.0, 1.0, 1.0, 1.0], 2) == [0.0, 0.0, 1.0, 2.0]
+    assert series.replay_starts([1.0, 1.0], None) == [0.0, 0.0]
+    assert series.concurrency_steps([(0.0, 1.0), (0.0, 2.0), (1.0, 3.0)]) == [(0.0, 2), (1.0, 2), (2.0, 1), (3.0, 0)]
+
+
+def test_decode_series_and_windows_of_a_speculative_run():
+    run = rundata.load(FIX / "dev-tp32-dflash")
+    dec = series.decode_series(run)
+    assert set(dec) == {0, 1}
+    assert all(v is not None for d in dec.values() for v in d["accept"])
+    w = series.windows(run)
+    assert w["benchmark"][0][0] == 0.0 and w["benchmark"][0][1] > 10
+    assert len(w["warmup"]) == 2 and all(s < e < 0 for s, e in w["warmup"])
+    # pipeline stages print the same batch: one stream kept (pp8 has PP0 and PP1 on rank 0)
+    pp = rundata.load(FIX / "dev-pp8")
+    assert len(pp.decode[0]) > 10
+    assert len({p.ts for p in pp.decode[0]}) == len(pp.decode[0])
+
+
+def test_failed_run_timeline_is_the_job_phases_up_to_the_failure():
+    run = rundata.load(FIX / "dev-oom")
+    tl = series.timeline(run)
+    assert tl.requests == () and tl.failure is not None
+    lanes = dict(series.phases(run))
+    assert [p for p, _, _ in lanes["replica 0"]] == ["loading", "warm-up"]
+    warm = lanes["replica 0"][1]
+    assert warm[2] is not None and warm[2] <= tl.failure
+    assert "client" not in lanes
+
+
+def test_forest_rows_from_ab_stats_and_pareto_front():
+    from slurm_ab.ab_stats import deltas
+    from slurm_ab.report import plots
+    a = [{"output_tps": 100.0 + i, "ttft_mean_s": 1.0 + i / 100} for i in range(4)]
+    b = [{"output_tps": 120.0 + i, "ttft_mean_s": 0.9 + i / 100} for i in range(4)]
+    rows = [d.to_dict() for d in deltas(a, b) if d.change_pct is not None]
+    fig = plots.fig_forest(rows)
+    ci = {ln.get_gid(): ln.get_xdata() for ln in fig.axes[0].lines if (ln.get_gid() or "").startswith("ci-")}
+    assert len(ci) == len(rows) == 2
+    for y, r in enumerate(rows):
+        assert list(ci[f"ci-{y}"]) == pytest.approx([r["ci_low_pct"], r["ci_high_pct"]])
+        assert r["ci_low_pct"] < r["change_pct"] < r["ci_high_pct"]
+    assert plots.pareto_front([(1, 10), (2, 20), (3, 15), (2.5, 20)]) == [0, 1]
+
+
+def test_sweep_plot_marks_the_pareto_front():
+    from slurm_ab.report import plots
+    pts = [{"mode": m, "concurrency": c, "output_tps": tps, "tpot_ms": tp, "ttft_s": tt,
+            "output_tps_lo": tps - 5, "output_tps_hi": tps + 5}
+           for m, c, tps, tp, tt in (("tp32", 4, 900, 4.0, 0.3), ("tp32", 8, 1500, 4.2, 0.5),
+                                     ("pp8", 4, 700, 6.0, 0.4), ("pp8", 8, 1100, 7.5, 0.6))]
+    fig = plots.fig_sweep(pts)
+    front = [ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "pareto-tpot_ms"][0]
+    assert list(front.get_xdata()) == [4.0, 4.2]
+
+
+class _Tables(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tables, self._cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][-1].append(self._cell.strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+def main_row_from_html(text: str) -> dict:
+    p = _Tables()
+    p.feed(text)
+    head, row = p.tables[0][0], p.tables[0][1]
+    return dict(zip(head, row))
+
+
+def expected_cells(summary: dict) -> dict:
+    """The table's cells recomputed from summary.json's numbers (the seed's units and rounding)."""
+    b = summary["bench"]
+    if summary["verdict"] in ("failed", "cancelled", "timeout", "running"):
+        return {"Input TPS": "-", "Output TPS": "-", "Verdict": f"{summary['verdict']}: {summary['reasons'][0]}"}
+    out = {"Input TPS": f"{b['input_tps']:.2f}", "Output TPS": f"{b['output_tps']:.2f}",
+           "TTFT mean / p95": f"{b['ttft']['mean'] / 1000:.2f}s / {b['ttft']['p95'] / 1000:.2f}s",
+           "TPOT mean / p95": f"{b['tpot']['mean']:.2f}ms / {b['tpot']['p95']:.2f}ms",
+           "E2E mean / p95": f"{b['e2e']['mean'] / 1000:.2f}s / {b['e2e']['p95'] / 1000:.2f}s",
+           "Duration": f"{b['duration_s']:.2f}s", "Requests ok/total": f"{b['completed']}/{b['total']}",
+           "Verdict": summary["verdict"]}
+    if summary["accept"]["accept_len"] is not None:
+        out["Accept len / rate"] = f"{summary['accept']['accept_len']:.2f} / {summary['accept']['accept_rate']:.3f}"
+    return out
+
+
+def test_html_report_tables_hold_the_summary_numbers_and_is_self_contained(runs):
+    from slurm_ab.report import write_run_report
+    for name, d in runs.items():
+        changed = write_run_report(d)
+        assert d / "report.html" in changed
+        text = (d / "report.html").read_text()
+        row = main_row_from_html(text)
+        for k, v in expected_cells(_summary(d)).items():
+            assert row[k] == v, (name, k)
+        assert "<script" not in text.lower() and "http://" not in text and "https://" not in text
+        pngs = sorted(p.name for p in (d / "plots").glob("*.png"))
+        assert text.count('src="data:image/png;base64,') == len(pngs) >= 1
+        for href in __import__("re").findall(r'href="([^"]+)"', text):
+            assert not href.startswith("/") and (d / href).exists(), href     # relative, present
+        assert write_run_report(d) == []                                      # idempotent
+
+
+def test_failed_run_page_leads_with_the_cited_oom_and_its_log_lines(runs):
+    from slurm_ab.report import write_run_report
+    d = runs["dev-oom"]
+    write_run_report(d)
+    text = (d / "report.html").read_text()
+    diag = text[text.index("<h2>Diagnosis</h2>"):]
+    first = diag[:diag.index("</pre>")]
+    assert "logs/server-r0-n0.log</a>:124" in first and "CUDA out of memory" in first
+    assert '<span class="hl">   124  ' in first
+    assert sorted(p.name for p in (d / "plots").glob("*.png")) == ["phases.png"]
+
+
+def test_compare_and_multi_run_pages(runs, tmp_path):
+    from slurm_ab.report import render_compare_html, render_runs_html
+    a, b = runs["dev-tp32"], runs["dev-tp32-dflash"]
+    md = "| metric | tp32 | tp32-dflash | change |\n|---|---|---|---|\n| Input / Output TPS | 1 / 2 | 3 / 4 | +1.00% |\n"
+    text = render_compare_html(a, b, md, base_dir=tmp_path)
+    assert text.count("data:image/png;base64,") == 2 and "inconclusive (n=1)" in text
+    assert 'href="dev-tp32/logs/server-r0-n0.log"' in text
+    text = render_runs_html(list(runs.values()), md, base_dir=tmp_path)
+    assert text.count("data:image/png;base64,") == 1 and "dev-oom" in text
