@@ -1,6 +1,7 @@
 {% raw %}
 # ---- helpers (static) ------------------------------------------------------------------------
 declare -A STEP_PIDS=()   # step name -> srun pid; all are critical: if one exits, the job fails
+PF_PIDS=()                # preflight steps (one per component)
 TORN_DOWN=0
 WARMUP_BODY=""
 
@@ -79,7 +80,7 @@ wait_servers_ready() {
     pending=()
     for g in "${!HEADS[@]}"; do
       [[ -n "${ready[g]:-}" ]] && continue
-      if curl -fsS -m 5 -o /dev/null "http://${HEADS[g]}:${PORTS[g]}/health" 2>/dev/null; then
+      if curl -fsS -m 5 -o /dev/null "http://${ADDRS[g]}:${PORTS[g]}/health" 2>/dev/null; then
         ready[g]=1
         log "replica $g ready after $(( SECONDS - start )) s"
         event ready "replica=$g" "seconds=$(( SECONDS - start ))"
@@ -116,7 +117,7 @@ warmup_replica() {
   log "replica $g: warm-up ${WARMUP_INPUT_LEN} -> ${WARMUP_OUTPUT_LEN} tokens"
   event warmup_start "replica=$g"
   curl -sS -m "$WARMUP_TIMEOUT" -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' \
-    --data-binary "@$WARMUP_BODY" "http://${HEADS[g]}:${PORTS[g]}/generate" >"$out.http" 2>>"$out.http" &
+    --data-binary "@$WARMUP_BODY" "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$out.http" 2>>"$out.http" &
   watch_pid $!
   rc=$?
   code=$(head -c 3 "$out.http" 2>/dev/null)
@@ -132,7 +133,7 @@ warmup_replica() {
 wait_router_ready() {
   local start=$SECONDS body n
   while :; do
-    body=$(curl -fsS -m 5 "http://$ROUTER_HOST:$ROUTER_PORT$ROUTER_READY_PATH" 2>/dev/null)
+    body=$(curl -fsS -m 5 "http://$ROUTER_ADDR:$ROUTER_PORT$ROUTER_READY_PATH" 2>/dev/null)
     n=$(grep -Eo "\"$ROUTER_READY_FIELD\": *[0-9]+" <<<"$body" | grep -Eo '[0-9]+$')
     if [[ -n "$n" ]] && (( n >= REPLICAS )); then
       log "router ready with $n healthy workers after $(( SECONDS - start )) s"
@@ -146,6 +147,256 @@ wait_router_ready() {
     fi
     nap
   done
+}
+
+# bench_serving (0.5.23) asks the router for /server_info after the run, for the accept length;
+# sglang-router 0.3.x and smg 1.x answer 404 there. Recorded, not an error: the accept length
+# comes from the servers' logs.
+record_server_info() {
+  local code
+  code=$(curl -s -m 5 -o /dev/null -w '%{http_code}' "http://$ROUTER_ADDR:$ROUTER_PORT/server_info" 2>/dev/null)
+  event router_server_info "http=${code:-none}"
+  [[ "$code" == 200 ]] || log "router answers HTTP ${code:-none} for /server_info: the client cannot report the accept length through it (not an error)"
+}
+
+# The address other nodes use for head node $1 (cluster.address).
+head_address() {
+  local node=$1 addr=""
+  case $ADDRESS_MODE in
+    name) addr=$node ;;
+    nodeaddr) addr=$(scontrol show node -o "$node" 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | head -n 1) && addr=${addr#NodeAddr=} ;;
+    interface) [[ -s "$RUN_DIR/preflight/$node.addr" ]] && addr=$(<"$RUN_DIR/preflight/$node.addr") ;;
+  esac
+  [[ -n "$addr" ]] || return 1
+  printf '%s\n' "$addr"
+}
+
+# ---- preflight --------------------------------------------------------------------------------
+# JSON string literal of $1 (backslash, quote and control characters escaped).
+# shellcheck disable=SC2317  # runs on the nodes, through check.sh
+json_str() {
+  local s=$1
+  s=${s//\\/\\\\}
+  s=${s//\"/\\\"}
+  s=${s//$'\t'/\\t}
+  s=${s//$'\r'/}
+  s=${s//$'\n'/\\n}
+  s=$(printf '%s' "$s" | tr -d '\000-\010\013\014\016-\037')
+  printf '"%s"' "$s"
+}
+
+# Runs on each node (inside the container): check.sh G PORT... -> <node>.json, <node>.problems
+# (one "CHECK<TAB>CAUSE" line per problem) and, with an interface address, <node>.addr.
+# shellcheck disable=SC2317  # runs on the nodes, through check.sh
+preflight_node() {
+  local g=$1; shift
+  local node=${SLURMD_NODENAME:-$(hostname)} rank=${SLURM_NODEID:-0} start=$SECONDS
+  local dir="$RUN_DIR/preflight" out rc line mod ver what path i n=0 name driver="" addr="" taken
+  local -a problems=() checks=() mods=("${PF_MODULES[@]}") names=() jmods=()
+  local router_node=0
+  [[ "$g" == 0 && "$rank" == 0 ]] && router_node=1
+  problem() { checks+=("$1"); problems+=("$2"); }
+  (( router_node )) && for i in "${PF_CLIENT_MODULES[@]}"; do
+    [[ " ${mods[*]} " == *" $i "* ]] || mods+=("$i")
+  done
+  # modules: "MODULE VERSION" or "MODULE ERROR ..." per line
+  if (( ${#PF_IMPORT[@]} && ${#mods[@]} )); then
+    out=$("${PF_IMPORT[@]}" "${mods[@]}" 2>&1); rc=$?
+    while IFS= read -r line; do
+      mod=${line%% *}; ver=${line#* }
+      for i in "${mods[@]}"; do
+        [[ "${i%%=*}" == "$mod" ]] || continue
+        if [[ "$ver" == ERROR* ]]; then
+          problem import "module $mod is not importable: ${ver#ERROR }"
+        else
+          jmods+=("$(json_str "$mod"): $(json_str "$ver")")
+        fi
+      done
+    done <<<"$out"
+    if (( rc != 0 )) && ! grep -q ' ERROR ' <<<"$out"; then
+      problem import "import check failed (status $rc): $(head -n 1 <<<"$out")"
+    fi
+  fi
+  # GPUs: one "NAME, DRIVER" line per visible GPU
+  if (( ${#PF_GPU[@]} )); then
+    out=$("${PF_GPU[@]}" 2>&1); rc=$?
+    if (( rc != 0 )); then
+      problem gpus "GPU query failed (status $rc): $(head -n 1 <<<"$out")"
+    else
+      while IFS= read -r line; do
+        [[ -n "${line// /}" ]] || continue
+        n=$(( n + 1 ))
+        name=${line%%,*}; names+=("$(json_str "${name## }")")
+        [[ "$line" == *,* ]] && driver=${line##*,} && driver=${driver## }
+      done <<<"$out"
+      (( n == PF_GPUS )) || problem gpus "$n GPUs visible, the mode needs $PF_GPUS per node"
+    fi
+  fi
+  # paths the servers read (every node) and the client reads (the router's node)
+  local -a paths=("${PF_PATHS[@]}")
+  (( router_node )) && paths+=("${PF_CLIENT_PATHS[@]}")
+  for (( i = 0; i + 1 < ${#paths[@]}; i += 2 )); do
+    what=${paths[i]}; path=${paths[i+1]}
+    [[ -e "$path" ]] || problem path "$what path $path is missing"
+  done
+  # ports this job will listen on: only head nodes (node rank 0) listen
+  if (( rank == 0 && $# && ${#PF_PORT[@]} )); then
+    taken=$("${PF_PORT[@]}" "$@" 2>&1); rc=$?
+    if (( rc != 0 )); then
+      problem port "port check failed (status $rc): $(head -n 1 <<<"$taken")"
+    else
+      while IFS= read -r line; do
+        [[ -n "$line" ]] && problem port "port ${line%% *} is already in use (${line#* })"
+      done <<<"$taken"
+    fi
+  fi
+  # the address of a named interface (cluster.address = "interface")
+  if [[ -n "$PF_IFACE" ]]; then
+    addr=$("${PF_ADDRESS[@]}" "$PF_IFACE" 2>&1)
+    if [[ "$addr" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+      printf '%s\n' "$addr" >"$dir/$node.addr"
+    else
+      problem address "no IPv4 address on interface $PF_IFACE: $(head -n 1 <<<"$addr")"
+      addr=""
+    fi
+  fi
+  : >"$dir/$node.problems"
+  local jprob=""
+  for i in "${!problems[@]}"; do
+    printf '%s\t%s\n' "${checks[i]}" "${problems[i]//$'\n'/ }" >>"$dir/$node.problems"
+    jprob+="${jprob:+, }{\"check\": $(json_str "${checks[i]}"), \"cause\": $(json_str "${problems[i]}")}"
+  done
+  {
+    printf '{"node": %s, "replica": %d, "node_rank": %d, "host": %s, "ok": %s,\n' \
+      "$(json_str "$node")" "$g" "$rank" "$(json_str "$(hostname)")" "$([[ ${#problems[@]} == 0 ]] && echo true || echo false)"
+    printf ' "modules": {%s},\n' "$(IFS=,; echo "${jmods[*]}")"
+    printf ' "gpu_count": %s, "gpus": [%s], "driver": %s, "address": %s,\n' \
+      "$( (( ${#PF_GPU[@]} )) && echo "$n" || echo null)" "$(IFS=,; echo "${names[*]}")" "$(json_str "$driver")" "$(json_str "$addr")"
+    printf ' "problems": [%s], "seconds": %d}\n' "$jprob" "$(( SECONDS - start ))"
+  } >"$dir/$node.json.tmp" && mv -f "$dir/$node.json.tmp" "$dir/$node.json"
+}
+
+# The node-side script: the preflight's settings and functions, run by each preflight task.
+write_preflight_script() {
+  mkdir -p "$RUN_DIR/preflight" || fatal preflight "cannot create $RUN_DIR/preflight"
+  {
+    echo '#!/bin/bash'
+    echo '# slurm-ab preflight, run on every node by the job'"'"'s first steps (written by the job script).'
+    declare -p RUN_DIR PF_MODULES PF_CLIENT_MODULES PF_IMPORT PF_GPU PF_GPUS PF_PORT PF_ADDRESS PF_IFACE PF_PATHS PF_CLIENT_PATHS
+    declare -f json_str preflight_node
+    echo 'preflight_node "$@"'
+  } >"$RUN_DIR/preflight/check.sh"
+}
+
+# Wait for every preflight step, then fail the job on the first problem (component, node rank
+# order), naming node and cause; all problems are logged.
+wait_preflight() {
+  local start=$SECONDS pid running g r node f check cause first="" nodes=0
+  while :; do
+    running=0
+    for pid in "${PF_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
+    (( running )) || break
+    if (( SECONDS - start >= PREFLIGHT_TIMEOUT )); then
+      tail_log "$RUN_DIR"/logs/preflight-r*-n*.log
+      fatal preflight check=timeout "preflight did not finish within $PREFLIGHT_TIMEOUT s (container start, hung file system?)"
+    fi
+    sleep 0.2 & wait $! 2>/dev/null
+  done
+  for pid in "${PF_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+  for g in "${!HEADS[@]}"; do
+    local -n nodes_ref="R${g}_NODES"
+    for r in "${!nodes_ref[@]}"; do
+      node=${nodes_ref[r]}
+      nodes=$(( nodes + 1 ))
+      f="$RUN_DIR/preflight/$node.problems"
+      if [[ ! -s "$RUN_DIR/preflight/$node.json" ]]; then
+        tail_log "$RUN_DIR/logs/preflight-r$g-n$r.log"
+        cause="no preflight report from $node (the step failed there: see logs/preflight-r$g-n$r.log)"
+        log "preflight: $node (replica $g node rank $r): $cause" >&2
+        [[ -n "$first" ]] || first="$g|$r|$node|report|$cause"
+        continue
+      fi
+      while IFS=$'\t' read -r check cause; do
+        [[ -n "$check" ]] || continue
+        log "preflight: $node (replica $g node rank $r): $cause" >&2
+        [[ -n "$first" ]] || first="$g|$r|$node|$check|$cause"
+      done <"$f"
+    done
+    unset -n nodes_ref
+  done
+  if [[ -n "$first" ]]; then
+    IFS='|' read -r g r node check cause <<<"$first"
+    fatal preflight "node=$node" "replica=$g" "node_rank=$r" "check=$check" "cause=$cause" \
+      "preflight: $node (replica $g node rank $r): $cause"
+  fi
+  log "preflight passed on $nodes nodes after $(( SECONDS - start )) s"
+  event preflight_done "nodes=$nodes" "seconds=$(( SECONDS - start ))"
+}
+
+# ---- /metrics scrapes: every replica head and the router, over the benchmark window ------------
+# Raw text goes to metrics/<target>-<stamp>.prom (never modified), one "metrics_scrape target=..
+# phase=start|during|end ok=1|0" line in events.log per scrape. A failed scrape keeps its evidence
+# (metrics/<target>-<stamp>.err: HTTP body and curl's message) and is never fatal. Only node
+# rank 0 serves the replica's HTTP API; its /metrics covers the schedulers on that node.
+METRICS_LOOP_PID=""
+
+# scrape_one TARGET URL PHASE ROUND
+scrape_one() {
+  local target=$1 url=$2 phase=$3 round=$4 stamp file code rc
+  stamp=$(date '+%Y%m%d-%H%M%S.%3N')
+  file="metrics/$target-$stamp"
+  code=$(curl -sS -m "$METRICS_TIMEOUT" -o "$RUN_DIR/$file.part" -w '%{http_code}' "$url" 2>"$RUN_DIR/$file.curl")
+  rc=$?
+  if (( rc == 0 )) && [[ "$code" == 200 ]]; then
+    mv -f -- "$RUN_DIR/$file.part" "$RUN_DIR/$file.prom"
+    rm -f -- "$RUN_DIR/$file.curl"
+    event metrics_scrape "target=$target" "phase=$phase" "round=$round" ok=1 http=200 "file=$file.prom"
+  else
+    cat -- "$RUN_DIR/$file.curl" >>"$RUN_DIR/$file.part" 2>/dev/null
+    mv -f -- "$RUN_DIR/$file.part" "$RUN_DIR/$file.err" 2>/dev/null
+    rm -f -- "$RUN_DIR/$file.curl"
+    event metrics_scrape "target=$target" "phase=$phase" "round=$round" ok=0 "http=${code:-000}" "curl_rc=$rc" "file=$file.err"
+  fi
+}
+
+# scrape_metrics start|during|end [ROUND]: every target at once; at "end", after the loop stopped.
+scrape_metrics() {
+  local phase=$1 round=${2:-$1} g
+  local -a pids=()
+  if [[ "$phase" == end && -n "$METRICS_LOOP_PID" ]]; then
+    wait "$METRICS_LOOP_PID" 2>/dev/null
+    METRICS_LOOP_PID=""
+  fi
+  mkdir -p "$RUN_DIR/metrics" || return 0
+  if (( METRICS_SERVERS )); then
+    for g in "${!HEADS[@]}"; do
+      scrape_one "r$g" "http://${ADDRS[g]:-${HEADS[g]}}:${PORTS[g]}/metrics" "$phase" "$round" &
+      pids+=($!)
+    done
+  fi
+  scrape_one router "http://${ROUTER_ADDR:-$ROUTER_HOST}:$ROUTER_METRICS_PORT/metrics" "$phase" "$round" &
+  pids+=($!)
+  wait "${pids[@]}" 2>/dev/null
+  return 0
+}
+
+# scrape_metrics_during PID: every METRICS_INTERVAL s while PID (the client) runs, in the background.
+scrape_metrics_during() {
+  local pid=$1
+  (
+    n=0
+    next=$(( SECONDS + METRICS_INTERVAL ))
+    while kill -0 "$pid" 2>/dev/null; do
+      if (( SECONDS >= next )); then
+        n=$(( n + 1 ))
+        scrape_metrics during "$n"
+        next=$(( SECONDS + METRICS_INTERVAL ))
+      fi
+      sleep 1 &
+      wait $! 2>/dev/null
+    done
+  ) &
+  METRICS_LOOP_PID=$!
 }
 
 # Slurm's view of the job's nodes as it ends: a node that is down, drained, failing or not

@@ -47,11 +47,18 @@ class Warmup:
 
 @dataclass(frozen=True)
 class Router:
+    """The router of the selected profile ([router] plus [router_profiles.<profile>])."""
+
+    profile: str
+    description: str
+    command: tuple[str, ...]
+    module: str
+    distribution: str
     policy: str
     ready_timeout_s: int
     ready_path: str
     ready_field: str
-    args: Pairs
+    args: Pairs                      # the profile's flags, then [router.args]
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,12 @@ class Cluster:
     teardown_grace_s: int
     signal_before_limit_s: int
     secret_env: tuple[str, ...]
+    mem: str
+    server_cpu_bind: str
+    side_step_args: tuple[str, ...]
+    address: str
+    address_interface: str
+    prologue: str
 
 
 @dataclass(frozen=True)
@@ -91,8 +104,27 @@ class Paths:
 @dataclass(frozen=True)
 class Commands:
     server: tuple[str, ...]
-    router: tuple[str, ...]
     client: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Preflight:
+    enabled: bool
+    timeout_s: int
+    server_module: str
+    client_module: str
+    import_command: tuple[str, ...]
+    gpu_command: tuple[str, ...]
+    port_command: tuple[str, ...]
+    address_command: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Scraping of the servers' and the router's Prometheus /metrics during the benchmark."""
+
+    interval_s: int = 10
+    timeout_s: int = 5
 
 
 @dataclass(frozen=True)
@@ -126,6 +158,15 @@ class Experiment:
     paths: Paths
     commands: Commands
     ports: Ports
+    preflight: Preflight
+    metrics: Metrics = Metrics()
+
+    @property
+    def server_metrics(self) -> bool:
+        """The servers run with --enable-metrics (the mode's flags override [server.args])."""
+        flags = dict(self.server_args)
+        flags.update(dict(self.mode.args))
+        return bool(flags.get("enable-metrics"))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -166,13 +207,26 @@ def build(tree: dict, mode_name: str) -> Experiment:
         server_args=_build_pairs(tree["server"]["args"]),
         server_env=_build_pairs(tree["server"]["env"]),
         env=_build_pairs(tree["env"]),
-        router=_build(Router, tree["router"]),
+        router=_router(tree),
         cluster=_build(Cluster, tree["cluster"]),
         container=_build(Container, tree["container"]),
         paths=_build(Paths, tree["paths"]),
         commands=_build(Commands, tree["commands"]),
         ports=_build(Ports, tree["ports"]),
+        preflight=_build(Preflight, tree["preflight"]),
+        metrics=_build(Metrics, tree["metrics"]),
     )
+
+
+def _router(tree: dict) -> Router:
+    r = tree["router"]
+    prof = tree["router_profiles"][r["profile"]]
+    args = dict(prof.get("args", {}))
+    args.update(r["args"])
+    return Router(profile=r["profile"], description=prof.get("description", ""), command=tuple(prof["command"]),
+                  module=prof["module"], distribution=prof.get("distribution", ""), policy=r["policy"],
+                  ready_timeout_s=r["ready_timeout_s"], ready_path=prof["ready_path"],
+                  ready_field=prof["ready_field"], args=_build_pairs(args))
 
 
 def _build_pairs(table: dict) -> Pairs:

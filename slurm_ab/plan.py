@@ -45,6 +45,26 @@ class JobPlan:
     client: Command
     job_slot_size: int                     # ports per job slot (replicas x stride)
     secret_env: tuple[str, ...]
+    server_step: tuple[str, ...]           # srun options of the server steps (besides group/nodes)
+    side_step: tuple[str, ...]             # srun options of router/client (pinned with --nodelist)
+    preflight: "Preflight | None"          # None: disabled
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the first step checks on each node (commands are site data, see experiment.toml)."""
+
+    modules: tuple[str, ...]               # MODULE[=DIST] imported on every node
+    client_modules: tuple[str, ...]        # imported on the router's node only
+    import_command: tuple[str, ...]
+    gpu_command: tuple[str, ...]
+    gpus: int                              # GPUs every node must show
+    port_command: tuple[str, ...]
+    address_command: tuple[str, ...]       # empty unless cluster.address = "interface"
+    interface: str
+    paths: tuple[tuple[str, str], ...]     # (what, path) needed on every node
+    client_paths: tuple[tuple[str, str], ...]   # (what, path) needed on the router's node
+    timeout_s: int
 
 
 def job_name(run_id: str) -> str:
@@ -71,6 +91,8 @@ def _sbatch_component(exp: Experiment) -> tuple[str, ...]:
         opts.append(f"--gres=gpu:{c.gpus_per_node}")
     if c.exclusive:
         opts.append("--exclusive")
+    if c.mem:
+        opts.append(f"--mem={c.mem}")
     return tuple(opts) + c.sbatch_extra
 
 
@@ -94,10 +116,9 @@ def _container_flags(exp: Experiment, run_dir: str) -> tuple[str, ...]:
     flags.append("--container-mount-home" if ct.mount_home else "--no-container-mount-home")
     if ct.workdir:
         flags.append(f"--container-workdir={ct.workdir}")
-    # Host values must win over the image's own NCCL_* etc.
-    names = [k for k, _ in exp.env] + [k for k, _ in exp.server_env] + list(exp.cluster.secret_env)
-    if names:
-        flags.append(f"--container-env={','.join(dict.fromkeys(names))}")
+    # No --container-env: pyxis forwards only names set in the step's own (host) environment
+    # (pyxis 0.24 README), and the job sets [env] with `env NAME=VALUE ...` inside the container,
+    # where those values win over the image's. Secrets are exported by the submitter and inherited.
     return tuple(flags)
 
 
@@ -121,9 +142,9 @@ def _server(exp: Experiment) -> Command:
 
 
 def _router(exp: Experiment) -> Command:
-    urls = tuple(Var(f"http://${{R{g}_HEAD}}:${{R{g}_PORT}}") for g in range(exp.replicas))
+    urls = tuple(Var(f"http://${{R{g}_ADDR}}:${{R{g}_PORT}}") for g in range(exp.replicas))
     lines = [
-        tuple(exp.commands.router),
+        tuple(exp.router.command),
         ("--worker-urls", *urls),
         ("--policy", exp.router.policy),
         ("--host", "0.0.0.0"),
@@ -140,7 +161,7 @@ def _client(exp: Experiment) -> Command:
     lines = [
         tuple(exp.commands.client),
         ("--backend", b.backend),
-        ("--base-url", Var("http://${ROUTER_HOST}:${ROUTER_PORT}")),
+        ("--base-url", Var("http://${ROUTER_ADDR}:${ROUTER_PORT}")),
         ("--model", exp.paths.model),
         ("--tokenizer", exp.paths.tokenizer),
         tuple(b.dataset_args),
@@ -157,6 +178,42 @@ def _client(exp: Experiment) -> Command:
     return Command(_env(exp.env), tuple(lines))
 
 
+def _server_step(exp: Experiment) -> tuple[str, ...]:
+    c = exp.cluster
+    return (f"--cpu-bind={c.server_cpu_bind}",) if c.server_cpu_bind else ()
+
+
+def _side_step(exp: Experiment) -> tuple[str, ...]:
+    """Router and client: one task on ROUTER_HOST, overlapping the server step there."""
+    return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args)
+
+
+def _preflight(exp: Experiment, server: Command, client: Command) -> Preflight | None:
+    pf = exp.preflight
+    if not pf.enabled:
+        return None
+    words = [w for line in server.lines for w in line if isinstance(w, str)]
+    paths = [("model", exp.paths.model)]
+    if exp.paths.draft_model and exp.paths.draft_model in words:
+        paths.append(("draft model", exp.paths.draft_model))
+    cwords = [w for line in client.lines for w in line if isinstance(w, str)]
+    client_paths = []
+    if exp.paths.dataset and exp.paths.dataset in cwords:
+        client_paths.append(("dataset", exp.paths.dataset))
+    if exp.paths.tokenizer.startswith("/") and exp.paths.tokenizer != exp.paths.model:
+        client_paths.append(("tokenizer", exp.paths.tokenizer))
+    router = exp.router.module + (f"={exp.router.distribution}" if exp.router.distribution else "")
+    interface = exp.cluster.address == "interface"
+    return Preflight(
+        modules=tuple(m for m in (pf.server_module, router) if m),
+        client_modules=(pf.client_module,) if pf.client_module else (),
+        import_command=pf.import_command, gpu_command=pf.gpu_command,
+        gpus=exp.cluster.gpus_per_node, port_command=pf.port_command,
+        address_command=pf.address_command if interface else (),
+        interface=exp.cluster.address_interface if interface else "",
+        paths=tuple(paths), client_paths=tuple(client_paths), timeout_s=pf.timeout_s)
+
+
 def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
     check_run_id(run_id)
     stride = exp.ports.replica_stride
@@ -167,6 +224,7 @@ def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
         f"--signal=B:USR1@{c.signal_before_limit_s}",
         "--no-requeue",  # a node failure must end the run with its evidence, not silently rerun it
     )
+    server, client = _server(exp), _client(exp)
     return JobPlan(
         exp=exp,
         run_id=run_id,
@@ -176,9 +234,12 @@ def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
         sbatch_component=_sbatch_component(exp),
         replicas=tuple(Replica(g, exp.nodes_per_replica, g * stride) for g in range(exp.replicas)),
         container_flags=_container_flags(exp, run_dir),
-        server=_server(exp),
+        server=server,
         router=_router(exp),
-        client=_client(exp),
+        client=client,
         job_slot_size=exp.replicas * stride,
         secret_env=c.secret_env,
+        server_step=_server_step(exp),
+        side_step=_side_step(exp),
+        preflight=_preflight(exp, server, client),
     )

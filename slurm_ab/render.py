@@ -7,6 +7,7 @@ from pathlib import Path
 from . import __version__
 from .plan import JobPlan
 from .shell import word, words
+from .validate import notices
 
 
 @lru_cache(maxsize=1)
@@ -50,18 +51,44 @@ def summary(plan: JobPlan) -> str:
         lines.append(f"  replica {r.index}: http {e.ports.server + r.port_offset} + slot*{slot}, "
                      f"dist-init {e.ports.dist_init + r.port_offset} + slot*{slot}")
     lines.append(f"  router: {e.ports.router} + slot, metrics {e.ports.router_metrics} + slot")
+    addr = {"name": "the Slurm node name", "nodeaddr": "the node's NodeAddr (scontrol show node)",
+            "interface": f"the IPv4 address of {e.cluster.address_interface} on the node (read by the preflight)"}
+    lines.append(f"head node addresses ($R<g>_ADDR): {addr.get(e.cluster.address, e.cluster.address)}")
+    lines.append(f"router profile {e.router.profile}: {e.router.description}; ready when GET "
+                 f"{e.router.ready_path} counts {e.replicas} {e.router.ready_field}")
+    pf = plan.preflight
+    if pf:
+        checks = [f"imports {', '.join(pf.modules)}" + (f" (+ {', '.join(pf.client_modules)} on ROUTER_HOST)" if pf.client_modules else "")]
+        if pf.gpu_command:
+            checks.append(f"{pf.gpus} GPUs per node ({words(pf.gpu_command)})")
+        checks.append("paths " + ", ".join(f"{w} {p}" for w, p in pf.paths + pf.client_paths))
+        if pf.port_command:
+            checks.append("ports free on head nodes")
+        if pf.interface:
+            checks.append(f"address of {pf.interface}")
+        lines.append(f"preflight (first step, every node, {pf.timeout_s} s at most): " + "; ".join(checks))
+    else:
+        lines.append("preflight: disabled")
+    prologue = e.cluster.prologue.strip("\n")
+    if prologue.strip():
+        lines.append("prologue (cluster.prologue, site shell code run verbatim by the batch script before any step):")
+        lines += [f"  | {ln}" for ln in prologue.splitlines()]
     lines.append("commands:")
     server = words(w for line in plan.server.lines for w in line)
     env = " ".join(word(x) for x in plan.server.env)
+    step = " ".join(plan.server_step)
     for r in plan.replicas:
-        lines.append(f"  replica {r.index} (srun --het-group={r.index} --nodes={r.nodes}, every node): "
-                     f"{env + ' ' if env else ''}{server} --dist-init-addr \"$R{r.index}_HEAD:$R{r.index}_DIST_PORT\" "
+        lines.append(f"  replica {r.index} (srun --het-group={r.index} --nodes={r.nodes}{' ' + step if step else ''}, every node): "
+                     f"{env + ' ' if env else ''}{server} --dist-init-addr \"$R{r.index}_ADDR:$R{r.index}_DIST_PORT\" "
                      f"--port \"$R{r.index}_PORT\" --node-rank \"$SLURM_NODEID\"")
     for r in plan.replicas:
-        lines.append(f"  warm-up {r.index}: POST http://$R{r.index}_HEAD:$R{r.index}_PORT/generate "
+        lines.append(f"  warm-up {r.index}: POST http://$R{r.index}_ADDR:$R{r.index}_PORT/generate "
                      f"{{input_ids: {e.warmup.input_len} x {e.warmup.token_id}, max_new_tokens: {e.warmup.output_len}}}")
-    lines.append("  router (srun --het-group=0 --nodes=1 --ntasks=1 --overlap): "
+    side = " ".join(plan.side_step)
+    lines.append(f"  router (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}): "
                  + words(w for line in plan.router.lines for w in line))
-    lines.append("  client (srun --het-group=0 --nodes=1 --ntasks=1 --overlap): "
+    lines.append(f"  client (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}): "
                  + words(w for line in plan.client.lines for w in line))
+    for n in notices(e):
+        lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"

@@ -31,6 +31,12 @@ SBATCH_OPTION = re.compile(r"--[a-z][a-z0-9-]*(=[^\s'\"\\#]+)?")
 PATH_SAFE = re.compile(r"[A-Za-z0-9_.+,@:=/-]+")  # run directory: used in #SBATCH --output (no %)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 NO_DRAFT_NEEDED = {"NGRAM"}
+ADDRESS_MODES = ("name", "nodeaddr", "interface")
+MEM = re.compile(r"\d+[KMGT]?")
+CPU_BIND = re.compile(r"[A-Za-z0-9_,:.=]*")
+IFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+HTTP_PATH = re.compile(r"/[A-Za-z0-9_./-]*")
 
 
 def resolve(tree: Tree, mode: str) -> Experiment:
@@ -57,6 +63,8 @@ def resolve(tree: Tree, mode: str) -> Experiment:
     errors += _site_checks(resolved)
     errors += _bench_checks(resolved)
     errors += _port_checks(resolved)
+    errors += _router_checks(resolved)
+    errors += _preflight_checks(resolved)
     if errors:
         raise ConfigErrors(errors)
     return build(resolved, mode)
@@ -152,9 +160,24 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
     for i, opt in enumerate(c["srun_extra"]):
         if not opt.startswith("-"):
             errs.append(ConfigError(f"cluster.srun_extra[{i}]", opt, "not an srun option", "starts with -"))
+    if c["mem"] and not MEM.fullmatch(c["mem"]):
+        errs.append(ConfigError("cluster.mem", c["mem"], "not an sbatch --mem size", "\"0\" (all of each node), e.g. \"500G\", or \"\" for the site default"))
+    if not CPU_BIND.fullmatch(c["server_cpu_bind"]):
+        errs.append(ConfigError("cluster.server_cpu_bind", c["server_cpu_bind"], "not an srun --cpu-bind value", "e.g. none, cores, or \"\" for the site default"))
+    for i, opt in enumerate(c["side_step_args"]):
+        if not SBATCH_OPTION.fullmatch(opt):
+            errs.append(ConfigError(f"cluster.side_step_args[{i}]", opt, "not a single srun option", "--name or --name=value, no spaces or quotes"))
+    if c["address"] not in ADDRESS_MODES:
+        errs.append(ConfigError("cluster.address", c["address"], "unknown address mode", ", ".join(ADDRESS_MODES)))
+    elif c["address"] == "interface" and not IFACE.fullmatch(c["address_interface"]):
+        errs.append(ConfigError("cluster.address_interface", c["address_interface"], "not a network interface name",
+                                "the interface of the fast network, e.g. ib0"))
     for k in ("ready_timeout_s", "poll_interval_s", "teardown_grace_s", "signal_before_limit_s"):
         if c[k] < 1:
             errs.append(ConfigError(f"cluster.{k}", c[k], "must be >= 1"))
+    for k in ("interval_s", "timeout_s"):
+        if tree["metrics"][k] < 1:
+            errs.append(ConfigError(f"metrics.{k}", tree["metrics"][k], "must be >= 1 (seconds)"))
     for i, name in enumerate(c["secret_env"]):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             errs.append(ConfigError(f"cluster.secret_env[{i}]", name, "not a valid environment variable name"))
@@ -179,6 +202,59 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
     if tree["router"]["ready_timeout_s"] < 1:
         errs.append(ConfigError("router.ready_timeout_s", tree["router"]["ready_timeout_s"], "must be >= 1"))
     return errs
+
+
+def _router_checks(tree: Tree) -> list[ConfigError]:
+    r, profiles = tree["router"], tree["router_profiles"]
+    if r["profile"] not in profiles:
+        return [ConfigError("router.profile", r["profile"], "unknown router profile", ", ".join(sorted(profiles)))]
+    key = f"router_profiles.{r['profile']}"
+    prof = profiles[r["profile"]]
+    errs: list[ConfigError] = []
+    for k in ("command", "module", "ready_path", "ready_field"):
+        if k not in prof:
+            errs.append(ConfigError(f"{key}.{k}", None, "missing in the router profile"))
+    if errs:
+        return errs
+    if not prof["command"] or not all(prof["command"]):
+        errs.append(ConfigError(f"{key}.command", prof["command"], "must be a non-empty list of non-empty strings"))
+    if not MODULE.fullmatch(prof["module"]):
+        errs.append(ConfigError(f"{key}.module", prof["module"], "not a Python module name", "e.g. sglang_router"))
+    if not HTTP_PATH.fullmatch(prof["ready_path"]):
+        errs.append(ConfigError(f"{key}.ready_path", prof["ready_path"], "not an HTTP path", "e.g. /readiness"))
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prof["ready_field"]):
+        errs.append(ConfigError(f"{key}.ready_field", prof["ready_field"], "not a JSON field name", "e.g. healthy_workers"))
+    return errs
+
+
+def _preflight_checks(tree: Tree) -> list[ConfigError]:
+    pf, c = tree["preflight"], tree["cluster"]
+    errs: list[ConfigError] = []
+    if pf["timeout_s"] < 1:
+        errs.append(ConfigError("preflight.timeout_s", pf["timeout_s"], "must be >= 1"))
+    for k in ("server_module", "client_module"):
+        if pf[k] and not MODULE.fullmatch(pf[k]):
+            errs.append(ConfigError(f"preflight.{k}", pf[k], "not a Python module name", "e.g. sglang, or \"\" to skip"))
+    for k in ("import_command", "gpu_command", "port_command", "address_command"):
+        if any(not w for w in pf[k]):
+            errs.append(ConfigError(f"preflight.{k}", pf[k], "must not contain empty strings", "a command as a list, or [] to skip"))
+    if c["address"] == "interface" and not (pf["enabled"] and pf["address_command"]):
+        errs.append(ConfigError("cluster.address", c["address"], "an interface address is read on each node by the preflight",
+                                "set preflight.enabled = true and preflight.address_command, or use \"name\" / \"nodeaddr\""))
+    return errs
+
+
+def notices(exp: Experiment) -> list[str]:
+    """What a user should know about a valid configuration (dry-run prints these)."""
+    out = []
+    lines = [ln for ln in exp.cluster.prologue.splitlines() if ln.strip()]
+    if lines:
+        out.append(f"cluster.prologue: {len(lines)} line(s) of site shell code are written into the job script "
+                   "verbatim and unquoted (not checked: the site owner's code, never user input); they run "
+                   "before any step, in the batch shell")
+    if not exp.preflight.enabled:
+        out.append("preflight.enabled = false: nothing checks the nodes before the servers start loading")
+    return out
 
 
 def _bench_checks(tree: Tree) -> list[ConfigError]:

@@ -34,18 +34,25 @@ def test_structure(mode):
     assert header.count("#SBATCH hetjob") == 1
     assert header.count("#SBATCH --nodes=4") == 2 and header.count("#SBATCH --ntasks-per-node=1") == 2
     assert header.count("#SBATCH --gpus-per-node=8") == 2 and header.count("#SBATCH --exclusive") == 2
+    assert header.count("#SBATCH --mem=0") == 2   # --exclusive alone gives only the default memory
     assert "#SBATCH --job-name=ab-RUN-ID" in header
     # one server step per replica, each on its own het group, node rank from Slurm
     for g in (0, 1):
-        assert re.search(rf"srun --het-group={g} --nodes=4 --ntasks-per-node=1 .*\n.*server-r{g}-n%t\.log", text)
-        assert f'--dist-init-addr "$R{g}_HEAD:$R{g}_DIST_PORT"' in text
+        assert re.search(rf'srun --het-group={g} --nodes=4 --ntasks-per-node=1 --kill-on-bad-exit=1 "\$\{{SERVER_STEP\[@\]\}}" \\\n.*server-r{g}-n%t\.log', text)
+        assert f'--dist-init-addr "$R{g}_ADDR:$R{g}_DIST_PORT"' in text
+    assert "SERVER_STEP=(--cpu-bind=none)\n" in text
     assert text.count('--node-rank "$SLURM_NODEID"') == 2
     assert "  python3 -m sglang.launch_server\n" in text and "  --host 0.0.0.0\n" in text
     assert re.search(r"--tp-size \d+\n  --pp-size \d+\n  --ep-size 4\n", text)
     assert not re.search(r"--pp(\s|=)", text), "--pp is ambiguous in SGLang"
-    # router and client colocated on component 0's first node, router waits for both workers
-    assert text.count("srun --het-group=0 --nodes=1 --ntasks=1 --overlap") == 2
-    assert '--worker-urls "http://${R0_HEAD}:${R0_PORT}" "http://${R1_HEAD}:${R1_PORT}"' in text
+    # router and client pinned to component 0's first node, router waits for both workers
+    assert text.count('srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}"') == 2
+    assert "SIDE_STEP=(--nodes=1 --ntasks=1 --overlap --gres=none --mem=0)\n" in text
+    assert "ROUTER_HOST=$R0_HEAD" in text and "ROUTER_ADDR=$R0_ADDR" in text
+    assert '--worker-urls "http://${R0_ADDR}:${R0_PORT}" "http://${R1_ADDR}:${R1_PORT}"' in text
+    assert '--base-url "http://${ROUTER_ADDR}:${ROUTER_PORT}"' in text
+    # no --container-env: pyxis would forward only names set in the host environment
+    assert "--container-env" not in text
     assert "--policy round_robin" in text and "--model-path /shared/models/Kimi-K3\n)" in text
     assert "--num-prompts 40\n  --max-concurrency 8\n" in text and "--output-details" in text
     assert "--dataset-name speed-bench" in text
@@ -80,7 +87,10 @@ def test_dflash_differs_from_tp32_only_by_dflash_flags():
     # and nothing else in the whole script differs except the mode's name
     diff = [l for l in difflib.ndiff(render("tp32").splitlines(), render("tp32-dflash").splitlines())
             if l.startswith(("+", "-"))]
-    others = [l for l in diff if "speculative" not in l and "mem-fraction" not in l]
+    others = [l for l in diff if "speculative" not in l and "mem-fraction" not in l
+              and not l[2:].startswith("PF_PATHS=")]
+    # the preflight checks the draft model path too
+    assert "+ PF_PATHS=(model /shared/models/Kimi-K3 'draft model' /shared/models/Kimi-K3-DFlash)" in diff
     assert all("tp32" in l for l in others), others
 
 
@@ -114,7 +124,7 @@ def test_no_container_means_no_pyxis_flags():
 def test_gpu_request_styles():
     assert "#SBATCH --gres=gpu:8" in render("tp32", sets=["cluster.gpu_request=gres"])
     text = render("tp32", sets=["cluster.gpu_request=none"])
-    assert "--gpus-per-node" not in text and "--gres" not in text
+    assert "--gpus-per-node" not in text and "--gres=gpu" not in text
 
 
 def test_ports_are_per_replica_and_per_job():
