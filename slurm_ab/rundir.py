@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -34,6 +33,8 @@ class Layout:
     client_log = property(lambda self: self.root / "logs" / "client.log")  # bench_serving stdout+stderr
     router_log = property(lambda self: self.root / "logs" / "router.log")
     submitit = property(lambda self: self.root / "submitit")               # submitit's own files
+    metrics = property(lambda self: self.root / "metrics")      # /metrics scrapes: <target>-<stamp>.prom
+    preflight = property(lambda self: self.root / "preflight")  # preflight/<node>.json per node
     submit_error = property(lambda self: self.root / "submit-error.txt")   # why sbatch refused
 
     def server_log(self, replica: int, rank: int) -> Path:
@@ -156,10 +157,6 @@ def record_nodes(run_dir: Path, node_lists: dict) -> None:
 
 # ---- who a run is --------------------------------------------------------------------------------
 
-# <experiment>-<mode>[-<tag>]-<YYYYmmdd>-<HHMMSS>: the default run id (plan.py)
-_DEFAULT_RUN_ID = re.compile(r"^(?P<exp>[a-z0-9]+)-(?P<mode>.+?)-(?:[a-z0-9]+-)?\d{8}-\d{6}$")
-
-
 @dataclass(frozen=True)
 class Identity:
     run_id: str
@@ -175,15 +172,15 @@ def job_start(run_dir: Path) -> Event | None:
 
 def identify(run_dir: Path, manifest: Manifest | None = None) -> Identity:
     """Run id, job id and mode: what submit/render recorded in the manifest, else what the job
-    recorded in events.log (a plain `sbatch` of a script), else the directory's name."""
+    recorded in events.log (a plain `sbatch` of a script); the run id is else the directory's
+    name. Nothing is guessed from names: a run that recorded no mode has none."""
     run_dir = Path(run_dir)
     m = manifest if manifest is not None else (read_manifest(run_dir) or Manifest())
     start = job_start(run_dir)
     own = start.fields if start else {}
-    run_id = m.run_id or own.get("run_id") or run_dir.name
-    parsed = _DEFAULT_RUN_ID.match(run_id)
-    return Identity(run_id=run_id, job_id=m.job_id or own.get("job_id") or None,
-                    mode=m.mode or own.get("mode") or (parsed.group("mode") if parsed else None))
+    return Identity(run_id=m.run_id or own.get("run_id") or run_dir.name,
+                    job_id=m.job_id or own.get("job_id") or None,
+                    mode=m.mode or own.get("mode") or None)
 
 
 def job_id_of(run_dir: Path) -> str | None:

@@ -214,6 +214,22 @@ def test_collect_is_idempotent_and_leaves_raw_files(runs, workdir):
         {p: b for p, b in raw.items() if not p.name == "manifest.json"}
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_the_chained_collector_job_returns_the_verdict(runs, mode):
+    """The one-node job submit chains after the experiment (afterany) collects it too; its
+    submitit result is the verdict, as the summary the CLI wrote says."""
+    import submitit
+
+    run_dir = runs[mode]["run_dir"]
+    cid = json.loads((run_dir / "manifest.json").read_text())["collector_job_id"]
+    assert cid
+    job = submitit.SlurmJob(folder=run_dir / "submitit", job_id=cid)
+    deadline = time.monotonic() + 180
+    while not job.paths.result_pickle.exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert job.result() == json.loads((run_dir / "summary.json").read_text())["verdict"] == "ok"
+
+
 def test_plain_sbatch_of_a_rendered_script(workdir):
     """`sbatch` of a generated script works on its own and writes the same layout; collect finds it."""
     run_id = f"e2e-sbatch-{int(time.time())}"

@@ -1,0 +1,35 @@
+"""The one list of Slurm job states (slurm.py), as watch and the collector read them."""
+import pytest
+
+from slurm_ab import slurm
+from slurm_ab.collect.job import job_info
+from slurm_ab.collect.verdict import state_verdict
+from slurm_ab.parse.events import EventLog
+
+# squeue(1) "JOB STATE CODES", Slurm 22.05: every state a job can be in
+SQUEUE_STATES = """BOOT_FAIL CANCELLED COMPLETED CONFIGURING COMPLETING DEADLINE FAILED NODE_FAIL
+OUT_OF_MEMORY PENDING PREEMPTED RUNNING RESV_DEL_HOLD REQUEUE_FED REQUEUE_HOLD REQUEUED RESIZING
+REVOKED SIGNALING SPECIAL_EXIT STAGE_OUT STOPPED SUSPENDED TIMEOUT""".split()
+
+
+def test_every_state_is_either_active_or_terminal_exactly_once():
+    assert slurm.PENDING_STATES.isdisjoint(slurm.RUNNING_STATES)
+    assert slurm.ACTIVE_STATES.isdisjoint(slurm.TERMINAL_STATES)
+    assert sorted(slurm.ACTIVE_STATES | slurm.TERMINAL_STATES) == sorted(SQUEUE_STATES)
+    parts = (slurm.COMPLETED_STATES, slurm.CANCELLED_STATES, slurm.TIMEOUT_STATES,
+             slurm.FAILED_STATES)
+    assert sum(len(p) for p in parts) == len(slurm.TERMINAL_STATES)
+
+
+@pytest.mark.parametrize("raw,base", [("CANCELLED by 1000", "CANCELLED"), ("CANCELLED+", "CANCELLED"),
+                                      ("running", "RUNNING"), ("", None), (None, None), ("  ", None)])
+def test_base_state(raw, base):
+    assert slurm.base_state(raw) == base
+
+
+@pytest.mark.parametrize("state", SQUEUE_STATES)
+def test_watch_and_the_collector_agree_on_every_state(state):
+    # watch follows a job while is_active; the collector calls exactly those runs "running"
+    verdict, _ = state_verdict(job_info({"state": state}, EventLog()), EventLog(), [])
+    assert (verdict == "running") == slurm.is_active(state), state
+    assert slurm.is_active(f"{state} by 0") == slurm.is_active(state)
