@@ -2,7 +2,9 @@
 
 The JSONL is appended (several records per file are possible), may contain bare 'Infinity',
 and may end in a line cut by a killed client. The printed block exists in every version from
-0.4.10 to 0.5.23 but its lines change (sglang.md §6): it is parsed label by label.
+0.4.10 to 0.5.23 but its lines change (bench_serving's benchmark/serving.py: 0.4.10 prints no
+TPOT lines, 0.5.6 adds 'Peak output token throughput', P95 of TTFT, TPOT and E2E only from
+0.5.16): it is parsed label by label.
 """
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 """SGLang server log lines: 'Decode batch' / 'Prefill batch' samples, HTTP access lines, readiness.
 
-Formats differ by version (sglang.md §3): 0.4.x writes 'Decode batch.' and a trailing ', ';
-0.5.6 'Decode batch,' with the trailing ', '; 0.5.10+ drops it; hybrid pools print
-'full token usage' instead of 'token usage'; PD-decode servers add fields; one third-party build
-swaps the field order. So the body is parsed as 'key: value' pairs, never by position.
+Formats differ by version (the lines are built in SGLang's scheduler_metrics_mixin.py up to
+0.5.10, in scheduler_components/metrics_reporter.py from 0.5.16): 0.4.x writes 'Decode batch.'
+and a trailing ', '; 0.5.6 'Decode batch,' with the trailing ', '; 0.5.10+ drops it; hybrid
+pools print 'full token usage' instead of 'token usage'; PD-decode servers add fields; one
+third-party build swaps the field order. So the body is parsed as 'key: value' pairs, never by
+position.
 """
 from __future__ import annotations
 
