@@ -20,6 +20,7 @@ from typing import Callable, Optional
 from urllib.parse import urlsplit
 
 from .engine import Engine, RequestStream
+from .metrics import render
 from .scheduler import Req
 
 HEALTH_CHECK_TIMEOUT = 20.0
@@ -58,6 +59,7 @@ class App:
         self.startup_time = time.time()
         self.stopping = False
         self.spec = args.speculative_algorithm
+        self.stats_stages: list[int] = []      # PP stages reporting on this node (node sets it)
 
     # ---- info bodies ---------------------------------------------------------------------------
     def get_model_info(self) -> dict:
@@ -96,31 +98,16 @@ class App:
         return body
 
     def metrics_text(self) -> str:
-        name = self.args.served_model_name
-
-        def collect(core):
-            c = core.counters
-            return (c.num_requests, c.prompt_tokens, c.generation_tokens, len(core.running), len(core.waiting),
-                    c.last_gen_throughput, core.used_tokens / max(1, core.cfg.max_total_num_tokens),
-                    c.last_accept_len)
-        n_req, p_tok, g_tok, running, queued, gen_tp, usage, acc = self.engine.snapshot(collect)
-        labels = f'{{model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
-        out = []
-        for metric, kind, help_, value in (
-                ("sglang:num_requests_total", "counter", "Number of requests processed.", n_req),
-                ("sglang:prompt_tokens_total", "counter", "Number of prefill tokens processed.", p_tok),
-                ("sglang:generation_tokens_total", "counter", "Number of generation tokens processed.", g_tok),
-                ("sglang:num_running_reqs", "gauge", "The number of running requests.", running),
-                ("sglang:num_queue_reqs", "gauge", "The number of requests in the waiting queue.", queued),
-                ("sglang:gen_throughput", "gauge", "The generation throughput (token/s).", gen_tp),
-                ("sglang:token_usage", "gauge", "The token usage.", usage),
-                ("sglang:spec_accept_length", "gauge", "The average acceptance length of speculative decoding.",
-                 acc)):
-            out += [f"# HELP {metric} {help_}", f"# TYPE {metric} {kind}", f"{metric}{labels} {float(value)}"]
-        return "\n".join(out) + "\n"
+        """SGLang 0.5.23's /metrics (metrics.render), read under the scheduler lock. The gauges of
+        the PP stages whose TP0 scheduler runs on node rank 0 are served here, as SGLang serves
+        each node's own schedulers' metrics."""
+        name = self.args.served_model_name or self.args.model_path
+        stages = self.stats_stages or [0]
+        return self.engine.snapshot(lambda core: render(core.metrics, name, stages))
 
     # ---- request building ----------------------------------------------------------------------
-    def new_req(self, ids: list[int], max_new: int, rid: Optional[str] = None, kind: str = "user"):
+    def new_req(self, ids: list[int], max_new: int, rid: Optional[str] = None, kind: str = "user",
+                streaming: bool = False):
         if len(ids) >= self.context_len:
             raise ValueError(f"The input ({len(ids)} tokens) is longer than the model's context length "
                              f"({self.context_len} tokens).")
@@ -129,7 +116,7 @@ class App:
                              f"{self.context_len} tokens. You requested a total of {len(ids) + max_new} tokens: "
                              f"{len(ids)} tokens from the input messages and {max_new} tokens for the completion.")
         stream = RequestStream()
-        req = Req(rid or uuid.uuid4().hex, len(ids), max_new, kind=kind, listener=stream)
+        req = Req(rid or uuid.uuid4().hex, len(ids), max_new, kind=kind, listener=stream, streaming=streaming)
         return req, stream
 
     def meta(self, req: Req, created: float, now: float, completion: int, finished: bool) -> dict:
@@ -349,7 +336,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise HTTPError(400, {"error": {"message": str(e)}}) from None
         created = time.time()
         try:
-            req, rs = app.new_req(prompt_ids, max_new, body.get("rid"))
+            req, rs = app.new_req(prompt_ids, max_new, body.get("rid"), streaming=True)
         except ValueError as e:
             self._start_stream()
             app.sink.log(f"[http_server] Error: {e}")
@@ -421,7 +408,7 @@ class Handler(BaseHTTPRequestHandler):
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         try:
-            req, rs = app.new_req(ids, int(max_new))
+            req, rs = app.new_req(ids, int(max_new), streaming=bool(body.get("stream", False)))
         except ValueError as e:
             raise _bad_request(str(e)) from None
         app.engine.submit(req)

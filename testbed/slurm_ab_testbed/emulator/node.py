@@ -254,6 +254,7 @@ class Node:
         self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests)
         model_info = {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
         self.app = App(a, k, tok, self.engine, self.sink, self.replica, model_info, self.context_len)
+        self.app.stats_stages = self.topo.stats_stages(0)
         try:
             self.http = Server((a.host, a.port), Handler, self.app)
         except OSError as e:
