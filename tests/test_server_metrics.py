@@ -293,3 +293,38 @@ def test_pp_coverage_names_uncovered_stages(tmp_path):
     sm = run.collect([rep(0, accept=None)], config={"mode": {"pp": 8, "args": []}})
     cov = sm.replicas[0].ranks
     assert "pp_rank 0,1" in cov and "pp stages 2,3,4,5,6,7 of 8" in cov
+
+
+def test_router_workers_by_address(tmp_path):
+    run = Run(tmp_path)
+    run.event("addresses", "mode=nodeaddr", "replica0=10.0.0.1", "replica1=10.0.0.5")
+    run.event("bench_start")
+    run.scrape("r0", "start", START)
+    run.scrape("router", "start", router_text({}))
+    run.event("bench_end", "rc=0")
+    run.scrape("r0", "end", END)
+    run.scrape("router", "end", router_text({"http://10.0.0.1:30000": 20, "http://10.0.0.5:30010": 20}))
+    sm = run.collect([rep(0), rep(1)])
+    assert [r.router_requests for r in sm.replicas] == [20, 20]
+    assert not any("not a replica head" in n for n in sm.notes)
+
+
+def test_real_router_0_3_2_counts_per_worker(tmp_path):
+    """Real sglang-router 0.3.2 text (tests/data/sglang-router-0.3.2-metrics/PROVENANCE.md)."""
+    router = Path(__file__).parent / "data" / "sglang-router-0.3.2-metrics"
+    run = Run(tmp_path)
+    run.lines.clear()
+    run.event("hosts", "replica=0", "head=node01", "port=30420")
+    run.event("hosts", "replica=1", "head=node05", "port=30430")
+    run.event("bench_start")
+    for g in (0, 1):
+        run.scrape(f"r{g}", "start", START)
+    run.scrape("router", "start", (router / "start.prom").read_text())
+    run.event("bench_end", "rc=0")
+    for g in (0, 1):
+        run.scrape(f"r{g}", "end", END)
+    run.scrape("router", "end", (router / "end.prom").read_text())
+    sm = run.collect([rep(0), rep(1)])
+    assert sm.router_metric == "smg_worker_cb_outcomes_total"
+    assert [r.router_requests for r in sm.replicas] == [20, 20]
+    assert sm.checks == ()

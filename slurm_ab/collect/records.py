@@ -102,6 +102,7 @@ class RunSummary:
     reasons: tuple = ()
     findings: tuple = ()                # diagnosis findings as dicts (failed runs only)
     notes: tuple = ()
+    server_metrics: object = None       # collect.server_metrics.ServerMetrics (from /metrics)
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))

@@ -316,12 +316,18 @@ def router_counts(run_dir: Path, refs: Sequence[ScrapeRef], worker_replica: Mapp
 
 
 def worker_urls(events: EventLog) -> dict[str, int]:
-    """'http://<head>:<port>' -> replica, from the job's 'hosts' events."""
-    out = {}
+    """'http://<head or address>:<port>' -> replica, from the job's 'hosts' events and the
+    'addresses' event (the router's worker URLs use the head's address, cluster.address)."""
+    out, ports = {}, {}
     for e in events.named("hosts"):
         g, head, port = e.get_int("replica"), e.fields.get("head"), e.fields.get("port")
         if g is not None and head and port:
             out[f"http://{head}:{port}"] = g
+            ports[g] = port
+    for e in events.named("addresses"):
+        for key, addr in e.fields.items():
+            if key.startswith("replica") and key[7:].isdigit() and int(key[7:]) in ports:
+                out[f"http://{addr}:{ports[int(key[7:])]}"] = int(key[7:])
     return out
 
 

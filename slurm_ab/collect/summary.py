@@ -13,6 +13,7 @@ from .bench_result import bench_result, bench_spec
 from .job import job_info
 from .records import Pooled, RunSummary
 from .replicas import summarise_replicas
+from .server_metrics import collect_server_metrics
 from .verdict import (diagnosis_reasons, outcome_reasons, state_verdict, validity_reasons)
 
 def collect_run(run_dir: str | Path, *, all_samples: bool = False,
@@ -60,6 +61,8 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
         samples=pooled_n,
         accept_len=sum(r.primary.accept_len_sum for r in reps) / pooled_n if pooled_n else None,
         accept_rate=sum(r.primary.accept_rate_sum for r in reps) / rate_n if rate_n else None)
+    server_metrics = collect_server_metrics(run_dir, events, replicas, accept, manifest.config)
+    notes += server_metrics.notes
 
     # ---- verdict -----------------------------------------------------------------------
     slurm_out = lay.slurm_outs()
@@ -96,7 +99,8 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
         window=tuple(t.isoformat(sep=" ", timespec="milliseconds") if t else None
                      for t in (window or (None, None))),
         all_samples=all_samples, verdict=verdict, reasons=tuple(reasons),
-        findings=tuple(asdict(f) for f in findings), notes=tuple(notes))
+        findings=tuple(asdict(f) for f in findings), notes=tuple(notes),
+        server_metrics=server_metrics)
 
 
 def interrupted_reason(events, replicas, total: int | None, has_result: bool) -> str | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from .metrics_tables import metrics_columns, report_md
 from .records import Latency, RunSummary
 
 MAIN_COLUMNS = ("Mode", "Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95",
@@ -75,6 +76,7 @@ def numeric_row(s: RunSummary) -> dict:
         "requests_ok": b.completed, "requests_total": b.total,
         "accept_len": s.accept.accept_len, "accept_rate": s.accept.accept_rate,
         "accept_samples": s.accept.samples,
+        **metrics_columns(s),
     }
 
 
@@ -86,7 +88,8 @@ def report(summaries: Sequence[RunSummary], fmt: str = "md") -> str:
         # The run id tells apart two runs of one mode (the seed's table has one row per mode).
         return tabulate([[s.run_id] + [r[c] for c in MAIN_COLUMNS] for s, r in zip(summaries, rows)],
                         headers=("Run",) + MAIN_COLUMNS, tablefmt="github", disable_numparse=True,
-                        colalign=("left", "left") + ("right",) * 8 + ("left",)) + "\n"
+                        colalign=("left", "left") + ("right",) * 8 + ("left",)) + "\n" \
+            + report_md(summaries)
     if fmt in ("csv", "json"):
         import pandas as pd
         df = pd.DataFrame([numeric_row(s) for s in summaries],

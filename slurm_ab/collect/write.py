@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from ..rundir import SUMMARY_FILES, Layout, write_atomic
+from .metrics_tables import metrics_md
 from .records import RunSummary
 from .tables import main_row, report
 
@@ -33,6 +34,7 @@ def render_md(s: RunSummary) -> str:
             rep, headers=["replica", "decode samples", "accept len", "accept rate",
                           "gen tok/s", "requests", "warm-up", "warm-up evidence"],
             tablefmt="github", disable_numparse=True), ""]
+    lines += [metrics_md(s)] if metrics_md(s) else []
     lines += [f"Decode samples pooled over replicas: {s.accept.samples}"
               + (f", accept len {s.accept.accept_len:.2f}, accept rate "
                  f"{_f(s.accept.accept_rate, '.3f')}" if s.accept.accept_len is not None else ""),
