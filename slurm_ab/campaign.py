@@ -36,6 +36,11 @@ class Pass:
         """Names the pass's files and events: bench-<key>.jsonl, logs/client-<key>.log."""
         return f"c{self.concurrency}-{'burnin' if self.burn_in else f'r{self.repeat}'}"
 
+    @property
+    def spec(self) -> str:
+        """How the job script lists it: CONCURRENCY:REPEAT:PROMPTS."""
+        return f"{self.concurrency}:{self.repeat}:{self.prompts}"
+
     def to_dict(self) -> dict:
         return {"launch": self.launch, "mode": self.mode, "concurrency": self.concurrency,
                 "repeat": self.repeat, "prompts": self.prompts, "key": self.key}

@@ -48,6 +48,7 @@ class JobPlan:
     server_step: tuple[str, ...]           # srun options of the server steps (besides group/nodes)
     side_step: tuple[str, ...]             # srun options of router/client (pinned with --nodelist)
     preflight: "Preflight | None"          # None: disabled
+    campaign: "object | None" = None       # campaign_plan.CampaignPlan; None: a single run
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,183 @@
+"""The JobPlan of a campaign: several validated modes of one shape in one allocation.
+
+Every mode is resolved and validated as for a single run; modes whose allocation differs
+(replicas, nodes per replica, the #SBATCH options of a component) cannot share one job. The
+plan is the first mode's JobPlan plus a CampaignPlan: each mode's server command, the client
+command with per-pass run-time words, and the schedule. A single run (one mode, one
+concurrency, one repeat, no burn-in) gets no CampaignPlan at all, so its script is unchanged.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, replace
+
+from .campaign import MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
+from .errors import ConfigError, ConfigErrors
+from .experiment import Experiment
+from .plan import Command, JobPlan, _client, _preflight, _server, check_run_id, make_plan
+from .shell import Var
+
+MODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Per-pass values the job sets before it builds the client command (campaign.sh.j2, run_pass).
+PASS_WORDS = {"--num-prompts": Var("${PASS_PROMPTS}"), "--max-concurrency": Var("${PASS_C}"),
+              "--output-file": Var("${RUN_DIR}/bench-${PASS_KEY}.jsonl")}
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    campaign: Campaign
+    servers: tuple[Command, ...]         # per mode, in campaign.modes order
+    descriptions: tuple[str, ...]
+    client: Command                      # with ${PASS_C}, ${PASS_PROMPTS}, ${PASS_KEY}
+
+    @property
+    def launch_server(self) -> tuple[int, ...]:
+        return tuple(self.campaign.modes.index(x.mode) for x in self.campaign.launches)
+
+
+@dataclass(frozen=True)
+class CampaignOptions:
+    """The CLI's campaign options; None: the experiment's [benchmark] value."""
+
+    repeats: int | None = None
+    concurrencies: str | None = None
+    order: str | None = None
+    burn_in: bool | None = None
+
+
+def _shape(exp: Experiment, plan: JobPlan) -> tuple:
+    return (exp.replicas, exp.nodes_per_replica, exp.cluster.gpus_per_node, plan.sbatch_component)
+
+
+def _describe_shape(exp: Experiment) -> str:
+    return f"{exp.replicas} replicas x {exp.nodes_per_replica} nodes x {exp.cluster.gpus_per_node} GPUs"
+
+
+def campaign_client(exp: Experiment) -> Command:
+    """The single run's client command with per-pass run-time words for prompts, concurrency and
+    output file."""
+    base = _client(exp)
+    lines = tuple((line[0], PASS_WORDS[line[0]]) if line and line[0] in PASS_WORDS else line
+                  for line in base.lines)
+    return Command(base.env, lines)
+
+
+def resolve_options(exps: list[Experiment], tree_bench: dict, opts: CampaignOptions) -> Campaign:
+    """The campaign's schedule from the CLI options and [benchmark]; ConfigErrors when invalid."""
+    errors: list[ConfigError] = []
+    modes = tuple(e.mode.name for e in exps)
+    for m in modes:
+        if not MODE_NAME.fullmatch(m):
+            errors.append(ConfigError("mode", m, "cannot name a launch directory",
+                                      "letters, digits, '.', '_', '-'"))
+    dup = sorted({m for m in modes if modes.count(m) > 1})
+    if dup:
+        errors.append(ConfigError("modes", list(modes), f"mode {dup[0]} given twice",
+                                  "distinct modes (repeat a mode with --repeats)"))
+    default_repeats = tree_bench.get("repeats", 1) if len(modes) == 1 else tree_bench.get("compare_repeats", 5)
+    repeats = opts.repeats if opts.repeats is not None else default_repeats
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_REPEATS:
+        errors.append(ConfigError("--repeats" if opts.repeats is not None else "benchmark.repeats",
+                                  repeats, "not a number of repeats", f"1..{MAX_REPEATS}"))
+    order = opts.order if opts.order is not None else tree_bench.get("order", "blocked")
+    if order not in ORDERS:
+        errors.append(ConfigError("--order" if opts.order is not None else "benchmark.order", order,
+                                  "unknown order", ", ".join(ORDERS)))
+    burn_in = opts.burn_in if opts.burn_in is not None else bool(tree_bench.get("burn_in", False))
+    ppc = tree_bench.get("prompts_per_concurrency", 0)
+    if not isinstance(ppc, int) or isinstance(ppc, bool) or ppc < 0:
+        errors.append(ConfigError("benchmark.prompts_per_concurrency", ppc, "must be an integer >= 0",
+                                  "0 (every pass runs benchmark.num_prompts) or N (N x concurrency)"))
+    concurrencies: tuple[int, ...] = (exps[0].benchmark.concurrency,)
+    if opts.concurrencies is not None:
+        try:
+            concurrencies = parse_concurrencies(opts.concurrencies)
+        except ValueError as e:
+            errors.append(ConfigError("--concurrency", opts.concurrencies, str(e), "e.g. 1,8,16"))
+    shapes = {}
+    for e in exps:
+        shapes.setdefault(_shape(e, make_plan(e, "shape-check", "/shape-check")), []).append(e)
+    if len(shapes) > 1:
+        groups = "; ".join(f"{', '.join(x.mode.name for x in es)}: {_describe_shape(es[0])}"
+                           for es in shapes.values())
+        errors.append(ConfigError("modes", list(modes), "modes of different shape cannot share one "
+                                  f"allocation ({groups})", "modes with the same replicas, nodes per "
+                                  "replica and component options; submit the others separately"))
+    if errors:
+        raise ConfigErrors(errors)
+    return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc)
+
+
+def default_campaign_id(exps: list[Experiment], now: float | None = None) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return f"{exps[0].name}-{'-vs-'.join(e.mode.name for e in exps)}-{stamp}"[:100]
+
+
+def make_campaign_plan(exps: list[Experiment], campaign: Campaign, run_id: str, run_dir: str) -> JobPlan:
+    """The first mode's plan with the campaign attached (a single run: the plain plan)."""
+    check_run_id(run_id)
+    base = make_plan(exps[0], run_id, run_dir)
+    if campaign.single:
+        return base
+    servers = tuple(_server(e) for e in exps)
+    client = campaign_client(exps[0])
+    pf = base.preflight
+    if pf is not None:   # every mode's paths (a draft model used by one mode only)
+        paths = list(pf.paths)
+        for e, s in zip(exps[1:], servers[1:]):
+            other = _preflight(e, s, client)
+            paths += [x for x in (other.paths if other else ()) if x not in paths]
+        pf = replace(pf, paths=tuple(paths))
+    cp = CampaignPlan(campaign, servers, tuple(e.mode.description for e in exps), client)
+    return replace(base, campaign=cp, preflight=pf)
+
+
+def campaign_summary(plan: JobPlan) -> str:
+    """What a campaign runs, for dry-run (after the single-run summary of its first mode)."""
+    cp = plan.campaign
+    if cp is None:
+        return ""
+    c = cp.campaign
+    lines = [f"campaign: modes {', '.join(c.modes)}; {c.repeats} repeat(s) x concurrency "
+             f"{', '.join(map(str, c.concurrencies))}; order {c.order}; burn-in "
+             f"{'on' if c.burn_in else 'off'}; {len(c.launches)} server launch(es), "
+             f"{len(c.passes)} timed pass(es) in one allocation"]
+    for launch in c.launches:
+        lines.append(f"  launch {launch.index} ({launch.mode}) -> {launch.dirname}/: "
+                     + ", ".join(f"{p.key} ({p.prompts} prompts)" for p in launch.passes))
+    lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
+    for mode, cmd in zip(c.modes, cp.servers):
+        lines.append(f"  server of {mode}: " + " ".join(str(w) for line in cmd.lines for w in line))
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["CampaignOptions", "CampaignPlan", "campaign_summary", "default_campaign_id", "plan_campaign",
+           "make_campaign_plan", "resolve_options"]
+
+
+def plan_campaign(src, modes: list[str], run_id: str | None = None,
+                  opts: CampaignOptions = CampaignOptions()) -> JobPlan:
+    """sources.plan_for for several modes: validate each, check their shapes, schedule, plan."""
+    import os
+
+    from .sources import load_experiment, load_tree_for, pick_run_id, run_dir_for
+
+    errors: list[ConfigError] = []
+    exps = []
+    for m in modes:
+        try:
+            exps.append(load_experiment(src, m))
+        except ConfigErrors as e:
+            errors += e.errors
+        except ConfigError as e:
+            errors.append(e)
+    if errors:
+        raise ConfigErrors(errors)
+    campaign = resolve_options(exps, load_tree_for(src, modes[0])["benchmark"], opts)
+    if campaign.single:
+        rid = pick_run_id(exps[0], run_id)
+    else:
+        rid = run_id if run_id is not None else (os.environ.get("RUN_ID") or default_campaign_id(exps))
+        check_run_id(rid)
+    return make_campaign_plan(exps, campaign, rid, str(run_dir_for(exps[0], rid)))

@@ -1,0 +1,114 @@
+"""Campaign plans: validation of every mode and of their shapes, the rendered campaign script."""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import subprocess
+
+import pytest
+
+from helpers.scripts import GOLDEN, GOLDEN_RUN_ID, GOLDEN_SETS, render, shellcheck
+from slurm_ab.campaign_plan import CampaignOptions, campaign_summary, plan_campaign, resolve_options
+from slurm_ab.errors import ConfigErrors
+from slurm_ab.render import render_script
+from slurm_ab.sources import Sources, load_experiment, load_tree_for
+
+AB = ["tp32", "tp32-dflash"]
+
+
+def _plan(modes=AB, site="example", run_id=GOLDEN_RUN_ID, sets=(), **opts):
+    return plan_campaign(Sources(site, (), GOLDEN_SETS + tuple(sets)), list(modes), run_id,
+                         CampaignOptions(**opts))
+
+
+def test_a_single_mode_is_todays_single_run():
+    plan = _plan(["tp32"])
+    assert plan.campaign is None
+    assert render_script(plan) == render("tp32")
+
+
+def test_two_modes_default_to_the_calibrated_repeats_blocked():
+    c = _plan().campaign.campaign
+    assert (c.modes, c.repeats, c.concurrencies, c.order, c.burn_in) == (tuple(AB), 5, (8,), "blocked", False)
+    assert [x.mode for x in c.launches] == AB and len(c.passes) == 10
+
+
+def test_campaign_golden_and_shell_checks(tmp_path):
+    text = render_script(_plan(repeats=3))
+    path = GOLDEN / "campaign-tp32-vs-tp32-dflash.sbatch"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), "".join(difflib.unified_diff(
+        path.read_text().splitlines(True), text.splitlines(True), "golden", "rendered"))
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    r = shellcheck(script)
+    assert r.returncode == 0, r.stdout
+    # one allocation: the header is the single run's; every mode's server command is there
+    single = render("tp32")
+    assert [ln for ln in text.splitlines() if ln.startswith("#SBATCH")] == \
+        [ln for ln in single.splitlines() if ln.startswith("#SBATCH")]
+    assert "SERVER_CMD_0=(" in text and "SERVER_CMD_1=(" in text
+    assert "LAUNCH_PASSES=(\n  '8:1:40 8:2:40 8:3:40'\n  '8:1:40 8:2:40 8:3:40'\n)" in text
+    assert '--output-file "${RUN_DIR}/bench-${PASS_KEY}.jsonl"' in text
+    assert '--max-concurrency "${PASS_C}"' in text and '--num-prompts "${PASS_PROMPTS}"' in text
+
+
+def test_interleaved_sweep_with_burn_in(tmp_path):
+    plan = _plan(repeats=2, concurrencies="1,8", order="interleaved", burn_in=True,
+                 sets=("benchmark.prompts_per_concurrency=5",))
+    c = plan.campaign.campaign
+    assert [x.mode for x in c.launches] == AB * 2
+    assert [p.spec for p in c.launches[0].passes] == ["1:0:5", "1:1:5", "8:1:40"]
+    text = render_script(plan)
+    assert "LAUNCH_SERVER=(0 1 0 1)" in text
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    assert shellcheck(script).returncode == 0
+    summary = campaign_summary(plan)
+    assert "4 server launch(es), 8 timed pass(es) in one allocation" in summary
+    assert "across launches" in summary
+
+
+def test_preflight_checks_the_draft_model_of_any_mode():
+    plan = _plan(["tp32", "tp32-dflash"], repeats=2)
+    assert any(what == "draft model" for what, _ in plan.preflight.paths)
+
+
+@pytest.mark.parametrize("opts, key", [
+    (dict(repeats=0), "--repeats"), (dict(repeats=101), "--repeats"),
+    (dict(order="random"), "--order"), (dict(concurrencies="1,x"), "--concurrency"),
+])
+def test_bad_options_are_config_errors(opts, key):
+    with pytest.raises(ConfigErrors) as e:
+        _plan(**opts)
+    assert any(err.key == key for err in e.value.errors) and e.value.exit_code == 2
+
+
+def test_every_mode_is_validated_and_duplicates_refused():
+    with pytest.raises(ConfigErrors) as e:
+        _plan(["tp32", "nope"])
+    assert "unknown mode" in str(e.value)
+    with pytest.raises(ConfigErrors, match="given twice"):
+        _plan(["tp32", "tp32"])
+    with pytest.raises(ConfigErrors, match=r"modes\.tp32-dflash\.args\.mem-fraction-static"):
+        _plan(sets=("modes.tp32-dflash.args.mem-fraction-static=1.5",))
+
+
+def test_modes_of_different_shape_cannot_share_an_allocation():
+    src = Sources("example", (), GOLDEN_SETS)
+    exps = [load_experiment(src, m) for m in AB]
+    exps[1] = dataclasses.replace(exps[1], nodes_per_replica=2)
+    with pytest.raises(ConfigErrors) as e:
+        resolve_options(exps, load_tree_for(src, "tp32")["benchmark"], CampaignOptions(repeats=2))
+    msg = str(e.value)
+    assert "different shape" in msg and "tp32: 2 replicas x 4 nodes" in msg and "tp32-dflash: 2 replicas x 2 nodes" in msg
+
+
+def test_default_campaign_run_id_names_the_modes(monkeypatch):
+    monkeypatch.delenv("RUN_ID", raising=False)
+    plan = plan_campaign(Sources("example", (), GOLDEN_SETS), AB, None, CampaignOptions(repeats=2))
+    assert re.fullmatch(r"dp2-tp32-vs-tp32-dflash-\d{8}-\d{6}", plan.run_id)
