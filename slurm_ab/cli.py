@@ -157,9 +157,23 @@ def _job_id(run_dir: Path) -> str:
 
 def _follow_and_collect(job_id: str, run_dir: Path) -> None:
     from . import rundir
+    from .progress import Display, Tracker
     from .watch import follow
 
-    state = follow(job_id, run_dir, echo=click.echo)
+    # a live bar on a terminal, plain lines otherwise; event lines print above it
+    display, trackers = Display(), {}
+
+    def on_poll(state, live_dir):
+        tracker = trackers.setdefault(live_dir, Tracker(live_dir))
+        display.update(tracker.poll(state))
+        trackers["last"] = tracker
+
+    try:
+        state = follow(job_id, run_dir, echo=display.write, on_poll=on_poll)
+        if "last" in trackers:                  # the job's last lines, after its teardown
+            display.update(trackers["last"].poll(state))
+    finally:
+        display.close()
     click.echo(f"job {job_id} ended: {state}")
     from .collect import collect_and_write, summary_text
 
@@ -211,29 +225,66 @@ def _summaries(refs):
     return [collect_and_write(d)[0] for d in dirs]
 
 
+def _html_option(f):
+    return click.option("--html", "html_out", default=None, type=click.Path(dir_okay=False),
+                        help="Also write a self-contained HTML page with plots to this file.")(f)
+
+
 @main.command()
 @click.argument("runs", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
-def report(runs, fmt):
-    """One row per run (default: every run under results/), in the seed's layout."""
+@click.option("--since", default=None, metavar="DATE",
+              help="Only runs submitted since DATE (YYYY-mm-dd[ HH:MM], local time) or an age (12h, 7d).")
+@click.option("--mode", "modes", multiple=True, metavar="M", help="Only runs of mode M (repeatable).")
+@click.option("--verdict", "verdicts", multiple=True, metavar="V",
+              type=click.Choice(["ok", "invalid", "failed", "cancelled", "timeout", "running"]),
+              help="Only runs with verdict V (repeatable).")
+@_html_option
+def report(runs, fmt, since, modes, verdicts, html_out):
+    """One row per run (default: every run under results/, oldest first), in the seed's layout."""
+    from . import rundir
+    from .collect import collect_and_write
     from .collect import report as render_report
+    from .report.select import by_verdict, parse_since, select
 
-    summaries = _summaries(runs)
-    if not summaries:
-        raise UsageError(f"no runs under {_results_dir()}")
+    dirs = [_find_run(r) for r in runs] if runs else rundir.all_runs(_results_dir())
+    if since or modes:
+        dirs = select(dirs, since=parse_since(since) if since else None, modes=modes)
+    pairs = [(d, collect_and_write(d)[0]) for d in dirs]
+    pairs = [(d, s) for d, s in pairs if by_verdict([s], verdicts)]
+    if not pairs:
+        filt = " matching the filters" if since or modes or verdicts else ""
+        raise UsageError(f"no runs{filt} under {_results_dir()}" if not runs else f"no runs{filt}")
+    summaries = [s for _, s in pairs]
     click.echo(render_report(summaries, fmt))
+    if html_out:
+        from .report import render_runs_html
+        from .report.write import write_html
+
+        path = write_html(html_out, render_runs_html([d for d, _ in pairs], render_report(summaries, "md"),
+                                                     base_dir=Path(html_out).parent))
+        click.echo(f"wrote {path}", err=True)
 
 
 @main.command()
 @click.argument("run_a")
 @click.argument("run_b")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
-def compare(run_a, run_b, fmt):
+@_html_option
+def compare(run_a, run_b, fmt, html_out):
     """The paired comparison of two runs (B against A) with signed % change."""
     from .collect import compare as render_compare
 
     a, b = _summaries([run_a, run_b])
     click.echo(render_compare(a, b, fmt))
+    if html_out:
+        from .report import render_compare_html
+        from .report.write import write_html
+
+        path = write_html(html_out, render_compare_html(_find_run(run_a), _find_run(run_b),
+                                                        render_compare(a, b, "md"),
+                                                        base_dir=Path(html_out).parent))
+        click.echo(f"wrote {path}", err=True)
 
 
 @main.command()

@@ -26,6 +26,7 @@ from typing import Callable, TextIO
 
 from .parse.events import Event, parse_event_line
 from .parse.server_log import parse_access_line, parse_batch_line
+from .rundir import Layout, read_manifest
 
 _SERVER0 = re.compile(r"server-r(\d+)-n0\.log$")
 RECENT_S = 10.0
@@ -107,7 +108,7 @@ class Tracker:
         self.passes = passes if passes is not None else (_int(cfg.get("passes")) or _int(cfg.get("repeats")) or 1)
         self.concurrency = concurrency if concurrency is not None else _int(cfg.get("concurrency"))
         self.events: list[Event] = []
-        self._ev_tail = _Tail(self.run_dir / "events.log")
+        self._ev_tail = _Tail(Layout(self.run_dir).events)
         self._tails: dict[int, _Tail] = {}
         self.replicas: dict[int, _Replica] = {}
         self._floor = (None, 0)                   # (bench_start line, highest done so far)
@@ -118,8 +119,7 @@ class Tracker:
             ev = parse_event_line(text, no)
             if ev is not None:
                 self.events.append(ev)
-        logs = self.run_dir / "logs"
-        for p in (sorted(logs.glob("server-r*-n0.log")) if logs.is_dir() else []):
+        for p in Layout(self.run_dir).server_logs():
             m = _SERVER0.search(p.name)
             if m and int(m.group(1)) not in self._tails:
                 self._tails[int(m.group(1))] = _Tail(p)
@@ -235,14 +235,8 @@ def _int(v) -> int | None:
 
 
 def _manifest_benchmark(run_dir: Path) -> dict:
-    import json
-    try:
-        m = json.loads((run_dir / "manifest.json").read_text(errors="replace"))
-    except (OSError, ValueError):
-        return {}
-    cfg = (m.get("config") or {}) if isinstance(m, dict) else {}
-    b = cfg.get("benchmark") if isinstance(cfg, dict) else None
-    return b if isinstance(b, dict) else {}
+    m = read_manifest(run_dir)
+    return m.benchmark if m is not None else {}
 
 
 # ---- display ------------------------------------------------------------------------------------

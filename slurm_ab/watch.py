@@ -31,8 +31,11 @@ def _settle(job_id: str, events: Path, timeout_s: float = 30.0) -> None:
 
 
 def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float | None = None,
-           echo: Callable[[str], None] = print) -> str:
-    """Block until the job ends; echo each new event line; return the final Slurm state."""
+           echo: Callable[[str], None] = print,
+           on_poll: Callable[[str, Path], None] | None = None) -> str:
+    """Block until the job ends; echo each new event line; return the final Slurm state.
+
+    on_poll(state, directory the job writes) runs after every poll (live progress)."""
     from .hetjob import HetSlurmJob
 
     job = HetSlurmJob(folder=Layout(run_dir).submitit, job_id=job_id)
@@ -55,6 +58,8 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
         if state != last_state:
             echo(f"job {job_id}: {state}")
             last_state = state
+        if on_poll is not None:
+            on_poll(state, ev.parent)
         base = base_state(state) or "UNKNOWN"   # UNKNOWN: submitit has no sacct row yet
         if not is_active(base) and base != "UNKNOWN":
             _settle(job_id, ev)

@@ -71,7 +71,8 @@ def test_modes_lists_parallelism(cli):
 def test_help_does_not_import_heavy_libraries():
     code = ("import sys; from slurm_ab.cli import main\n"
             "try:\n    main(['dry-run', 'tp32'])\nexcept SystemExit:\n    pass\n"
-            "heavy = [m for m in ('pandas', 'submitit', 'numpy', 'tabulate') if m in sys.modules]\n"
+            "heavy = [m for m in ('pandas', 'submitit', 'numpy', 'tabulate', 'matplotlib', 'tqdm')\n"
+            "         if m in sys.modules]\n"
             "print('HEAVY', heavy, file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "HEAVY []" in r.stderr, r.stderr[-2000:]

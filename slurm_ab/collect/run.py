@@ -24,8 +24,26 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
     facts = slurm_facts(str(jid) if jid else None) if final else None
     summary = collect_run(run_dir, all_samples=all_samples, sacct=facts)
     written = write_summary(summary, run_dir)
+    written += _write_report(run_dir, summary, bool(written))
     rundir.record_nodes(run_dir, dict(summary.job.node_lists or {}))
     return summary, written
+
+
+def _write_report(run_dir: Path, summary: RunSummary, summary_changed: bool) -> list[Path]:
+    """report.html and plots/ next to summary.md, redrawn when the summary changed or the page is
+    missing (listing a results/ history stays fast). A plotting failure never costs the summary."""
+    if summary.verdict == "running":
+        return []
+    from ..report.write import REPORT
+    if not summary_changed and (Path(run_dir) / REPORT).exists():
+        return []
+    try:
+        from ..report import write_run_report
+        return write_run_report(run_dir)
+    except Exception as e:  # noqa: BLE001 - the summary is written; say why the page is not
+        import sys
+        print(f"slurm-ab: warning: {run_dir}/{REPORT} not written: {type(e).__name__}: {e}", file=sys.stderr)
+        return []
 
 
 def summary_text(summary: RunSummary) -> str:

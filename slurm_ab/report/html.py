@@ -66,6 +66,7 @@ RAW_PATTERNS = ("job.sbatch", "manifest.json", "slurm-*.out", "events.log", "ben
 
 
 def raw_files(run_dir: Path) -> list[Path]:
+    """The run's files worth a link (raw logs and the collector's summaries), in a stable order."""
     seen, out = set(), []
     for pat in RAW_PATTERNS:
         for p in sorted(run_dir.glob(pat)):

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..parse.bench import read_last_record
+from ..rundir import Layout, read_manifest
 from ..parse.events import EventLog, read_events
 from ..parse.server_log import iter_batch_samples, parse_access_line
 from ..parse.text import iter_lines
@@ -67,6 +68,11 @@ class RunFiles:
         return None if ts is None or o is None else (ts - o).total_seconds()
 
 
+def _manifest(run_dir: Path) -> dict:
+    m = read_manifest(run_dir)
+    return m.to_dict() if m is not None else {}
+
+
 def _json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(errors="replace"))
@@ -78,7 +84,7 @@ def _json(path: Path) -> dict:
 def server_logs(run_dir: Path) -> dict[int, Path]:
     """replica -> node rank 0's log (the one with the HTTP server and the scheduler's samples)."""
     out = {}
-    for p in sorted((run_dir / "logs").glob("server-r*-n0.log")):
+    for p in Layout(run_dir).server_logs():
         m = _SERVER_LOG.search(p.name)
         if m:
             out[int(m.group(1))] = p
@@ -114,18 +120,19 @@ def read_decode(path: Path) -> list[DecodePoint]:
 
 def load(run_dir: str | Path) -> RunFiles:
     run_dir = Path(run_dir)
+    lay = Layout(run_dir)
     logs = server_logs(run_dir)
     try:
-        summary_md = (run_dir / "summary.md").read_text(errors="replace")
+        summary_md = lay.summary("summary.md").read_text(errors="replace")
     except OSError:
         summary_md = ""
     return RunFiles(
         run_dir=run_dir,
-        summary=_json(run_dir / "summary.json"),
+        summary=_json(lay.summary("summary.json")),
         summary_md=summary_md,
-        manifest=_json(run_dir / "manifest.json"),
-        events=read_events(run_dir / "events.log"),
-        record=read_last_record(run_dir / "bench.jsonl").record,
+        manifest=_manifest(run_dir),
+        events=read_events(lay.events),
+        record=read_last_record(lay.bench_jsonl).record,
         access={g: read_access_times(p) for g, p in logs.items()},
         decode={g: read_decode(p) for g, p in logs.items()},
     )

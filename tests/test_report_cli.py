@@ -1,0 +1,96 @@
+"""`slurm-ab report` filters and --html, `compare --html`, report.html written by collect; the
+fast paths never import matplotlib. Runs: the captured runs of tests/fixtures/report (no Slurm:
+PATH holds no sacct, the verdicts come from the files)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT
+
+FIX = ROOT / "tests" / "fixtures" / "report"
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    res = tmp_path / "results"
+    shutil.copytree(FIX, res)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("SLURM_AB_RESULTS", raising=False)
+    # submission times: oom yesterday, the others today (manifest.submitted_at)
+    for name, stamp in (("dev-oom", "2026-11-29T10:00:00+0000"), ("dev-tp32", "2026-11-30T14:57:29+0000")):
+        p = res / name / "manifest.json"
+        m = json.loads(p.read_text())
+        m["submitted_at"] = stamp
+        p.write_text(json.dumps(m))
+    return res
+
+
+def _runs(out: str) -> list[str]:
+    return [ln.split("|")[1].strip() for ln in out.splitlines()[2:] if ln.startswith("|")]
+
+
+def test_report_filters(cli, results):
+    code, out, _ = cli("report")
+    assert code == 0 and _runs(out) == ["dev-oom", "dev-pp8", "dev-tp32", "dev-tp32-dflash"]
+    assert _runs(cli("report", "--verdict", "failed")[1]) == ["dev-oom"]
+    assert _runs(cli("report", "--mode", "tp32-dflash")[1]) == ["dev-oom", "dev-tp32-dflash"]
+    assert _runs(cli("report", "--mode", "tp32-dflash", "--verdict", "ok")[1]) == ["dev-tp32-dflash"]
+    assert "dev-oom" not in _runs(cli("report", "--since", "2026-11-30")[1])
+    assert _runs(cli("report", "--since", "2026-11-29T09:00:00+00:00", "--mode", "tp32-dflash",
+                     "--verdict", "failed")[1]) == ["dev-oom"]
+    code, _, err = cli("report", "--since", "2099-01-01")
+    assert code == 2 and "no runs matching the filters" in err
+    code, _, err = cli("report", "--since", "last tuesday")
+    assert code == 2 and "--since 'last tuesday': not a date" in err
+    code, _, err = cli("report", "--verdict", "great")
+    assert code == 2 and "great" in err
+
+
+def test_collect_writes_report_html_and_plots_once(cli, results):
+    run = results / "dev-tp32"
+    (run / "summary.json").unlink()                 # as after the job: not collected yet
+    code, out, _ = cli("collect", str(run))
+    assert code == 0 and "report.html" in out
+    assert sorted(p.name for p in (run / "plots").iterdir()) == [
+        "decode.png", "latency-cdf.png", "phases.png", "request-timeline.png"]
+    before = (run / "report.html").read_bytes()
+    code, out, _ = cli("collect", str(run))
+    assert "summary files unchanged" in out and (run / "report.html").read_bytes() == before
+
+
+def test_report_and_compare_html(cli, results, tmp_path):
+    page = tmp_path / "out" / "runs.html"
+    page.parent.mkdir()
+    code, out, err = cli("report", "--verdict", "ok", "--html", str(page))
+    assert code == 0 and f"wrote {page}" in err
+    text = page.read_text()
+    assert "dev-tp32-dflash" in text and "dev-oom" not in text
+    assert 'href="../results/dev-tp32/logs/server-r0-n0.log"' in text
+    cmp = tmp_path / "out" / "cmp.html"
+    code, out, err = cli("compare", "dev-tp32", "dev-tp32-dflash", "--html", str(cmp))
+    assert code == 0 and "Input / Output TPS" in out
+    text = cmp.read_text()
+    # the compare table's cells are the printed markdown's cells
+    for line in out.splitlines()[2:]:
+        if line.startswith("|"):
+            for cell in line.strip("|").split("|"):
+                assert f">{cell.strip()}<" in text, cell
+    assert text.count("data:image/png;base64,") == 2           # CDFs and the forest plot
+
+
+@pytest.mark.parametrize("args", [["--help"], ["report", "--help"], ["watch", "--help"],
+                                  ["dry-run", "tp32"]])
+def test_fast_paths_do_not_import_plotting(args):
+    code = ("import sys; from slurm_ab.cli import main\n"
+            f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+            "print('HEAVY', [m for m in ('matplotlib', 'tqdm', 'numpy', 'pandas') if m in sys.modules],"
+            " file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert "HEAVY []" in r.stderr, r.stderr[-2000:]
