@@ -52,6 +52,20 @@ CASES = [
     ("tp32", ["benchmark.dataset=\"sharegpt\""], ["benchmark.dataset = 'sharegpt'", "unknown dataset", "random-ids"]),
     ("tp32", ["paths.results=\"/my results\""], ["paths.results = '/my results'", "#SBATCH"]),
     ("tp32", ["modes.new.tp=32", "modes.new.pp=1", "modes.new.epp=4"], None),  # checked below
+    # site settings of real clusters (issue 10)
+    ("tp32", ["cluster.mem=\"lots\""], ["cluster.mem = 'lots'", "not an sbatch --mem size", "\"0\" (all of each node)"]),
+    ("tp32", ["cluster.server_cpu_bind=\"none; id\""], ["cluster.server_cpu_bind", "--cpu-bind"]),
+    ("tp32", ["cluster.side_step_args=[\"--gres=none --mem=0\"]"], ["cluster.side_step_args[0]", "single srun option"]),
+    ("tp32", ["cluster.address=\"dns\""], ["cluster.address = 'dns'", "name, nodeaddr, interface"]),
+    ("tp32", ["cluster.address=\"interface\""], ["cluster.address_interface = ''", "not a network interface name", "ib0"]),
+    ("tp32", ["cluster.address=\"interface\"", "cluster.address_interface=\"ib0\"", "preflight.enabled=false"],
+     ["cluster.address = 'interface'", "read on each node by the preflight", "preflight.enabled = true"]),
+    ("tp32", ["router.profile=\"sglang-router\""], ["router.profile = 'sglang-router'", "unknown router profile", "sglang_router, smg"]),
+    ("tp32", ["router_profiles.smg.modul=\"x\""], ["router_profiles.smg.modul", "unknown key", "did you mean module"]),
+    ("tp32", ["router.profile=\"smg\"", "router_profiles.smg.ready_path=\"readiness\""],
+     ["router_profiles.smg.ready_path = 'readiness'", "not an HTTP path"]),
+    ("tp32", ["preflight.server_module=\"sglang; rm\""], ["preflight.server_module", "not a Python module name"]),
+    ("tp32", ["commands.router=[\"x\"]"], ["commands.router", "unknown key"]),
 ]
 
 

@@ -17,6 +17,7 @@ from typing import Sequence
 
 from ..parse.diagnose import ROOT_CAUSE_KINDS, Finding
 from ..parse.events import EventLog
+from ..parse.preflight import preflight_reasons
 from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
 from .records import BenchResult, JobInfo
 
@@ -218,7 +219,7 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
             other_sruns.append(finding_reason(f, node_lists))
 
     seen, out = set(), []
-    texts = node_reasons(lost, events, node_lists) \
+    texts = preflight_reasons(events) + node_reasons(lost, events, node_lists) \
         + [finding_reason(f, node_lists) for f in roots] + task_lines \
         + [finding_reason(f, node_lists) for f in fatal] \
         + other_sruns

@@ -1,0 +1,390 @@
+"""The preflight (issue 10): the job's first step checks every node before any model loads.
+
+Unit level: the node-side check (check.sh, written by the job script) and the batch script's
+decision run in bash here, without Slurm, on the rendered script's own functions and settings.
+Cluster level: each failure class on the local cluster ends the job within 30 s of its start with
+verdict 'failed' and a first reason naming node and cause, and no server is started; both router
+profiles and the three address modes run a whole benchmark.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.jobdrive import Job
+from helpers.scripts import render
+from slurm_ab.parse.events import read_events
+from slurm_ab.parse.preflight import describe, preflight_reasons, ran_on, read_reports, server_info_note
+from slurm_ab.render import summary
+from slurm_ab.sources import Sources, plan_for
+
+
+# ---- the node-side check, in bash ------------------------------------------------------------
+def _functions(script: str) -> str:
+    """The job script's static functions (without its traps)."""
+    start = script.index("# ---- helpers (static)")
+    end = script.index("trap on_exit EXIT")
+    return script[start:end]
+
+
+def _preflight_settings(script: str) -> str:
+    start = script.index("PF_MODULES=(")
+    end = script.index("write_preflight_script\n", start)
+    return script[start:end]
+
+
+def write_check(run_dir: Path, *sets: str) -> Path:
+    """Render the local site's tp32 script and let its own functions write preflight/check.sh."""
+    script = render("tp32", site="local", sets=sets)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    harness = run_dir / "harness.sh"
+    harness.write_text(f"RUN_DIR={run_dir}\n" + _functions(script) + _preflight_settings(script)
+                       + "write_preflight_script\n")
+    r = subprocess.run(["bash", str(harness)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return run_dir / "preflight" / "check.sh"
+
+
+def run_check(check: Path, node: str, g: int, rank: int, *ports: int, env: dict | None = None) -> dict:
+    import os
+
+    e = {**os.environ, "SLURMD_NODENAME": node, "SLURM_NODEID": str(rank), "SLURM_AB_FAKE_GPUS": "8", **(env or {})}
+    r = subprocess.run(["bash", str(check), str(g), *map(str, ports)], capture_output=True, text=True, env=e, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads((check.parent / f"{node}.json").read_text())
+
+
+def causes(report: dict) -> list[tuple[str, str]]:
+    return [(p["check"], p["cause"]) for p in report["problems"]]
+
+
+def test_node_check_passes_and_records_what_it_ran_on(tmp_path):
+    check = write_check(tmp_path)
+    head = run_check(check, "nodeA", 0, 0, 0)     # port 0: always free
+    assert head["ok"] is True and head["problems"] == []
+    assert head["node"] == "nodeA" and head["replica"] == 0 and head["node_rank"] == 0
+    import sglang
+    import sglang_router
+    assert head["modules"]["sglang"] == sglang.__version__
+    assert head["modules"]["sglang_router"] == sglang_router.__version__
+    assert head["modules"]["sglang.bench_serving"] == sglang.__version__     # the client, on ROUTER_HOST only
+    assert head["gpu_count"] == 8 and head["gpus"] == ["NVIDIA H200 (emulated)"] * 8 and head["driver"] == "570.86.15"
+    other = run_check(check, "nodeB", 1, 2)
+    assert other["ok"] is True and "sglang.bench_serving" not in other["modules"]
+    assert (check.parent / "nodeA.problems").read_text() == ""
+
+
+def test_node_check_names_each_cause(tmp_path):
+    check = write_check(tmp_path, 'preflight.server_module="no_such_sglang"', "paths.model=/nonexistent/Kimi-K3",
+                        'router.profile="smg"')
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        head = run_check(check, "nodeA", 0, 0, taken, 0, env={"SLURM_AB_FAKE_GPUS": "4"})
+    got = causes(head)
+    assert got[0] == ("import", "module no_such_sglang is not importable: ModuleNotFoundError: "
+                                "No module named 'no_such_sglang'")
+    assert ("gpus", "4 GPUs visible, the mode needs 8 per node") in got
+    assert ("path", "model path /nonexistent/Kimi-K3 is missing") in got
+    assert ("port", f"port {taken} is already in use (Address already in use)") in got
+    assert head["ok"] is False and head["gpu_count"] == 4
+    import smg
+    assert head["modules"]["smg"] == smg.__version__          # the router of the selected profile
+    assert (check.parent / "nodeA.problems").read_text().splitlines()[0] == \
+        "import\tmodule no_such_sglang is not importable: ModuleNotFoundError: No module named 'no_such_sglang'"
+    # ports are checked on head nodes only (node rank 0): the others listen on none
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        other = run_check(check, "nodeB", 0, 1, s.getsockname()[1])
+    assert not [c for c in causes(other) if c[0] == "port"]
+
+
+def test_gpu_query_failure_and_interface_address(tmp_path):
+    check = write_check(tmp_path, 'cluster.address="interface"', 'cluster.address_interface="lo"')
+    ok = run_check(check, "nodeA", 0, 1)
+    assert ok["address"] == "127.0.0.1" and (check.parent / "nodeA.addr").read_text() == "127.0.0.1\n"
+    bad = run_check(check, "nodeB", 0, 1, env={"SLURM_AB_FAKE_GPU_FAIL": "9"})
+    assert causes(bad) == [("gpus", "GPU query failed (status 9): NVIDIA-SMI has failed because it couldn't "
+                                    "communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+                                    "driver is installed and running.")]
+    check = write_check(tmp_path / "x", 'cluster.address="interface"', 'cluster.address_interface="nosuch0"')
+    rep = run_check(check, "nodeC", 0, 1)
+    assert causes(rep)[0][0] == "address" and "no IPv4 address on interface nosuch0" in causes(rep)[0][1]
+    assert not (check.parent / "nodeC.addr").exists()
+
+
+def test_a_skipped_check_is_an_empty_command(tmp_path):
+    check = write_check(tmp_path, "preflight.gpu_command=[]", "preflight.import_command=[]")
+    rep = run_check(check, "nodeA", 0, 0, env={"SLURM_AB_FAKE_GPUS": "1"})
+    assert rep["ok"] is True and rep["gpu_count"] is None and rep["modules"] == {}
+
+
+# ---- the batch script's decision ---------------------------------------------------------------
+def decide(run_dir: Path, reports: dict[str, str | None]) -> subprocess.CompletedProcess:
+    """wait_preflight over two components (nodeA, nodeB | nodeC); reports: node -> problems text
+    (None: no report at all)."""
+    script = render("tp32", site="local")
+    pre = run_dir / "preflight"
+    pre.mkdir(parents=True, exist_ok=True)
+    (run_dir / "logs").mkdir(exist_ok=True)
+    for node, problems in reports.items():
+        if problems is not None:
+            (pre / f"{node}.json").write_text("{}")
+            (pre / f"{node}.problems").write_text(problems)
+    harness = run_dir / "decide.sh"
+    harness.write_text(f"RUN_DIR={run_dir}\n" + _functions(script)
+                       + "HEADS=(nodeA nodeC); R0_NODES=(nodeA nodeB); R1_NODES=(nodeC); PREFLIGHT_TIMEOUT=5\n"
+                       + "wait_preflight\n")
+    return subprocess.run(["bash", str(harness)], capture_output=True, text=True, timeout=30)
+
+
+def test_the_first_problem_fails_the_job_naming_node_and_cause(tmp_path):
+    r = decide(tmp_path, {"nodeA": "", "nodeB": "gpus\t4 GPUs visible, the mode needs 8 per node\n",
+                          "nodeC": "path\tmodel path /m is missing\n"})
+    assert r.returncode == 1
+    assert "FATAL: preflight: nodeB (replica 0 node rank 1): 4 GPUs visible, the mode needs 8 per node" in r.stderr
+    assert "preflight: nodeC (replica 1 node rank 0): model path /m is missing" in r.stderr   # every problem logged
+    ev = read_events(tmp_path / "events.log")
+    assert preflight_reasons(ev) == ["preflight: nodeB (replica 0 node rank 1): 4 GPUs visible, the mode needs 8 per node"]
+    fail = ev.failures()[0].fields
+    assert (fail["kind"], fail["node"], fail["replica"], fail["node_rank"], fail["check"]) == ("preflight", "nodeB", "0", "1", "gpus")
+
+
+def test_a_node_without_report_fails_the_job(tmp_path):
+    r = decide(tmp_path, {"nodeA": "", "nodeB": "", "nodeC": None})
+    assert r.returncode == 1
+    assert preflight_reasons(read_events(tmp_path / "events.log")) == [
+        "preflight: nodeC (replica 1 node rank 0): no preflight report from nodeC (the step failed there: "
+        "see logs/preflight-r1-n0.log)"]
+
+
+def test_all_reports_clean_pass(tmp_path):
+    r = decide(tmp_path, {"nodeA": "", "nodeB": "", "nodeC": ""})
+    assert r.returncode == 0, r.stderr
+    ev = read_events(tmp_path / "events.log")
+    assert ev.failures() == [] and ev.named("preflight_done")[0].fields == {"nodes": "3", "seconds": "0"}
+
+
+# ---- findings for the manifest and report ------------------------------------------------------
+def test_ran_on_summarises_the_nodes(tmp_path):
+    check = write_check(tmp_path)
+    for node, g, rank in (("nodeA", 0, 0), ("nodeB", 0, 1), ("nodeC", 1, 0)):
+        run_check(check, node, g, rank)
+    reports = read_reports(tmp_path)
+    assert [r.node for r in reports] == ["nodeA", "nodeB", "nodeC"]
+    info = ran_on(reports)
+    import sglang
+    assert info["nodes"] == 3 and info["modules"]["sglang"] == sglang.__version__
+    assert info["gpus_per_node"] == "8 x NVIDIA H200 (emulated)" and info["driver"] == "570.86.15"
+    assert describe(info).endswith("on 3 nodes, 8 x NVIDIA H200 (emulated) GPUs per node, driver 570.86.15")
+    (tmp_path / "preflight" / "nodeD.json").write_text("{not json")    # unreadable: ignored
+    assert len(read_reports(tmp_path)) == 3 and ran_on([]) == {} and describe({}) is None
+
+
+def test_server_info_answer_is_a_note_not_an_error(tmp_path):
+    (tmp_path / "events.log").write_text("1796051162.808 2026-11-30 15:06:02.808 router_server_info http=404\n")
+    note = server_info_note(read_events(tmp_path / "events.log"))
+    assert note.startswith("router answered HTTP 404 for /server_info")
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+def test_preflight_is_the_first_step_one_per_component():
+    text = render("tp32")
+    first_srun = text.index("\nsrun ")
+    assert text.index("write_preflight_script\nevent preflight_start") < first_srun
+    assert text.count("bash \"$RUN_DIR/preflight/check.sh\"") == 2
+    assert text.index("wait_preflight") < text.index("event server_launch")
+    assert '"$R0_PORT" "$R0_DIST_PORT" "$ROUTER_PORT" "$ROUTER_METRICS_PORT" &' in text
+    assert '"$R1_PORT" "$R1_DIST_PORT" &' in text
+    assert "PF_GPUS=8\n" in text and "PF_MODULES=(sglang sglang_router=sglang-router)\n" in text
+    assert "PF_CLIENT_PATHS=(dataset /shared/datasets/speed_bench/throughput_16k.jsonl)\n" in text
+    # the same container settings as the servers
+    pf = text[text.index("srun --het-group=0 --nodes=4 --ntasks-per-node=1 \\\n  --output=\"$RUN_DIR/logs/preflight"):]
+    assert '"${CONTAINER[@]}" "${SRUN_EXTRA[@]}"' in pf.splitlines()[1]
+
+
+def test_preflight_disabled_is_said():
+    text = render("tp32", sets=["preflight.enabled=false"])
+    assert 'bash "$RUN_DIR/preflight/check.sh"' not in text and "event preflight_start" not in text
+    assert "\nwait_preflight\n" not in text and "\nwrite_preflight_script\n" not in text
+    plan = plan_for(Sources("example", (), ("preflight.enabled=false",)), "tp32", "R")
+    assert "preflight: disabled" in summary(plan)
+    assert "note: preflight.enabled = false" in summary(plan)
+
+
+def test_prologue_is_verbatim_before_any_step_and_shown():
+    prologue = "module load cuda/12.8\nsource /opt/sglang/bin/activate  # site's own"
+    text = render("tp32", sets=[f"cluster.prologue={json.dumps(prologue)}"])
+    block = "# >>> cluster.prologue\n" + prologue + "\n# <<< cluster.prologue\n"
+    assert block in text and text.index(block) < text.index("\nsrun ")
+    plan = plan_for(Sources("example", (), (f"cluster.prologue={json.dumps(prologue)}",)), "tp32", "R")
+    s = summary(plan)
+    assert "  | module load cuda/12.8\n  | source /opt/sglang/bin/activate  # site's own\n" in s
+    assert "note: cluster.prologue: 2 line(s) of site shell code are written into the job script verbatim and unquoted" in s
+    assert "# >>> cluster.prologue" not in render("tp32")
+
+
+def test_address_modes_render():
+    assert "ADDRESS_MODE=name\n" in render("tp32")
+    text = render("tp32", sets=['cluster.address="nodeaddr"'])
+    assert "ADDRESS_MODE=nodeaddr\n" in text and "PF_IFACE=''\n" in text
+    assert 'R1_ADDR=$(head_address "$R1_HEAD") || fatal address' in text
+    text = render("tp32", sets=['cluster.address="interface"', 'cluster.address_interface="ib0"'])
+    assert "PF_IFACE=ib0\n" in text and "PF_ADDRESS=(python3 -c" in text
+    # the address is resolved after the preflight, which reads it on the node
+    assert text.index("wait_preflight\n\n") < text.index('R0_ADDR=$(head_address')
+
+
+def test_router_profiles_render_with_their_command():
+    assert "  python3 -m sglang_router.launch_router\n" in render("tp32")
+    text = render("tp32", sets=['router.profile="smg"'])
+    assert "  python3 -m smg.launch_router\n" in text and "PF_MODULES=(sglang smg=smg)\n" in text
+    assert 'event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=smg"' in text
+
+
+def _router_argv(sets=()) -> list[str]:
+    plan = plan_for(Sources("local", (), ("paths.results=/results", *sets)), "tp32", "R")
+    argv = [str(w.text if hasattr(w, "text") else w) for line in plan.router.lines for w in line]
+    subst = {"${R0_ADDR}": "node01", "${R0_PORT}": "30000", "${R1_ADDR}": "node05", "${R1_PORT}": "30010",
+             "${ROUTER_PORT}": "8000", "${ROUTER_METRICS_PORT}": "29000"}
+    out = []
+    for a in argv:
+        for k, v in subst.items():
+            a = a.replace(k, v)
+        out.append(a)
+    return out
+
+
+def test_smg_profile_parses_with_smgs_own_parser():
+    """smg's real argument parser (smg 1.x installed by the testbed) accepts what the job runs."""
+    from smg.launch_router import parse_router_args
+
+    argv = _router_argv(['router.profile="smg"'])
+    assert argv[:3] == ["python3", "-m", "smg.launch_router"]
+    args = parse_router_args(argv[3:])
+    assert args.worker_urls == ["http://node01:30000", "http://node05:30010"]
+    assert args.policy == "round_robin" and args.port == 8000 and args.prometheus_port == 29000
+    assert args.model_path == "/var/lib/slurm-ab-local/models/Kimi-K3"
+
+
+def test_sglang_router_profile_parses_with_its_own_parser():
+    from sglang_router.launch_router import parse_router_args
+
+    argv = _router_argv()
+    assert argv[:3] == ["python3", "-m", "sglang_router.launch_router"]
+    args = parse_router_args(argv[3:])
+    assert args.worker_urls == ["http://node01:30000", "http://node05:30010"] and args.policy == "round_robin"
+
+
+# ---- on the local cluster ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, local_cluster):
+    return tmp_path_factory.mktemp("preflight")
+
+
+def _free_port_range(base: int) -> int:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", base))
+    return base
+
+
+def run_job(workdir: Path, name: str, *sets: str) -> Job:
+    j = Job(workdir, f"{name}-{time.strftime('%H%M%S')}", 'server.env.SLURM_AB_EMU_TIME_SCALE="0.02"', *sets)
+    try:
+        j.finish(240)
+    except BaseException:
+        j.cleanup()
+        raise
+    return j
+
+
+def assert_failed_fast(j: Job, first_reason: str) -> dict:
+    ev = j.events()
+    start = next(t for t, k, _ in ev if k == "job_start")
+    assert j.job_end() - start < 30, f"job ran {j.job_end() - start:.1f} s"
+    s = j.summary()
+    assert s["verdict"] == "failed", s
+    assert s["reasons"][0] == first_reason, s["reasons"]
+    assert not [k for _, k, _ in ev if k in ("server_launch", "router_launch")], "a server was started"
+    assert not list((j.run_dir / "logs").glob("server-r*")), "a server log exists"
+    j.assert_nothing_left()
+    print(f"MEASURE preflight {first_reason[:60]}: {j.job_end() - start:.1f} s from job start")
+    return s
+
+
+@pytest.mark.cluster
+def test_cluster_missing_module(workdir):
+    j = run_job(workdir, "pf-import", 'preflight.server_module="no_such_sglang"')
+    assert_failed_fast(j, "preflight: node01 (replica 0 node rank 0): module no_such_sglang is not importable: "
+                          "ModuleNotFoundError: No module named 'no_such_sglang'")
+
+
+@pytest.mark.cluster
+def test_cluster_gpu_count_on_one_node(workdir):
+    j = run_job(workdir, "pf-gpus", 'server.env.SLURM_AB_FAKE_GPUS="4"', 'server.env.SLURM_AB_FAKE_GPU_NODES="node06"')
+    assert_failed_fast(j, "preflight: node06 (replica 1 node rank 1): 4 GPUs visible, the mode needs 8 per node")
+    assert json.loads((j.run_dir / "preflight" / "node05.json").read_text())["gpu_count"] == 8
+
+
+@pytest.mark.cluster
+def test_cluster_missing_model_path(workdir):
+    j = run_job(workdir, "pf-path", "paths.model=/nonexistent/Kimi-K3")
+    assert_failed_fast(j, "preflight: node01 (replica 0 node rank 0): model path /nonexistent/Kimi-K3 is missing")
+
+
+@pytest.mark.cluster
+def test_cluster_port_taken_on_the_router_node(workdir):
+    # one job slot: the router's port is exactly ports.router
+    port = _free_port_range(18123)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        j = run_job(workdir, "pf-port", "ports.job_slots=1", f"ports.router={port}")
+    assert_failed_fast(j, f"preflight: node01 (replica 0 node rank 0): port {port} is already in use "
+                          "(Address already in use)")
+
+
+@pytest.mark.cluster
+def test_cluster_prologue_environment_reaches_every_step(workdir):
+    """The site prologue runs in the batch shell before any step: what it exports, the steps see
+    (here a GPU query that fails on every node)."""
+    j = run_job(workdir, "pf-prologue", 'cluster.prologue="export SLURM_AB_FAKE_GPU_FAIL=9"')
+    assert_failed_fast(j, "preflight: node01 (replica 0 node rank 0): GPU query failed (status 9): NVIDIA-SMI has "
+                          "failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+                          "latest NVIDIA driver is installed and running.")
+    names = [k for _, k, _ in j.events()]
+    assert names.index("prologue_end") < names.index("preflight_start")
+    assert len(list((j.run_dir / "preflight").glob("node0*.json"))) == 8
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("profile,address,expect_addr", [("smg", "nodeaddr", "127.0.0.1"),
+                                                          ("sglang_router", "interface", "127.0.0.1")])
+def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, expect_addr):
+    sets = [f'router.profile="{profile}"', f'cluster.address="{address}"']
+    if profile == "smg":
+        # smg 1.13's /v1/completions takes text prompts only (a token-id prompt, as bench_serving's
+        # random-ids sends, is a 400 "did not match any variant of untagged enum StringOrArray");
+        # its /generate forwards input_ids, and it proxies /get_server_info to a worker.
+        sets.append('benchmark.backend="sglang"')
+    if address == "interface":
+        sets.append('cluster.address_interface="lo"')
+    j = run_job(workdir, f"pf-{profile}-{address}", *sets)
+    s = j.summary()
+    assert j.rc == 0 and s["verdict"] == "ok", s
+    ev = {k: kv for _, k, kv in j.events()}
+    assert ev["addresses"] == {"mode": address, "replica0": expect_addr, "replica1": expect_addr}
+    assert ev["router_launch"]["profile"] == profile and ev["router_launch"]["host"] == "node01"
+    assert ev["router_server_info"] == {"http": "404"}          # recorded, not an error
+    info = ran_on(read_reports(j.run_dir))
+    assert info["nodes"] == 8 and info["problems"] == 0 and profile in info["modules"]
+    assert (j.run_dir / "logs" / "router.log").stat().st_size > 0
+    j.assert_nothing_left()
