@@ -252,3 +252,41 @@ def test_plain_sbatch_of_a_rendered_script(workdir):
     assert (run_dir / "events.log").read_bytes() == first_events
     assert (run_dir.parent / f"{run_id}-job{job2}" / "bench.jsonl").exists()
     assert wait_no_processes(job2, 30) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_server_metrics_beside_the_logs(runs, mode):
+    """/metrics of both replica heads and the router, scraped raw over the benchmark window; the
+    counter-based acceptance beside the decode-log one (docs/metrics.md)."""
+    from slurm_ab.parse.prometheus import read_scrape
+
+    run_dir = runs[mode]["run_dir"]
+    scrapes = [kv for _, k, kv in events(run_dir) if k == "metrics_scrape"]
+    for target in ("r0", "r1", "router"):
+        mine = [kv for kv in scrapes if kv["target"] == target]
+        assert mine[0]["phase"] == "start" and mine[-1]["phase"] == "end", mine
+        assert len(mine) >= 3 and all(kv["ok"] == "1" for kv in mine), mine
+        for kv in mine:
+            read_scrape(run_dir / kv["file"])              # raw text, Prometheus format
+    sm = json.loads((run_dir / "summary.json").read_text())["server_metrics"]
+    assert sm["available"] and sm["checks"] == [], sm
+    for r in sm["replicas"]:
+        assert r["exposed"] and r["running_peak"] >= 1 and r["kv_usage_peak"] > 0
+        assert r["router_requests"] == r["requests"] == r["access_requests"] == 20
+        assert r["gen_tokens"] == 20 * 512
+    csv = (run_dir / "summary.csv").read_text().splitlines()
+    row = dict(zip(csv[0].split(","), csv[1].split(",")))
+    if mode == "tp32-dflash":
+        for r in sm["replicas"] + [sm["pooled"]]:
+            assert abs(r["diff_pct"]) <= 5, r               # counters agree with the decode log
+            assert r["accept_len"] > 1 and r["log_accept_len"] > 1
+        assert float(row["accept_len_counters"]) == pytest.approx(sm["pooled"]["accept_len"])
+        assert "Accept len log / counters" in (run_dir / "summary.md").read_text()
+    else:
+        assert all(r["accept_len"] is None and r["verify_calls"] == 0 for r in sm["replicas"])
+        assert row["accept_len_counters"] == "" and float(row["running_peak"]) >= 1
+    notes = json.loads((run_dir / "summary.json").read_text())["notes"]
+    if mode == "pp8":
+        assert any("pp stages 2,3,4,5,6,7 of 8" in n for n in notes), notes
+    else:
+        assert any("tp_rank 0, pp_rank 0;" in n for n in notes), notes
