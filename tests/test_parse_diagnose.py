@@ -1,7 +1,8 @@
 """Failure signatures: kind, file, line, excerpt, phase and memory fraction."""
 from __future__ import annotations
 
-from slurm_ab.parse.diagnose import diagnose, server_log_identity
+from slurm_ab.parse.diagnose import (NO_KV_MEMORY, ROOT_CAUSE_KINDS, diagnose,
+                                     server_log_identity)
 
 SERVER_ARGS = ("[2026-09-02 14:10:03] server_args=ServerArgs(model_path='/m', tp_size=32, "
                "mem_fraction_static=0.86, chunked_prefill_size=8192)")
@@ -117,3 +118,48 @@ def test_line_numbers_across_blocks_and_garbage(tmp_path):
 def test_server_log_identity():
     assert server_log_identity("results/x/logs/server-r1-n3.log") == (1, 3)
     assert server_log_identity("logs/router.log") is None
+
+
+def test_retractions_are_warnings_in_every_wording(tmp_path):
+    """Real lines: 0.4.3 (sglang issue #4184, logged by every TP rank), the later wording
+    (with '#new_tokens_gained'), the 0.1-0.3 lowercase one; and the fatal message they must not
+    be confused with."""
+    p = _write(tmp_path, "logs/server-r0-n0.log", [
+        SERVER_ARGS, PREFILL, DECODE,
+        "[2025-03-07 21:49:33 TP13] Decode out of memory happened. #retracted_reqs: 1, "
+        "#new_token_ratio: 0.1474 -> 0.1845",
+        "[2025-03-07 21:49:33 TP12] Decode out of memory happened. #retracted_reqs: 1, "
+        "#new_token_ratio: 0.1474 -> 0.1845",
+        "[2026-09-13 16:06:07] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
+        "#new_tokens_gained: 646, #new_token_ratio: 0.0980 -> 0.3487",
+        "[2024-08-01 10:00:00 TP0] decode out of memory happened, #retracted_reqs: 2, "
+        "#new_token_ratio: 0.4000 -> 0.5000"])
+    found = diagnose([p], root=tmp_path)
+    assert [f.kind for f in found] == ["kv_pressure"]
+    assert found[0].details["count"] == 4 and "kv_pressure" not in ROOT_CAUSE_KINDS
+    fatal = _write(tmp_path, "y.log", [
+        PREFILL, DECODE, "[2026-09-02 14:13:31 TP0] Decode out of memory. Try to lower your "
+        "batch size.", "Try to allocate 24 tokens."])
+    oom = diagnose([fatal])[0]
+    assert (oom.kind, oom.details["label"], oom.details["phase"]) == \
+        ("oom", "Decode out of memory", "decode")
+
+
+def test_profiled_kv_size(tmp_path):
+    """'max_total_tokens=%s is larger than the profiled value %s. Use the profiled value
+    instead.': <= 0 leaves no KV cache (SGLang 2025-07, DeepSeek-V3 on 8 GPUs; a 2026-02 log
+    shows -89624), > 0 only caps the pool."""
+    none_left = _write(tmp_path, "logs/server-r1-n0.log", [
+        SERVER_ARGS, "[2025-07-18 09:12:44 TP0] max_total_tokens=131072 is larger than the "
+        "profiled value -561981. Use the profiled value instead."])
+    f = diagnose([none_left], root=tmp_path)[0]
+    assert (f.kind, f.details["label"], f.details["phase"]) == \
+        ("oom", NO_KV_MEMORY, "startup (KV cache pool)")
+    assert (f.details["max_total_tokens"], f.details["profiled_max_total_tokens"]) == \
+        (131072, -561981)
+    capped = _write(tmp_path, "z.log", [
+        "[2026-02-11 06:45:01] max_total_tokens=131072 is larger than the profiled value 50756. "
+        "Use the profiled value instead."])
+    f = diagnose([capped])[0]
+    assert f.kind == "kv_capped" and f.details["profiled_max_total_tokens"] == 50756
+    assert "kv_capped" not in ROOT_CAUSE_KINDS

@@ -117,6 +117,29 @@ CASES = [
      "cuda graph: True, gen throughput (token/s): 7.00, #queue-req: 0",
      "Decode", datetime(2026, 7, 21, 15, 0, 15), {"TP": 0, "EP": 0},
      {"accept_len": 2.0, "accept_rate": 0.1}),
+    # Python logging instead of SGLang's own prefix (a SGLANG_LOGGING_CONFIG_PATH config, an
+    # embedding framework's root logger): the stamp leads, '[file:line]' or '[INFO]' follow
+    ("python-logging-file-line",
+     "2025-12-04 20:34:02 INFO sglang.srt.managers.scheduler [scheduler.py:1734] Decode batch. "
+     "#running-req: 3, #token: 1234, token usage: 0.05, gen throughput (token/s): 88.10, "
+     "#queue-req: 0, ",
+     "Decode", datetime(2025, 12, 4, 20, 34, 2), {}, {"gen_throughput": 88.1}),
+    ("python-logging-default-asctime",
+     "2026-06-07 10:59:31,659 [INFO] sglang.srt.managers.scheduler: Decode batch, "
+     "#running-req: 5, #token: 20800, token usage: 0.29, accept len: 2.10, accept rate: 0.55, "
+     "cuda graph: True, gen throughput (token/s): 144.95, #queue-req: 0",
+     "Decode", datetime(2026, 6, 7, 10, 59, 31, 659000), {},
+     {"accept_len": 2.1, "accept_rate": 0.55}),
+    ("python-logging-ray-rank-tags",
+     "(SGLangEngine pid=4242, ip=10.0.0.7) 2026-06-07 10:59:32,001 INFO [PP1 TP0] "
+     "[scheduler.py:1734] Prefill batch, #new-seq: 1, #new-token: 8192, #cached-token: 0, "
+     "token usage: 0.05, #running-req: 0, #queue-req: 0",
+     "Prefill", datetime(2026, 6, 7, 10, 59, 32, 1000), {"PP": 1, "TP": 0},
+     {"new_token": 8192}),
+    ("python-logging-trailing-rank-tags",
+     "2026-06-07 10:59:33 INFO [DP1 TP0] Decode batch, #running-req: 1, #token: 5, "
+     "token usage: 0.00, cuda graph: True, gen throughput (token/s): 7.00, #queue-req: 0",
+     "Decode", datetime(2026, 6, 7, 10, 59, 33), {"DP": 1, "TP": 0}, {"gen_throughput": 7.0}),
 ]
 
 
@@ -229,3 +252,21 @@ def test_readers_bound_line_length_and_keep_line_numbers(tmp_path):
     assert lines[-1] == (3, "last")
     pieces = b"".join(buf[lo:hi] for buf, lo, hi in iter_blocks(p, size=64))
     assert pieces == p.read_bytes()
+
+
+@pytest.mark.parametrize("line", [
+    # no stamp at all (a custom format without asctime) and sglang diffusion's year-less datefmt
+    "Decode batch, #running-req: 1, #token: 5, token usage: 0.00, gen throughput (token/s): 7.00",
+    "[11-30 14:56:23 TP0] Decode batch, #running-req: 1, #token: 5, token usage: 0.00, "
+    "gen throughput (token/s): 7.00",
+])
+def test_batch_line_without_a_readable_time(line):
+    s = parse_batch_line(line)
+    assert s is not None and s.ts is None and s.gen_throughput == 7.0
+
+
+def test_python_logging_line_stamps():
+    assert line_timestamp("2026-06-07 10:59:31,659 [INFO] x") == \
+        datetime(2026, 6, 7, 10, 59, 31, 659000)
+    assert line_timestamp("(Actor pid=3) 2026-06-07 10:59:31 INFO: x") == \
+        datetime(2026, 6, 7, 10, 59, 31)

@@ -1,6 +1,7 @@
 """The fast scanner must agree with the general line parser on every line shape."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import pytest
@@ -31,7 +32,20 @@ def log_line(draw, ranks=None):
         ts = ts.replace(microsecond=0)
     ranks = draw(st.sampled_from(RANKS)) if ranks is None else ranks
     prefix = draw(st.sampled_from(["", "", "", "(Actor pid=9) ", "\x1b[36m(Actor pid=9)\x1b[0m "]))
-    head = f"{prefix}[{_stamp(ts, ms)}{ranks}]"
+    layout = draw(st.sampled_from(["sglang"] * 6 + ["python", "python-ms", "yearless", "none"]))
+    if layout == "sglang":
+        head = f"{prefix}[{_stamp(ts, ms)}{ranks}]"
+    elif layout.startswith("python"):
+        # a logging config of the user's: asctime ('%Y-%m-%d %H:%M:%S' or Python's default
+        # '...,fff'), level, [file:line]; rank tags, if any, in a bracket group of their own
+        stamp = _stamp(ts, False) + (f",{ts.microsecond // 1000:03d}" if layout == "python-ms"
+                                     else "")
+        tags = f" [{ranks.strip()}]" if ranks else ""
+        head = f"{prefix}{stamp} INFO sglang.srt.managers.scheduler{tags} [scheduler.py:1734]"
+    elif layout == "yearless":
+        head = f"[{ts.strftime('%m-%d %H:%M:%S')}{ranks}]"          # sglang diffusion datefmt
+    else:
+        head = prefix.strip()
     kind = draw(st.sampled_from(["decode", "prefill", "post", "get", "other", "garbage"]))
     if kind == "decode":
         spec = draw(st.sampled_from(["", "accept len: 3.25, ", "accept len: 2.00, accept rate: "
@@ -63,12 +77,15 @@ def log_line(draw, ranks=None):
 def _reference(lines, window, intervals, all_samples):
     """Per-line parsing with the general parser: the definition of the right answer."""
     dec = {}
-    win = [0, 0, 0, 0]
-    ivs = {iv.name: [0, 0, 0, 0] for iv in intervals}
+    win = [{}, 0]                     # [{stream: [prefill lines, tokens, new_seq]}, posts]
+    ivs = {iv.name: [{}, 0] for iv in intervals}
+    untimed = 0
     start, end = window
     for i, line in enumerate(lines):
         complete = i < len(lines) - 1
         s = parse_batch_line(line, complete=complete)
+        if s is not None and s.ts is None:
+            untimed += 1
         if s is not None and s.ts is not None:
             whole = not s.ts_has_ms
             if s.kind == "Decode":
@@ -88,24 +105,37 @@ def _reference(lines, window, intervals, all_samples):
                 for c, (lo, hi) in [(win, window)] + [(ivs[iv.name], (iv.start, iv.end))
                                                      for iv in intervals]:
                     if in_window(s.ts, lo, hi, whole_seconds=whole):
-                        c[0] += 1
+                        p = c[0].setdefault(s.stream, [0, 0, 0])
+                        p[0] += 1
                         if c is not win:          # tokens are counted for warm-ups only
-                            c[1] += int((s.new_token or 0) + (s.cached_token or 0))
-                        c[2] += int(s.new_seq or 0)
+                            p[1] += int((s.new_token or 0) + (s.cached_token or 0))
+                        p[2] += int(s.new_seq or 0)
             continue
+        if s is not None and s.kind == "Decode" and all_samples:
+            a = dec.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
+            a[0] += 1
+            if s.accept_len is not None:
+                a[1] += 1
+                a[2] += s.accept_len
+                if s.accept_rate is not None:
+                    a[3] += 1
+                    a[4] += s.accept_rate
+            if s.gen_throughput is not None:
+                a[5] += 1
+                a[6] += s.gen_throughput
         a = parse_access_line(line)
         if a is not None and a.is_generation and a.ts is not None:
             whole = a.ts.microsecond == 0
             for c, (lo, hi) in [(win, window)] + [(ivs[iv.name], (iv.start, iv.end))
                                                  for iv in intervals]:
                 if in_window(a.ts, lo, hi, whole_seconds=whole):
-                    c[3] += 1
-    return dec, win, ivs
+                    c[1] += 1
+    return dec, win, ivs, untimed
 
 
 def _ts_key(line: str) -> str:
-    i = line.find("[2026-")
-    return line[i + 1: i + 20] if i >= 0 else ""
+    m = re.search(r"2026-\d\d-\d\d \d\d:\d\d:\d\d", line)
+    return m.group(0) if m else ""
 
 
 @settings(max_examples=150, deadline=None)
@@ -138,18 +168,21 @@ def _check(tmp_path_factory, lines, w0, wlen, block, all_samples, bulk):
     scan = scan_server_log(p, window=window, intervals=intervals, all_samples=all_samples,
                            block=block, bulk=bulk)
     lines_back = p.read_bytes().decode("utf-8", "replace").split("\n") if lines else []
-    dec, win, ivs = _reference(lines_back, window, intervals, all_samples)
+    dec, win, ivs, untimed = _reference(lines_back, window, intervals, all_samples)
     got = {k: (v.samples, v.accept_samples, round(v.accept_len_sum, 6), v.rate_samples,
                round(v.accept_rate_sum, 6), v.gen_samples, round(v.gen_sum, 4))
            for k, v in scan.decode.items()}
     want = {k: (a[0], a[1], round(a[2], 6), a[3], round(a[4], 6), a[5], round(a[6], 4))
             for k, a in dec.items()}
     assert got == want
-    assert (scan.window.prefill_lines, scan.window.prefill_tokens, scan.window.new_seq,
-            scan.window.posts) == tuple(win)
+    assert _flat(scan.window) == (win[0], win[1])
     for iv in intervals:
-        c = scan.intervals[iv.name]
-        assert (c.prefill_lines, c.prefill_tokens, c.new_seq, c.posts) == tuple(ivs[iv.name])
+        assert _flat(scan.intervals[iv.name]) == (ivs[iv.name][0], ivs[iv.name][1])
+    assert scan.untimed_batch_lines == untimed
+
+
+def _flat(c):
+    return {k: [p.lines, p.tokens, p.new_seq] for k, p in c.prefill.items()}, c.posts
 
 
 def test_scan_summary_fields(tmp_path):
@@ -218,6 +251,6 @@ def test_bulk_path_is_taken_and_agrees(tmp_path, monkeypatch):
     assert f.accept_len_sum == pytest.approx(s.accept_len_sum, rel=1e-12)
     assert f.gen_sum == pytest.approx(s.gen_sum, rel=1e-12)
     assert (fast.window, fast.intervals) == (slow.window, slow.intervals)
-    assert fast.window.posts == 401 and fast.intervals["w"].prefill_tokens == 11 * 8192
+    assert fast.window.posts == 401 and fast.intervals["w"].primary().tokens == 11 * 8192
     assert (fast.decode_lines, fast.prefill_lines, fast.first_decode_ts) == \
         (slow.decode_lines, slow.prefill_lines, slow.first_decode_ts)

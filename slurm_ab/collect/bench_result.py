@@ -2,8 +2,8 @@
 
 Latency percentiles come from per-request details when present (p95 exists in no 0.5.2 output),
 else from the record's own keys, else from the stdout block; the source is recorded.
-Throughputs are total tokens / duration (input_lens of 0.5.23 are server counts of successful
-requests only, so they are not summed).
+Throughputs are total tokens / duration from the JSONL (input_lens of 0.5.23 are server counts of
+successful requests only, so they are not summed), the client's printed figures without it.
 """
 from __future__ import annotations
 
@@ -74,8 +74,7 @@ def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
     duration = _num(src, "duration")
     tin = _num(src, "total_input_tokens")
     tout = _num(src, "total_output_tokens")
-    in_tps = tin / duration if tin is not None and duration else _num(src, "input_throughput")
-    out_tps = tout / duration if tout is not None and duration else _num(src, "output_throughput")
+    in_tps, out_tps = _throughputs(rec, blk, duration, tin, tout)
 
     own = {m: _merge(_latency_from(rec, m), _latency_from(blk, m))
            for m in ("ttft", "tpot", "e2e_latency")}
@@ -104,7 +103,36 @@ def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
         output_tokens=int(tout) if tout is not None else None,
         input_tps=in_tps, output_tps=out_tps, ttft=ttft, tpot=tpot, e2e=e2e,
         source=source, latency_source=lsource, disagreements=disagreements,
-        errors=errors), notes
+        errors=errors, accept_length=_accept_length(rec, blk)), notes
+
+
+def _throughputs(rec: Mapping | None, blk: Mapping | None, duration, tin, tout):
+    """(input, output) tokens/s.
+
+    From the JSONL: tokens / duration at full precision (what the client itself computes).
+    From the printed block only: the client's printed throughputs; recomputing them from the
+    printed duration, rounded to 2 decimals, would be off (2250.55 where it printed 2249.22).
+    """
+    if rec is not None:
+        return (tin / duration if tin is not None and duration else
+                _num(rec, "input_throughput"),
+                tout / duration if tout is not None and duration else
+                _num(rec, "output_throughput"))
+    printed_in, printed_out = _num(blk, "input_throughput"), _num(blk, "output_throughput")
+    return (printed_in if printed_in is not None else
+            (tin / duration if tin is not None and duration else None),
+            printed_out if printed_out is not None else
+            (tout / duration if tout is not None and duration else None))
+
+
+def _accept_length(rec: Mapping | None, blk: Mapping | None) -> float | None:
+    """The client's own 'Accept length' (bench_serving reads it from the first worker's
+    /server_info: a lifetime average, warm-ups included), when it printed or stored one."""
+    for src in (rec, blk):
+        v = _num(src, "accept_length")
+        if v:
+            return v
+    return None
 
 
 def bench_spec(rec: Mapping | None, block: ResultBlock | None, benchmark: Mapping | None
@@ -137,4 +165,3 @@ def _int(v) -> int | None:
         return int(v) if v is not None and not isinstance(v, bool) else None
     except (TypeError, ValueError):
         return None
-

@@ -58,6 +58,7 @@ class BenchResult:
     latency_source: str | None = None   # details | record | stdout (| mixed: see notes)
     disagreements: tuple = ()           # details vs the client's own values, beyond tolerance
     errors: tuple = ()                  # distinct request error texts
+    accept_length: float | None = None  # the client's own (lifetime avg of the first worker)
 
 
 @dataclass(frozen=True)
@@ -75,15 +76,19 @@ class ReplicaSummary:
     warmup_seen: bool = False
     warmup: str = ""                    # how the warm-up was (or was not) established
     log_end: str | None = None          # last timestamp in its node-0 log
+    untimed_batch_lines: int = 0        # batch lines whose time could not be read
+    retractions: int = 0                # KV-cache retractions (in the window, or all)
+    retracted_requests: int = 0         # requests they sent back to the queue
 
 
 @dataclass(frozen=True)
 class Pooled:
     """Acceptance pooled over every replica's decode samples (the seed's '37 samples')."""
 
-    samples: int = 0
+    samples: int = 0                    # decode samples with accept figures (spec decoding)
     accept_len: float | None = None
     accept_rate: float | None = None
+    decode_samples: int = 0             # all decode samples, with or without accept figures
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from typing import Iterable, Sequence
 
 from ..parse.diagnose import server_log_identity
 from ..parse.events import EventLog, Warmup
-from ..parse.server_scan import DecodeAgg, Interval, ServerLogScan, scan_server_log
-from .records import ReplicaSummary
+from ..parse.server_scan import (DecodeAgg, Interval, Prefill, Retractions, ServerLogScan,
+                                 lowest_stage, pooled_retractions, scan_server_log)
+from .records import Pooled, ReplicaSummary
 
 DEFAULT_WARMUP_TOKENS = 16384
 PARALLEL_MIN_BYTES = 64 << 20        # below this, process start-up costs more than it saves
@@ -33,6 +34,37 @@ class ReplicaScan:
     primary: DecodeAgg
     scans: tuple[ServerLogScan, ...]
     problems: tuple[str, ...]
+    notes: tuple[str, ...] = ()          # worth saying, not invalidating
+
+
+def pooled_acceptance(reps: Sequence[ReplicaScan]) -> Pooled:
+    """Decode samples of every replica (its lowest PP stage) and the acceptance over those of
+    them that carry accept figures (speculative decoding only)."""
+    n_acc = sum(r.primary.accept_samples for r in reps)
+    n_rate = sum(r.primary.rate_samples for r in reps)
+    return Pooled(
+        samples=n_acc,
+        accept_len=sum(r.primary.accept_len_sum for r in reps) / n_acc if n_acc else None,
+        accept_rate=sum(r.primary.accept_rate_sum for r in reps) / n_rate if n_rate else None,
+        decode_samples=sum(r.primary.samples for r in reps))
+
+
+def _merged(scans: Sequence[ServerLogScan], counts) -> dict:
+    """Per-stream prefill of one time range over a replica's files (a PP stage may sit on
+    another node than stage 0)."""
+    out: dict = {}
+    for s in scans:
+        c = counts(s)
+        if c is None:
+            continue
+        for key, p in c.prefill.items():
+            out[key] = out.get(key, Prefill()) + p
+    return out
+
+
+def _prefill(scans: Sequence[ServerLogScan], counts) -> Prefill:
+    """Prefill of the logging PP stage: every stage logs the same batch, count one."""
+    return lowest_stage(_merged(scans, counts), Prefill())
 
 
 def server_logs(run_dir: Path) -> dict[int, dict[int, Path]]:
@@ -132,22 +164,17 @@ def _one(run_dir: Path, g: int, ranks: dict[int, Path], scans: list[ServerLogSca
     for s in scans:
         for key, agg in s.decode.items():
             streams[key] = streams.get(key, DecodeAgg()) + agg
-    primary = DecodeAgg()
     if window is None and not all_samples:
         streams = {}              # no benchmark happened (or it was not recorded): no samples
         problems.append(f"replica {g}: no benchmark window in events.log; decode samples not "
                         "counted (all_samples counts the whole log)")
-    if streams:
-        pp = min(k[1] for k in streams)
-        for key in sorted(streams):
-            if key[1] == pp:
-                primary = primary + streams[key]
+    primary = lowest_stage(streams, DecodeAgg())
 
     posts_timed = sum(s.posts - s.posts_untimed for s in scans)
     if posts_timed > 0:
         served, source = sum(s.window.posts for s in scans), "access_log"
     elif any(s.prefill_lines for s in scans):
-        served, source = sum(s.window.new_seq for s in scans), "prefill_new_seq"
+        served, source = _prefill(scans, lambda s: s.window).new_seq, "prefill_new_seq"
     elif any(sizes):
         served, source = 0, "access_log"
     else:
@@ -155,6 +182,20 @@ def _one(run_dir: Path, g: int, ranks: dict[int, Path], scans: list[ServerLogSca
     if window is None and served is not None:
         problems.append(f"replica {g}: no benchmark window in events.log; requests counted "
                         "over the whole log")
+
+    notes: list[str] = []
+    untimed = sum(s.untimed_batch_lines for s in scans)
+    if untimed:
+        where = ", ".join(str(Path(s.path).relative_to(run_dir)) if Path(s.path).is_relative_to(
+            run_dir) else s.path for s in scans if s.untimed_batch_lines)
+        notes.append(f"replica {g}: {untimed} batch line(s) without a readable timestamp in "
+                     f"{where}" + ("; counted (all samples)" if all_samples else
+                                   "; left out of the benchmark window and the warm-up check"))
+    retracted = pooled_retractions(_merged_retractions(scans))
+    if retracted.events:
+        notes.append(f"replica {g}: {retracted.events} KV-cache retraction(s) "
+                     f"({retracted.requests} request(s) sent back to the queue and recomputed)"
+                     + (" in the benchmark window" if window and not all_samples else ""))
 
     seen, how = _warmup(g, warmup, scans, window, warmup_tokens)
     head = next((s for s in scans if s.path == str(ranks.get(0))), None)
@@ -164,8 +205,19 @@ def _one(run_dir: Path, g: int, ranks: dict[int, Path], scans: list[ServerLogSca
         accept_len=primary.accept_len, accept_rate=primary.accept_rate,
         gen_throughput=primary.gen_throughput, requests_served=served,
         requests_source=source, warmup_seen=seen, warmup=how,
-        log_end=head.last_ts.isoformat(sep=" ") if head and head.last_ts else None)
-    return ReplicaScan(summary, primary, tuple(scans), tuple(problems))
+        log_end=head.last_ts.isoformat(sep=" ") if head and head.last_ts else None,
+        untimed_batch_lines=untimed, retractions=retracted.events,
+        retracted_requests=retracted.requests)
+    return ReplicaScan(summary, primary, tuple(scans), tuple(problems), tuple(notes))
+
+
+def _merged_retractions(scans: Sequence[ServerLogScan]) -> dict:
+    out: dict = {}
+    for s in scans:
+        for key, r in s.retractions.items():
+            old = out.get(key, Retractions())
+            out[key] = Retractions(old.events + r.events, old.requests + r.requests)
+    return out
 
 
 def _warmup(g: int, w: Warmup | None, scans: list[ServerLogScan], window,
@@ -177,7 +229,7 @@ def _warmup(g: int, w: Warmup | None, scans: list[ServerLogScan], window,
     bench_start = window[0] if window else None
     if w is not None:
         name = f"warmup-r{g}"
-        tokens = sum(s.intervals.get(name).prefill_tokens for s in scans if name in s.intervals)
+        tokens = _prefill(scans, lambda s: s.intervals.get(name)).tokens
         posts = sum(s.intervals.get(name).posts for s in scans if name in s.intervals)
         if w.ok is not True:
             return False, ("warm-up failed (events.log warmup_done ok=0)" if w.ok is False
@@ -188,6 +240,10 @@ def _warmup(g: int, w: Warmup | None, scans: list[ServerLogScan], window,
             return False, "warm-up finished after the benchmark started"
         if has_batches and tokens >= expected:
             return True, f"events.log ok=1; server log prefilled {tokens} tokens in the warm-up"
+        if has_batches and tokens:
+            # every chunk of a prompt is logged: fewer tokens than sent means a missing chunk
+            return False, (f"events.log says ok=1 but the server log prefilled only {tokens} of "
+                           f"{expected} tokens during the warm-up")
         if has_access and posts:
             return True, "events.log ok=1; server log shows the warm-up POST"
         if has_batches or has_access:
@@ -195,7 +251,7 @@ def _warmup(g: int, w: Warmup | None, scans: list[ServerLogScan], window,
                            "prefill or POST during the warm-up")
         return True, "events.log ok=1 (server log has no batch or access lines to confirm)"
     name = f"pre-r{g}"
-    tokens = sum(s.intervals[name].prefill_tokens for s in scans if name in s.intervals)
+    tokens = _prefill(scans, lambda s: s.intervals.get(name)).tokens
     if has_batches and tokens >= expected:
         return True, (f"no warm-up in events.log; server log prefilled {tokens} tokens before "
                       "the benchmark")

@@ -11,10 +11,11 @@ from ..parse.diagnose import diagnose
 from ..parse.events import read_events
 from .bench_result import bench_result, bench_spec
 from .job import job_info
-from .records import Pooled, RunSummary
-from .replicas import summarise_replicas
+from .records import RunSummary
+from .replicas import pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .verdict import (diagnosis_reasons, outcome_reasons, state_verdict, validity_reasons)
+
 
 def collect_run(run_dir: str | Path, *, all_samples: bool = False,
                 sacct: Mapping | None = None, workers: int | None = None) -> RunSummary:
@@ -55,12 +56,8 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
                                   node_lists=job.node_lists, warmup_tokens=None, workers=1)
     replicas = tuple(r.summary for r in reps)
     problems = [p for r in reps for p in r.problems]
-    pooled_n = sum(r.primary.accept_samples for r in reps)
-    rate_n = sum(r.primary.rate_samples for r in reps)
-    accept = Pooled(
-        samples=pooled_n,
-        accept_len=sum(r.primary.accept_len_sum for r in reps) / pooled_n if pooled_n else None,
-        accept_rate=sum(r.primary.accept_rate_sum for r in reps) / rate_n if rate_n else None)
+    notes += [n for r in reps for n in r.notes]
+    accept = pooled_acceptance(reps)
     server_metrics = collect_server_metrics(run_dir, events, replicas, accept, manifest.config)
     notes += server_metrics.notes
 

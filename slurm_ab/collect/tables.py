@@ -52,8 +52,33 @@ def main_row(s: RunSummary) -> dict[str, str]:
         row["Requests ok/total"] = f"{_f(b.completed, 'd')}/{_f(b.total, 'd')}"
     if s.accept.accept_len is not None:
         row["Accept len / rate"] = f"{s.accept.accept_len:.2f} / " + \
-            _f(s.accept.accept_rate, ".3f")
+            _f(s.accept.accept_rate, ".3f") + _client_accept(s, " ")
+    elif s.bench.accept_length:
+        row["Accept len / rate"] = _client_accept(s, "")
     return row
+
+
+def _client_accept(s: RunSummary, sep: str) -> str:
+    """The client's own accept length, beside the decode-log figure: it is the first worker's
+    lifetime average (warm-ups included), the decode log's samples are the window's."""
+    return f"{sep}(client {s.bench.accept_length:.2f})" if s.bench.accept_length else ""
+
+
+def pooled_lines(s: RunSummary) -> list[str]:
+    """What the decode samples and the client say about acceptance and KV pressure (summary.md)."""
+    a = s.accept
+    lines = [f"Decode samples pooled over replicas (one PP stage): {a.decode_samples}, "
+             f"of which with accept figures: {a.samples}"
+             + (f"; accept len {a.accept_len:.2f}, accept rate {_f(a.accept_rate, '.3f')}"
+                if a.accept_len is not None else "")]
+    if s.bench.accept_length:
+        lines.append(f"Client's accept length (first worker's lifetime average, warm-ups "
+                     f"included): {s.bench.accept_length:.2f}")
+    events = sum(r.retractions for r in s.replicas)
+    if events:
+        lines.append(f"KV-cache retractions: {events} "
+                     f"({sum(r.retracted_requests for r in s.replicas)} requests recomputed)")
+    return lines
 
 
 def numeric_row(s: RunSummary) -> dict:
@@ -137,7 +162,8 @@ def compare_rows(a: RunSummary, b: RunSummary) -> tuple[list[list[str]], list[st
     rows.append(_lat_row("TTFT mean / p95", ba.ttft, bb.ttft, "s", 1e-3))
     rows.append(_lat_row("TPOT mean / p95", ba.tpot, bb.tpot, "ms", 1.0))
     rows.append(_lat_row("E2E mean / p95", ba.e2e, bb.e2e, "s", 1e-3))
-    rows.append(["Accept length", _f(a.accept.accept_len, ".2f"), _f(b.accept.accept_len, ".2f"),
+    rows.append(["Accept length", _f(a.accept.accept_len, ".2f") + _client_accept(a, " "),
+                 _f(b.accept.accept_len, ".2f") + _client_accept(b, " "),
                  pct(a.accept.accept_len, b.accept.accept_len)])
     return rows, comparability(a, b)
 

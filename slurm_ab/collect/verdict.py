@@ -15,7 +15,7 @@ import re
 from pathlib import PurePath
 from typing import Sequence
 
-from ..parse.diagnose import ROOT_CAUSE_KINDS, Finding
+from ..parse.diagnose import NO_KV_MEMORY, ROOT_CAUSE_KINDS, Finding
 from ..parse.events import EventLog
 from ..parse.preflight import preflight_reasons
 from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
@@ -132,6 +132,10 @@ def finding_reason(f: Finding, node_lists: dict) -> str:
             (f" ({host})" if host else "") + ": "
     elif f.file:
         where = f"{f.file}: "
+    if f.kind == "oom" and d.get("profiled_max_total_tokens") is not None:
+        return (f"{where}{NO_KV_MEMORY}: profiled max_total_tokens "
+                f"{d['profiled_max_total_tokens']}; lower the model's footprint or raise "
+                f"mem_fraction_static [{f.file}:{f.line}]")
     if f.kind == "oom":
         mf = d.get("mem_fraction_static")
         return (f"{where}{d.get('label')} during {d.get('phase')}"

@@ -13,7 +13,7 @@ from pathlib import Path
 from ..rundir import SUMMARY_FILES, Layout, write_atomic
 from .metrics_tables import metrics_md
 from .records import RunSummary
-from .tables import main_row, report
+from .tables import main_row, pooled_lines, report
 
 
 def render_json(s: RunSummary) -> str:
@@ -35,9 +35,7 @@ def render_md(s: RunSummary) -> str:
                           "gen tok/s", "requests", "warm-up", "warm-up evidence"],
             tablefmt="github", disable_numparse=True), ""]
     lines += [metrics_md(s)] if metrics_md(s) else []
-    lines += [f"Decode samples pooled over replicas: {s.accept.samples}"
-              + (f", accept len {s.accept.accept_len:.2f}, accept rate "
-                 f"{_f(s.accept.accept_rate, '.3f')}" if s.accept.accept_len is not None else ""),
+    lines += [*pooled_lines(s),
               f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
               + (" (all samples counted)" if s.all_samples else ""),
               f"Latency source: {s.bench.latency_source or '-'}", ""]

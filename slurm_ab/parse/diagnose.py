@@ -14,16 +14,26 @@ from typing import Iterable
 
 from .text import BLOCK, decode, iter_blocks, line_timestamp
 
-__all__ = ["Finding", "diagnose", "SIGNATURES", "ROOT_CAUSE_KINDS", "server_log_identity"]
+__all__ = ["Finding", "diagnose", "SIGNATURES", "ROOT_CAUSE_KINDS", "server_log_identity",
+           "NO_KV_MEMORY"]
+
+NO_KV_MEMORY = "no memory left for the KV cache after loading weights"
 
 # (kind, label, bytes regex). Order = priority among kinds when choosing the headline reason.
 SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
     ("oom", "CUDA out of memory",
      rb"torch\.OutOfMemoryError|CUDA out of memory|CUDA error: out of memory"),
+    # The model runner's 'max_total_tokens=%s is larger than the profiled value %s. Use the
+    # profiled value instead.' (every version since 0.1): a profiled value <= 0 means the weights
+    # left no memory for the KV cache (the server dies or serves nothing); a positive one only
+    # caps the pool ('kv_capped' below).
+    ("oom", NO_KV_MEMORY,
+     rb"max_total_tokens=\d+ is larger than the profiled value (?:-\d+|0+)\b"),
     ("oom", "Not enough memory for the KV cache",
      rb"Not enough memory\. Please try to increase --mem-fraction-static"),
     ("oom", "Prefill out of memory", rb"Prefill out of memory"),
-    ("oom", "Decode out of memory", rb"Decode out of memory"),
+    # not 'Decode out of memory happened' (a retraction: 'kv_pressure' below)
+    ("oom", "Decode out of memory", rb"Decode out of memory(?! happened)"),
     ("oom", "Capture cuda graph failed", rb"Capture cuda graph failed"),
     ("oom", "request slots out of memory", rb"alloc_req_slots runs out of memory"),
     ("cuda_error", "CUDA error", rb"CUDA error: (?!out of memory)"),
@@ -50,12 +60,18 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
     ("node_failure", "a node of the job failed", rb"srun: error: Node failure on \S+"),
     ("slurm_cancelled", "Slurm cancellation", rb"CANCELLED AT \S+"),
     ("srun_error", "srun error", rb"srun: error: "),
+    # A retraction, logged by every TP rank; the run goes on. 0.1-0.3 'decode out of memory
+    # happened, #retracted_reqs: ...', 0.4-0.5.x 'Decode out of memory happened. #retracted_reqs:
+    # ...', later 'KV cache pool is full. Retract requests. #retracted_reqs: ...'.
     ("kv_pressure", "KV cache pool full (requests retracted)",
-     rb"KV cache pool is full\. Retract requests"),
+     rb"KV cache pool is full\. Retract requests|[Dd]ecode out of memory happened"),
+    ("kv_capped", "max_total_tokens capped to the profiled KV cache size",
+     rb"max_total_tokens=\d+ is larger than the profiled value \d+\b"),
     ("connection_refused", "connection refused", rb"[Cc]onnection refused"),
 )
-# Kinds that explain a failure by themselves, most specific first. 'connection_refused' and
-# 'kv_pressure' are left out: both also occur in healthy runs (start-up retries, load peaks).
+# Kinds that explain a failure by themselves, most specific first. 'connection_refused',
+# 'kv_pressure' and 'kv_capped' are left out: they also occur in healthy runs (start-up retries,
+# load peaks, a max_total_tokens above what fits).
 ROOT_CAUSE_KINDS = ("oom", "cuda_error", "nccl", "gloo", "scheduler_exception", "init_failed",
                     "health_check_failed", "child_failed", "router", "tokenizer", "bad_args")
 
@@ -65,10 +81,12 @@ _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
 # are matched against the signatures.
 ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ailed",
            b"xception", b"FATAL", b"CANCELLED", b"DUE TO NODE", b"sigquit", b"No available",
-           b"pool is full", b"refused", b"loo", b"Watchdog", b"okenizer", b"nccl")
+           b"pool is full", b"refused", b"loo", b"Watchdog", b"okenizer", b"nccl",
+           b"profiled value")
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
 _SERVER_LOG = re.compile(r"server-r(\d+)-n(\d+)\.log$")
 _FAILED_NODE = re.compile(r"Node failure on (\S+)")
+_PROFILED = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")
 
 
 @dataclass(frozen=True)
@@ -130,7 +148,7 @@ class _FileState:
     def phase(self, label: str) -> str:
         if label == "Capture cuda graph failed":
             return "cuda graph capture (startup)"
-        if label == "Not enough memory for the KV cache":
+        if label in ("Not enough memory for the KV cache", NO_KV_MEMORY):
             return "startup (KV cache pool)"
         if label == "Prefill out of memory":
             return "first prefill" if not self.decode_seen else "prefill"
@@ -175,6 +193,11 @@ def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding
             text = decode(raw[:2000])
             ts = line_timestamp(text) or _previous_ts(buf, lo, ls) or carried
             details = {"label": label, "ts": ts.isoformat(sep=" ") if ts else None}
+            if kind == "oom" or kind == "kv_capped":
+                m = _PROFILED.search(text)
+                if m:
+                    details["max_total_tokens"] = int(m.group(1))
+                    details["profiled_max_total_tokens"] = int(m.group(2))
             if kind == "oom":
                 details["phase"] = state.phase(label)
                 mf = state.mem_fraction or _mem_in(raw)

@@ -15,11 +15,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from .text import decode, has_fraction, iter_blocks, line_timestamp, parse_ts, scalar, strip_ansi
+from .text import decode, iter_blocks, line_timestamp, scalar, stamp_in, strip_ansi
 
 __all__ = [
     "BatchSample", "AccessLine", "parse_batch_line", "iter_batch_samples", "parse_ranks",
-    "parse_access_line", "is_ready_line", "line_timestamp", "READY_TEXT", "GENERATE_PATHS",
+    "parse_access_line", "parse_head", "is_ready_line", "line_timestamp", "READY_TEXT",
+    "GENERATE_PATHS",
 ]
 
 READY_TEXT = "The server is fired up and ready to roll!"
@@ -28,6 +29,8 @@ GENERATE_PATHS = ("/generate", "/v1/completions", "/v1/chat/completions")
 
 _RANK = re.compile(r"([A-Z][A-Z_]*?)(\d+)$")
 _ITER = re.compile(r"\s*\[(\d+)\]")
+_RANK_GROUP = re.compile(r"\[((?:\s*[A-Z][A-Z_]*\d+)+)\s*\]")     # '[PP1 TP0]'
+
 
 
 @dataclass(frozen=True)
@@ -136,25 +139,27 @@ def parse_ranks(text: str) -> dict[str, int]:
     return out
 
 
-def _header(head: str) -> tuple[datetime | None, dict[str, int], bool]:
-    """Text before 'Decode batch' -> (ts, ranks, has_ms) from its last '[ts ranks]' group."""
-    head = head.rstrip()
-    if not head.endswith("]"):
-        return None, {}, False
-    open_ = head.rfind("[")
-    if open_ < 0:
-        return None, {}, False
-    inner = head[open_ + 1: -1]
-    ts = parse_ts(inner)
-    if ts is None:
-        return None, parse_ranks(inner), False
-    # the stamp is 19 chars, or 19 + '.fff' (any number of fraction digits)
-    end = 19
-    if has_fraction(inner):
-        end = 20
-        while end < len(inner) and inner[end].isdigit():
-            end += 1
-    return ts, parse_ranks(inner[end:]), end > 19
+def parse_head(head: str) -> tuple[datetime | None, dict[str, int], bool]:
+    """Text before 'Decode batch' -> (ts, ranks, has_ms).
+
+    The stamp is the first date-time of the head, whatever the layout (text.stamp_in): SGLang's
+    '[ts ranks]', Python logging's 'YYYY-mm-dd HH:MM:SS,fff [INFO] ... [file:line]', a Ray
+    prefix in front. SGLang prints the rank tags inside the stamp's brackets; other layouts may
+    carry them in bracket groups of their own ('[PP1 TP0]').
+    """
+    ts, has_ms, start, end = stamp_in(head)
+    if start > 0 and head[start - 1] == "[":
+        close = head.find("]", end)
+        if close >= 0:
+            return ts, parse_ranks(head[end:close]), has_ms
+    ranks: dict[str, int] = {}
+    for group in _RANK_GROUP.findall(head):
+        ranks.update(parse_ranks(group))
+    if not ranks:              # SGLang's '[stamp ranks]' with a stamp that is not one
+        close = head.rfind("]")
+        open_ = head.rfind("[", 0, close) if close >= 0 else -1
+        ranks = parse_ranks(head[open_ + 1: close]) if open_ >= 0 else {}
+    return ts, ranks, has_ms
 
 
 def parse_batch_line(line: str | bytes, complete: bool = True) -> BatchSample | None:
@@ -184,7 +189,7 @@ def parse_batch_line(line: str | bytes, complete: bool = True) -> BatchSample | 
         if rest[:1] not in (".", ","):
             pos = line.find(" batch", pos + 6)
             continue
-        ts, ranks, has_ms = _header(line[:start])
+        ts, ranks, has_ms = parse_head(line[:start])
         body = rest[1:].strip()
         fields.update(parse_body(body.rstrip(","), complete))
         return BatchSample(kind, ts, ranks, fields, has_ms)

@@ -2,7 +2,7 @@
 
 This is the hot path of `collect` (logs can reach GiBs). Design:
 - read 4 MiB blocks and jump between candidate lines with bytes.find (C speed), so lines that
-  are neither batch samples nor POST access lines cost nothing in Python;
+  are neither batch samples, POST access lines nor retractions cost nothing in Python;
 - compare timestamps as bytes ('YYYY-mm-dd HH:MM:SS' sorts lexicographically) and parse only the
   lines inside the benchmark window or a warm-up interval;
 - extract the few needed numbers by key ('accept len', 'gen throughput ...'), so field order
@@ -14,6 +14,11 @@ This is the hot path of `collect` (logs can reach GiBs). Design:
   ...); otherwise the block is parsed line by line. This relies on batch lines being written in
   time order (one scheduler process, line-buffered stderr), give or take MARGIN.
 Memory is O(1) in the log size: only per-stream sums are kept.
+
+Streams: SGLang tags scheduler lines with ' DP<k>' when attention-DP is on and ' PP<k>' when
+pipeline parallelism is; each DP group leader logs its own batches (distinct samples, they pool),
+while every PP stage logs the same batch again (only one stage may count). Decode samples and
+prefill counts are therefore kept per (DP, PP) stream and pooled with `lowest_stage`.
 """
 from __future__ import annotations
 
@@ -21,15 +26,55 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping, TypeVar
 
-from .server_log import GENERATE_PATHS, parse_batch_line, parse_ranks
+from .server_log import GENERATE_PATHS, parse_batch_line, parse_head, parse_ranks
 from .text import BLOCK, decode, in_window, iter_blocks, line_timestamp, parse_ts
 
-__all__ = ["Interval", "DecodeAgg", "Counts", "ServerLogScan", "scan_server_log"]
+__all__ = ["Interval", "DecodeAgg", "Prefill", "Counts", "Retractions", "ServerLogScan",
+           "scan_server_log", "lowest_stage"]
 
 _FOREVER = (None, None)
 MARGIN = timedelta(seconds=5)
+
+# ---- the bytes SGLang's own line layout is recognised by --------------------------------------
+# '[2026-07-21 15:00:13 TP0 EP0] Decode batch, ...' or, with SGLANG_LOG_MS, '[... 15:00:13.123 ...'
+OPEN = ord("[")
+CLOSE = ord("]")
+SPACE = ord(" ")
+DOT = ord(".")                    # before the milliseconds of a SGLANG_LOG_MS stamp
+DASH = ord("-")
+STAMP = 19                        # len('YYYY-mm-dd HH:MM:SS')
+STAMP_MS = STAMP + 4              # ... + '.fff'
+DATE_DASH = 5                     # offset of the first '-' of the date, counted from '['
+AFTER_STAMP = 1 + STAMP           # offset of the byte after the whole-second stamp
+KIND_GAP = b"] "                  # between the stamp group and the kind
+BATCH = b" batch"                 # every batch line: 'Decode batch' / 'Prefill batch'
+DECODE = b"Decode"
+PREFILL = b"Prefill"
+LAST_OF_DECODE = DECODE[-1]       # 'e': tells the kinds apart from the byte before ' batch'
+LAST_OF_PREFILL = PREFILL[-1]     # 'l'
+# fields read from a decode line
+ACCEPT_LEN = b", accept len: "
+ACCEPT_RATE = b" accept rate: "   # right after the accept len's ','
+GEN_TPUT = b"gen throughput (token/s): "
+# fields read from a prefill line
+NEW_SEQ = b"#new-seq: "
+NEW_TOKEN = b"#new-token: "
+CACHED_TOKEN = b"#cached-token: "
+# uvicorn access line: '[ts] INFO:     10.0.0.9:51234 - "POST /generate HTTP/1.1" 200 OK'
+POST = b'"POST '
+GEN_PATHS = tuple(p.encode() for p in GENERATE_PATHS)
+# A retraction (the scheduler freed KV cache by sending running requests back to the queue; the
+# run goes on). Every SGLang version puts '#retracted_reqs: N' in it: 'decode out of memory
+# happened, #retracted_reqs: ...' (0.1-0.3), 'Decode out of memory happened. #retracted_reqs:
+# ...' (0.4-0.5.x), 'KV cache pool is full. Retract requests. #retracted_reqs: ...' (later).
+# PD-decode batch lines carry '#retracted-req: ' (hyphen), which this does not match.
+RETRACTED = b"#retracted_reqs: "
+# their lengths, spelled out for the per-line loops (len() is a call each time)
+BATCH_LEN, DECODE_LEN, PREFILL_LEN = len(BATCH), len(DECODE), len(PREFILL)
+ACCEPT_LEN_LEN, ACCEPT_RATE_LEN, GEN_TPUT_LEN, POST_LEN = \
+    len(ACCEPT_LEN), len(ACCEPT_RATE), len(GEN_TPUT), len(POST)
 
 
 @dataclass(frozen=True)
@@ -72,13 +117,36 @@ class DecodeAgg:
 
 
 @dataclass(frozen=True)
+class Prefill:
+    """Prefill lines of one (DP, PP) stream in one time range."""
+
+    lines: int = 0
+    tokens: int = 0                # new + cached tokens (warm-up intervals only, not the window)
+    new_seq: int = 0               # sum of '#new-seq' (a chunked prompt counts once per chunk)
+
+    def __add__(self, other: "Prefill") -> "Prefill":
+        return Prefill(self.lines + other.lines, self.tokens + other.tokens,
+                       self.new_seq + other.new_seq)
+
+
+@dataclass(frozen=True)
 class Counts:
     """Traffic seen in one time range."""
 
-    prefill_lines: int = 0
-    prefill_tokens: int = 0        # new + cached tokens (warm-up intervals only, not the window)
-    new_seq: int = 0               # sum of '#new-seq' (a chunked prompt counts once per chunk)
+    prefill: Mapping = field(default_factory=dict)   # (dp, pp) -> Prefill
     posts: int = 0                 # POST access lines to generation endpoints
+
+    def primary(self) -> Prefill:
+        """Prefill of the lowest PP stage of this file, pooled over DP ranks."""
+        return lowest_stage(self.prefill, Prefill())
+
+
+@dataclass(frozen=True)
+class Retractions:
+    """Retraction lines of one scheduler rank."""
+
+    events: int = 0
+    requests: int = 0              # sum of '#retracted_reqs'
 
 
 @dataclass(frozen=True)
@@ -98,22 +166,46 @@ class ServerLogScan:
     posts_untimed: int = 0                          # ... without a timestamp (not windowable)
     slow_lines: int = 0                             # lines that needed the general parser
     tagged: bool = False                            # batch lines carry DP/PP rank tags
+    untimed_batch_lines: int = 0                    # batch lines whose time could not be read
+    # retractions in the decode range (window, or all), by the rank tags of the logging
+    # scheduler: {(dp, pp, other rank items): Retractions}; every TP rank logs each one
+    retractions: dict = field(default_factory=dict)
 
     def primary_stream(self) -> DecodeAgg:
-        """Samples of the lowest PP stage, pooled over DP ranks.
+        """Samples of the lowest PP stage, pooled over DP ranks (see the module docstring)."""
+        return lowest_stage(self.decode, DecodeAgg())
 
-        Each DP group leader logs its own batch, so DP samples are distinct and pool; every PP
-        stage logs the same batch again, so only one stage may count (collector-notes.md).
-        """
-        if not self.decode:
-            return DecodeAgg()
-        pp = min(k[1] for k in self.decode)
-        total = DecodeAgg()
-        for (dp, stage), agg in sorted(self.decode.items()):
-            if stage == pp:
-                total = total + agg
-        return total
 
+T = TypeVar("T")
+
+
+def lowest_stage(streams: Mapping[tuple, T], zero: T) -> T:
+    """Pool the values of the lowest PP stage over DP ranks; keys are (dp, pp, ...)."""
+    if not streams:
+        return zero
+    pp = min(k[1] for k in streams)
+    total = zero
+    for key in sorted(streams):
+        if key[1] == pp:
+            total = total + streams[key]
+    return total
+
+
+def pooled_retractions(by_rank: Mapping[tuple, Retractions]) -> Retractions:
+    """Retraction events of a replica: each TP rank of a scheduler group logs the same events,
+    so take the rank with the most per DP group (lowest PP stage) and add up the DP groups."""
+    if not by_rank:
+        return Retractions()
+    pp = min(k[1] for k in by_rank)
+    best: dict[int, Retractions] = {}
+    for (dp, stage, _), r in by_rank.items():
+        if stage == pp and (dp not in best or r.events > best[dp].events):
+            best[dp] = r
+    return Retractions(sum(r.events for r in best.values()),
+                       sum(r.requests for r in best.values()))
+
+
+# ---- time bounds as bytes ----------------------------------------------------------------------
 
 def _bounds(start: datetime | None, end: datetime | None) -> tuple[bytes, bytes, bytes, bytes]:
     """Byte bounds for whole-second stamps (19 chars) and millisecond stamps (23 chars)."""
@@ -139,28 +231,65 @@ def _num(buf: bytes, key: bytes, lo: int, hi: int):
         return None
 
 
-_GEN_PATHS = tuple(p.encode() for p in GENERATE_PATHS)
-
-
 def _is_gen_path(buf: bytes, i: int) -> bool:
     """buf[i:] starts with a generation path followed by ' ', '?' or end."""
-    for p in _GEN_PATHS:
+    for p in GEN_PATHS:
         if buf.startswith(p, i) and buf[i + len(p): i + len(p) + 1] in (b" ", b"?", b""):
             return True
     return False
 
 
-class _Acc:
-    __slots__ = ("decode", "window", "intervals", "decode_lines", "prefill_lines",
-                 "first_prefill", "first_decode", "posts", "posts_untimed", "slow", "tagged")
+# ---- the scan ----------------------------------------------------------------------------------
 
-    def __init__(self, names: Iterable[str]):
-        self.decode: dict = {}
-        self.window = [0, 0, 0, 0]
-        self.intervals = {n: [0, 0, 0, 0] for n in names}
-        self.decode_lines = self.prefill_lines = self.posts = self.posts_untimed = self.slow = 0
+class _Ranges:
+    """What the caller asked to count, as byte bounds, plus the running sums."""
+
+    __slots__ = ("start", "end", "dec_start", "dec_end", "intervals", "win", "ivs", "ranges",
+                 "hull", "dec", "disjoint", "access_log")
+
+    def __init__(self, window, all_samples: bool, intervals: tuple, access_log: bool):
+        self.start, self.end = window if window else _FOREVER
+        self.dec_start, self.dec_end = (None, None) if all_samples else (self.start, self.end)
+        self.intervals = intervals
+        self.access_log = access_log
+        # per range: [{stream: [lines, tokens, new_seq]}, posts]
+        self.win: list = [{}, 0]
+        self.ivs = {iv.name: [{}, 0] for iv in intervals}
+        self.ranges = [(self.win, _bounds(self.start, self.end), False)] + \
+            [(self.ivs[iv.name], _bounds(iv.start, iv.end), True) for iv in intervals]
+        # hull of all ranges: most lines fall outside it or only in the window
+        b = [r[1] for r in self.ranges]
+        self.hull = (min(x[0] for x in b), max(x[1] for x in b),
+                     min(x[2] for x in b), max(x[3] for x in b))
+        self.dec = _bounds(self.dec_start, self.dec_end)
+        spans = sorted((iv.start or datetime.min, iv.end or datetime.max) for iv in
+                       [Interval("w", self.start, self.end), *intervals])
+        # a whole-second stamp may fall in two ranges less than a second apart
+        self.disjoint = all((b2[0] - a[1]).total_seconds() > 1 for a, b2 in zip(spans, spans[1:]))
+
+
+class _Acc:
+    """Running totals of one file."""
+
+    __slots__ = ("decode", "decode_lines", "prefill_lines", "first_prefill", "first_decode",
+                 "posts", "posts_untimed", "slow", "tagged", "untimed", "retractions", "streams")
+
+    def __init__(self):
+        self.decode: dict = {}                 # (dp, pp) -> [7 sums as in DecodeAgg]
+        self.decode_lines = self.prefill_lines = self.posts = self.posts_untimed = 0
+        self.slow = self.untimed = 0
         self.first_prefill = self.first_decode = None
         self.tagged = False
+        self.retractions: dict = {}            # (dp, pp, rest) -> [events, requests]
+        self.streams: dict = {}                # rank bytes -> (dp, pp)
+
+    def stream(self, rk: bytes) -> tuple[int, int]:
+        key = self.streams.get(rk)
+        if key is None:
+            r = parse_ranks(rk.decode("ascii", "replace"))
+            key = self.streams[rk] = (r.get("DP", 0), r.get("PP", 0))
+            self.tagged = self.tagged or "DP" in r or "PP" in r
+        return key
 
 
 def scan_server_log(path: str | Path, *, window: tuple | None = None,
@@ -169,187 +298,295 @@ def scan_server_log(path: str | Path, *, window: tuple | None = None,
                     ) -> ServerLogScan:
     """Scan one server log.
 
-    window: (start, end) of the benchmark (end None = open); decode samples, prefill lines and
-    generation POSTs are counted inside it (decode samples everywhere with all_samples=True).
+    window: (start, end) of the benchmark (end None = open); decode samples, prefill lines,
+    generation POSTs and retractions are counted inside it (decode samples and retractions
+    everywhere with all_samples=True).
     intervals: extra ranges (the warm-ups) whose prefill tokens and POSTs are counted.
     access_log: look for uvicorn access lines (only node rank 0 runs the HTTP server).
     bulk: allow block-at-once summing (see module docstring); False parses every line.
     """
     path = Path(path)
-    start, end = window if window else _FOREVER
-    dec_start, dec_end = (None, None) if all_samples else (start, end)
-    intervals = tuple(intervals)
-    acc = _Acc(i.name for i in intervals)
-    w_b = _bounds(start, end)
-    d_b = _bounds(dec_start, dec_end)
-    i_b = [(iv.name, _bounds(iv.start, iv.end)) for iv in intervals]
-    win_counts = acc.window
-    ranges = [(acc.window, w_b)] + [(acc.intervals[n], b) for n, b in i_b]
-    # hull of all ranges: most lines fall outside it or only in the window
-    r_lo19 = min(b[0] for _, b in ranges)
-    r_hi19 = max(b[1] for _, b in ranges)
-    r_lo23 = min(b[2] for _, b in ranges)
-    r_hi23 = max(b[3] for _, b in ranges)
-    d_lo19, d_hi19, d_lo23, d_hi23 = d_b
-    spans = sorted((iv.start or datetime.min, iv.end or datetime.max) for iv in
-                   [Interval("w", start, end), *intervals])
-    # a whole-second stamp may fall in two ranges less than a second apart
-    disjoint = all((b[0] - a[1]).total_seconds() > 1 for a, b in zip(spans, spans[1:]))
-    dec = acc.decode
-    streams: dict[bytes, tuple[int, int]] = {}
+    rg = _Ranges(window, all_samples, tuple(intervals), access_log)
+    acc = _Acc()
     # bulk needs every range strictly inside or outside a block, with MARGIN to spare
-    plan = _BulkPlan(window or _FOREVER, (dec_start, dec_end), intervals) if bulk else None
-    first_ts = last_ts = None
+    plan = _BulkPlan(window or _FOREVER, (rg.dec_start, rg.dec_end), rg.intervals) \
+        if bulk else None
+    first_ts = None
     size = 0
     tail = b""
-
     for buf, lo, hi in iter_blocks(path, block):
         size += hi - lo
         if first_ts is None:
             first_ts = _first_ts(buf, lo, hi)
         tail = buf[max(lo, hi - 4096):hi]
-        complete_end = buf[hi - 1: hi] == b"\n"
-        find = buf.find
-        rfind = buf.rfind
-
-        if plan is not None and _bulk_block(buf, lo, hi, plan, acc):
-            p = -1
-        else:
-            p = find(b" batch", lo, hi)
-        # ---- batch lines ----------------------------------------------------------------
-        # Per line: ~10 C calls. buf[ls] == '[' and '] ' before the kind mean SGLang's own
-        # prefix; anything else (Ray prefix, colour codes, odd stamps, a cut last line) takes
-        # the general parser.
-        while p >= 0:
-            c = buf[p - 1]
-            if c == 101 and buf[p - 6: p] == b"Decode":          # 'e'
-                is_dec, ks = True, p - 6
-            elif c == 108 and buf[p - 7: p] == b"Prefill":       # 'l'
-                is_dec, ks = False, p - 7
-            else:
-                p = find(b" batch", p + 6, hi)
-                continue
-            le = find(b"\n", p, hi)
-            if le < 0:
-                le = hi
-            ls = rfind(b"\n", lo, ks) + 1
-            if ls < lo:
-                ls = lo
-            sep = buf[ls + 20] if ls + 20 < hi else 0
-            if buf[ls] != 91 or buf[ks - 2: ks] != b"] " or (le == hi and not complete_end) \
-                    or sep not in (32, 93, 46) or buf[ls + 5] != 45:   # '[', ' ', ']', '.', '-'
-                _slow_batch(buf[ls:le], le < hi or complete_end, acc, start, end, dec_start,
-                            dec_end, intervals)
-                p = find(b" batch", le, hi)
-                continue
-            if sep == 46:
-                tsk, rk, ms = buf[ls + 1: ls + 24], buf[ls + 24: ks - 2], True
-                if rk[:1] not in (b" ", b""):                  # not a 3-digit fraction
-                    _slow_batch(buf[ls:le], True, acc, start, end, dec_start, dec_end,
-                                intervals)
-                    p = find(b" batch", le, hi)
-                    continue
-            else:
-                tsk, rk, ms = buf[ls + 1: ls + 20], buf[ls + 20: ks - 2], False
-            if is_dec:
-                acc.decode_lines += 1
-                if acc.first_decode is None:
-                    acc.first_decode = tsk
-                if (d_lo23 <= tsk <= d_hi23) if ms else (d_lo19 <= tsk <= d_hi19):
-                    key = streams.get(rk)
-                    if key is None:
-                        r = parse_ranks(rk.decode("ascii", "replace"))
-                        key = streams[rk] = (r.get("DP", 0), r.get("PP", 0))
-                        acc.tagged = acc.tagged or "DP" in r or "PP" in r
-                    a = dec.get(key)
-                    if a is None:
-                        a = dec[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0]
-                    a[0] += 1
-                    i = find(b", accept len: ", p, le)
-                    if i >= 0:
-                        j = find(b",", i + 14, le)
-                        try:
-                            a[2] += float(buf[i + 14: le if j < 0 else j])
-                            a[1] += 1
-                            if j >= 0 and buf.startswith(b" accept rate: ", j + 1):
-                                k = find(b",", j + 15, le)
-                                try:
-                                    a[4] += float(buf[j + 15: le if k < 0 else k])
-                                    a[3] += 1
-                                except ValueError:
-                                    pass
-                        except ValueError:
-                            pass
-                    i = find(b"gen throughput (token/s): ", p, le)
-                    if i >= 0:
-                        j = find(b",", i + 26, le)
-                        try:
-                            a[6] += float(buf[i + 26: le if j < 0 else j])
-                            a[5] += 1
-                        except ValueError:
-                            pass
-            else:
-                acc.prefill_lines += 1
-                if acc.first_prefill is None:
-                    acc.first_prefill = tsk
-                if (r_lo23 <= tsk <= r_hi23) if ms else (r_lo19 <= tsk <= r_hi19):
-                    hit = None
-                    for target, b in ranges:
-                        if (b[2] <= tsk <= b[3]) if ms else (b[0] <= tsk <= b[1]):
-                            if hit is None:
-                                seq = _num(buf, b"#new-seq: ", p, le) or 0
-                                tok = (_num(buf, b"#new-token: ", p, le) or 0) + \
-                                    (_num(buf, b"#cached-token: ", p, le) or 0)
-                                hit = (int(seq), int(tok))
-                            target[0] += 1
-                            target[2] += hit[0]
-                            if target is not win_counts:
-                                target[1] += hit[1]
-                            if disjoint:
-                                break
-            p = find(b" batch", le, hi)
-
-        # ---- generation POSTs (uvicorn access lines) -----------------------------------
-        p = find(b'"POST ', lo, hi) if access_log else -1
-        while p >= 0:
-            if not (buf.startswith(b"/generate ", p + 6) or _is_gen_path(buf, p + 6)):
-                p = find(b'"POST ', p + 6, hi)
-                continue
-            acc.posts += 1
-            ls = rfind(b"\n", lo, p) + 1
-            if ls < lo:
-                ls = lo
-            sep = buf[ls + 20] if ls + 20 < hi else 0
-            if buf[ls] == 91 and sep in (93, 32) and buf[ls + 5] == 45:   # '[', ']', ' ', '-'
-                tsk, ms = buf[ls + 1: ls + 20], False
-            elif buf[ls] == 91 and sep == 46 and buf[ls + 5] == 45:       # '.fff'
-                tsk, ms = buf[ls + 1: ls + 24], True
-            else:
-                acc.slow += 1
-                le = find(b"\n", p, hi)
-                ts = line_timestamp(decode(buf[ls: hi if le < 0 else le]))
-                if ts is None:
-                    acc.posts_untimed += 1
-                else:
-                    _count_post_dt(ts, acc, start, end, intervals)
-                p = find(b'"POST ', p + 6, hi)
-                continue
-            if (r_lo23 <= tsk <= r_hi23) if ms else (r_lo19 <= tsk <= r_hi19):
-                for target, b in ranges:
-                    if (b[2] <= tsk <= b[3]) if ms else (b[0] <= tsk <= b[1]):
-                        target[3] += 1
-                        if disjoint:
-                            break
-            p = find(b'"POST ', p + 6, hi)
-
-    last_ts = _last_ts(tail)
-    decode_aggs = {k: DecodeAgg(*v) for k, v in sorted(acc.decode.items())}
+        if plan is None or not _bulk_block(buf, lo, hi, plan, acc, rg):
+            _batch_lines(buf, lo, hi, rg, acc)
+        if access_log:
+            _post_lines(buf, lo, hi, rg, acc)
+        _retraction_lines(buf, lo, hi, rg, acc)
     return ServerLogScan(
-        str(path), size, first_ts, last_ts, decode_aggs, acc.decode_lines, acc.prefill_lines,
-        _to_dt(acc.first_prefill), _to_dt(acc.first_decode), Counts(*acc.window),
-        {n: Counts(*c) for n, c in acc.intervals.items()}, acc.posts, acc.posts_untimed,
-        acc.slow, acc.tagged or bool(plan and plan.tagged))
+        str(path), size, first_ts, _last_ts(tail),
+        decode={k: DecodeAgg(*v) for k, v in sorted(acc.decode.items())},
+        decode_lines=acc.decode_lines, prefill_lines=acc.prefill_lines,
+        first_prefill_ts=_to_dt(acc.first_prefill), first_decode_ts=_to_dt(acc.first_decode),
+        window=_counts(rg.win), intervals={n: _counts(c) for n, c in rg.ivs.items()},
+        posts=acc.posts, posts_untimed=acc.posts_untimed, slow_lines=acc.slow,
+        tagged=acc.tagged or bool(plan and plan.tagged), untimed_batch_lines=acc.untimed,
+        retractions={k: Retractions(*v) for k, v in sorted(acc.retractions.items())})
 
+
+def _counts(c: list) -> Counts:
+    return Counts({k: Prefill(*v) for k, v in sorted(c[0].items())}, c[1])
+
+
+# ---- batch lines, one at a time ------------------------------------------------------------------
+
+def _batch_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
+    """Every 'Decode batch' / 'Prefill batch' line of buf[lo:hi].
+
+    Per line ~10 C calls: the byte before ' batch' tells the kind, SGLang's own '[ts ranks] '
+    prefix gives stamp and stream as bytes, compared with the ranges' byte bounds; only lines in
+    a range are read further. Anything else (Ray prefix, Python-logging layout, colour codes,
+    odd stamps, a cut last line) takes the general parser.
+    """
+    find, rfind = buf.find, buf.rfind
+    complete_end = buf[hi - 1: hi] == b"\n"
+    d_lo19, d_hi19, d_lo23, d_hi23 = rg.dec
+    h_lo19, h_hi19, h_lo23, h_hi23 = rg.hull
+    streams, decode = acc.streams, acc.decode
+    p = find(BATCH, lo, hi)
+    while p >= 0:
+        c = buf[p - 1]
+        if c == LAST_OF_DECODE and buf[p - DECODE_LEN: p] == DECODE:
+            is_dec, ks = True, p - DECODE_LEN
+        elif c == LAST_OF_PREFILL and buf[p - PREFILL_LEN: p] == PREFILL:
+            is_dec, ks = False, p - PREFILL_LEN
+        else:
+            p = find(BATCH, p + BATCH_LEN, hi)
+            continue
+        le = find(b"\n", p, hi)
+        if le < 0:
+            le = hi
+        ls = rfind(b"\n", lo, ks) + 1
+        if ls < lo:
+            ls = lo
+        sep = buf[ls + AFTER_STAMP] if ls + AFTER_STAMP < hi else 0
+        if buf[ls] != OPEN or buf[ks - 2: ks] != KIND_GAP or buf[ls + DATE_DASH] != DASH \
+                or sep not in (SPACE, CLOSE, DOT) or (le == hi and not complete_end):
+            _slow_batch(buf[ls:le], le < hi or complete_end, rg, acc)
+            p = find(BATCH, le, hi)
+            continue
+        if sep == DOT:
+            tsk, rk, ms = buf[ls + 1: ls + 1 + STAMP_MS], buf[ls + 1 + STAMP_MS: ks - 2], True
+            if rk[:1] not in (b" ", b""):                  # not a 3-digit fraction
+                _slow_batch(buf[ls:le], True, rg, acc)
+                p = find(BATCH, le, hi)
+                continue
+        else:
+            tsk, rk, ms = buf[ls + 1: ls + AFTER_STAMP], buf[ls + AFTER_STAMP: ks - 2], False
+        if is_dec:
+            acc.decode_lines += 1
+            if acc.first_decode is None:
+                acc.first_decode = tsk
+            if (d_lo23 <= tsk <= d_hi23) if ms else (d_lo19 <= tsk <= d_hi19):
+                key = streams.get(rk) or acc.stream(rk)
+                a = decode.get(key)
+                if a is None:
+                    a = decode[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0]
+                _decode_fields(buf, p, le, a)
+        else:
+            acc.prefill_lines += 1
+            if acc.first_prefill is None:
+                acc.first_prefill = tsk
+            if (h_lo23 <= tsk <= h_hi23) if ms else (h_lo19 <= tsk <= h_hi19):
+                _prefill_in_ranges(buf, p, le, tsk, ms, streams.get(rk) or acc.stream(rk), rg)
+        p = find(BATCH, le, hi)
+
+
+def _decode_fields(buf: bytes, p: int, le: int, a: list) -> None:
+    """Add one decode line's sample to its stream's sums: accept len (and the accept rate right
+    after it), gen throughput."""
+    a[0] += 1
+    find = buf.find
+    i = find(ACCEPT_LEN, p, le)
+    if i >= 0:
+        i += ACCEPT_LEN_LEN
+        j = find(b",", i, le)
+        try:
+            a[2] += float(buf[i: le if j < 0 else j])
+            a[1] += 1
+            if j >= 0 and buf.startswith(ACCEPT_RATE, j + 1):
+                i = j + 1 + ACCEPT_RATE_LEN
+                k = find(b",", i, le)
+                try:
+                    a[4] += float(buf[i: le if k < 0 else k])
+                    a[3] += 1
+                except ValueError:
+                    pass
+        except ValueError:
+            pass
+    i = find(GEN_TPUT, p, le)
+    if i >= 0:
+        i += GEN_TPUT_LEN
+        j = find(b",", i, le)
+        try:
+            a[6] += float(buf[i: le if j < 0 else j])
+            a[5] += 1
+        except ValueError:
+            pass
+
+
+def _prefill_in_ranges(buf: bytes, p: int, le: int, tsk: bytes, ms: bool, key: tuple,
+                       rg: _Ranges) -> None:
+    """Add one prefill line to every range its stamp falls in (tokens for warm-ups only, so
+    they are read only for those)."""
+    seq = tokens = None
+    for target, b, warmup in rg.ranges:
+        if not ((b[2] <= tsk <= b[3]) if ms else (b[0] <= tsk <= b[1])):
+            continue
+        if seq is None:
+            seq = int(_num(buf, NEW_SEQ, p, le) or 0)
+        if warmup and tokens is None:
+            tokens = int((_num(buf, NEW_TOKEN, p, le) or 0) + (_num(buf, CACHED_TOKEN, p, le) or 0))
+        c = target[0].get(key)
+        if c is None:
+            c = target[0][key] = [0, 0, 0]
+        c[0] += 1
+        c[1] += tokens if warmup else 0
+        c[2] += seq
+        if rg.disjoint:
+            break
+
+
+def _add_prefill(target: list, key: tuple, seq: int, tokens: int) -> None:
+    c = target[0].get(key)
+    if c is None:
+        c = target[0][key] = [0, 0, 0]
+    c[0] += 1
+    c[1] += tokens
+    c[2] += seq
+
+
+def _slow_batch(raw: bytes, complete: bool, rg: _Ranges, acc: _Acc) -> None:
+    """General path for lines with Ray prefixes, Python-logging layouts, colour codes, odd
+    stamps or a cut tail. A line whose time cannot be read is counted as untimed: it can join
+    no time range (only all_samples / a missing window count its decode sample)."""
+    acc.slow += 1
+    s = parse_batch_line(raw, complete=complete)
+    if s is None:
+        return
+    ts, whole = s.ts, not s.ts_has_ms
+    if "DP" in s.ranks or "PP" in s.ranks:
+        acc.tagged = True
+    if ts is None:
+        acc.untimed += 1
+    if s.kind == "Decode":
+        acc.decode_lines += 1
+        if acc.first_decode is None and ts is not None:
+            acc.first_decode = ts
+        if ts is None and (rg.dec_start or rg.dec_end):
+            return
+        if ts is not None and not in_window(ts, rg.dec_start, rg.dec_end, whole_seconds=whole):
+            return
+        a = acc.decode.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
+        a[0] += 1
+        if s.accept_len is not None:
+            a[1] += 1
+            a[2] += s.accept_len
+            if s.accept_rate is not None:
+                a[3] += 1
+                a[4] += s.accept_rate
+        if s.gen_throughput is not None:
+            a[5] += 1
+            a[6] += s.gen_throughput
+        return
+    acc.prefill_lines += 1
+    if acc.first_prefill is None and ts is not None:
+        acc.first_prefill = ts
+    if ts is None:
+        return
+    tokens = int((s.new_token or 0) + (s.cached_token or 0))
+    seq = int(s.new_seq or 0)
+    if in_window(ts, rg.start, rg.end, whole_seconds=whole):
+        _add_prefill(rg.win, s.stream, seq, 0)
+    for iv in rg.intervals:
+        if in_window(ts, iv.start, iv.end, whole_seconds=whole):
+            _add_prefill(rg.ivs[iv.name], s.stream, seq, tokens)
+
+
+# ---- generation POSTs (uvicorn access lines) -----------------------------------------------------
+
+def _post_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
+    find = buf.find
+    lo19, hi19, lo23, hi23 = rg.hull
+    p = find(POST, lo, hi)
+    while p >= 0:
+        path_at = p + POST_LEN
+        if not (buf.startswith(b"/generate ", path_at) or _is_gen_path(buf, path_at)):
+            p = find(POST, path_at, hi)
+            continue
+        acc.posts += 1
+        ls = buf.rfind(b"\n", lo, p) + 1
+        if ls < lo:
+            ls = lo
+        # SGLang's uvicorn config: '[stamp] INFO: ...' ('[stamp.fff]' with SGLANG_LOG_MS)
+        sep = buf[ls + AFTER_STAMP] if ls + AFTER_STAMP < hi else 0
+        if buf[ls] == OPEN and buf[ls + DATE_DASH] == DASH and sep in (CLOSE, SPACE):
+            tsk = buf[ls + 1: ls + AFTER_STAMP]
+            if lo19 <= tsk <= hi19:
+                _post_in_ranges(rg, tsk, False)
+        elif buf[ls] == OPEN and buf[ls + DATE_DASH] == DASH and sep == DOT:
+            tsk = buf[ls + 1: ls + 1 + STAMP_MS]
+            if lo23 <= tsk <= hi23:
+                _post_in_ranges(rg, tsk, True)
+        else:
+            acc.slow += 1
+            le = find(b"\n", p, hi)
+            ts = line_timestamp(decode(buf[ls: hi if le < 0 else le]))
+            if ts is None:
+                acc.posts_untimed += 1
+            else:
+                _count_post_dt(ts, rg)
+        p = find(POST, path_at, hi)
+
+
+def _post_in_ranges(rg: _Ranges, tsk: bytes, ms: bool) -> None:
+    for target, b, _ in rg.ranges:
+        if (b[2] <= tsk <= b[3]) if ms else (b[0] <= tsk <= b[1]):
+            target[1] += 1
+            if rg.disjoint:
+                break
+
+
+def _count_post_dt(ts: datetime, rg: _Ranges) -> None:
+    if in_window(ts, rg.start, rg.end, whole_seconds=ts.microsecond == 0):
+        rg.win[1] += 1
+    for iv in rg.intervals:
+        if in_window(ts, iv.start, iv.end, whole_seconds=ts.microsecond == 0):
+            rg.ivs[iv.name][1] += 1
+
+
+# ---- retractions -------------------------------------------------------------------------------
+
+def _retraction_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
+    """Retraction warnings in the decode range (rare lines: the general parsers are cheap)."""
+    p = buf.find(RETRACTED, lo, hi)
+    while p >= 0:
+        ls = max(buf.rfind(b"\n", lo, p) + 1, lo)
+        le = buf.find(b"\n", p, hi)
+        le = hi if le < 0 else le
+        ts, ranks, has_ms = parse_head(decode(buf[ls:p]))
+        if ts is None or in_window(ts, rg.dec_start, rg.dec_end, whole_seconds=not has_ms):
+            key = (ranks.get("DP", 0), ranks.get("PP", 0),
+                   tuple(sorted((k, v) for k, v in ranks.items() if k not in ("DP", "PP"))))
+            r = acc.retractions.setdefault(key, [0, 0])
+            r[0] += 1
+            n = _num(buf, RETRACTED, p, le)
+            r[1] += int(n) if n is not None else 0
+        p = buf.find(RETRACTED, le, hi)
+
+
+# ---- first and last stamps -----------------------------------------------------------------------
 
 def _to_dt(value):
     if value is None or isinstance(value, datetime):
@@ -379,61 +616,7 @@ def _last_ts(tail: bytes) -> datetime | None:
     return None
 
 
-def _count_post_dt(ts, acc, start, end, intervals) -> None:
-    if in_window(ts, start, end, whole_seconds=ts.microsecond == 0):
-        acc.window[3] += 1
-    for iv in intervals:
-        if in_window(ts, iv.start, iv.end, whole_seconds=ts.microsecond == 0):
-            acc.intervals[iv.name][3] += 1
-
-
-def _slow_batch(raw: bytes, complete: bool, acc: _Acc, start, end, dec_start, dec_end,
-                intervals) -> None:
-    """General path for lines with Ray prefixes, colour codes, odd stamps or a cut tail."""
-    acc.slow += 1
-    s = parse_batch_line(raw, complete=complete)
-    if s is None:
-        return
-    ts, whole = s.ts, not s.ts_has_ms
-    if "DP" in s.ranks or "PP" in s.ranks:
-        acc.tagged = True
-    if s.kind == "Decode":
-        acc.decode_lines += 1
-        if acc.first_decode is None and ts is not None:
-            acc.first_decode = ts
-        if ts is None and (dec_start or dec_end):
-            return
-        if ts is not None and not in_window(ts, dec_start, dec_end, whole_seconds=whole):
-            return
-        a = acc.decode.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
-        a[0] += 1
-        if s.accept_len is not None:
-            a[1] += 1
-            a[2] += s.accept_len
-            if s.accept_rate is not None:
-                a[3] += 1
-                a[4] += s.accept_rate
-        if s.gen_throughput is not None:
-            a[5] += 1
-            a[6] += s.gen_throughput
-        return
-    acc.prefill_lines += 1
-    if acc.first_prefill is None and ts is not None:
-        acc.first_prefill = ts
-    if ts is None:
-        return
-    tokens = int((s.new_token or 0) + (s.cached_token or 0))
-    seq = int(s.new_seq or 0)
-    if in_window(ts, start, end, whole_seconds=whole):
-        acc.window[0] += 1
-        acc.window[2] += seq
-    for iv in intervals:
-        if in_window(ts, iv.start, iv.end, whole_seconds=whole):
-            c = acc.intervals[iv.name]
-            c[0] += 1
-            c[1] += tokens
-            c[2] += seq
-
+# ---- whole blocks at once ------------------------------------------------------------------------
 
 def _b19(t: datetime | None, shift: timedelta, default: bytes) -> bytes:
     return (t + shift).strftime("%Y-%m-%d %H:%M:%S").encode() if t is not None else default
@@ -466,9 +649,12 @@ def _where(r, first: bytes, last: bytes) -> int:
     return -1
 
 
+DECODE_TAGGED = b"] " + DECODE + BATCH
+PREFILL_TAGGED = b"] " + PREFILL + BATCH
 _ACC_RATE = re.compile(rb", accept len: ([0-9.]+), accept rate: ([0-9.]+),")
 _ACC = re.compile(rb", accept len: ([0-9.]+),")
 _GEN = re.compile(rb"gen throughput \(token/s\): ([0-9.]+)[,\r\n]")
+NEW_SEQ_ONE = NEW_SEQ + b"1, "
 
 
 def _tag_before(buf: bytes, k: int, lo: int) -> tuple[bytes, bytes] | None:
@@ -476,24 +662,24 @@ def _tag_before(buf: bytes, k: int, lo: int) -> tuple[bytes, bytes] | None:
     ob = buf.rfind(b"[", max(lo, k - 120), k)
     if ob < 0:
         return None
-    ts = buf[ob + 1: ob + 20]
-    if len(ts) != 19 or ts[4:5] != b"-" or ts[13:14] != b":":
+    ts = buf[ob + 1: ob + 1 + STAMP]
+    if len(ts) != STAMP or ts[4:5] != b"-" or ts[13:14] != b":":
         return None
-    rk = buf[ob + 20: k]
+    rk = buf[ob + 1 + STAMP: k]
     if rk[:1] == b".":
         rk = rk[4:]
     return ts, rk
 
 
-def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc) -> bool:
+def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _Ranges) -> bool:
     """Account for every batch line of buf[lo:hi] at once; False if the block needs lines."""
-    f_dec = buf.find(b"] Decode batch", lo, hi)
-    f_pre = buf.find(b"] Prefill batch", lo, hi)
+    f_dec = buf.find(DECODE_TAGGED, lo, hi)
+    f_pre = buf.find(PREFILL_TAGGED, lo, hi)
     if f_dec < 0 and f_pre < 0:
         # no SGLang batch lines, but ' batch' text may still form a parseable odd line
-        return buf.find(b" batch", lo, hi) < 0
-    l_dec = buf.rfind(b"] Decode batch", lo, hi)
-    l_pre = buf.rfind(b"] Prefill batch", lo, hi)
+        return buf.find(BATCH, lo, hi) < 0
+    l_dec = buf.rfind(DECODE_TAGGED, lo, hi)
+    l_pre = buf.rfind(PREFILL_TAGGED, lo, hi)
     first = _tag_before(buf, min(k for k in (f_dec, f_pre) if k >= 0), lo)
     last = _tag_before(buf, max(l_dec, l_pre), lo)
     if first is None or last is None or first[0] > last[0]:
@@ -509,44 +695,21 @@ def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc) -> boo
     in_dec = _where(plan.dec, f, l_)
     if in_win < 0 or in_dec < 0 or any(_where(r, f, l_) != 0 for r in plan.ivs):
         return False
-    n_dec = buf.count(b"] Decode batch", lo, hi)
-    n_pre = buf.count(b"] Prefill batch", lo, hi)
-    if n_dec + n_pre != buf.count(b" batch", lo, hi):
+    n_dec = buf.count(DECODE_TAGGED, lo, hi)
+    n_pre = buf.count(PREFILL_TAGGED, lo, hi)
+    if n_dec + n_pre != buf.count(BATCH, lo, hi):
         return False                                  # odd 'batch' lines: per line
     sums = None
     seq = 0
     try:
         if in_dec and n_dec:
-            # findall + map(float) keep the per-value work in C; a rate only counts right
-            # after its accept len (the per-line rule), which is what _ACC_RATE matches.
-            n_acc = buf.count(b", accept len: ", lo, hi)
-            gens = _GEN.findall(buf, lo, hi)
-            if n_acc not in (0, n_dec) or len(gens) != n_dec:
+            sums = _bulk_decode(buf, lo, hi, n_dec)
+            if sums is None:
                 return False
-            pairs = _ACC_RATE.findall(buf, lo, hi) if n_acc else []
-            if len(pairs) == n_acc:
-                lens, rates = zip(*pairs) if pairs else ((), ())
-                a = (sum(map(float, lens)), len(rates), sum(map(float, rates)))
-            else:                                     # accept len without (or apart from)
-                if pairs:                             # its rate: mixed lines, go per line
-                    return False
-                lens = _ACC.findall(buf, lo, hi)
-                if len(lens) != n_acc:
-                    return False
-                a = (sum(map(float, lens)), 0, 0.0)
-            sums = (n_dec, n_acc, a[0], a[1], a[2], n_dec, sum(map(float, gens)))
         if in_win and n_pre:
-            seq = n_pre
-            if buf.count(b"#new-seq: 1, ", lo, hi) != n_pre:
-                seq_parts = buf[lo:hi].split(b"#new-seq: ")
-                if len(seq_parts) - 1 != n_pre:
-                    return False
-                seq = 0
-                for x in seq_parts[1:]:
-                    j = x.find(b",")
-                    if j < 0:
-                        return False
-                    seq += int(x[:j])
+            seq = _bulk_new_seq(buf, lo, hi, n_pre)
+            if seq is None:
+                return False
     except ValueError:
         return False
     # commit
@@ -561,6 +724,48 @@ def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc) -> boo
         for i, v in enumerate(sums):
             a[i] += v
     if in_win and n_pre:
-        acc.window[0] += n_pre
-        acc.window[2] += seq
+        c = rg.win[0].setdefault((0, 0), [0, 0, 0])
+        c[0] += n_pre
+        c[2] += seq
     return True
+
+
+def _bulk_decode(buf: bytes, lo: int, hi: int, n_dec: int) -> tuple | None:
+    """The DecodeAgg sums of n_dec decode lines, or None if a line is odd (go per line).
+
+    findall + map(float) keep the per-value work in C; a rate only counts right after its
+    accept len (the per-line rule), which is what _ACC_RATE matches. Speculative decoding puts
+    'accept len' (and since 0.5.6 'accept rate') in every decode line or in none."""
+    gens = _GEN.findall(buf, lo, hi)
+    if len(gens) != n_dec:
+        return None
+    if buf.find(ACCEPT_LEN, lo, hi) < 0:
+        return (n_dec, 0, 0.0, 0, 0.0, n_dec, sum(map(float, gens)))
+    pairs = _ACC_RATE.findall(buf, lo, hi)
+    if len(pairs) == n_dec:
+        lens, rates = zip(*pairs)
+        return (n_dec, n_dec, sum(map(float, lens)), n_dec, sum(map(float, rates)), n_dec,
+                sum(map(float, gens)))
+    if pairs:                                 # some lines with a rate, some without
+        return None
+    lens = _ACC.findall(buf, lo, hi)          # 0.4.x: accept len, no rate
+    if len(lens) != n_dec or buf.count(ACCEPT_LEN, lo, hi) != n_dec:
+        return None
+    return (n_dec, n_dec, sum(map(float, lens)), 0, 0.0, n_dec, sum(map(float, gens)))
+
+
+def _bulk_new_seq(buf: bytes, lo: int, hi: int, n_pre: int) -> int | None:
+    """Sum of '#new-seq' over n_pre prefill lines (one C count when every line has 1)."""
+    if buf.count(NEW_SEQ_ONE, lo, hi) == n_pre:
+        return n_pre
+    parts = buf[lo:hi].split(NEW_SEQ)
+    if len(parts) - 1 != n_pre:
+        return None
+    seq = 0
+    for x in parts[1:]:
+        j = x.find(b",")
+        if j < 0:
+            return None
+        seq += int(x[:j])
+    return seq
+

@@ -16,6 +16,7 @@ MAX_LINE = 1 << 20       # longer "lines" (binary garbage, tqdm \r storms) are c
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _TS = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
 _BRACKET_TS = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?)")
+_RAY_PREFIX = re.compile(r"\(\w+ pid=\d+(?:,\s*ip=[\d.:a-fA-F]+)?\)\s*")
 
 
 def strip_ansi(text: str) -> str:
@@ -108,7 +109,8 @@ def parse_ts(text: str) -> datetime | None:
 
 
 def line_timestamp(line: str) -> datetime | None:
-    """Timestamp of a log line: SGLang's '[date time ...]' prefix, or a leading 'date time'.
+    """Timestamp of a log line: SGLang's '[date time ...]' prefix, a leading 'date time' (Python
+    logging's asctime, router logs), either one after a Ray '(Actor pid=N)' prefix.
 
     Router logs print UTC with a 'Z'; the zone is ignored (all windows use machine-local time).
     """
@@ -116,7 +118,27 @@ def line_timestamp(line: str) -> datetime | None:
     m = _BRACKET_TS.search(line, 0, 200)
     if m:
         return parse_ts(m.group(1))
-    return parse_ts(line.lstrip()[:40])
+    line = line.lstrip()
+    if line.startswith("("):
+        m = _RAY_PREFIX.match(line)
+        if m:
+            line = line[m.end():]
+    return parse_ts(line[:40])
+
+
+def stamp_in(head: str) -> tuple[datetime | None, bool, int, int]:
+    """The first 'YYYY-mm-dd HH:MM:SS[.,fff]' in a line's head: (time, has fraction, start, end).
+
+    Every layout SGLang has printed puts the stamp before the message: its own
+    '[%(asctime)s{.msecs}{ranks}]' (datefmt '%Y-%m-%d %H:%M:%S'; '.fff' with SGLANG_LOG_MS), a
+    logging config of the user's (SGLANG_LOGGING_CONFIG_PATH: asctime anywhere, Python's default
+    'YYYY-mm-dd HH:MM:SS,fff'), behind Ray's '(Actor pid=N, ip=..)'. (None, False, -1, -1) when
+    there is none, e.g. sglang's diffusion runtime's year-less '%m-%d %H:%M:%S'.
+    """
+    m = _TS.search(head)
+    if m is None:
+        return None, False, -1, -1
+    return parse_ts(m.group(0)), m.group(3) is not None, m.start(), m.end()
 
 
 def has_fraction(ts_text: str) -> bool:
