@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from helpers import ROOT
+from helpers.report_pages import expected_cells, main_row
 from slurm_ab.report import rundata, series
 
 FIX = ROOT / "tests" / "fixtures" / "report"
@@ -164,59 +164,13 @@ def test_sweep_plot_marks_the_pareto_front():
     assert list(front.get_xdata()) == [4.0, 4.2]
 
 
-class _Tables(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.tables, self._cell = [], None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table":
-            self.tables.append([])
-        elif tag == "tr" and self.tables:
-            self.tables[-1].append([])
-        elif tag in ("td", "th"):
-            self._cell = ""
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None:
-            self.tables[-1][-1].append(self._cell.strip())
-            self._cell = None
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell += data
-
-
-def main_row_from_html(text: str) -> dict:
-    p = _Tables()
-    p.feed(text)
-    head, row = p.tables[0][0], p.tables[0][1]
-    return dict(zip(head, row))
-
-
-def expected_cells(summary: dict) -> dict:
-    """The table's cells recomputed from summary.json's numbers (the seed's units and rounding)."""
-    b = summary["bench"]
-    if summary["verdict"] in ("failed", "cancelled", "timeout", "running"):
-        return {"Input TPS": "-", "Output TPS": "-", "Verdict": f"{summary['verdict']}: {summary['reasons'][0]}"}
-    out = {"Input TPS": f"{b['input_tps']:.2f}", "Output TPS": f"{b['output_tps']:.2f}",
-           "TTFT mean / p95": f"{b['ttft']['mean'] / 1000:.2f}s / {b['ttft']['p95'] / 1000:.2f}s",
-           "TPOT mean / p95": f"{b['tpot']['mean']:.2f}ms / {b['tpot']['p95']:.2f}ms",
-           "E2E mean / p95": f"{b['e2e']['mean'] / 1000:.2f}s / {b['e2e']['p95'] / 1000:.2f}s",
-           "Duration": f"{b['duration_s']:.2f}s", "Requests ok/total": f"{b['completed']}/{b['total']}",
-           "Verdict": summary["verdict"]}
-    if summary["accept"]["accept_len"] is not None:
-        out["Accept len / rate"] = f"{summary['accept']['accept_len']:.2f} / {summary['accept']['accept_rate']:.3f}"
-    return out
-
-
 def test_html_report_tables_hold_the_summary_numbers_and_is_self_contained(runs):
     from slurm_ab.report import write_run_report
     for name, d in runs.items():
         changed = write_run_report(d)
         assert d / "report.html" in changed
         text = (d / "report.html").read_text()
-        row = main_row_from_html(text)
+        row = main_row(text)
         for k, v in expected_cells(_summary(d)).items():
             assert row[k] == v, (name, k)
         assert "<script" not in text.lower() and "http://" not in text and "https://" not in text

@@ -143,6 +143,9 @@ def _context(run_dir: Path, rel: str, line: int, around: int = 3) -> str:
     return "<pre>" + "\n".join(out) + "</pre>\n"
 
 
+WITH_CONTEXT = 3
+
+
 def diagnosis(run: RunFiles, base_dir: Path) -> str:
     findings = run.summary.get("findings") or []
     if not findings:
@@ -154,16 +157,20 @@ def diagnosis(run: RunFiles, base_dir: Path) -> str:
         return next((i for i, r in enumerate(reasons) if tag in r), len(reasons))
     findings = sorted(findings, key=cited)
     parts = ["<h2>Diagnosis</h2>\n"]
-    for f in findings[:12]:
+    rest = []
+    for k, f in enumerate(findings):
         rel = str(f.get("file") or "")
         line = f.get("line") or 0
         href = _rel(run.run_dir / rel, base_dir) if rel else ""
-        parts.append(f'<h3>{esc(f.get("kind"))}: <a href="{esc(href)}">{esc(rel)}</a>:{esc(line)}</h3>\n'
-                     f"<p>{esc(f.get('excerpt') or '')}</p>\n")
+        where = f'<a href="{esc(href)}">{esc(rel)}</a>:{esc(line)}'
+        if k >= WITH_CONTEXT:     # the first findings with their log lines, the others listed
+            rest.append(f"<li>{esc(f.get('kind'))}: {where} {esc(f.get('excerpt') or '')}</li>")
+            continue
+        parts.append(f"<h3>{esc(f.get('kind'))}: {where}</h3>\n<p>{esc(f.get('excerpt') or '')}</p>\n")
         if rel and isinstance(line, int) and line > 0:
             parts.append(_context(run.run_dir, rel, line))
-    if len(findings) > 12:
-        parts.append(f"<p class=\"muted\">{len(findings) - 12} more findings in summary.md</p>\n")
+    if rest:
+        parts.append("<h3>Other findings</h3>\n<ul>" + "".join(rest) + "</ul>\n")
     return "".join(parts)
 
 
@@ -194,18 +201,20 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
                + "). Black ticks: arrival at the server. Below: requests in flight.")
         out.append(("request-timeline.png", cap,
                     plots.png(plots.fig_timeline(tl, title=f"Request timeline: {run.run_id}",
-                                                 windows={"benchmark": win["benchmark"]}))))
+                                                 windows={"benchmark": win["benchmark"]},
+                                                 xlabel=run.origin_label))))
     dec = series.decode_series(run)
     if any(d["t"] for d in dec.values()):
         out.append(("decode.png", "Per replica: decode throughput" +
                     (" and accept length" if any(v is not None for d in dec.values() for v in d["accept"]) else "")
                     + " over time from the Decode batch samples of node rank 0",
-                    plots.png(plots.fig_decode(dec, win, failure=tl.failure))))
+                    plots.png(plots.fig_decode(dec, win, failure=tl.failure, xlabel=run.origin_label))))
     lanes = series.phases(run)
     if lanes:
         cap = "Job phases from events.log" + (" up to the failure (red)" if tl.failure is not None else "")
+        xl = run.origin_label + (" (negative: before it)" if "benchmark" in run.origin_label else "")
         out.append(("phases.png", cap, plots.png(plots.fig_phases(lanes, failure=tl.failure,
-                                                                 end=series.job_end(run)))))
+                                                                 end=series.job_end(run), xlabel=xl))))
     return out
 
 
@@ -299,8 +308,9 @@ def numeric_row(run_dir: Path) -> dict:
 
 def forest_rows(a_rows: list[dict], b_rows: list[dict]) -> list[dict]:
     """ab_stats deltas per metric (with intervals when both sides have repeats)."""
-    from ..ab_stats import deltas
-    return [d.to_dict() for d in deltas(a_rows, b_rows) if d.change_pct is not None]
+    from ..ab_stats import METRIC_BY_NAME, deltas
+    return [dict(d.to_dict(), label=METRIC_BY_NAME[d.metric].label)
+            for d in deltas(a_rows, b_rows) if d.change_pct is not None]
 
 
 def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
@@ -330,7 +340,7 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
                                                       else "; one pass per side, so no interval (inconclusive)"),
                         "forest"))
         body.append(markdown.table_html(["metric", "change", "95% interval", "verdict"], [
-            [str(r["metric"]), f"{r['change_pct']:+.2f}%",
+            [str(r.get("label") or r["metric"]), f"{r['change_pct']:+.2f}%",
              "-" if r.get("ci_low_pct") is None else f"{r['ci_low_pct']:+.2f}% .. {r['ci_high_pct']:+.2f}%",
              str(r.get("verdict") or "-")] for r in rows]))
     if sweep:

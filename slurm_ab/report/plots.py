@@ -55,16 +55,15 @@ def fig_cdfs(curves: list[dict]) -> Figure:
             if not xs:
                 continue
             col = series_color(i)
-            ax.plot([x / 1000 for x in xs], ys, color=col, lw=1.6, label=c["label"],
-                    drawstyle="default")
+            ps = c.get(f"{key}_p") or {}
+            marks = ", ".join(f"{q} {ps[q] / 1000:.2f}s" for q in ("p50", "p95") if ps.get(q) is not None)
+            ax.plot([x / 1000 for x in xs], ys, color=col, lw=1.6,
+                    label=f"{c['label']} ({marks})" if marks else c["label"])
             for q, marker in (("p50", "o"), ("p95", "D")):
-                v = (c.get(f"{key}_p") or {}).get(q)
+                v = ps.get(q)
                 if v is not None:
                     ax.plot([v / 1000], [0.5 if q == "p50" else 0.95], marker=marker, color=col,
                             ms=7, mec="black", mew=0.6, ls="none", gid=f"{key}-{q}-{i}")
-                    ax.annotate(f"{q} {v / 1000:.2f}s", (v / 1000, 0.5 if q == "p50" else 0.95),
-                                textcoords="offset points", xytext=(-8, 6 + 11 * i), fontsize=7,
-                                color=col, ha="right")
         for y in (0.5, 0.95):
             ax.axhline(y, color="#bbbbbb", lw=0.8, ls=":")
         ax.set_title(f"{title} CDF (per request)")
@@ -78,7 +77,8 @@ def fig_cdfs(curves: list[dict]) -> Figure:
 
 # ---- request timeline ---------------------------------------------------------------------------
 
-def fig_timeline(tl, *, title: str = "", windows: dict | None = None) -> Figure:
+def fig_timeline(tl, *, title: str = "", windows: dict | None = None,
+                 xlabel: str = "seconds since the benchmark started") -> Figure:
     """One bar per request (start -> first token light, first token -> end solid), coloured by
     replica, arrival ticks from the access lines; concurrency over time below."""
     n = len(tl.requests)
@@ -119,7 +119,7 @@ def fig_timeline(tl, *, title: str = "", windows: dict | None = None) -> Figure:
         ys = [c for _, c in tl.concurrency]
         axc.step(xs, ys, where="post", color="black", lw=1.2, gid="concurrency")
     axc.set_ylabel("in flight")
-    axc.set_xlabel("seconds since the benchmark started")
+    axc.set_xlabel(xlabel)
     axc.grid(alpha=0.3)
     return fig
 
@@ -139,7 +139,8 @@ def _shade(ax, windows: dict | None, with_labels: bool = True) -> None:
 
 # ---- decode samples -----------------------------------------------------------------------------
 
-def fig_decode(series: dict, windows: dict, *, failure: float | None = None) -> Figure:
+def fig_decode(series: dict, windows: dict, *, failure: float | None = None,
+               xlabel: str = "seconds since the benchmark started") -> Figure:
     """Per replica: decode throughput (and accept length for speculative modes) over time."""
     spec = any(v is not None for s in series.values() for v in s["accept"])
     rows = max(len(series), 1) * (2 if spec else 1)
@@ -163,14 +164,15 @@ def fig_decode(series: dict, windows: dict, *, failure: float | None = None) -> 
                      transform=axes[0].transAxes)
     axes[0].legend(loc="upper left", fontsize=7, ncol=3)
     axes[0].set_title("Decode samples of node rank 0 (warm-up and benchmark windows shaded)")
-    axes[-1].set_xlabel("seconds since the benchmark started")
+    axes[-1].set_xlabel(xlabel)
     return fig
 
 
 # ---- job phases ---------------------------------------------------------------------------------
 
 def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *,
-               failure: float | None = None, end: float | None = None) -> Figure:
+               failure: float | None = None, end: float | None = None,
+               xlabel: str = "seconds since the benchmark started (negative: before it)") -> Figure:
     """lanes: (name, [(phase, start, end|None)]); None = never finished (drawn to the job's end)."""
     colors = {"loading": "#90caf9", "warm-up": "#ffcc80", "router": "#ce93d8", "benchmark": "#a5d6a7"}
     fig, (ax,) = _fig(10, 0.6 + 0.45 * max(len(lanes), 1))
@@ -189,7 +191,7 @@ def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *
     if failure is not None:
         handles.append(Patch(color="red", label="failure"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
-    ax.set_xlabel("seconds since the benchmark started (negative: before it)")
+    ax.set_xlabel(xlabel)
     ax.set_title("Job phases (events.log)")
     ax.grid(axis="x", alpha=0.3)
     return fig
@@ -211,7 +213,7 @@ def fig_forest(rows: list[dict], *, title: str = "") -> Figure:
             ax.plot([c], [y], marker="s", color=col, ms=7, gid=f"pt-{y}")
         ax.annotate(v, (1.01, y), xycoords=("axes fraction", "data"), fontsize=8, va="center", color=col)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(range(len(rows)), [str(r.get("metric")) for r in rows], fontsize=8)
+    ax.set_yticks(range(len(rows)), [str(r.get("label") or r.get("metric")) for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("% change of B against A (confidence interval)")
     ax.set_title(title or "Change per metric")

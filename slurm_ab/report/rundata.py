@@ -63,6 +63,13 @@ class RunFiles:
         """Time zero of every time axis: the benchmark's start, else the job's start."""
         return self.event_time("bench_start", last=True) or self.event_time("job_start")
 
+    @property
+    def origin_label(self) -> str:
+        """The time axes' label."""
+        if self.event_time("bench_start", last=True) is not None:
+            return "seconds since the benchmark started"
+        return "seconds since the job started"
+
     def seconds(self, ts: datetime | None) -> float | None:
         o = self.origin
         return None if ts is None or o is None else (ts - o).total_seconds()

@@ -1,0 +1,92 @@
+"""report.html in a real headless browser (Debian's chromium, installed by `make setup`): the
+pages of the three seed modes and of the failed 0.86 OOM run (real runs of the local cluster,
+tests/fixtures/report), a comparison and a multi-run page. Every image must decode (non-zero
+natural size), the page must run no script of its own, the tables Chromium built must hold
+summary.json's numbers; full-page screenshots are saved (to $SLURM_AB_SCREENSHOTS if set) for a
+person to look at."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT
+from helpers.report_pages import chromium, expected_cells, load, main_row, screenshot, tables
+
+FIX = ROOT / "tests" / "fixtures" / "report"
+
+if chromium() is None:
+    if os.environ.get("CI"):
+        raise RuntimeError("chromium is missing in CI (make setup installs Debian's chromium)")
+    pytest.skip("chromium not installed (make setup)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    from slurm_ab.collect import collect_run, compare, report
+    from slurm_ab.report import render_compare_html, render_runs_html, write_run_report
+
+    root = tmp_path_factory.mktemp("pages")
+    res = root / "results"
+    shutil.copytree(FIX, res)
+    out = {}
+    for d in sorted(res.iterdir()):
+        write_run_report(d)
+        out[d.name] = d / "report.html"
+    # the tables as `slurm-ab compare` / `report` print them (the collector's pure entry points)
+    a, b = collect_run(res / "dev-tp32"), collect_run(res / "dev-tp32-dflash")
+    (root / "compare.html").write_text(render_compare_html(res / "dev-tp32", res / "dev-tp32-dflash",
+                                                           compare(a, b, "md"), base_dir=root))
+    out["compare"] = root / "compare.html"
+    dirs = sorted(res.iterdir())
+    (root / "runs.html").write_text(render_runs_html(dirs, report([collect_run(d) for d in dirs], "md"),
+                                                     base_dir=root))
+    out["runs"] = root / "runs.html"
+    return out
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    d = os.environ.get("SLURM_AB_SCREENSHOTS")
+    return Path(d) if d else tmp_path_factory.mktemp("screenshots")
+
+
+NAMES = ("dev-tp32", "dev-pp8", "dev-tp32-dflash", "dev-oom", "compare", "runs")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_page_renders_in_chromium(name, pages, shots):
+    page = pages[name]
+    probe, dom = load(page)
+    n_img = page.read_text().count("<img ")
+    assert len(probe["imgs"]) == n_img >= 1
+    for im in probe["imgs"]:
+        assert im["complete"] and im["w"] > 0 and im["h"] > 0, im      # decoded
+    assert probe["scripts"] == 1                                       # only the test's probe
+    shot = screenshot(page, shots / f"{name}.png", probe["height"] + 20)
+    assert shot.stat().st_size > 10_000
+    if name.startswith("dev-"):
+        summary = json.loads((page.parent / "summary.json").read_text())
+        row = main_row(dom)                                            # the browser's DOM
+        for k, v in expected_cells(summary).items():
+            assert row[k] == v, (name, k)
+        reps = {r[0]: r for r in tables(dom)[1][1:]}                   # the replicas table
+        for r in summary["replicas"]:
+            assert reps[str(r["replica"])][1] == str(r["decode_samples"])
+            served = r["requests_served"]
+            assert reps[str(r["replica"])][5].startswith(str(served) if served is not None else "-")
+
+
+def test_plot_files_match_the_embedded_images(pages):
+    import base64
+    import re
+    for name in ("dev-tp32", "dev-oom"):
+        page = pages[name]
+        text = page.read_text()
+        embedded = {m.group(1): base64.b64decode(m.group(2)) for m in
+                    re.finditer(r'data-plot="([^"]+)" src="data:image/png;base64,([^"]+)"', text)}
+        files = {p.name: p.read_bytes() for p in (page.parent / "plots").glob("*.png")}
+        assert embedded == files and files
