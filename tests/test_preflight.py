@@ -107,14 +107,15 @@ def test_node_check_names_each_cause(tmp_path):
 
 
 def test_gpu_query_failure_and_interface_address(tmp_path):
-    check = write_check(tmp_path, 'cluster.address="interface"', 'cluster.address_interface="lo"')
+    check = write_check(tmp_path, 'cluster.address="interface"', 'cluster.address_interface="lo"', "preflight.import_command=[]")
     ok = run_check(check, "nodeA", 0, 1)
     assert ok["address"] == "127.0.0.1" and (check.parent / "nodeA.addr").read_text() == "127.0.0.1\n"
     bad = run_check(check, "nodeB", 0, 1, env={"SLURM_AB_FAKE_GPU_FAIL": "9"})
     assert causes(bad) == [("gpus", "GPU query failed (status 9): NVIDIA-SMI has failed because it couldn't "
                                     "communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
                                     "driver is installed and running.")]
-    check = write_check(tmp_path / "x", 'cluster.address="interface"', 'cluster.address_interface="nosuch0"')
+    check = write_check(tmp_path / "x", 'cluster.address="interface"', 'cluster.address_interface="nosuch0"',
+                        "preflight.import_command=[]")
     rep = run_check(check, "nodeC", 0, 1)
     assert causes(rep)[0][0] == "address" and "no IPv4 address on interface nosuch0" in causes(rep)[0][1]
     assert not (check.parent / "nodeC.addr").exists()
@@ -174,18 +175,22 @@ def test_all_reports_clean_pass(tmp_path):
 
 # ---- findings for the manifest and report ------------------------------------------------------
 def test_ran_on_summarises_the_nodes(tmp_path):
-    check = write_check(tmp_path)
-    for node, g, rank in (("nodeA", 0, 0), ("nodeB", 0, 1), ("nodeC", 1, 0)):
-        run_check(check, node, g, rank)
+    pre = tmp_path / "preflight"
+    pre.mkdir()
+    for node, g, rank, driver in (("nodeC", 1, 0, "570.86.15"), ("nodeA", 0, 0, "570.86.15"), ("nodeB", 0, 1, "560.35.03")):
+        (pre / f"{node}.json").write_text(json.dumps({
+            "node": node, "replica": g, "node_rank": rank, "host": "h", "ok": True,
+            "modules": {"sglang": "0.5.23", "smg": "1.13.0"}, "gpu_count": 8, "gpus": ["NVIDIA H200"] * 8,
+            "driver": driver, "address": "", "problems": [], "seconds": 1}))
+    (pre / "nodeD.json").write_text("{not json")                     # unreadable: ignored
     reports = read_reports(tmp_path)
     assert [r.node for r in reports] == ["nodeA", "nodeB", "nodeC"]
     info = ran_on(reports)
-    import sglang
-    assert info["nodes"] == 3 and info["modules"]["sglang"] == sglang.__version__
-    assert info["gpus_per_node"] == "8 x NVIDIA H200 (emulated)" and info["driver"] == "570.86.15"
-    assert describe(info).endswith("on 3 nodes, 8 x NVIDIA H200 (emulated) GPUs per node, driver 570.86.15")
-    (tmp_path / "preflight" / "nodeD.json").write_text("{not json")    # unreadable: ignored
-    assert len(read_reports(tmp_path)) == 3 and ran_on([]) == {} and describe({}) is None
+    assert info == {"nodes": 3, "modules": {"sglang": "0.5.23", "smg": "1.13.0"}, "gpus_per_node": "8 x NVIDIA H200",
+                    "driver": "570.86.15 (2 nodes), 560.35.03 (1 nodes)", "problems": 0}
+    assert describe(info) == ("sglang 0.5.23, smg 1.13.0 on 3 nodes, 8 x NVIDIA H200 GPUs per node, "
+                              "driver 570.86.15 (2 nodes), 560.35.03 (1 nodes)")
+    assert ran_on([]) == {} and describe({}) is None
 
 
 def test_server_info_answer_is_a_note_not_an_error(tmp_path):
@@ -386,5 +391,9 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
     assert ev["router_server_info"] == {"http": "404"}          # recorded, not an error
     info = ran_on(read_reports(j.run_dir))
     assert info["nodes"] == 8 and info["problems"] == 0 and profile in info["modules"]
+    # the summary says what the run ran on, and that /server_info was a 404 (a note, not a reason)
+    assert any(n.startswith("ran on: ") and f"{profile} " in n and "on 8 nodes, 8 x NVIDIA H200 (emulated)" in n
+               for n in s["notes"]), s["notes"]
+    assert any(n.startswith("router answered HTTP 404 for /server_info") for n in s["notes"])
     assert (j.run_dir / "logs" / "router.log").stat().st_size > 0
     j.assert_nothing_left()

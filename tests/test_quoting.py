@@ -52,3 +52,32 @@ def test_extra_client_args_are_literal(tmp_path):
     cfg.write_text('[benchmark]\nextra_args = ["--extra-request-body", "{\\"a\\": \\"$b c\\"}"]\n')
     words = _array(render("tp32", configs=[str(cfg)]), "CLIENT_CMD")
     assert words[-1] == '{"a": "$b c"}'
+
+
+@pytest.mark.parametrize("path", NASTY)
+def test_preflight_paths_survive_into_the_node_script(path, tmp_path):
+    """The preflight's settings reach each node through check.sh (bash's own declare -p): a nasty
+    model path is still one literal word there, and its absence is reported with that exact path."""
+    import json
+    import os
+
+    esc = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    cfg = tmp_path / "site.toml"
+    cfg.write_text(f'[paths]\nmodel = "{esc}"\n[preflight]\nimport_command = []\ngpu_command = []\n')
+    text = render("tp32", site="local", configs=[str(cfg)])
+    funcs = text[text.index("# ---- helpers (static)"):text.index("trap on_exit EXIT")]
+    settings = text[text.index("PF_MODULES=("):text.index("write_preflight_script\n", text.index("PF_MODULES=("))]
+    run = tmp_path / "run"
+    harness = tmp_path / "h.sh"
+    harness.write_text(f"RUN_DIR={run}\nmkdir -p {run}/logs\n" + funcs + settings + "write_preflight_script\n")
+    subprocess.run(["bash", str(harness)], check=True, capture_output=True)
+    check = run / "preflight" / "check.sh"
+    out = subprocess.run(["bash", "-c", f'source <(head -n -1 {check}); printf "%s\\0" "${{PF_PATHS[@]}}"'],
+                         capture_output=True, check=True).stdout.decode().split("\0")[:-1]
+    assert out[:2] == ["model", path]
+    env = {**os.environ, "SLURMD_NODENAME": "nodeQ", "SLURM_NODEID": "1", "SLURM_AB_FAKE_GPUS": "8"}
+    subprocess.run(["bash", str(check), "0"], check=True, capture_output=True, env=env,
+                   cwd=tmp_path)
+    rep = json.loads((run / "preflight" / "nodeQ.json").read_text())
+    assert {"check": "path", "cause": f"model path {path} is missing"} in rep["problems"]
+    assert not (tmp_path / "pwned").exists()

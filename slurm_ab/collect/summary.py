@@ -9,6 +9,7 @@ from .. import rundir
 from ..parse.bench import parse_result_block, read_last_record
 from ..parse.diagnose import diagnose
 from ..parse.events import read_events
+from ..parse.preflight import ran_on_note, server_info_note
 from .bench_result import bench_result, bench_spec
 from .job import job_info
 from .records import RunSummary
@@ -34,6 +35,8 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
     notes: list[str] = []
     if events.bad_lines:
         notes.append(f"events.log: {len(events.bad_lines)} unreadable line(s)")
+    # What the run ran on (the preflight's per-node findings) and the router's /server_info answer.
+    notes += [n for n in (ran_on_note(run_dir), server_info_note(events)) if n]
 
     # ---- benchmark numbers -------------------------------------------------------------
     read = read_last_record(lay.bench_jsonl)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .events import EventLog
 
-__all__ = ["NodeReport", "read_reports", "ran_on", "describe", "preflight_reasons", "server_info_note"]
+__all__ = ["NodeReport", "read_reports", "ran_on", "describe", "ran_on_note", "preflight_reasons", "server_info_note"]
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,12 @@ def describe(info: dict) -> str | None:
     if info.get("driver"):
         text += f", driver {info['driver']}"
     return text
+
+
+def ran_on_note(run_dir: str | Path) -> str | None:
+    """'ran on: ...' for the summary, from the run's preflight reports (None without any)."""
+    text = describe(ran_on(read_reports(run_dir)))
+    return f"ran on: {text}" if text else None
 
 
 def preflight_reasons(events: EventLog) -> list[str]:
