@@ -117,9 +117,11 @@ def _container_flags(exp: Experiment, run_dir: str) -> tuple[str, ...]:
     flags.append("--container-mount-home" if ct.mount_home else "--no-container-mount-home")
     if ct.workdir:
         flags.append(f"--container-workdir={ct.workdir}")
-    # No --container-env: pyxis forwards only names set in the step's own (host) environment
-    # (pyxis 0.24 README), and the job sets [env] with `env NAME=VALUE ...` inside the container,
-    # where those values win over the image's. Secrets are exported by the submitter and inherited.
+    # No --container-env: it names host variables whose values should win over the image's, so
+    # it forwards only names set in the step's own host environment (NVIDIA/pyxis
+    # tests/env_vars.bats: `export CUDA_VERSION=...` then --container-env=CUDA_VERSION). [env] is
+    # set later, by `env NAME=VALUE ...` inside the container, where its values already win.
+    # Secrets are exported by the submitter and inherited by the steps.
     return tuple(flags)
 
 
