@@ -277,6 +277,7 @@ preflight_node() {
 }
 
 # The node-side script: the preflight's settings and functions, run by each preflight task.
+# shellcheck disable=SC2317  # not called when preflight.enabled = false
 write_preflight_script() {
   mkdir -p "$RUN_DIR/preflight" || fatal preflight "cannot create $RUN_DIR/preflight"
   {
@@ -290,6 +291,7 @@ write_preflight_script() {
 
 # Wait for every preflight step, then fail the job on the first problem (component, node rank
 # order), naming node and cause; all problems are logged.
+# shellcheck disable=SC2317  # not called when preflight.enabled = false
 wait_preflight() {
   local start=$SECONDS pid running g r node f check cause first="" nodes=0
   while :; do

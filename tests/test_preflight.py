@@ -227,7 +227,7 @@ def test_preflight_disabled_is_said():
 def test_prologue_is_verbatim_before_any_step_and_shown():
     prologue = "module load cuda/12.8\nsource /opt/sglang/bin/activate  # site's own"
     text = render("tp32", sets=[f"cluster.prologue={json.dumps(prologue)}"])
-    block = "# >>> cluster.prologue\n" + prologue + "\n# <<< cluster.prologue\n"
+    block = "# shellcheck disable=all\n{\n" + prologue + "\n}\n# <<< cluster.prologue\n"
     assert block in text and text.index(block) < text.index("\nsrun ")
     plan = plan_for(Sources("example", (), (f"cluster.prologue={json.dumps(prologue)}",)), "tp32", "R")
     s = summary(plan)

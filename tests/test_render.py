@@ -140,3 +140,24 @@ def test_new_mode_is_a_toml_edit(tmp_path):
     cfg.write_text('[modes.tp16-ep8]\ndescription = "2 x TP16/PP2/EP8"\ntp = 16\npp = 2\nep = 8\n')
     flags = _server_flags(render("tp16-ep8", configs=[str(cfg)]))
     assert "  --tp-size 16" in flags and "  --pp-size 2" in flags and "  --ep-size 8" in flags
+
+
+@pytest.mark.parametrize("sets", [
+    ['cluster.address="interface"', 'cluster.address_interface="ib0"'],
+    ['cluster.address="nodeaddr"', 'router.profile="smg"', 'cluster.mem=""', 'cluster.server_cpu_bind=""',
+     "cluster.side_step_args=[]"],
+    ["preflight.enabled=false", 'cluster.prologue="module load cuda/12.8\\nsource /opt/sglang/bin/activate"'],
+], ids=["interface", "nodeaddr-smg-site-defaults", "no-preflight-prologue"])
+def test_site_variants_pass_bash_n_and_shellcheck(tmp_path, sets):
+    p = tmp_path / "v.sbatch"
+    p.write_text(render("tp32-dflash", sets=sets))
+    r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = shellcheck(p)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_site_defaults_can_be_left_to_the_site():
+    text = render("tp32", sets=['cluster.mem=""', 'cluster.server_cpu_bind=""', "cluster.side_step_args=[]"])
+    assert "--mem=0" not in text.split("set -uo pipefail")[0]
+    assert "SERVER_STEP=()\n" in text and "SIDE_STEP=(--nodes=1 --ntasks=1 --overlap)\n" in text
