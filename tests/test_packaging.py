@@ -78,6 +78,8 @@ def test_the_wheel_renders_every_mode_and_collects_a_stored_run(unpacked, tmp_pa
     where = subprocess.run([sys.executable, "-c", "import slurm_ab; print(slurm_ab.__file__)"], cwd=tmp_path,
                            env={**os.environ, "PYTHONPATH": str(unpacked)}, capture_output=True, text=True)
     assert where.stdout.strip() == str(unpacked / "slurm_ab" / "__init__.py")
+    commands = _from_wheel(unpacked, tmp_path, "--help").stdout.split("Commands:")[1].split()
+    assert "cluster" not in commands and "install" not in commands and "submit" in commands
     for mode in MODES:
         r = _from_wheel(unpacked, tmp_path, "dry-run", mode, "--site", "example")
         assert r.returncode == 0, r.stderr
