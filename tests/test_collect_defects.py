@@ -14,7 +14,7 @@ import pytest
 
 from helpers.rundir_builder import TP32, TP32_DFLASH, RunSpec, build_oom_run, build_run
 
-from slurm_ab.collect import collect_run, compare_rows, main_row
+from slurm_ab.collect import collect_run, compare_rows, main_row, report
 from slurm_ab.collect.write import render_md
 
 DONE = {"state": "COMPLETED"}
@@ -207,6 +207,7 @@ def test_client_accept_length_is_shown_beside_the_decode_log_figure(tmp_path):
     s = collect_run(run, sacct=DONE)
     assert s.bench.accept_length == 3.61
     assert main_row(s)["Accept len / rate"] == "3.76 / 0.184 (client 3.61)"
+    assert json.loads(report([s], "json"))[0]["client_accept_length"] == 3.61
     a = collect_run(build_run(tmp_path / "a", RunSpec(target=TP32)), sacct=DONE)
     rows, _ = compare_rows(a, s)
     assert rows[-1] == ["Accept length", "-", "3.76 (client 3.61)", "n/a"]

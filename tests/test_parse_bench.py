@@ -69,8 +69,10 @@ def test_052_block_from_the_installed_client(tmp_path):
     assert "p95_ttft_ms" not in v and "mean_tpot_ms" not in v
 
 
-# 0.5.23 block, written from the labels documented in sglang.md §6 with the client's
-# "{:<40} {:<10}" formatting (so lines carry trailing spaces).
+# 0.5.23 block, written from the labels of 0.5.23's benchmark/serving.py result printout
+# (P90/P95/P99 for E2E, TTFT, TPOT and ITL, 'Total input text tokens', 'Peak output token
+# throughput', 'Peak concurrent requests') with the client's "{:<40} {:<10}" formatting (so
+# lines carry trailing spaces).
 def block_0523(ttft_p95: float, completed: int = 40) -> str:
     rows = [("Backend:", "sglang"), ("Traffic request rate:", "inf"),
             ("Max request concurrency:", 8), ("Successful requests:", completed),

@@ -1,4 +1,6 @@
-"""Batch/access/ready line parsing on real-format lines of every SGLang version in sglang.md §3."""
+"""Batch/access/ready line parsing on real-format lines of every SGLang version (0.4.10's
+'Decode batch.' with a trailing ', ', 0.5.6's 'Decode batch,', 0.5.10+ without the trailing
+comma, 0.5.23's [iter] and hybrid pools), plus the stamp layouts other logging configs print."""
 from __future__ import annotations
 
 from datetime import datetime

@@ -125,7 +125,7 @@ def _reference(lines, window, intervals, all_samples):
                 a[6] += s.gen_throughput
         a = parse_access_line(line)
         if a is not None and a.is_generation and a.ts is not None:
-            whole = a.ts.microsecond == 0
+            whole = not a.ts_has_ms
             for c, (lo, hi) in [(win, window)] + [(ivs[iv.name], (iv.start, iv.end))
                                                  for iv in intervals]:
                 if in_window(a.ts, lo, hi, whole_seconds=whole):

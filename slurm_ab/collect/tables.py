@@ -101,6 +101,7 @@ def numeric_row(s: RunSummary) -> dict:
         "requests_ok": b.completed, "requests_total": b.total,
         "accept_len": s.accept.accept_len, "accept_rate": s.accept.accept_rate,
         "accept_samples": s.accept.samples,
+        "client_accept_length": s.bench.accept_length,
         **metrics_columns(s),
     }
 

@@ -15,7 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from .text import decode, iter_blocks, line_timestamp, scalar, stamp_in, strip_ansi
+from .text import (decode, iter_blocks, line_stamp, line_timestamp, scalar, stamp_in,
+                   strip_ansi)
 
 __all__ = [
     "BatchSample", "AccessLine", "parse_batch_line", "iter_batch_samples", "parse_ranks",
@@ -106,6 +107,7 @@ class AccessLine:
     method: str
     path: str
     status: int
+    ts_has_ms: bool = False                    # stamp carries milliseconds (SGLANG_LOG_MS)
 
     @property
     def is_generation(self) -> bool:
@@ -228,8 +230,9 @@ def parse_access_line(line: str | bytes) -> AccessLine | None:
     m = _ACCESS.search(line)
     if not m:
         return None
-    return AccessLine(line_timestamp(line), m.group("client"), m.group("method"),
-                      m.group("path"), int(m.group("status")))
+    ts, has_ms = line_stamp(line)
+    return AccessLine(ts, m.group("client"), m.group("method"), m.group("path"),
+                      int(m.group("status")), has_ms)
 
 
 def is_ready_line(line: str | bytes) -> bool:

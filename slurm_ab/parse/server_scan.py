@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, TypeVar
 
 from .server_log import GENERATE_PATHS, parse_batch_line, parse_head, parse_ranks
-from .text import BLOCK, decode, in_window, iter_blocks, line_timestamp, parse_ts
+from .text import BLOCK, decode, in_window, iter_blocks, line_stamp, line_timestamp, parse_ts
 
 __all__ = ["Interval", "DecodeAgg", "Prefill", "Counts", "Retractions", "ServerLogScan",
            "scan_server_log", "lowest_stage"]
@@ -245,13 +245,12 @@ class _Ranges:
     """What the caller asked to count, as byte bounds, plus the running sums."""
 
     __slots__ = ("start", "end", "dec_start", "dec_end", "intervals", "win", "ivs", "ranges",
-                 "hull", "dec", "disjoint", "access_log")
+                 "hull", "dec", "disjoint")
 
-    def __init__(self, window, all_samples: bool, intervals: tuple, access_log: bool):
+    def __init__(self, window, all_samples: bool, intervals: tuple):
         self.start, self.end = window if window else _FOREVER
         self.dec_start, self.dec_end = (None, None) if all_samples else (self.start, self.end)
         self.intervals = intervals
-        self.access_log = access_log
         # per range: [{stream: [lines, tokens, new_seq]}, posts]
         self.win: list = [{}, 0]
         self.ivs = {iv.name: [{}, 0] for iv in intervals}
@@ -306,7 +305,7 @@ def scan_server_log(path: str | Path, *, window: tuple | None = None,
     bulk: allow block-at-once summing (see module docstring); False parses every line.
     """
     path = Path(path)
-    rg = _Ranges(window, all_samples, tuple(intervals), access_log)
+    rg = _Ranges(window, all_samples, tuple(intervals))
     acc = _Acc()
     # bulk needs every range strictly inside or outside a block, with MARGIN to spare
     plan = _BulkPlan(window or _FOREVER, (rg.dec_start, rg.dec_end), rg.intervals) \
@@ -542,11 +541,11 @@ def _post_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
         else:
             acc.slow += 1
             le = find(b"\n", p, hi)
-            ts = line_timestamp(decode(buf[ls: hi if le < 0 else le]))
+            ts, has_ms = line_stamp(decode(buf[ls: hi if le < 0 else le]))
             if ts is None:
                 acc.posts_untimed += 1
             else:
-                _count_post_dt(ts, rg)
+                _count_post_dt(ts, not has_ms, rg)
         p = find(POST, path_at, hi)
 
 
@@ -558,11 +557,11 @@ def _post_in_ranges(rg: _Ranges, tsk: bytes, ms: bool) -> None:
                 break
 
 
-def _count_post_dt(ts: datetime, rg: _Ranges) -> None:
-    if in_window(ts, rg.start, rg.end, whole_seconds=ts.microsecond == 0):
+def _count_post_dt(ts: datetime, whole: bool, rg: _Ranges) -> None:
+    if in_window(ts, rg.start, rg.end, whole_seconds=whole):
         rg.win[1] += 1
     for iv in rg.intervals:
-        if in_window(ts, iv.start, iv.end, whole_seconds=ts.microsecond == 0):
+        if in_window(ts, iv.start, iv.end, whole_seconds=whole):
             rg.ivs[iv.name][1] += 1
 
 

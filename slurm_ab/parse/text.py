@@ -114,16 +114,22 @@ def line_timestamp(line: str) -> datetime | None:
 
     Router logs print UTC with a 'Z'; the zone is ignored (all windows use machine-local time).
     """
+    return line_stamp(line)[0]
+
+
+def line_stamp(line: str) -> tuple[datetime | None, bool]:
+    """(line_timestamp, whether the stamp carries sub-second digits)."""
     line = strip_ansi(line)
     m = _BRACKET_TS.search(line, 0, 200)
     if m:
-        return parse_ts(m.group(1))
+        return parse_ts(m.group(1)), has_fraction(m.group(1))
     line = line.lstrip()
     if line.startswith("("):
         m = _RAY_PREFIX.match(line)
         if m:
             line = line[m.end():]
-    return parse_ts(line[:40])
+    m = _TS.match(line, 0, 40)
+    return (parse_ts(m.group(0)), m.group(3) is not None) if m else (None, False)
 
 
 def stamp_in(head: str) -> tuple[datetime | None, bool, int, int]:
