@@ -190,7 +190,7 @@ json_str() {
 # shellcheck disable=SC2317  # runs on the nodes, through check.sh
 preflight_node() {
   local g=$1; shift
-  local node=${SLURMD_NODENAME:-$(hostname)} rank=${SLURM_NODEID:-0} start=$SECONDS
+  local node=${SLURMD_NODENAME:-${HOSTNAME:-unknown}} rank=${SLURM_NODEID:-0} start=$SECONDS
   local dir="$RUN_DIR/preflight" out rc line mod ver what path i n=0 name driver="" addr="" taken
   local -a problems=() checks=() mods=("${PF_MODULES[@]}") names=() jmods=()
   local router_node=0
@@ -268,7 +268,7 @@ preflight_node() {
   done
   {
     printf '{"node": %s, "replica": %d, "node_rank": %d, "host": %s, "ok": %s,\n' \
-      "$(json_str "$node")" "$g" "$rank" "$(json_str "$(hostname)")" "$([[ ${#problems[@]} == 0 ]] && echo true || echo false)"
+      "$(json_str "$node")" "$g" "$rank" "$(json_str "${HOSTNAME:-}")" "$([[ ${#problems[@]} == 0 ]] && echo true || echo false)"
     printf ' "modules": {%s},\n' "$(IFS=,; echo "${jmods[*]}")"
     printf ' "gpu_count": %s, "gpus": [%s], "driver": %s, "address": %s,\n' \
       "$( (( ${#PF_GPU[@]} )) && echo "$n" || echo null)" "$(IFS=,; echo "${names[*]}")" "$(json_str "$driver")" "$(json_str "$addr")"
