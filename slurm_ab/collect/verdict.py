@@ -100,12 +100,30 @@ def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replic
     if window is None:
         out.append("no bench_start in events.log: the benchmark window is unknown")
     out.extend(replica_problems)
+    out.extend(balance_reasons(replicas))
     for r in replicas:
         if r.logs and not r.requests_served:
             out.append(f"replica {r.replica} served no requests during the benchmark")
         if r.logs and not r.warmup_seen:
             out.append(f"replica {r.replica} was not warmed up: {r.warmup}")
     return out
+
+
+BALANCE_MIN_SHARE = 0.5   # of an even share; round_robin gives exactly even shares
+
+
+def balance_reasons(replicas) -> list[str]:
+    """A replica that served some requests but less than half of an even share: the router sent
+    it few (e.g. it marked the worker unhealthy mid-benchmark), so the figures measure fewer
+    replicas than asked. A replica that served none is reported on its own."""
+    served = [(r.replica, r.requests_served) for r in replicas if r.logs and r.requests_served is not None]
+    total = sum(n for _, n in served)
+    if len(served) < 2 or total < 2 * len(served):
+        return []
+    even = total / len(served)
+    return [f"replica {g} served {n} of {total} requests during the benchmark (an even share is "
+            f"{even:.0f}): unbalanced, the router may have marked it unhealthy"
+            for g, n in served if 0 < n < BALANCE_MIN_SHARE * even]
 
 
 def _host_map(node_lists: dict) -> dict[str, tuple[int, int]]:

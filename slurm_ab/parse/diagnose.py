@@ -42,6 +42,12 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
      rb"|Watchdog caught collective operation timeout|DistBackendError"),
     ("gloo", "GLOO error",
      rb"[Gg]loo[^\n]{0,120}(?:[Ee]rror|[Cc]onnection closed|[Tt]imed out|[Cc]onnection refused)"),
+    # torch's TCPStore rendezvous at --dist-init-addr (a node that cannot reach rank 0, or rank 0
+    # waiting for nodes that never come).
+    ("dist_init", "torch.distributed rendezvous failed", rb"DistNetworkError|DistStoreError"),
+    # uvicorn's start line of a server bound to loopback: no other node can reach it.
+    ("loopback_only", "server listens on loopback only, unreachable from other nodes (--host)",
+     rb"Uvicorn running on http://(?:127\.\d+\.\d+\.\d+|localhost|\[::1\]):\d+"),
     ("scheduler_exception", "Scheduler hit an exception", rb"Scheduler hit an exception"),
     ("init_failed", "Initialization failed", rb"Initialization failed"),
     ("health_check_failed", "Health check failed", rb"Health check failed"),
@@ -73,7 +79,8 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
 # 'kv_pressure' and 'kv_capped' are left out: they also occur in healthy runs (start-up retries,
 # load peaks, a max_total_tokens above what fits).
 ROOT_CAUSE_KINDS = ("oom", "cuda_error", "nccl", "gloo", "scheduler_exception", "init_failed",
-                    "health_check_failed", "child_failed", "router", "tokenizer", "bad_args")
+                    "health_check_failed", "child_failed", "router", "tokenizer", "bad_args",
+                    "dist_init", "loopback_only")
 
 _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
 # Literal fragments, one of which every signature contains: blocks are searched for these with
@@ -82,7 +89,7 @@ _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
 ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ailed",
            b"xception", b"FATAL", b"CANCELLED", b"DUE TO NODE", b"sigquit", b"No available",
            b"pool is full", b"refused", b"loo", b"Watchdog", b"okenizer", b"nccl",
-           b"profiled value")
+           b"profiled value", b"Dist", b"Uvicorn running on http://")
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
 _SERVER_LOG = re.compile(r"server-r(\d+)-n(\d+)\.log$")
 _FAILED_NODE = re.compile(r"Node failure on (\S+)")

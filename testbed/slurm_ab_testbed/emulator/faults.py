@@ -7,6 +7,8 @@ with and without them. Items:
 - ``die_after_requests=N``  rank 0's scheduler crashes when the N-th user request has finished
 - ``crash_rank=R``          node rank R dies while loading weights
 - ``oom_first_prefill``     the first user prefill OOMs whatever ``--mem-fraction-static`` is
+- ``bind_loopback``         the HTTP servers bind 127.0.0.1 whatever ``--host`` says (a wrapper
+                            that pins the host: reachable on its own node only)
 
 ``SLURM_AB_EMU_FAULT_NODES=node05,...`` limits them to the processes on those Slurm nodes.
 """
@@ -26,6 +28,7 @@ class Faults:
     die_after_requests: Optional[int] = None
     crash_rank: Optional[int] = None
     oom_first_prefill: bool = False
+    bind_loopback: bool = False
 
 
 def parse_faults(spec: Optional[str]) -> Faults:
@@ -37,11 +40,11 @@ def parse_faults(spec: Optional[str]) -> Faults:
             continue
         name, _, value = item.partition("=")
         name = name.strip()
-        if name in ("hang_startup", "oom_first_prefill") and not value:
+        if name in ("hang_startup", "oom_first_prefill", "bind_loopback") and not value:
             kw[name] = True
         elif name in ("die_after_requests", "crash_rank") and value.strip().isdigit():
             kw[name] = int(value)
         else:
             raise FaultSpecError(f"unknown SLURM_AB_EMU_FAULT item {item!r} (expected hang_startup, "
-                                 "die_after_requests=N, crash_rank=R or oom_first_prefill)")
+                                 "die_after_requests=N, crash_rank=R, oom_first_prefill or bind_loopback)")
     return Faults(**kw)

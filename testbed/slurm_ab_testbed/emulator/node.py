@@ -9,6 +9,7 @@ cleanly with status 0.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -25,12 +26,12 @@ from .engine import Engine
 from .http_api import WARMUP_HEADER, App, DummyServer, Handler, Server, serve
 from .knobs import Knobs
 from .logfmt import LogSink, dummy_health_line
-from .rendezvous import Hub, Link, RendezvousError
+from .rendezvous import SILENT, Hub, Link, RendezvousError
 from .scheduler import EngineFault
 from .tokenizer import EmuTokenizer, TokenizerNotFound
 from .topology import Rank, Topology
 from .tracebacks import SIGQUIT, load_crash_traceback, oom_traceback, peer_lost_traceback, \
-    scheduler_crash_traceback
+    scheduler_crash_traceback, watchdog_lines
 from .memory import oom_message
 from .noise import Noise, launch_seed
 
@@ -53,6 +54,8 @@ def server_args_repr(a: ServerArgs) -> str:
 
 class Node:
     def __init__(self, args: ServerArgs, warnings: tuple[str, ...], knobs: Knobs, costs: Costs):
+        if knobs.faults.bind_loopback:
+            args = dataclasses.replace(args, host="127.0.0.1")
         self.args = args
         self.warnings = warnings
         self.knobs = knobs
@@ -120,8 +123,21 @@ class Node:
             return
         host = (self.args.dist_init_addr or "").rsplit(":", 1)[0] or "?"
         who = f"node rank {rank}" + (f" ({host})" if rank == 0 else "")
+        if reason.startswith(SILENT):
+            self.watchdog_timeout()
         self.sink.log(f"Lost connection to {who}: {reason}", self.topo.prefix(self.local[0]))
         self.die(peer_lost_traceback(who))
+
+    def watchdog_timeout(self) -> None:
+        """A peer fell silent (link down): every local rank's NCCL watchdog reports the collective
+        that never completed, after the process group's timeout, as torch prints it."""
+        timeout_ms = int(self._dist_timeout() * 1000)
+        ran_ms = timeout_ms + int((time.time() * 1000) % 97)
+        with self.dying:
+            for r in self.local:
+                g = r.pp_rank * self.topo.tp + r.tp_rank
+                for line in watchdog_lines(g, timeout_ms, ran_ms):
+                    self.sink.write(line)
 
     def request_stop(self, signum=None, frame=None) -> None:
         self.stop.set()
@@ -231,7 +247,8 @@ class Node:
         except TokenizerNotFound as e:
             return self.fail_startup(f"OSError: {e}")
         if a.nnodes > 1:
-            self.hub = Hub(self._dist_addr()[1], a.nnodes, self._on_head_message, self.on_peer_lost)
+            self.hub = Hub(self._dist_addr()[1], a.nnodes, self._on_head_message, self.on_peer_lost,
+                           self._dist_timeout())
             try:
                 self.hub.start()
             except RendezvousError as e:
@@ -313,7 +330,7 @@ class Node:
     def _run_worker(self) -> int:
         a = self.args
         self.log_gpus("Init torch distributed begin.")
-        self.link = Link(self.rank, a.nnodes, self._on_worker_message, self.on_peer_lost)
+        self.link = Link(self.rank, a.nnodes, self._on_worker_message, self.on_peer_lost, self._dist_timeout())
         host, port = self._dist_addr()
         try:
             self.link.connect(host, port, self._dist_timeout(), self.stop)

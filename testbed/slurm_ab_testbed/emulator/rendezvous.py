@@ -3,8 +3,12 @@
 Node rank 0 listens on the dist-init port (as torch's TCPStore does) and the other ranks connect,
 retrying until rank 0 is up or the dist timeout passes. Afterwards the connection carries JSON
 lines: phase messages (``joined``, ``loaded``, ``ready``), scheduler log lines for the nodes that
-host other PP stages' TP0 (``log``), and heartbeats every 0.5 s so a dead or frozen peer is
-detected within ~2 s (``HEARTBEAT_TIMEOUT``) — the emulated counterpart of an NCCL failure.
+host other PP stages' TP0 (``log``), and heartbeats every 0.5 s.
+
+A peer whose connection breaks (its process died: FIN or RST) is reported at once, like NCCL's
+"remote process exited". A peer that falls silent (its link is down: no FIN, no RST) is waited for
+as NCCL's watchdog waits for a collective: until the silence timeout (the replica's dist timeout),
+then reported with a reason starting with ``SILENT`` (the node prints the watchdog's timeout).
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ import time
 from typing import Callable, Optional
 
 HEARTBEAT_INTERVAL = 0.5
-HEARTBEAT_TIMEOUT = 2.0
+HEARTBEAT_TIMEOUT = 2.0   # default silence timeout (tests of the transport alone)
 CONNECT_RETRY = 0.5
+SILENT = "collective timed out"
 
 OnMessage = Callable[[int, dict], None]
 OnLost = Callable[[int, str], None]
@@ -29,8 +34,10 @@ class RendezvousError(RuntimeError):
 class Conn:
     """One peer connection: a reader thread (with heartbeat timeout) and a heartbeat sender."""
 
-    def __init__(self, sock: socket.socket, rank: int, on_message: OnMessage, on_lost: OnLost):
+    def __init__(self, sock: socket.socket, rank: int, on_message: OnMessage, on_lost: OnLost,
+                 silence_timeout: float = HEARTBEAT_TIMEOUT):
         self.sock = sock
+        self.silence_timeout = silence_timeout
         self.rank = rank
         self.on_message = on_message
         self.on_lost = on_lost
@@ -88,8 +95,8 @@ class Conn:
             try:
                 chunk = self.sock.recv(65536)
             except socket.timeout:
-                if time.time() - last > HEARTBEAT_TIMEOUT:
-                    return self._lost(f"no heartbeat for {HEARTBEAT_TIMEOUT:.0f} s")
+                if time.time() - last > self.silence_timeout:
+                    return self._lost(f"{SILENT}: nothing received for {self.silence_timeout:.0f} s")
                 continue
             except OSError as e:
                 return self._lost(f"connection error: {e}")
@@ -115,9 +122,11 @@ class Conn:
 class Hub:
     """Rank 0's side: accepts nnodes - 1 peers, tracks their phase, broadcasts."""
 
-    def __init__(self, port: int, nnodes: int, on_message: OnMessage, on_lost: OnLost):
+    def __init__(self, port: int, nnodes: int, on_message: OnMessage, on_lost: OnLost,
+                 silence_timeout: float = HEARTBEAT_TIMEOUT):
         self.port = port
         self.nnodes = nnodes
+        self.silence_timeout = silence_timeout
         self.on_message = on_message
         self.on_lost = on_lost
         self.peers: dict[int, Conn] = {}
@@ -152,7 +161,7 @@ class Hub:
             threading.Thread(target=self._handshake, args=(sock,), daemon=True).start()
 
     def _handshake(self, sock: socket.socket) -> None:
-        conn = Conn(sock, -1, self._message, self._lost)
+        conn = Conn(sock, -1, self._message, self._lost, self.silence_timeout)
         try:
             hello = conn.read_line(10.0)
         except (OSError, ValueError):
@@ -215,9 +224,11 @@ class Hub:
 class Link:
     """A rank >= 1's connection to rank 0."""
 
-    def __init__(self, rank: int, nnodes: int, on_message: OnMessage, on_lost: OnLost):
+    def __init__(self, rank: int, nnodes: int, on_message: OnMessage, on_lost: OnLost,
+                 silence_timeout: float = HEARTBEAT_TIMEOUT):
         self.rank = rank
         self.nnodes = nnodes
+        self.silence_timeout = silence_timeout
         self.on_message = on_message
         self.on_lost = on_lost
         self.conn: Optional[Conn] = None
@@ -240,7 +251,7 @@ class Link:
                 stop.wait(CONNECT_RETRY)
         else:
             raise RendezvousError("interrupted while connecting")
-        self.conn = Conn(sock, 0, self.on_message, self._lost)
+        self.conn = Conn(sock, 0, self.on_message, self._lost, self.silence_timeout)
         self.conn.send({"t": "hello", "rank": self.rank, "nnodes": self.nnodes})
         self.conn.start()
 

@@ -5,6 +5,8 @@ exception``, ``Received sigquit from a child process``), so the frames name the 
 """
 from __future__ import annotations
 
+import time
+
 SITE = "/usr/local/lib/python3.12/dist-packages"
 SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
 
@@ -107,3 +109,24 @@ def peer_lost_traceback(peer: str) -> str:
         f"remote process exited or there was a network error, NCCL version 2.27.3\n"
         f"ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\n"
         f"Last error:\nsocket recv failed: connection to {peer} closed by peer\n")
+
+
+def watchdog_lines(rank: int, timeout_ms: int, ran_ms: int, seq: int = 3) -> list[str]:
+    """torch's ProcessGroupNCCL watchdog when a collective never completes (a peer's link is down),
+    then the abort that takes the process down (torch 2.6-2.8 wording and source lines)."""
+    stamp = time.strftime("%m%d %H:%M:%S", time.localtime())
+    micros = f"{int(time.time() * 1e9) % 1_000_000_000:09d}"
+    head = f"[rank{rank}]:[E{stamp}.{micros} ProcessGroupNCCL.cpp:"
+    work = (f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={timeout_ms}) "
+            f"ran for {ran_ms} milliseconds before timing out.")
+    pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
+    return [
+        f"{head}616] [Rank {rank}] Watchdog caught collective operation timeout: {work}",
+        f"{head}1785] {pg} Exception (either an error or timeout) detected by watchdog at work: {seq}, "
+        f"last enqueued NCCL work: {seq}, last completed NCCL work: {seq - 1}.",
+        f"{head}1834] {pg} Timeout at NCCL work: {seq}, last enqueued NCCL work: {seq}, "
+        f"last completed NCCL work: {seq - 1}.",
+        f"{head}630] [Rank {rank}] Some NCCL operations have failed or timed out. Due to the asynchronous "
+        "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+        f"{head}636] [Rank {rank}] To avoid data inconsistency, we are taking the entire process down.",
+    ]

@@ -1,0 +1,359 @@
+"""Network faults on the netns testbed (issue 13), and the pieces they rely on.
+
+The cluster scenarios run one real heterogeneous job each (2 replicas x 4 nodes, the emulator,
+the real router and client), inject a network fault from the node's side (cluster.sh link /
+rate / block / names: inside the node's network namespace; the bridge and its route are never
+touched, and the fallback route `unreachable 10.77.0.0/24` is checked before anything is sent)
+and check the verdict's first reason, how long the job took to end, and that no process is left.
+Measured times are printed as 'MEASURE <scenario>: ...' (pytest -rA shows them; README table).
+
+The fast tests check the emulator's NCCL-like behaviour (a silent peer is waited for until the
+dist timeout, then torch's watchdog text), the diagnosis signatures and the balance check.
+"""
+from __future__ import annotations
+
+import re
+import signal
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.jobdrive import Job, access_posts, wait_cluster_idle
+from slurm_ab_testbed.testing import free_ports, wait_healthy
+
+WATCHDOG = re.compile(
+    r"^\[rank(\d+)\]:\[E\d{4} \d\d:\d\d:\d\d\.\d{9} ProcessGroupNCCL\.cpp:\d+\] \[Rank \1\] Watchdog caught "
+    r"collective operation timeout: WorkNCCL\(SeqNum=\d+, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+    r"Timeout\(ms\)=(\d+)\) ran for (\d+) milliseconds before timing out\.$", re.M)
+FAST = 'server.env.SLURM_AB_EMU_TIME_SCALE="0.02"'
+
+
+# ---- fast: the emulator, the diagnosis, the balance check --------------------------------------
+
+def _replica(procs, model_dir, dist_timeout: float, nnodes: int = 2):
+    port, dport = free_ports(2)
+    nodes = []
+    for rank in reversed(range(nnodes)):
+        argv = ["--model-path", model_dir, "--tp-size", "16", "--ep-size", "4", "--nnodes", str(nnodes),
+                "--node-rank", str(rank), "--dist-init-addr", f"127.0.0.1:{dport}", "--host", "127.0.0.1",
+                "--port", str(port), "--dist-timeout", str(dist_timeout)]
+        nodes.insert(0, procs.start(argv, f"n{rank}"))
+    return nodes, f"http://127.0.0.1:{port}"
+
+
+def test_silent_peer_is_waited_for_until_the_dist_timeout_then_the_watchdog_fires(procs, model_dir):
+    """A peer whose link is down sends nothing and closes nothing: NCCL waits for the collective
+    until the process group's timeout (SGLang's --dist-timeout), then torch's watchdog takes the
+    process down. SIGSTOP gives the same silence without a network."""
+    (n0, n1), url = _replica(procs, model_dir, dist_timeout=3)
+    assert wait_healthy(url, 30), n0.text() + n1.text()
+    n1.p.send_signal(signal.SIGSTOP)
+    t = time.monotonic()
+    try:
+        code = n0.wait_exit(15)
+        waited = time.monotonic() - t
+    finally:
+        n1.p.send_signal(signal.SIGCONT)
+    assert code not in (None, 0)
+    assert 3.0 <= waited < 6.0, waited
+    log = n0.text()
+    m = WATCHDOG.search(log)
+    assert m and int(m.group(2)) == 3000 and int(m.group(3)) >= 3000, log[-3000:]
+    assert len(WATCHDOG.findall(log)) == 8                      # every local GPU rank of node 0
+    assert "To avoid data inconsistency, we are taking the entire process down." in log
+    assert "Lost connection to node rank 1: collective timed out: nothing received for 3 s" in log
+    assert "Received sigquit from a child process" in log
+
+
+def test_a_dead_peer_is_still_detected_at_once(procs, model_dir):
+    """Contrast: a peer that dies closes its connection; no waiting for the timeout."""
+    (n0, n1), url = _replica(procs, model_dir, dist_timeout=30)
+    assert wait_healthy(url, 30)
+    n1.p.send_signal(signal.SIGKILL)
+    t = time.monotonic()
+    assert n0.wait_exit(10) not in (None, 0)
+    assert time.monotonic() - t < 3
+    assert not WATCHDOG.search(n0.text())
+
+
+def _findings(tmp_path: Path, lines: list[str]):
+    from slurm_ab.parse.diagnose import diagnose
+    log = tmp_path / "logs" / "server-r1-n0.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("\n".join(lines) + "\n")
+    return diagnose([log], root=tmp_path)
+
+
+def test_diagnosis_of_network_failures(tmp_path):
+    from slurm_ab.collect.verdict import diagnosis_reasons
+    nodes = {"0": ["node01", "node02", "node03", "node04"], "1": ["node05", "node06", "node07", "node08"]}
+    loop = _findings(tmp_path / "a", [
+        "[2026-11-30 15:00:00.100] INFO:     Uvicorn running on http://127.0.0.1:31000 (Press CTRL+C to quit)"])
+    assert [f.kind for f in loop] == ["loopback_only"]
+    first = diagnosis_reasons(loop, nodes)[0]
+    assert first.startswith("replica 1 node rank 0 (node05): server listens on loopback only"), first
+    ok = _findings(tmp_path / "b", [
+        "[2026-11-30 15:00:00.100] INFO:     Uvicorn running on http://0.0.0.0:31000 (Press CTRL+C to quit)"])
+    assert ok == []
+    store = _findings(tmp_path / "c", [
+        "[2026-11-30 15:00:00.100 TP0 EP0] torch.distributed.DistStoreError: Timed out after 10 seconds "
+        "waiting for clients. 3/4 clients joined."])
+    assert [f.kind for f in store] == ["dist_init"]
+    from slurm_ab_testbed.emulator.tracebacks import watchdog_lines
+    wd = _findings(tmp_path / "d", watchdog_lines(8, 10000, 10021))
+    assert wd and wd[0].kind == "nccl" and "Watchdog caught collective operation timeout" in wd[0].excerpt
+
+
+def test_balance_check_flags_a_replica_with_less_than_half_an_even_share():
+    from slurm_ab.collect.records import ReplicaSummary
+    from slurm_ab.collect.verdict import balance_reasons
+
+    def reps(*served):
+        return [ReplicaSummary(replica=g, logs=(f"logs/server-r{g}-n0.log",), requests_served=n)
+                for g, n in enumerate(served)]
+    assert balance_reasons(reps(20, 20)) == []
+    assert balance_reasons(reps(25, 15)) == []
+    assert balance_reasons(reps(36, 4)) == [
+        "replica 1 served 4 of 40 requests during the benchmark (an even share is 20): unbalanced, "
+        "the router may have marked it unhealthy"]
+    assert balance_reasons(reps(40, 0)) == []          # 'served no requests' says that one
+    assert balance_reasons(reps(1, 0)) == []           # too few requests to judge
+
+
+# ---- cluster: real jobs on the netns testbed ----------------------------------------------------
+
+def net(*args: str) -> None:
+    from slurm_ab_testbed.cluster import net as cluster_net
+    cluster_net(*args)
+
+
+def _fallback_route() -> bool:
+    import subprocess
+    out = subprocess.run(["ip", "route", "show", "type", "unreachable"], capture_output=True, text=True).stdout
+    return any(re.match(r"unreachable 10\.77\.0\.0/24( .*)? metric 4000\b", line) for line in out.splitlines())
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, local_cluster):
+    from slurm_ab_testbed.cluster import layout
+    if layout() != "netns":
+        import os
+        msg = f"the local cluster runs the {layout()} layout; these faults need the netns layout"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    assert _fallback_route(), "no fallback route: refusing to send anything to a test address"
+    return tmp_path_factory.mktemp("netfaults")
+
+
+@pytest.fixture
+def job(workdir):
+    made: list[Job] = []
+
+    def start(name: str, *sets: str, **kw) -> Job:
+        j = Job(workdir, f"{name}-{time.strftime('%H%M%S')}", FAST, *sets, **kw)
+        made.append(j)
+        return j
+
+    yield start
+    for j in made:
+        j.cleanup()
+    wait_cluster_idle()
+
+
+def measure(scenario: str, seconds: float | None, line: str) -> None:
+    print(f"MEASURE {scenario}: " + (f"{seconds:.1f} s" if seconds is not None else "-") + f" | {line}")
+
+
+def first_reason(j: Job) -> str:
+    s = j.summary()
+    return f"{s['verdict']}: {s['reasons'][0]}" if s["reasons"] else s["verdict"]
+
+
+def log_of(j: Job, g: int, n: int) -> Path:
+    return j.run_dir / "logs" / f"server-r{g}-n{n}.log"
+
+
+def wait_log(j: Job, path: Path, needle: str, timeout_s: float = 90) -> None:
+    j.wait_for(lambda: path.exists() and needle in path.read_text(errors="replace"), timeout_s,
+               f"{needle!r} in {path.name}")
+
+
+def hard_end(j: Job, timeout_s: float) -> float:
+    """Wait for the job script's job_end event; returns its epoch."""
+    j.wait_event("job_end", timeout_s)
+    return j.job_end()
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_server_bound_to_loopback_fails_with_a_clear_diagnosis(job):
+    """Servers bound to 127.0.0.1 (slurm-ab refuses server.args.host = "127.0.0.1", so the
+    emulator's bind_loopback fault plays a wrapper that pins the host): each head answers its own
+    health checks, but no other node (the batch script's readiness probe, the router) can reach
+    it. The job fails at its ready timeout and the verdict says why."""
+    j = job("loopback", 'server.env.SLURM_AB_EMU_FAULT="bind_loopback"', "cluster.ready_timeout_s=15")
+    assert j.finish(150) == 1
+    s = j.summary()
+    assert s["verdict"] == "failed"
+    assert re.match(r"replica \d node rank 0 \(node0\d\): server listens on loopback only, unreachable "
+                    r"from other nodes \(--host\): .*Uvicorn running on http://127\.0\.0\.1:\d+", s["reasons"][0]), s["reasons"]
+    assert any("not healthy after" in r for r in s["reasons"]), s["reasons"]
+    j.assert_nothing_left()
+    measure("server bound to 127.0.0.1", None, first_reason(j))
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_node_name_is_not_its_address_resolved_by_nodeaddr(job):
+    """The nodes' names do not resolve (only nodeNN-ib does, like an InfiniBand-only name), as on
+    sites where the Slurm name is not an address: with cluster.address = "nodeaddr" the job takes
+    each head's NodeAddr from scontrol and runs."""
+    import subprocess
+    net("names", "ib")
+    try:
+        assert subprocess.run(["getent", "hosts", "node05"], capture_output=True).returncode != 0
+        assert subprocess.run(["getent", "hosts", "node05-ib"], capture_output=True).returncode == 0
+        j = job("nodeaddr", 'cluster.address="nodeaddr"')
+        rc = j.finish(240)
+    finally:
+        net("names", "plain")
+    assert rc == 0, j.output()[-3000:]
+    addrs = j.event("addresses")[1]
+    assert addrs["mode"] == "nodeaddr" and addrs["replica0"].startswith("10.77.0.") and \
+        addrs["replica1"].startswith("10.77.0."), addrs
+    assert j.summary()["verdict"] == "ok", j.summary()["reasons"]
+    j.assert_nothing_left()
+    measure("node name is not its address (cluster.address=nodeaddr)", None, f"ok: {addrs}")
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_link_down_while_loading(job):
+    """Replica 1's node rank 1 loses its link after the rendezvous, while loading: both sides wait
+    for the collective like NCCL until the dist timeout, then torch's watchdog takes them down.
+    The link comes back once the job script has ended, so Slurm can reap the node's step."""
+    dist = 10
+    j = job("linkload", f"server.args.dist-timeout={dist}")
+    j.wait_event("server_launch", replica=1)
+    node = j.hosts()[1][1]
+    wait_log(j, log_of(j, 1, 1), "Load weight begin")
+    assert _fallback_route()
+    t = time.time()
+    net("link", node, "down")
+    try:
+        end = hard_end(j, dist + 90)
+    finally:
+        net("link", node, "up")
+    assert j.finish(120) == 1
+    detect = end - t
+    j.assert_nothing_left(90)
+    s = j.summary()
+    assert s["verdict"] == "failed"
+    assert re.match(r"replica 1 node rank [01] \(node0\d\): NCCL error: .*Watchdog caught collective operation "
+                    rf"timeout: .*Timeout\(ms\)={dist * 1000}\)", s["reasons"][0]), s["reasons"]
+    for n in (0, 1):      # both ends of the dead link timed out
+        assert WATCHDOG.search(log_of(j, 1, n).read_text(errors="replace")), n
+    assert dist <= detect < dist + 40, detect
+    measure(f"link down while loading (dist-timeout {dist} s)", detect, first_reason(j))
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_link_down_mid_benchmark(job):
+    """Replica 1's node rank 1 loses its link mid-benchmark: the head keeps serving until the
+    collective's timeout, then dies; requests in flight fail and the verdict counts what
+    succeeded."""
+    dist = 5
+    j = job("linkbench", f"server.args.dist-timeout={dist}")
+    j.wait_event("bench_start")
+    j.wait_for(lambda: access_posts(j.run_dir) >= 4, 60, "4 requests through the router")
+    node = j.hosts()[1][1]
+    assert _fallback_route()
+    t = time.time()
+    net("link", node, "down")
+    try:
+        end = hard_end(j, dist + 90)
+    finally:
+        net("link", node, "up")
+    assert j.finish(120) == 1
+    detect = end - t
+    j.assert_nothing_left(90)
+    s = j.summary()
+    assert s["verdict"] == "failed"
+    assert re.match(r"replica 1 node rank [01] \(node0\d\): NCCL error: .*Watchdog", s["reasons"][0]), s["reasons"]
+    served_after = [r for r in s["reasons"] if re.match(r"benchmark interrupted .*: \d+ of 40 requests had succeeded", r)]
+    assert served_after, s["reasons"]
+    assert dist <= detect < dist + 40, detect
+    measure(f"link down mid-benchmark (dist-timeout {dist} s)", detect, first_reason(j) + " / " + served_after[0])
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_head_unreachable_from_the_router_node_only(job):
+    """Replica 1's head stops being reachable from the router's node (and only from there) while
+    the benchmark runs: the router marks the worker unhealthy and sends everything to replica 0;
+    the per-replica balance check flags the run."""
+    j = job("unreach")
+    j.wait_event("bench_start")
+    head1 = j.hosts()[1][0]
+    router_node = j.hosts()[0][0]
+    port = j.event("hosts", replica=1)[1]["port"]
+    r1_posts = lambda: log_of(j, 1, 0).read_text(errors="replace").count('"POST /v1/completions HTTP/1.1" 200')
+    j.wait_for(lambda: r1_posts() >= 2, 60, "2 requests on replica 1")
+    assert _fallback_route()
+    t = time.time()
+    net("block", router_node, head1, port)
+    try:
+        rc = j.finish(240)
+    finally:
+        net("block", router_node, "off")
+    s = j.summary()
+    assert s["verdict"] in ("invalid", "failed"), s
+    flagged = [r for r in s["reasons"] if re.match(r"replica 1 served \d+ of \d+ requests during the benchmark "
+                                                    r"\(an even share is \d+\): unbalanced", r)]
+    assert flagged, s["reasons"]
+    router = (j.run_dir / "logs" / "router.log").read_text(errors="replace")
+    unhealthy = [line for line in router.splitlines() if re.search(r"(?i)unhealthy|health check failed|circuit", line)]
+    assert unhealthy, router[-3000:]
+    j.assert_nothing_left()
+    measure("replica 1's head unreachable from the router node", j.end_wall - t,
+            f"rc={rc} {first_reason(j)} / {flagged[0]} / router: {unhealthy[0][-160:]}")
+
+
+def _per_replica_tpot(j: Job, output_len: int = 512) -> dict[int, float]:
+    """Mean TPOT (ms) per replica: (end - first token) / (output tokens - 1) of each request,
+    requests attributed to replicas by the report's timeline (access lines, FIFO order)."""
+    from slurm_ab.report.rundata import load
+    from slurm_ab.report.series import timeline
+    tl = timeline(load(j.run_dir))
+    by: dict[int, list[float]] = {}
+    for r in tl.requests:
+        if r.replica is not None and r.first_token is not None and r.end is not None:
+            by.setdefault(r.replica, []).append((r.end - r.first_token) * 1000.0 / (output_len - 1))
+    return {g: statistics.mean(v) for g, v in by.items()}
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_one_slow_node(job):
+    """Replica 1's head sends through a tbf rate limit: the run completes, but replica 1's
+    requests stream slower, which per-replica TPOT shows."""
+    rate = "256kbit"
+    j = job("slow")
+    j.wait_event("router_ready")
+    head1 = j.hosts()[1][0]
+    assert _fallback_route()
+    net("rate", head1, rate)
+    try:
+        rc = j.finish(300)
+    finally:
+        net("rate", head1, "off")
+    assert rc == 0, j.output()[-3000:]
+    tpot = _per_replica_tpot(j)
+    assert tpot[1] > 1.5 * tpot[0], tpot
+    j.assert_nothing_left()
+    measure(f"one slow node (tbf {rate} on replica 1's head)", None,
+            f"{first_reason(j)}; mean TPOT replica 0: {tpot[0]:.1f} ms, replica 1: {tpot[1]:.1f} ms")
