@@ -30,6 +30,7 @@ class CampaignPlan:
     servers: tuple[Command, ...]         # per mode, in campaign.modes order
     descriptions: tuple[str, ...]
     client: Command                      # with ${PASS_C}, ${PASS_PROMPTS}, ${PASS_KEY}
+    experiments: tuple[Experiment, ...] = ()   # per mode (launch manifests)
 
     @property
     def launch_server(self) -> tuple[int, ...]:
@@ -129,7 +130,7 @@ def make_campaign_plan(exps: list[Experiment], campaign: Campaign, run_id: str, 
             other = _preflight(e, s, client)
             paths += [x for x in (other.paths if other else ()) if x not in paths]
         pf = replace(pf, paths=tuple(paths))
-    cp = CampaignPlan(campaign, servers, tuple(e.mode.description for e in exps), client)
+    cp = CampaignPlan(campaign, servers, tuple(e.mode.description for e in exps), client, tuple(exps))
     return replace(base, campaign=cp, preflight=pf)
 
 

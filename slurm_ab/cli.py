@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from .campaign_cli import campaign_options
 from .errors import ConfigError, ConfigErrors, UsageError
 
 
@@ -66,37 +67,41 @@ def modes(site, configs, sets):
 
 
 @main.command("dry-run")
-@click.argument("mode")
+@click.argument("modes", nargs=-1, required=True)
 @click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
+@campaign_options
 @_config_options
-def dry_run(mode, run_id, site, configs, sets):
-    """Print the complete job script (stdout) and a resolved summary (stderr); submit nothing."""
-    from .sources import plan_for
+def dry_run(modes, run_id, repeats, concurrency, order, burn_in, site, configs, sets):
+    """Print the complete job script (stdout) and a resolved summary (stderr); submit nothing.
+
+    Several MODES (or --repeats/--concurrency/--order/--burn-in): a campaign in one allocation."""
+    from . import campaign_cli
+    from .campaign_plan import campaign_summary
     from .render import render_script, summary
 
-    plan = plan_for(_sources(site, configs, sets), mode, run_id)
+    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
     script = render_script(plan)
-    click.echo(summary(plan), err=True, nl=False)
+    click.echo(summary(plan) + campaign_summary(plan), err=True, nl=False)
     click.echo(script, nl=False)
 
 
 @main.command()
-@click.argument("mode")
+@click.argument("modes", nargs=-1, required=True)
 @click.option("-o", "--output", "output", default=None, type=click.Path(dir_okay=False),
               help="Also write a copy here ('-' for stdout).")
 @click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
+@campaign_options
 @_config_options
-def render(mode, output, run_id, site, configs, sets):
+def render(modes, output, run_id, repeats, concurrency, order, burn_in, site, configs, sets):
     """Prepare results/<RUN_ID>/ with job.sbatch and a manifest, without submitting.
 
     `sbatch results/<RUN_ID>/job.sbatch` then runs it on its own.
     """
-    from . import rundir
+    from . import campaign_cli, rundir
     from .render import render_script
-    from .sources import plan_for
     from .submit import prepare
 
-    plan = plan_for(_sources(site, configs, sets), mode, run_id)
+    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
     out = Path(output) if output and output != "-" else None
     if out is not None and out.exists():
         raise UsageError(f"{out} exists; slurm-ab does not overwrite files (choose another -o)")
@@ -112,23 +117,31 @@ def render(mode, output, run_id, site, configs, sets):
 
 
 @main.command()
-@click.argument("mode")
+@click.argument("modes", nargs=-1, required=True)
 @click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
 @click.option("--wait", is_flag=True, help="Follow the job to its end, then collect it.")
 @click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
+@campaign_options
 @_config_options
-def submit(mode, run_id, wait, no_collector, site, configs, sets):
-    """Submit MODE as a heterogeneous job into a new results/<RUN_ID>/."""
-    from .sources import plan_for
+def submit(modes, run_id, wait, no_collector, repeats, concurrency, order, burn_in, site, configs, sets):
+    """Submit MODE as a heterogeneous job into a new results/<RUN_ID>/.
+
+    Several MODES (e.g. tp32 tp32-dflash --repeats 3): a campaign, every mode in turn in one
+    allocation, with a comparison (95% intervals) at the end."""
+    from . import campaign_cli
     from .submit import submit as do_submit
 
-    plan = plan_for(_sources(site, configs, sets), mode, run_id)
+    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
     s = do_submit(plan, collector=not no_collector)
-    click.echo(f"submitted job {s.job_id} (mode {mode}, run {plan.run_id})")
+    what = f"mode {modes[0]}" if plan.campaign is None else \
+        f"campaign of {', '.join(modes)}: {len(plan.campaign.campaign.passes)} passes"
+    click.echo(f"submitted job {s.job_id} ({what}, run {plan.run_id})")
     click.echo(f"run directory: {s.run_dir}")
     if s.collector_job_id:
         click.echo(f"collector job {s.collector_job_id} runs after it (afterany)")
-    if wait:
+    if wait and plan.campaign is not None:
+        campaign_cli.follow_and_collect(s.job_id, s.run_dir)
+    elif wait:
         _follow_and_collect(s.job_id, s.run_dir)
     else:
         click.echo(f"follow: slurm-ab watch {s.job_id}   tables: slurm-ab collect {s.job_id}")
@@ -189,7 +202,11 @@ def _follow_and_collect(job_id: str, run_dir: Path) -> None:
 @click.argument("run")
 def watch(run):
     """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
+    from . import campaign_cli
+
     run_dir = _find_run(run)
+    if campaign_cli.is_campaign(run_dir):
+        return campaign_cli.follow_and_collect(_job_id(run_dir), run_dir)
     _follow_and_collect(_job_id(run_dir), run_dir)
 
 
@@ -209,6 +226,10 @@ def collect(run, all_samples):
     if not rundir.submitted(run_dir):
         raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no events.log): "
                          f"sbatch {rundir.Layout(run_dir).job_script}")
+    from . import campaign_cli
+
+    if campaign_cli.is_campaign(run_dir):
+        return campaign_cli.collect(run_dir)
     summary, written = collect_and_write(run_dir, all_samples=all_samples)
     click.echo(summary_text(summary))
     if summary.verdict == "running":
@@ -232,6 +253,9 @@ def _html_option(f):
 
 @main.command()
 @click.argument("runs", nargs=-1)
+@click.option("--passes", is_flag=True, expose_value=False,
+              callback=lambda ctx, _p, v: ctx.meta.__setitem__("passes", v),
+              help="For a campaign: every pass instead of the per-(mode, concurrency) aggregates.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
 @click.option("--since", default=None, metavar="DATE",
               help="Only runs submitted since DATE (YYYY-mm-dd[ HH:MM], local time) or an age (12h, 7d).")
@@ -245,6 +269,12 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     from . import rundir
     from .collect import collect_and_write
     from .collect import report as render_report
+    from . import campaign_cli
+
+    if len(runs) == 1 and campaign_cli.is_campaign(_find_run(runs[0])):
+        passes = click.get_current_context().meta.get("passes", False)
+        click.echo(campaign_cli.report(_find_run(runs[0]), passes, fmt), nl=False)
+        return
     from .report.select import by_verdict, parse_since, select
 
     dirs = [_find_run(r) for r in runs] if runs else rundir.all_runs(_results_dir())
@@ -268,15 +298,26 @@ def report(runs, fmt, since, modes, verdicts, html_out):
 
 @main.command()
 @click.argument("run_a")
-@click.argument("run_b")
+@click.argument("run_b", required=False)
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
 @_html_option
 def compare(run_a, run_b, fmt, html_out):
-    """The paired comparison of two runs (B against A) with signed % change."""
+    """B against A: two runs (the seed's table, signed % change), or with campaigns (one
+    campaign of several modes, or two campaigns/runs) per metric the change, its 95% interval
+    and a verdict."""
     from .collect import compare as render_compare
+    from . import campaign_cli
+
+    refs = [r for r in (run_a, run_b) if r]
+    if len(refs) == 1 or any(campaign_cli.is_campaign(_find_run(r)) for r in refs):
+        click.echo(campaign_cli.compare(refs, fmt, _find_run), nl=False)
+        return
 
     a, b = _summaries([run_a, run_b])
     click.echo(render_compare(a, b, fmt))
+    if fmt == "md":
+        click.echo("> inconclusive (n=1): one run per side, no interval can be given; a campaign "
+                   "with --repeats gives 95% intervals and verdicts")
     if html_out:
         from .report import render_compare_html
         from .report.write import write_html

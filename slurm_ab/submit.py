@@ -17,6 +17,7 @@ from pathlib import Path
 from . import __version__, rundir
 from .rundir import Layout, Manifest
 from .errors import ConfigError, UsageError
+from .campaign_rundir import campaign_manifest, write_launch_manifests
 from .plan import JobPlan
 from .render import render_script
 
@@ -91,8 +92,9 @@ def prepare(plan: JobPlan) -> tuple[Path, str, Manifest]:
     run_dir = rundir.create(Path(plan.run_dir))
     script = render_script(plan)
     rundir.write_new(Layout(run_dir).job_script, script, 0o755)
-    m = manifest(plan)
+    m = campaign_manifest(plan, manifest(plan))
     rundir.write_manifest(run_dir, m)
+    write_launch_manifests(plan, run_dir, m)
     return run_dir, script, m
 
 
@@ -110,7 +112,9 @@ def submit(plan: JobPlan, *, collector: bool = True) -> Submitted:
         lay.submit_error.write_text(str(e) + "\n")
         raise UsageError(f"sbatch refused the job: {msg[-1] if msg else e} (details in {lay.submit_error})") from None
     collector_id = submit_collector(plan, job.job_id, run_dir) if collector else None
-    rundir.write_manifest(run_dir, replace(m, job_id=str(job.job_id), collector_job_id=collector_id))
+    m = replace(m, job_id=str(job.job_id), collector_job_id=collector_id)
+    rundir.write_manifest(run_dir, m)
+    write_launch_manifests(plan, run_dir, m)
     return Submitted(job.job_id, run_dir, collector_id)
 
 

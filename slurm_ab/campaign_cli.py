@@ -1,0 +1,160 @@
+"""The CLI's campaign side: options, planning, follow-and-collect, report and compare of campaigns.
+
+cli.py keeps the commands; it calls in here when more than one mode is given, when campaign
+options are used, or when a run directory holds a campaign.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import UsageError
+
+
+def campaign_options(f):
+    f = click.option("--burn-in/--no-burn-in", "burn_in", default=None,
+                     help="A discarded pass at the start of every launch (default: benchmark.burn_in).")(f)
+    f = click.option("--order", type=click.Choice(["blocked", "interleaved"]), default=None,
+                     help="blocked: each mode launched once (intervals: within one launch); "
+                          "interleaved: A B A B, one launch per repeat (intervals include "
+                          "launch-to-launch variance). Default: benchmark.order (blocked).")(f)
+    f = click.option("--concurrency", "concurrency", default=None, metavar="C[,C...]",
+                     help="Concurrency sweep, e.g. 1,8 (default: benchmark.concurrency).")(f)
+    f = click.option("--repeats", type=int, default=None,
+                     help="Timed passes per (mode, concurrency) (default: 1 for one mode, "
+                          "benchmark.compare_repeats = 5 for a comparison).")(f)
+    return f
+
+
+def wants_campaign(modes, repeats, concurrency, order, burn_in) -> bool:
+    return len(modes) > 1 or any(x is not None for x in (repeats, concurrency, order, burn_in))
+
+
+def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
+    """A single run's plan exactly as before for one mode without campaign options; else the
+    campaign's (validated: every mode, shapes, options)."""
+    from .campaign_plan import CampaignOptions, plan_campaign
+    from .sources import plan_for
+
+    if not wants_campaign(modes, repeats, concurrency, order, burn_in):
+        return plan_for(src, modes[0], run_id)
+    return plan_campaign(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in))
+
+
+def is_campaign(run_dir: Path) -> bool:
+    from .collect.campaign import campaign_of
+
+    return campaign_of(run_dir) is not None
+
+
+def collect_text(result: dict, passes: bool = False) -> str:
+    from .collect.campaign import campaign_md
+
+    return campaign_md(result, passes=passes)
+
+
+def passes_ok(result: dict) -> bool:
+    return bool(result["passes"]) and all(r["verdict"] == "ok" for r in result["passes"])
+
+
+def follow_and_collect(job_id: str, run_dir: Path) -> None:
+    """`submit --wait` / `watch` of a campaign: follow the job, collect, print the tables."""
+    from .collect.campaign import collect_campaign_and_write
+    from .rundir import Layout
+    from .watch import follow
+
+    state = follow(job_id, run_dir, echo=click.echo)
+    click.echo(f"job {job_id} ended: {state}")
+    result, _ = collect_campaign_and_write(run_dir, job_id=job_id)
+    click.echo(collect_text(result))
+    md = Layout(run_dir).summary("summary.md")
+    click.echo(f"summary: {md}" if md.exists() else "no summary written")
+    if not passes_ok(result):
+        sys.exit(1)
+
+
+def collect(run_dir: Path, passes: bool = False) -> None:
+    from .collect.campaign import collect_campaign_and_write
+
+    result, written = collect_campaign_and_write(run_dir)
+    click.echo(collect_text(result, passes=passes))
+    if result.get("running"):
+        click.echo(f"{run_dir}: the job is still running; nothing final written")
+    else:
+        click.echo(f"wrote {', '.join(p.name for p in written)}" if written else "summary files unchanged")
+
+
+def report(run_dir: Path, passes: bool, fmt: str) -> str:
+    """`report CAMPAIGN [--passes]`: the aggregate table (or every pass) in md, csv or json."""
+    import json
+
+    from .collect.campaign import campaign_csv, collect_campaign_and_write
+
+    result, _ = collect_campaign_and_write(run_dir)
+    if fmt == "md":
+        return collect_text(result, passes=passes)
+    if fmt == "csv":
+        if passes:
+            return campaign_csv(result)
+        import pandas as pd
+        flat = [{"mode": a["mode"], "concurrency": a["concurrency"], "passes_ok": a["passes_ok"],
+                 "passes": a["passes"], **{f"{m}_{k}": v for m, agg in a["metrics"].items()
+                                           for k, v in agg.items()}} for a in result["aggregates"]]
+        return pd.DataFrame(flat).to_csv(index=False, lineterminator="\n")
+    return json.dumps(result["passes"] if passes else result["aggregates"], indent=2, default=str) + "\n"
+
+
+def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
+    """(name, ok pass rows, variance) of one side of a comparison: a campaign of one mode or a
+    single run (a run = one pass)."""
+    from .collect import collect_and_write
+    from .collect.campaign import collect_campaign_and_write
+    from .collect.tables import numeric_row
+
+    run_dir = find(ref)
+    if is_campaign(run_dir):
+        result, _ = collect_campaign_and_write(run_dir)
+        modes = result["campaign"]["modes"]
+        if len(modes) != 1:
+            raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
+                             f"(slurm-ab compare {ref}) or name campaigns of one mode each")
+        return modes[0], result["passes"], result["variance"]
+    s, _ = collect_and_write(run_dir)
+    row = dict(numeric_row(s), concurrency=s.spec.max_concurrency or 0, repeat=1, launch=1)
+    return s.mode or s.run_id, [row], None
+
+
+def compare(refs: list[str], fmt: str, find) -> str:
+    """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
+    `compare A B` (runs or one-mode campaigns; runs count as one pass each)."""
+    import json
+
+    from .collect import campaign_tables as ct
+    from .collect.campaign import collect_campaign_and_write, comparison_json
+
+    if len(refs) == 1:
+        result, _ = collect_campaign_and_write(find(refs[0]))
+        if fmt == "json":
+            return comparison_json(result)
+        if not result["comparisons"]:
+            raise UsageError(f"{refs[0]} has one mode: nothing to compare inside it")
+        out = []
+        rows = result["passes"]
+        for cmp in result["comparisons"]:
+            a = [r for r in rows if r["mode"] == cmp["a"] and r["concurrency"] == cmp["concurrency"]]
+            b = [r for r in rows if r["mode"] == cmp["b"] and r["concurrency"] == cmp["concurrency"]]
+            out.append(f"## {cmp['b']} vs {cmp['a']} at concurrency {cmp['concurrency']}\n\n"
+                       + ct.comparison_table(cmp["a"], cmp["b"], a, b, result["variance"]))
+        return "\n".join(out)
+    (na, ra, va), (nb, rb, vb) = _side(refs[0], find), _side(refs[1], find)
+    if na == nb:
+        na, nb = f"A: {refs[0]}", f"B: {refs[1]}"
+    variance = ("across runs: A and B come from separate jobs (separate launches), so the "
+                "intervals include launch-to-launch variance between the two sides"
+                if va is None and vb is None else
+                f"A: {va or 'one run'}; B: {vb or 'one run'}")
+    if fmt == "json":
+        return json.dumps({"variance": variance, "metrics": ct.comparison(ra, rb)}, indent=2) + "\n"
+    return ct.comparison_table(na, nb, ra, rb, variance)

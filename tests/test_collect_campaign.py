@@ -1,0 +1,108 @@
+"""The campaign collector on run directories built from the seed's data (no cluster)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run
+from slurm_ab.campaign import schedule
+from slurm_ab.collect.campaign import (collect_campaign, pass_lines, write_campaign)
+from slurm_ab.parse.events import read_events
+
+
+def _as_launch(run: Path, dest: Path, key: str = "c8-r1") -> Path:
+    """A built single run turned into a campaign launch directory with one pass `key`."""
+    run.rename(dest)
+    if (dest / "bench.jsonl").exists():
+        (dest / "bench.jsonl").rename(dest / f"bench-{key}.jsonl")
+    if (dest / "logs" / "client.log").exists():
+        (dest / "logs" / "client.log").rename(dest / "logs" / f"client-{key}.log")
+    ev = (dest / "events.log").read_text()
+    ev = ev.replace(" bench_start\n", f" bench_start pass={key} concurrency=8 repeat=1 prompts=40\n")
+    ev = ev.replace(" bench_end rc=0\n", f" bench_end pass={key} rc=0\n")
+    (dest / "events.log").write_text(ev)
+    for f in dest.glob("slurm-*.out"):
+        f.unlink()
+    return dest
+
+
+def _campaign(tmp_path: Path, second_fails: bool = False) -> Path:
+    root = tmp_path / "camp"
+    root.mkdir()
+    c = schedule(("tp32", "tp32-dflash"), 1, (8,), "blocked", False, 40)
+    _as_launch(build_run(tmp_path), root / "launch1-tp32")
+    second = build_oom_run(tmp_path) if second_fails else \
+        build_run(tmp_path, RunSpec(target=TP32_DFLASH))
+    _as_launch(second, root / "launch2-tp32-dflash")
+    (root / "manifest.json").write_text(json.dumps({
+        "run_id": "camp", "job_id": "4242", "mode": "tp32+tp32-dflash",
+        "config": {"replicas": 2}, "campaign": c.to_dict()}))
+    (root / "events.log").write_text(
+        "1788000000.000 2026-09-02 12:00:00.000 job_start job_id=4242 run_id=camp\n"
+        "1788000001.000 2026-09-02 12:00:01.000 launch_end launch=1 mode=tp32 status=ok rc=0\n"
+        f"1788000002.000 2026-09-02 12:00:02.000 launch_end launch=2 mode=tp32-dflash "
+        f"status={'failed rc=1' if second_fails else 'ok rc=0'}\n")
+    return root
+
+
+def test_each_pass_is_collected_like_a_single_run(tmp_path):
+    result = collect_campaign(_campaign(tmp_path))
+    rows = {r["mode"]: r for r in result["passes"]}
+    assert [r["verdict"] for r in result["passes"]] == ["ok", "ok"]
+    # the seed's numbers, per pass, exactly as the single-run collector gives them
+    assert rows["tp32"]["output_tps"] == pytest.approx(20480 / 238.18)
+    assert rows["tp32"]["ttft_p95_s"] == pytest.approx(20.79)
+    assert rows["tp32-dflash"]["accept_len"] == pytest.approx(3.76, abs=0.005)
+    (cmp,) = result["comparisons"]
+    out = {m["metric"]: m for m in cmp["metrics"]}
+    assert out["output_tps"]["change_pct"] == pytest.approx(-20.69, abs=0.005)
+    assert out["output_tps"]["verdict"] == "inconclusive (n=1)"
+    assert "within one launch only" in result["variance"]
+    assert [la["status"] for la in result["launches"]] == ["ok", "ok"]
+
+
+def test_a_failed_launch_keeps_the_other_modes_passes(tmp_path):
+    result = collect_campaign(_campaign(tmp_path, second_fails=True))
+    ok, failed = result["passes"]
+    assert ok["verdict"] == "ok" and failed["verdict"] == "failed"
+    assert "out of memory" in failed["reason"].lower()
+    assert "launch2-tp32-dflash/logs/server-r1-n2.log" in failed["reason"]
+    assert result["launches"][1]["status"] == "failed"
+    agg = {a["mode"]: a for a in result["aggregates"]}
+    assert agg["tp32"]["passes_ok"] == 1 and agg["tp32-dflash"]["passes_ok"] == 0
+
+
+def test_writing_is_idempotent_and_raw_files_untouched(tmp_path):
+    root = _campaign(tmp_path)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    result = collect_campaign(root)
+    written = write_campaign(result, root)
+    assert sorted(p.name for p in written) == ["summary.csv", "summary.json", "summary.md"]
+    assert write_campaign(collect_campaign(root), root) == []
+    assert all(p.read_bytes() == b for p, b in before.items())
+    md = (root / "summary.md").read_text()
+    assert "## tp32-dflash vs tp32 at concurrency 8" in md and "inconclusive (n=1)" in md
+    csv = (root / "summary.csv").read_text().splitlines()
+    assert len(csv) == 3 and "mode" in csv[0] and "repeat" in csv[0]
+
+
+def test_pass_lines_keep_only_this_pass_window(tmp_path):
+    ev = tmp_path / "events.log"
+    ev.write_text("\n".join([
+        "1.000 2026-09-02 12:00:01.000 ready replica=0",
+        "2.000 2026-09-02 12:00:02.000 bench_start pass=c8-r1",
+        "3.000 2026-09-02 12:00:03.000 metrics_scrape target=r0 phase=end",
+        "4.000 2026-09-02 12:00:04.000 bench_end pass=c8-r1 rc=0",
+        "5.000 2026-09-02 12:00:05.000 bench_start pass=c8-r2",
+        "6.000 2026-09-02 12:00:06.000 bench_end pass=c8-r2 rc=0",
+        "7.000 2026-09-02 12:00:07.000 bench_start pass=c8-r3",
+        "8.000 2026-09-02 12:00:08.000 fail kind=step_exited",
+    ]) + "\n")
+    events = read_events(ev)
+    lines, rc = pass_lines(events, "c8-r2")
+    assert rc == 0 and sorted(lines) == [1, 5, 6]
+    lines, rc = pass_lines(events, "c8-r3")
+    assert rc is None and sorted(lines) == [1, 7, 8]
+    assert pass_lines(events, "c1-r1") == (None, None)
