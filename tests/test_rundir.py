@@ -87,7 +87,7 @@ def test_the_layout_names_the_files_the_job_script_writes(cli, tmp_path):
     assert code == 0
     lay = Layout(tmp_path / "R")
     for path in (lay.events, lay.bench_jsonl, lay.client_log, lay.router_log, lay.job_script,
-                 lay.logs):
+                 lay.logs, lay.metrics, lay.preflight):
         assert f'$RUN_DIR/{path.relative_to(lay.root)}' in script, path
     assert re.search(r"\$RUN_DIR/logs/server-r\S*-n", script)
     assert lay.server_log(1, 2).name == "server-r1-n2.log"
