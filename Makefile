@@ -14,7 +14,7 @@ TESTBED_SITES := $(CURDIR)/testbed/sites
 export SLURM_AB_SITES := $(if $(findstring $(TESTBED_SITES),$(SLURM_AB_SITES)),$(SLURM_AB_SITES),$(TESTBED_SITES)$(if $(SLURM_AB_SITES),:$(SLURM_AB_SITES)))
 
 .PHONY: help setup install local-assets cluster-up cluster-down cluster-status test test-fast \
-        dry-run render submit collect report compare demo bench-collect
+        dry-run render submit ab collect report compare demo bench-collect
 
 help:
 	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck), slurm-ab and"
@@ -23,6 +23,8 @@ help:
 	@echo "make demo                      run the three modes on the local cluster and print the tables"
 	@echo "make dry-run MODE=tp32         print the job script (SITE=example|local|FILE)"
 	@echo "make submit MODE=tp32          submit one run (add WAIT=1 to follow it)"
+	@echo "make ab A=tp32 B=tp32-dflash REPEATS=3   one-allocation A/B campaign with 95% intervals"
+	@echo "                               (CONCURRENCY=1,8 ORDER=interleaved BURN_IN=1 WAIT=1)"
 	@echo "make collect JOBID=123         collect a finished run into tables"
 	@echo "make test                      setup + cluster-up if needed, then every test (test-fast: no cluster)"
 
@@ -72,6 +74,12 @@ render:
 
 submit:
 	$(SLURM_AB) submit $(MODE) --site $(SITE) $(SETARGS) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(WAIT),--wait)
+
+# A/B campaign: both modes in turn in one allocation, REPEATS passes each, compared with intervals.
+ab:
+	$(SLURM_AB) submit $(A) $(B) --site $(SITE) $(SETARGS) $(if $(REPEATS),--repeats $(REPEATS)) \
+	  $(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(ORDER),--order $(ORDER)) \
+	  $(if $(BURN_IN),--burn-in) $(if $(RUN_ID),--run-id $(RUN_ID)) $(if $(WAIT),--wait)
 
 collect:
 	$(SLURM_AB) collect $(JOBID)
