@@ -1,0 +1,64 @@
+"""The CLI's campaign commands without a cluster: dry-run/render of campaigns, bad input (exit 2,
+nothing written), report/compare of a campaign directory built from the seed's data."""
+from __future__ import annotations
+
+import json
+
+from test_collect_campaign import _campaign
+
+
+def test_dry_run_of_a_campaign(cli):
+    code, out, err = cli("dry-run", "tp32", "tp32-dflash", "--repeats", "3", "--concurrency", "1,8")
+    assert code == 0, err
+    assert "LAUNCH_DIRS=(launch1-tp32 launch2-tp32-dflash)" in out
+    assert "'1:1:40 1:2:40 1:3:40 8:1:40 8:2:40 8:3:40'" in out
+    assert "campaign: modes tp32, tp32-dflash; 3 repeat(s) x concurrency 1, 8; order blocked" in err
+    assert "2 server launch(es), 12 timed pass(es) in one allocation" in err
+
+
+def test_one_mode_without_options_is_the_single_run(cli):
+    code, out, _ = cli("dry-run", "tp32", "--run-id", "x")
+    assert code == 0 and "LAUNCH_DIRS" not in out and 'bench.jsonl' in out
+    code, out, _ = cli("dry-run", "tp32", "--run-id", "x", "--repeats", "3")
+    assert code == 0 and "LAUNCH_PASSES=(\n  '8:1:40 8:2:40 8:3:40'\n)" in out
+
+
+def test_bad_campaigns_exit_2_and_write_nothing(cli, tmp_path):
+    for args in (["tp32", "nope"], ["tp32", "tp32"], ["tp32", "pp8", "--repeats", "0"],
+                 ["tp32", "pp8", "--concurrency", "8,x"]):
+        code, out, err = cli("submit", *args)
+        assert code == 2, (args, err)
+        assert err.startswith("slurm-ab: error: ")
+    code, _, err = cli("submit", "tp32", "pp8", "--order", "random")
+    assert code == 2 and "random" in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_render_prepares_every_launch_directory(cli, tmp_path):
+    code, _, err = cli("render", "tp32", "tp32-dflash", "--repeats", "2", "--run-id", "c1")
+    assert code == 0, err
+    root = tmp_path / "results" / "c1"
+    m = json.loads((root / "manifest.json").read_text())
+    assert m["campaign"]["modes"] == ["tp32", "tp32-dflash"] and m["mode"] == "tp32+tp32-dflash"
+    for i, mode in ((1, "tp32"), (2, "tp32-dflash")):
+        lm = json.loads((root / f"launch{i}-{mode}" / "manifest.json").read_text())
+        assert lm["mode"] == mode and lm["config"]["mode"]["name"] == mode
+        assert lm["campaign_launch"]["index"] == i and "campaign" not in lm
+
+
+def test_report_and_compare_of_a_campaign(cli, tmp_path):
+    root = _campaign(tmp_path, second_fails=True)
+    code, out, err = cli("report", str(root))
+    assert code == 0, err
+    assert "## Aggregates" in out and "| tp32 " in out and "1/1" in out and "0/1" in out
+    code, out, _ = cli("report", str(root), "--passes")
+    assert "## Passes" in out and "failed: replica 1 node rank 2" in out
+    code, out, _ = cli("compare", str(root))
+    assert code == 0 and "tp32-dflash vs tp32" in out and "variance included: within one launch only" in out
+    code, out, _ = cli("compare", str(root), "--format", "json")
+    data = json.loads(out)
+    assert list(data["comparisons"][0]["metrics"][0]) == [
+        "metric", "a_mean", "b_mean", "change_pct", "ci_low_pct", "ci_high_pct", "n_a", "n_b", "verdict"]
+    code, out, _ = cli("collect", str(root))
+    assert code == 0 and "summary files unchanged" in out        # report already wrote them
+    assert (root / "summary.md").read_text().startswith("# Campaign camp")
