@@ -280,6 +280,10 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     dirs = [_find_run(r) for r in runs] if runs else rundir.all_runs(_results_dir())
     if since or modes:
         dirs = select(dirs, since=parse_since(since) if since else None, modes=modes)
+    campaigns = [d for d in dirs if campaign_cli.is_campaign(d)]   # their own tables
+    if campaigns:
+        click.echo("campaigns (slurm-ab report CAMPAIGN): " + ", ".join(d.name for d in campaigns), err=True)
+        dirs = [d for d in dirs if d not in campaigns]
     pairs = [(d, collect_and_write(d)[0]) for d in dirs]
     pairs = [(d, s) for d, s in pairs if by_verdict([s], verdicts)]
     if not pairs:
