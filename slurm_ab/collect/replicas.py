@@ -186,11 +186,11 @@ def _one(run_dir: Path, g: int, ranks: dict[int, Path], scans: list[ServerLogSca
     notes: list[str] = []
     untimed = sum(s.untimed_batch_lines for s in scans)
     if untimed:
-        where = ", ".join(str(Path(s.path).relative_to(run_dir)) if Path(s.path).is_relative_to(
-            run_dir) else s.path for s in scans if s.untimed_batch_lines)
+        where = ", ".join(_shown(s.path, run_dir) for s in scans if s.untimed_batch_lines)
         notes.append(f"replica {g}: {untimed} batch line(s) without a readable timestamp in "
-                     f"{where}" + ("; counted (all samples)" if all_samples else
-                                   "; left out of the benchmark window and the warm-up check"))
+                     f"{where}; " + ("decode samples among them counted (all samples), none "
+                                     "in the warm-up check" if all_samples else
+                                     "left out of the benchmark window and the warm-up check"))
     retracted = pooled_retractions(_merged_retractions(scans))
     if retracted.events:
         notes.append(f"replica {g}: {retracted.events} KV-cache retraction(s) "
@@ -209,6 +209,11 @@ def _one(run_dir: Path, g: int, ranks: dict[int, Path], scans: list[ServerLogSca
         untimed_batch_lines=untimed, retractions=retracted.events,
         retracted_requests=retracted.requests)
     return ReplicaScan(summary, primary, tuple(scans), tuple(problems), tuple(notes))
+
+
+def _shown(path: str, run_dir: Path) -> str:
+    p = Path(path)
+    return str(p.relative_to(run_dir)) if p.is_relative_to(run_dir) else path
 
 
 def _merged_retractions(scans: Sequence[ServerLogScan]) -> dict:
