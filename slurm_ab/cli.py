@@ -318,7 +318,17 @@ def compare(run_a, run_b, fmt, html_out):
         return
 
     a, b = _summaries([run_a, run_b])
-    click.echo(render_compare(a, b, fmt))
+    if fmt == "json":   # today's rows and warnings, plus the per-metric records (n=1: no interval)
+        import json
+
+        from .ab_stats import deltas
+        from .collect.tables import numeric_row
+
+        data = json.loads(render_compare(a, b, fmt))
+        data["metrics"] = [d.to_dict() for d in deltas([numeric_row(a)], [numeric_row(b)])]
+        click.echo(json.dumps(data, indent=2))
+    else:
+        click.echo(render_compare(a, b, fmt))
     if fmt == "md":
         click.echo("> inconclusive (n=1): one run per side, no interval can be given; a campaign "
                    "with --repeats gives 95% intervals and verdicts")

@@ -62,3 +62,16 @@ def test_report_and_compare_of_a_campaign(cli, tmp_path):
     code, out, _ = cli("collect", str(root))
     assert code == 0 and "summary files unchanged" in out        # report already wrote them
     assert (root / "summary.md").read_text().startswith("# Campaign camp")
+
+
+def test_compare_of_two_single_runs_says_no_interval(cli, tmp_path):
+    from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_run
+
+    a, b = build_run(tmp_path), build_run(tmp_path, RunSpec(target=TP32_DFLASH))
+    code, out, _ = cli("compare", str(a), str(b))
+    assert code == 0 and "-20.69%" in out and "inconclusive (n=1)" in out and "no interval" in out
+    code, out, _ = cli("compare", str(a), str(b), "--format", "json")
+    data = json.loads(out)
+    assert "rows" in data and "warnings" in data
+    m = {x["metric"]: x for x in data["metrics"]}
+    assert m["output_tps"]["verdict"] == "inconclusive (n=1)" and m["output_tps"]["ci_low_pct"] is None
