@@ -159,6 +159,20 @@ record_server_info() {
   [[ "$code" == 200 ]] || log "router answers HTTP ${code:-none} for /server_info: the client cannot report the accept length through it (not an error)"
 }
 
+# srun for the router and client steps, which need no GPU. sbatch exports the job's GPU request
+# (SLURM_GPUS_PER_NODE, ...: sbatch(1) OUTPUT ENVIRONMENT VARIABLES) and srun takes those as its
+# own options (srun(1) INPUT ENVIRONMENT VARIABLES); srun then asks for "gres:gpu:N,none", and
+# the controller honours --gres=none only alone (Slurm 22.05 srun step request, stepmgr
+# _copy_job_tres_to_step). Without them, --gres=none really asks for no GPU, which matters where
+# --overlap does not share GRES (before 22.05). exec: the caller's $! stays srun's pid.
+side_srun() {
+  local v
+  for v in $(compgen -v SLURM_GPUS) $(compgen -v SLURM_GRES) $(compgen -v SLURM_STEP_GRES); do
+    unset "$v"
+  done
+  exec srun "$@"
+}
+
 # The address other nodes use for head node $1 (cluster.address).
 head_address() {
   local node=$1 addr=""

@@ -46,7 +46,7 @@ def test_structure(mode):
     assert re.search(r"--tp-size \d+\n  --pp-size \d+\n  --ep-size 4\n", text)
     assert not re.search(r"--pp(\s|=)", text), "--pp is ambiguous in SGLang"
     # router and client pinned to component 0's first node, router waits for both workers
-    assert text.count('srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}"') == 2
+    assert text.count('side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}"') == 2
     assert "SIDE_STEP=(--nodes=1 --ntasks=1 --overlap --gres=none --mem=0)\n" in text
     assert "ROUTER_HOST=$R0_HEAD" in text and "ROUTER_ADDR=$R0_ADDR" in text
     assert '--worker-urls "http://${R0_ADDR}:${R0_PORT}" "http://${R1_ADDR}:${R1_PORT}"' in text
