@@ -62,10 +62,10 @@ def passes_ok(result: dict) -> bool:
 def follow_and_collect(job_id: str, run_dir: Path) -> None:
     """`submit --wait` / `watch` of a campaign: follow the job, collect, print the tables."""
     from .collect.campaign import collect_campaign_and_write
+    from .progress import follow_live
     from .rundir import Layout
-    from .watch import follow
 
-    state = follow(job_id, run_dir, echo=click.echo)
+    state = follow_live(job_id, run_dir)        # live progress of the launch running now
     click.echo(f"job {job_id} ended: {state}")
     result, _ = collect_campaign_and_write(run_dir, job_id=job_id)
     click.echo(collect_text(result))

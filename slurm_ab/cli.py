@@ -170,23 +170,9 @@ def _job_id(run_dir: Path) -> str:
 
 def _follow_and_collect(job_id: str, run_dir: Path) -> None:
     from . import rundir
-    from .progress import Display, Tracker
-    from .watch import follow
+    from .progress import follow_live
 
-    # a live bar on a terminal, plain lines otherwise; event lines print above it
-    display, trackers = Display(), {}
-
-    def on_poll(state, live_dir):
-        tracker = trackers.setdefault(live_dir, Tracker(live_dir))
-        display.update(tracker.poll(state))
-        trackers["last"] = tracker
-
-    try:
-        state = follow(job_id, run_dir, echo=display.write, on_poll=on_poll)
-        if "last" in trackers:                  # the job's last lines, after its teardown
-            display.update(trackers["last"].poll(state))
-    finally:
-        display.close()
+    state = follow_live(job_id, run_dir)        # live progress: a bar on a terminal, else lines
     click.echo(f"job {job_id} ended: {state}")
     from .collect import collect_and_write, summary_text
 

@@ -112,6 +112,9 @@ class Tracker:
         self._tails: dict[int, _Tail] = {}
         self.replicas: dict[int, _Replica] = {}
         self._floor = (None, 0)                   # (bench_start line, highest done so far)
+        self._launches: dict[int, Tracker] = {}   # a campaign's launches, by launch_start line
+        m = read_manifest(self.run_dir)
+        self.campaign = (m.extra.get("campaign") if m is not None else None) or {}
 
     # -- reading ----------------------------------------------------------------------------------
     def _read(self) -> None:
@@ -177,24 +180,30 @@ class Tracker:
 
     def poll(self, state: str | None = None) -> Snapshot:
         self._read()
+        launches = self._named("launch_start")
+        if launches:
+            return self._poll_launch(launches, state)
         now = self.clock()
         js, je = self._named("job_start"), self._named("job_end")
         elapsed = (je[-1].epoch if je else now) - (js[0].epoch if js else self.started_watching)
         phase, bstart, bench_done = self._phase(state)
         if bstart is None:
-            if bench_done and self.total:
-                last = self._named("bench_start")[-1]
+            last = self._named("bench_start")[-1] if self._named("bench_start") else None
+            total = (_int(last.fields.get("prompts")) if last else None) or self.total
+            if bench_done and total:
                 end = next((e for e in self._named("bench_end") if e.line > last.line), None)
                 dur = (end.epoch - last.epoch) if end else None
-                return Snapshot(phase, state, self.total, self.total, None, elapsed, dur,
-                                self.total / dur if dur else None, None, 0.0, finished=True)
+                return Snapshot(phase, state, total, total, None, elapsed, dur,
+                                total / dur if dur else None, None, 0.0, finished=True)
             return Snapshot(phase, state, self.total, 0 if self.total and not bench_done else None,
                             None, elapsed)
+        total = _int(bstart.fields.get("prompts")) or self.total      # a campaign's pass says its own
+        conc = _int(bstart.fields.get("concurrency")) or self.concurrency
         bench_s = now - bstart.epoch
         arrived = sum(1 for r in self.replicas.values() for t in r.arrivals
                       if bstart.local is None or t >= bstart.local)
         # estimates only rise within a pass (a stale decode sample must not take requests back)
-        done = self._done(arrived, bstart.local)
+        done = self._done(arrived, bstart.local, total, conc)
         if self._floor[0] == bstart.line:
             done = max(done, self._floor[1])
         self._floor = (bstart.line, done)
@@ -206,11 +215,40 @@ class Tracker:
             newest = max(s.ts for s in recent)
             tok = sum(s.gen_throughput or 0.0 for s in recent
                       if (newest - s.ts).total_seconds() <= RECENT_S)
-        eta = (self.total - done) / rate if rate and self.total is not None else None
-        return Snapshot(phase, state, self.total, done, arrived, elapsed, bench_s, rate, tok, eta)
+        eta = (total - done) / rate if rate and total is not None else None
+        return Snapshot(phase, state, total, done, arrived, elapsed, bench_s, rate, tok, eta)
 
-    def _done(self, arrived: int, since: datetime | None) -> int:
-        total, c = self.total, self.concurrency or 1
+    def _poll_launch(self, launches: list[Event], state: str | None) -> Snapshot:
+        """A campaign: the launch running now, followed in its own directory (its events, its
+        servers' logs); the phase says which launch of how many."""
+        cur = launches[-1]
+        sub_dir = self.run_dir / cur.fields.get("dir", "")
+        sub = self._launches.get(cur.line)
+        if sub is None:
+            sub = self._launches[cur.line] = Tracker(sub_dir, clock=self.clock,
+                                                     passes=self._launch_passes(cur.get_int("launch")))
+        snap = sub.poll(state)
+        n = len(self.campaign.get("launches") or []) or "?"
+        ended = [e for e in self._named("launch_end") if e.line > cur.line]
+        phase = f"launch {cur.get_int('launch')} of {n} ({cur.fields.get('mode', '?')}): {snap.phase}"
+        if ended or self._named("job_end"):
+            phase = "collecting" if self._named("job_end") else \
+                f"launch {cur.get_int('launch')} of {n} ({cur.fields.get('mode', '?')}) ended: {ended[0].fields.get('status', '?')}"
+        js, je = self._named("job_start"), self._named("job_end")
+        now = self.clock()
+        start = js[0].epoch if js else (launches[0].epoch if launches else self.started_watching)
+        elapsed = (je[-1].epoch if je else now) - start
+        return Snapshot(phase, state, snap.total, snap.done, snap.arrived, elapsed, snap.bench_s,
+                        snap.req_per_s, snap.out_tok_per_s, snap.eta_s, snap.source, snap.finished)
+
+    def _launch_passes(self, index: int | None) -> int | None:
+        for la in self.campaign.get("launches") or []:
+            if la.get("index") == index:
+                return len(la.get("passes") or []) or None
+        return None
+
+    def _done(self, arrived: int, since: datetime | None, total: int | None, conc: int | None) -> int:
+        c = conc or 1
         if total is None or arrived < total:
             d = max(arrived - c, 0)
             return d if total is None else min(d, total)
@@ -301,6 +339,24 @@ class Display:
             self._bar = None
 
 
-def watch_progress(run_dir: str | Path, *, display: Display | None = None, **kw) -> tuple[Tracker, Display]:
-    """A tracker for the run and a display on stdout, for watch.follow's on_poll callback."""
-    return Tracker(run_dir, **kw), display or Display()
+
+
+def follow_live(job_id: str, run_dir: str | Path, *, out: TextIO | None = None) -> str:
+    """watch.follow with live progress: a bar on a terminal, plain lines otherwise; the job's
+    event lines print above it. Returns the job's final Slurm state."""
+    from .watch import follow
+
+    display, trackers = Display(out), {}
+
+    def on_poll(state, live_dir):
+        tracker = trackers.setdefault(live_dir, Tracker(live_dir))
+        display.update(tracker.poll(state))
+        trackers["last"] = tracker
+
+    try:
+        state = follow(job_id, Path(run_dir), echo=display.write, on_poll=on_poll)
+        if "last" in trackers:                  # the job's last lines, after its teardown
+            display.update(trackers["last"].poll(state))
+    finally:
+        display.close()
+    return state

@@ -45,6 +45,10 @@ def pages(tmp_path_factory):
     (root / "runs.html").write_text(render_runs_html(dirs, report([collect_run(d) for d in dirs], "md"),
                                                      base_dir=root))
     out["runs"] = root / "runs.html"
+    for d in sorted((ROOT / "tests" / "fixtures" / "report-campaign").iterdir()):   # campaigns
+        shutil.copytree(d, res / d.name)
+        write_run_report(res / d.name)
+        out[d.name] = res / d.name / "report.html"
     return out
 
 
@@ -54,7 +58,7 @@ def shots(tmp_path_factory):
     return Path(d) if d else tmp_path_factory.mktemp("screenshots")
 
 
-NAMES = ("dev-tp32", "dev-pp8", "dev-tp32-dflash", "dev-oom", "compare", "runs")
+NAMES = ("dev-tp32", "dev-pp8", "dev-tp32-dflash", "dev-oom", "compare", "runs", "camp-ab", "camp-sweep")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -68,6 +72,15 @@ def test_page_renders_in_chromium(name, pages, shots):
     assert probe["scripts"] == 1                                       # only the test's probe
     shot = screenshot(page, shots / f"{name}.png", probe["height"] + 20)
     assert shot.stat().st_size > 10_000
+    if name.startswith("camp-"):
+        summary = json.loads((page.parent / "summary.json").read_text())
+        agg = {(r[0], r[1]): r for r in tables(dom)[0][1:]}              # the aggregates table
+        for a in summary["aggregates"]:
+            row = agg[(a["mode"], str(a["concurrency"]))]
+            assert row[2] == f"{a['passes_ok']}/{a['passes']}"
+            m = a["metrics"]["output_tps"]
+            hw = m["half_width"]
+            assert row[4] == (f"{m['mean']:.2f} ± {hw:.2f}" if hw is not None else f"{m['mean']:.2f}")
     if name.startswith("dev-"):
         summary = json.loads((page.parent / "summary.json").read_text())
         row = main_row(dom)                                            # the browser's DOM

@@ -223,7 +223,9 @@ def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None,
     jid = job_id or rundir.job_id_of(run_dir)
     facts = slurm_facts(str(jid)) if final and jid else None
     result = collect_campaign(run_dir, facts)
-    return result, write_campaign(result, run_dir)
+    written = write_campaign(result, run_dir)
+    from .run import write_report
+    return result, written + write_report(run_dir, changed=bool(written), running=bool(result.get("running")))
 
 
 def comparison_json(result: dict) -> str:

@@ -24,18 +24,19 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
     facts = slurm_facts(str(jid) if jid else None) if final else None
     summary = collect_run(run_dir, all_samples=all_samples, sacct=facts)
     written = write_summary(summary, run_dir)
-    written += _write_report(run_dir, summary, bool(written))
+    written += write_report(run_dir, changed=bool(written), running=summary.verdict == "running")
     rundir.record_nodes(run_dir, dict(summary.job.node_lists or {}))
     return summary, written
 
 
-def _write_report(run_dir: Path, summary: RunSummary, summary_changed: bool) -> list[Path]:
-    """report.html and plots/ next to summary.md, redrawn when the summary changed or the page is
-    missing (listing a results/ history stays fast). A plotting failure never costs the summary."""
-    if summary.verdict == "running":
+def write_report(run_dir: Path, *, changed: bool, running: bool) -> list[Path]:
+    """report.html and plots/ next to summary.md (a run's or a campaign's), redrawn when the
+    summary changed or the page is missing (listing a results/ history stays fast). A plotting
+    failure never costs the summary: it is said on stderr."""
+    if running:
         return []
     from ..report.write import REPORT
-    if not summary_changed and (Path(run_dir) / REPORT).exists():
+    if not changed and (Path(run_dir) / REPORT).exists():
         return []
     try:
         from ..report import write_run_report

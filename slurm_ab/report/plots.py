@@ -256,7 +256,8 @@ def fig_sweep(points: list[dict]) -> Figure:
         front = pareto_front(allp)
         if front:
             ax.plot([allp[i][0] for i in front], [allp[i][1] for i in front], color="black",
-                    ls="--", lw=1, label="Pareto front", gid=f"pareto-{key}")
+                    ls="--", lw=1, marker="o", ms=11, mfc="none", zorder=5, label="Pareto front",
+                    gid=f"pareto-{key}")
         ax.set_xlabel(label)
         ax.set_ylabel("output tok/s")
         ax.grid(alpha=0.3)

@@ -60,8 +60,8 @@ class RunFiles:
 
     @property
     def origin(self) -> datetime | None:
-        """Time zero of every time axis: the benchmark's start, else the job's start."""
-        return self.event_time("bench_start", last=True) or self.event_time("job_start")
+        """Time zero of every time axis: the (first) benchmark's start, else the job's start."""
+        return self.event_time("bench_start") or self.event_time("job_start")
 
     @property
     def origin_label(self) -> str:

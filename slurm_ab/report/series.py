@@ -253,10 +253,12 @@ def windows(run: RunFiles) -> dict[str, list[tuple[float, float | None]]]:
     for w in run.events.warmups().values():
         if w.start is not None:
             out["warmup"].append((run.seconds(w.start), run.seconds(w.done) if w.done else None))
-    start = run.event_time("bench_start", last=True)
-    if start is not None:
-        ends = [e.local for e in run.events.named("bench_end") if e.local and e.local >= start]
-        out["benchmark"].append((run.seconds(start), run.seconds(ends[-1]) if ends else None))
+    ends = run.events.named("bench_end")
+    for s in run.events.named("bench_start"):          # one window per pass
+        if s.local is None:
+            continue
+        e = next((x for x in ends if x.line > s.line and x.local is not None), None)
+        out["benchmark"].append((run.seconds(s.local), run.seconds(e.local) if e else None))
     return out
 
 

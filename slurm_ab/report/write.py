@@ -35,11 +35,17 @@ def write_if_changed(path: Path, data: bytes) -> bool:
 
 def write_run_report(run_dir: str | Path) -> list[Path]:
     """report.html and plots/<name>.png in the run directory; returns the files that changed."""
+    from ..rundir import read_manifest
     from .html import render_run
 
     run_dir = Path(run_dir)
+    m = read_manifest(run_dir)
     pl: list = []
-    text = render_run(run_dir, plots_out=pl)
+    if m is not None and isinstance(m.extra.get("campaign"), dict):
+        from .campaign import render_campaign
+        text = render_campaign(run_dir, plots_out=pl)
+    else:
+        text = render_run(run_dir, plots_out=pl)
     changed = []
     if pl:
         (run_dir / PLOTS_DIR).mkdir(exist_ok=True)
