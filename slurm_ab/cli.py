@@ -260,6 +260,9 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     if len(runs) == 1 and campaign_cli.is_campaign(_find_run(runs[0])):
         passes = click.get_current_context().meta.get("passes", False)
         click.echo(campaign_cli.report(_find_run(runs[0]), passes, fmt), nl=False)
+        if html_out:
+            from .report.campaign import render_campaign
+            _write_page(html_out, render_campaign(_find_run(runs[0]), base_dir=Path(html_out).parent))
         return
     from .report.select import by_verdict, parse_since, select
 
@@ -279,11 +282,15 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     click.echo(render_report(summaries, fmt))
     if html_out:
         from .report import render_runs_html
-        from .report.write import write_html
 
-        path = write_html(html_out, render_runs_html([d for d, _ in pairs], render_report(summaries, "md"),
-                                                     base_dir=Path(html_out).parent))
-        click.echo(f"wrote {path}", err=True)
+        _write_page(html_out, render_runs_html([d for d, _ in pairs], render_report(summaries, "md"),
+                                               base_dir=Path(html_out).parent))
+
+
+def _write_page(path: str, text: str) -> None:
+    from .report.write import write_html
+
+    click.echo(f"wrote {write_html(path, text)}", err=True)
 
 
 @main.command()
@@ -301,6 +308,20 @@ def compare(run_a, run_b, fmt, html_out):
     refs = [r for r in (run_a, run_b) if r]
     if len(refs) == 1 or any(campaign_cli.is_campaign(_find_run(r)) for r in refs):
         click.echo(campaign_cli.compare(refs, fmt, _find_run), nl=False)
+        if html_out and len(refs) == 1:             # the campaign's page holds its comparisons
+            from .report.campaign import render_campaign
+            _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
+        elif html_out:
+            import json
+
+            from .ab_stats import METRIC_BY_NAME
+            from .report import render_compare_html
+            rows = [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in
+                    json.loads(campaign_cli.compare(refs, "json", _find_run))["metrics"]
+                    if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
+            _write_page(html_out, render_compare_html(
+                _find_run(refs[0]), _find_run(refs[1]), campaign_cli.compare(refs, "md", _find_run),
+                base_dir=Path(html_out).parent, forest=rows))
         return
 
     a, b = _summaries([run_a, run_b])
@@ -320,12 +341,9 @@ def compare(run_a, run_b, fmt, html_out):
                    "with --repeats gives 95% intervals and verdicts")
     if html_out:
         from .report import render_compare_html
-        from .report.write import write_html
 
-        path = write_html(html_out, render_compare_html(_find_run(run_a), _find_run(run_b),
-                                                        render_compare(a, b, "md"),
-                                                        base_dir=Path(html_out).parent))
-        click.echo(f"wrote {path}", err=True)
+        _write_page(html_out, render_compare_html(_find_run(run_a), _find_run(run_b), render_compare(a, b, "md"),
+                                                  base_dir=Path(html_out).parent))
 
 
 @main.command()

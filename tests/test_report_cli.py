@@ -94,3 +94,20 @@ def test_fast_paths_do_not_import_plotting(args):
             " file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert "HEAVY []" in r.stderr, r.stderr[-2000:]
+
+
+def test_campaign_report_and_compare_html(cli, results, tmp_path):
+    for d in (ROOT / "tests" / "fixtures" / "report-campaign").iterdir():
+        shutil.copytree(d, results / d.name)
+    page = tmp_path / "camp.html"
+    code, out, err = cli("report", "camp-ab", "--html", str(page))
+    assert code == 0 and f"wrote {page}" in err and "Aggregates" in out
+    text = page.read_text()
+    assert "Campaign camp-ab" in text and 'data-plot="forest-tp32-dflash-vs-tp32-c8.png"' in text
+    assert 'href="results/camp-ab/launch1-tp32/bench-c8-r1.jsonl"' in text
+    code, out, err = cli("compare", "camp-ab", "--html", str(tmp_path / "c1.html"))
+    assert code == 0 and (tmp_path / "c1.html").read_text() == text
+    code, out, err = cli("compare", "dev-tp32", "camp-sweep", "--html", str(tmp_path / "c2.html"))
+    assert code == 0, err
+    text = (tmp_path / "c2.html").read_text()
+    assert 'data-plot="forest"' in text and "Input TPS" in text
