@@ -1,0 +1,149 @@
+"""Campaigns on the real local Slurm cluster: A/B with repeats in one allocation, a concurrency
+sweep, and a campaign whose second mode OOMs at start-up. In-job overheads are measured from
+events.log and printed (figures for the README)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.jobs import final_sacct, slurm_ab, wait_no_processes
+from slurm_ab.parse.events import read_events
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, local_cluster):
+    return tmp_path_factory.mktemp("campaign")
+
+
+def _submit(workdir: Path, run_id: str, *args: str):
+    t0 = time.monotonic()
+    r = slurm_ab("submit", *args, "--site", "local", "--run-id", run_id, "--wait", "--no-collector",
+                 cwd=workdir, timeout=900)
+    return r, workdir / "results" / run_id, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def ab(workdir):
+    return _submit(workdir, f"camp-ab-{int(time.time())}", "tp32", "tp32-dflash", "--repeats", "3")
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def _job(run_dir: Path) -> str:
+    return json.loads((run_dir / "manifest.json").read_text())["job_id"]
+
+
+def overheads(run_dir: Path) -> dict:
+    """Seconds between passes (bench_end -> next bench_start in one launch) and between modes
+    (previous launch's last bench_end -> next launch's first bench_start, split into teardown,
+    relaunch to ready, warm-ups + router)."""
+    out = {"between_passes": [], "between_modes": [], "teardown": [], "to_ready": [], "warm_router": [],
+           "pass_outside_benchmark": []}
+    summary = _summary(run_dir)
+    c = summary["campaign"]
+    durations = {(x["launch"], x["pass"]): x["duration_s"] for x in summary["passes"]}
+    prev_end = None
+    for la in c["launches"]:
+        ev = read_events(run_dir / la["dir"] / "events.log").events
+        starts = [e for e in ev if e.name == "bench_start"]
+        ends = [e for e in ev if e.name == "bench_end"]
+        out["between_passes"] += [s.epoch - e.epoch for e, s in zip(ends, starts[1:])]
+        for st, en in zip(starts, ends):    # client start-up, dataset preparation, result writing
+            d = durations.get((la["index"], st.fields.get("pass")))
+            if d is not None:
+                out["pass_outside_benchmark"].append(round(en.epoch - st.epoch - d, 2))
+        first = next((e for e in ev if e.name == "job_start"), None)
+        ready = [e for e in ev if e.name == "ready"]
+        rr = next((e for e in ev if e.name == "router_ready"), None)
+        if prev_end is not None and starts:
+            out["between_modes"].append(starts[0].epoch - prev_end[0])
+            out["teardown"].append(first.epoch - prev_end[0])
+        if first and ready:
+            out["to_ready"].append(max(e.epoch for e in ready) - first.epoch)
+        if ready and rr:
+            out["warm_router"].append(rr.epoch - max(e.epoch for e in ready))
+        if ends:
+            prev_end = (ends[-1].epoch,)
+    return out
+
+
+def test_ab_campaign_runs_in_one_allocation(ab):
+    r, run_dir, seconds = ab
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
+    job = _job(run_dir)
+    info = final_sacct(job)
+    assert info["state"] == "COMPLETED", info
+    assert set(info["components"]) == {f"{job}+0", f"{job}+1"}       # one het allocation
+    s = _summary(run_dir)
+    rows = s["passes"]
+    assert len(rows) == 6 and all(x["verdict"] == "ok" for x in rows), [x["reason"] for x in rows]
+    assert [la["status"] for la in s["launches"]] == ["ok", "ok"]
+    # two server launches in the one job, each with both replicas, each torn down
+    root = read_events(run_dir / "events.log")
+    assert [e.fields["mode"] for e in root.named("launch_start")] == ["tp32", "tp32-dflash"]
+    for la in s["campaign"]["launches"]:
+        ev = read_events(run_dir / la["dir"] / "events.log")
+        assert len(ev.named("server_launch")) == 2 and len(ev.named("bench_end")) == 3
+        assert ev.named("teardown")
+    # repeats differ (the emulator's noise), and the comparison has intervals and verdicts
+    tps = [x["output_tps"] for x in rows if x["mode"] == "tp32"]
+    assert len(set(tps)) == 3
+    (cmp,) = s["comparisons"]
+    m = {x["metric"]: x for x in cmp["metrics"]}
+    assert m["output_tps"]["n_a"] == 3 and m["output_tps"]["ci_low_pct"] < m["output_tps"]["ci_high_pct"]
+    # DFlash is ~20% slower in the emulator; with 3 noisy passes the interval may still reach 0
+    assert m["output_tps"]["change_pct"] < 0 and m["output_tps"]["verdict"] in ("worse", "no significant difference")
+    assert m["tpot_mean_ms"]["change_pct"] > 0 and m["tpot_mean_ms"]["verdict"] != "better"
+    assert "95% CI" in r.stdout and "variance included: within one launch only" in r.stdout
+    assert wait_no_processes(job, 30) == []
+    o = overheads(run_dir)
+    print(f"\nA/B campaign: {seconds:.0f} s wall; overheads {json.dumps(o)}")
+    assert max(o["between_passes"]) < 5.0
+
+
+def test_report_and_compare_of_the_campaign(ab, workdir):
+    _, run_dir, _ = ab
+    r = slurm_ab("report", str(run_dir), cwd=workdir)
+    assert r.returncode == 0 and "3/3" in r.stdout and " ± " in r.stdout
+    r = slurm_ab("report", str(run_dir), "--passes", cwd=workdir)
+    assert r.stdout.count("| tp32") == 6
+    r = slurm_ab("compare", str(run_dir), "--format", "json", cwd=workdir)
+    data = json.loads(r.stdout)
+    assert data["comparisons"][0]["metrics"][1]["metric"] == "output_tps"
+
+
+def test_concurrency_sweep_gives_the_curve(workdir):
+    r, run_dir, seconds = _submit(workdir, f"camp-sweep-{int(time.time())}", "tp32", "--repeats", "2",
+                                  "--concurrency", "1,8", "--set", "benchmark.prompts_per_concurrency=2")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
+    s = _summary(run_dir)
+    assert [(x["concurrency"], x["prompts"], x["verdict"]) for x in s["passes"]] == \
+        [(1, 2, "ok"), (1, 2, "ok"), (8, 16, "ok"), (8, 16, "ok")]
+    assert "## Throughput-latency curve" in r.stdout
+    agg = {a["concurrency"]: a["metrics"] for a in s["aggregates"]}
+    assert agg[8]["output_tps"]["mean"] > agg[1]["output_tps"]["mean"]
+    assert agg[8]["ttft_mean_s"]["mean"] > agg[1]["ttft_mean_s"]["mean"]
+    print(f"\nsweep campaign: {seconds:.0f} s wall")
+
+
+def test_second_mode_oom_keeps_the_first_modes_passes(workdir):
+    r, run_dir, _ = _submit(workdir, f"camp-oom-{int(time.time())}", "tp32", "tp32-dflash", "--repeats", "2",
+                            "--set", "modes.tp32-dflash.args.mem-fraction-static=0.86")
+    assert r.returncode == 1                      # not every pass ok
+    s = _summary(run_dir)
+    verdicts = [(x["mode"], x["verdict"]) for x in s["passes"]]
+    assert verdicts == [("tp32", "ok"), ("tp32", "ok"), ("tp32-dflash", "failed"), ("tp32-dflash", "failed")]
+    failed = [x for x in s["passes"] if x["verdict"] == "failed"][0]
+    assert "CUDA out of memory" in failed["reason"] and "mem_fraction_static=0.86" in failed["reason"]
+    assert "launch2-tp32-dflash/logs/server-r" in failed["reason"]
+    assert [la["status"] for la in s["launches"]] == ["ok", "failed"]
+    job = _job(run_dir)
+    assert final_sacct(job)["state"] == "COMPLETED"
+    assert wait_no_processes(job, 30) == []
