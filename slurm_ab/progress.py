@@ -172,6 +172,8 @@ class Tracker:
             return "loading replica " + ",".join(str(g) for g in sorted(launched - ready)), None, False
         if launched:
             return "warm-up", None, False
+        if "prologue_start" in names and "prologue_end" not in names:
+            return "prologue", None, False
         if "job_start" in names:
             return "preflight", None, False
         if state and state.split()[0] in ("PENDING", "CONFIGURING", "REQUEUED"):

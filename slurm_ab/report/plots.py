@@ -174,7 +174,8 @@ def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *
                failure: float | None = None, end: float | None = None,
                xlabel: str = "seconds since the benchmark started (negative: before it)") -> Figure:
     """lanes: (name, [(phase, start, end|None)]); None = never finished (drawn to the job's end)."""
-    colors = {"loading": "#90caf9", "warm-up": "#ffcc80", "router": "#ce93d8", "benchmark": "#a5d6a7"}
+    colors = {"preflight": "#bdbdbd", "loading": "#90caf9", "warm-up": "#ffcc80", "router": "#ce93d8",
+              "benchmark": "#a5d6a7"}
     fig, (ax,) = _fig(10, 0.6 + 0.45 * max(len(lanes), 1))
     stop = end if end is not None else max([e or s for _, ph in lanes for _, s, e in ph] + [0.0])
     for y, (name, phases) in enumerate(lanes):

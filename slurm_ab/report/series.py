@@ -272,12 +272,13 @@ def phases(run: RunFiles) -> list[tuple[str, list[tuple[str, float, float | None
             end = run.seconds(end_ev.local) if end_ev is not None and end_ev.local else None
             lanes.setdefault(lane, []).append((phase, run.seconds(start_ev.local), end))
 
+    f = ev.first
+    span("job", "preflight", f.get("preflight_start"), f.get("preflight_done"))
     for g in sorted(ev.replicas()):
         def first(name, g=g):
             return next((e for e in ev.events if e.name == name and e.get_int("replica") == g), None)
         span(f"replica {g}", "loading", first("server_launch"), first("ready"))
         span(f"replica {g}", "warm-up", first("warmup_start"), first("warmup_done"))
-    f = ev.first
     span("router", "router", f.get("router_launch"), f.get("router_ready"))
     starts, ends = ev.named("bench_start"), ev.named("bench_end")
     for k, s in enumerate(starts):
