@@ -19,7 +19,8 @@ export SLURM_AB_SITES := $(if $(findstring $(TESTBED_SITES),$(SLURM_AB_SITES)),$
 help:
 	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck), slurm-ab and"
 	@echo "                               the testbed (emulator, local cluster); quick no-op when already done"
-	@echo "make cluster-up | cluster-down start/stop the local 9-node Slurm cluster (cluster-status: its state)"
+	@echo "make cluster-up | cluster-down start/stop the local 9-node Slurm cluster (cluster-status: its state"
+	@echo "                               and network layout; SLURM_AB_CLUSTER_NET=netns|localhost picks one)"
 	@echo "make demo                      run the three modes on the local cluster and print the tables"
 	@echo "make dry-run MODE=tp32         print the job script (SITE=example|local|FILE)"
 	@echo "make submit MODE=tp32          submit one run (add WAIT=1 to follow it)"

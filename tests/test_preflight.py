@@ -349,10 +349,24 @@ def test_cluster_missing_model_path(workdir):
 def test_cluster_port_taken_on_the_router_node(workdir):
     # one job slot: the router's port is exactly ports.router
     port = _free_port_range(18123)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
-        s.listen()
-        j = run_job(workdir, "pf-port", "ports.job_slots=1", f"ports.router={port}")
+    from slurm_ab_testbed.cluster import NS_PREFIX, layout
+    if layout() == "netns":
+        # node01 is a host of its own (its network namespace): hold the port there
+        holder = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{NS_PREFIX}node01", "python3", "-c",
+             f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
+             "print('listening', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "listening"
+            j = run_job(workdir, "pf-port", "ports.job_slots=1", f"ports.router={port}")
+        finally:
+            holder.kill()
+            holder.wait()
+    else:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            j = run_job(workdir, "pf-port", "ports.job_slots=1", f"ports.router={port}")
     assert_failed_fast(j, f"preflight: node01 (replica 0 node rank 0): port {port} is already in use "
                           "(Address already in use)")
 
@@ -380,13 +394,18 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
         # random-ids sends, is a 400 "did not match any variant of untagged enum StringOrArray");
         # its /generate forwards input_ids, and it proxies /get_server_info to a worker.
         sets.append('benchmark.backend="sglang"')
+    from slurm_ab_testbed.cluster import layout
+    netns = layout() == "netns"      # every node has its own address on eth0 (else all are 127.0.0.1)
     if address == "interface":
-        sets.append('cluster.address_interface="lo"')
+        sets.append('cluster.gpu_request="gpus-per-node"')     # the local nodes declare gpu:8 GRES
+        sets.append(f'cluster.address_interface="{"eth0" if netns else "lo"}"')
     j = run_job(workdir, f"pf-{profile}-{address}", *sets)
     s = j.summary()
     assert j.rc == 0 and s["verdict"] == "ok", s
     ev = {k: kv for _, k, kv in j.events()}
-    assert ev["addresses"] == {"mode": address, "replica0": expect_addr, "replica1": expect_addr}
+    expect = ({f"replica{g}": socket.gethostbyname(nodes[0]) for g, nodes in j.hosts().items()} if netns
+              else {"replica0": expect_addr, "replica1": expect_addr})
+    assert ev["addresses"] == {"mode": address, **expect}
     assert ev["router_launch"]["profile"] == profile and ev["router_launch"]["host"] == "node01"
     assert ev["router_server_info"] == {"http": "404"}          # recorded, not an error
     info = ran_on(read_reports(j.run_dir))
@@ -397,3 +416,12 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
     assert any(n.startswith("router answered HTTP 404 for /server_info") for n in s["notes"])
     assert (j.run_dir / "logs" / "router.log").stat().st_size > 0
     j.assert_nothing_left()
+    if address == "interface":
+        # with --gpus-per-node on the job, the router and client steps still ask for no GPU
+        # (side_srun drops the SLURM_GPUS_* the batch environment would pass on as options)
+        out = subprocess.run(["sacct", "-j", str(j.job_id), "-P", "-n", "--format=JobID,AllocTRES"],
+                             capture_output=True, text=True).stdout
+        steps = [line.split("|") for line in out.splitlines() if line.startswith(f"{j.job_id}+0.")
+                 and not line.split("|")[0].endswith((".batch", ".extern"))]
+        without_gpu = [s for s in steps if "gres/gpu" not in s[1]]
+        assert len(without_gpu) == 2 and len(steps) == 4, steps    # preflight, server | router, client

@@ -7,7 +7,7 @@ from typing import Mapping
 
 from .. import rundir
 from ..parse.bench import parse_result_block, read_last_record
-from ..parse.diagnose import diagnose
+from ..parse.diagnose import ROOT_CAUSE_KINDS, diagnose
 from ..parse.events import read_events
 from ..parse.preflight import ran_on_note, server_info_note
 from .bench_result import bench_result, bench_spec
@@ -90,6 +90,15 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
         cut = interrupted_reason(events, replicas, spec.num_prompts, has_result)
         if cut:
             reasons.insert(1, cut)
+    elif verdict == "invalid" and lay.logs.is_dir():
+        # A replica that failed while the job still completed (e.g. a peer's link went down: the
+        # head's watchdog fired, but its server step could not end while srun waited for the
+        # unreachable node, and the router sent the rest elsewhere): its root cause goes first.
+        roots = [f for f in diagnose(lay.server_logs(), root=run_dir) if f.kind in ROOT_CAUSE_KINDS]
+        if roots:
+            findings = roots
+            diag = diagnosis_reasons(roots, job.node_lists, events)
+            reasons = diag + [r for r in reasons if r not in diag]
     elif verdict == "ok" and problems:
         notes += problems
 

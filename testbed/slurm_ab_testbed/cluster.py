@@ -16,11 +16,20 @@ __all__ = [
     "cluster_script",
     "ctld_running",
     "is_up",
+    "layout",
+    "net",
     "node_states",
     "run",
     "slurm_conf",
     "slurm_env",
 ]
+
+# The netns layout's fixed names (cluster.sh: NS_PREFIX, BRIDGE, VETH_PREFIX, SUBNET).
+NS_PREFIX = "sab-"
+BRIDGE = "sabbr0"
+VETH_PREFIX = "sabv"
+SUBNET = "10.77.0.0/24"
+FALLBACK_METRIC = 4000
 
 DEFAULT_DIR = "/var/lib/slurm-ab-cluster"
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
@@ -105,3 +114,19 @@ def is_up(min_nodes: int = 1) -> bool:
         return False
     states = node_states()
     return len(states) >= min_nodes and all(s in USABLE_STATES for s in states.values())
+
+
+def layout() -> str:
+    """The running cluster's network layout: ``netns`` or ``localhost`` (cluster.sh up records it)."""
+    try:
+        return (cluster_dir() / "etc" / "layout").read_text().strip() or "localhost"
+    except OSError:
+        return "localhost"
+
+
+def net(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """A network fault of the netns layout through cluster.sh (needs root), e.g.
+    ``net("link", "node06", "down")``, ``net("rate", "node05", "400kbit")``,
+    ``net("block", "node01", "node05", "31000")``, ``net("names", "ib")``; raises on failure."""
+    return subprocess.run(["bash", str(cluster_script()), *args], capture_output=True, text=True,
+                          timeout=timeout, check=True)

@@ -2,21 +2,47 @@
 # slurm-ab local test cluster: a real multi-node Slurm (one slurmd per emulated node, Debian's
 # --enable-multiple-slurmd build) with real accounting (slurmdbd + MariaDB) on ONE machine.
 #
-# Usage: cluster.sh install | up | down [--purge] | status | env
+# Usage: cluster.sh install | up | down [--purge] | status | env | link NODE up|down
+#                   | rate NODE RATE|off | names plain|ib | block FROM TO PORT | block FROM off
 #
 #   install   apt-get the packages, shellcheck included (skips what is installed; never starts the
 #             distro services)
 #   up        write configs, start munged, mariadb, slurmdbd, slurmctld, N x slurmd; wait until
 #             every node is idle and sacct answers. Idempotent: on a running cluster it only checks.
-#   down      cancel jobs, stop the daemons WE started (pid files only), keep the state dir
-#             (logs, DB, job-id counter) unless --purge.
-#   status    daemons up/down with pids, sinfo, the SLURM_CONF export line; non-zero if anything is down
+#             Leftovers of an interrupted earlier run (namespaces, links, hosts lines) are removed.
+#   down      cancel jobs, stop the daemons WE started (pid files only), remove the node network
+#             (namespaces, links, bridge) and the /etc/hosts lines; keep the state dir (logs, DB,
+#             job-id counter) unless --purge.
+#   status    network layout, daemons up/down with pids, sinfo, the SLURM_CONF export line;
+#             non-zero if anything is down
 #   env       print `export SLURM_CONF=...` (for eval)
+#   link      (netns layout) a node's link down/up, inside its namespace (a network partition)
+#   rate      (netns layout) rate-limit a node's outgoing traffic with tbf (e.g. 400kbit), or off
+#   names     (netns layout) /etc/hosts gives the nodes' addresses as nodeNN (plain) or only as
+#             nodeNN-ib (ib: the Slurm name is not an address; Slurm itself uses NodeAddr IPs)
+#   block     (netns layout) block FROM TO PORT: FROM's TCP connections to TO's address and PORT
+#             fail ("No route to host"; a policy route inside FROM's namespace); block FROM off
+#   (`up` on a running netns cluster undoes link, rate and block; names is reset by a fresh up)
 #
 # Environment:
 #   SLURM_AB_CLUSTER_DIR      all state (default /var/lib/slurm-ab-cluster)
 #   SLURM_AB_CLUSTER_NODES    number of emulated nodes (default 9: node01..node09)
 #   SLURM_AB_CLUSTER_TIMEOUT  seconds to wait for each daemon (default 60)
+#   SLURM_AB_CLUSTER_NET      node network layout for `up`: auto (default: netns where network
+#                             namespaces can be created, else localhost) | netns | localhost
+#
+# Network layouts:
+#   netns      every node has its own network namespace (sab-nodeNN) and UTS namespace (hostname
+#              nodeNN), one veth (eth0, 10.77.0.(10+N)/24) on a private bridge (sabbr0, 10.77.0.1)
+#              and no default route; slurmctld, slurmdbd, MariaDB and munged stay on the host side
+#              (munge through its socket file). Each slurmd runs inside its node's namespace, so
+#              every step and every process of a job lives in its node's network. BEFORE anything
+#              else, `up` installs `unreachable 10.77.0.0/24 metric 4000`: if the bridge or its
+#              route goes away, packets for a test address fail at once instead of following the
+#              default route off the machine. Link faults are applied inside the node's namespace,
+#              never by removing the bridge's route. `down` keeps the unreachable route (it only
+#              ever refuses traffic); `down --purge` removes it too.
+#   localhost  every node is 127.0.0.1 and shares one port space (the fallback).
 #
 # Traps (learned the hard way, keep in mind when editing):
 #   * Never install slurm-wlm-emulator: it flips the slurmd/slurmctld/slurmstepd alternatives to
@@ -40,7 +66,12 @@
 #   * munged refuses to run as root (without --force) and needs /run/munge (absent on a fresh
 #     machine, /run is a tmpfs); it is started as the munge user.
 #   * /etc/hosts may be a bind mount: edit it in place (cat > /etc/hosts), never rename over it.
-#   * Every emulated node is 127.0.0.1: jobs must derive distinct ports per node/replica.
+#   * localhost layout: every node is 127.0.0.1, jobs must derive distinct ports per node/replica.
+#   * netns layout: slurmd is started with nsenter --net + unshare --uts, not `ip netns exec`:
+#     that one remounts /sys in a new mount namespace, hiding /sys/fs/cgroup from slurmd.
+#     Deleting a namespace frees its veth asynchronously: `down` deletes the host-side veth first
+#     (that removes both ends) and polls until the links are gone.
+#     This kernel has no netem (and no fq_codel) qdisc: delay/loss are not available, tbf is.
 #   * slurmd restarts do not kill running steps (slurmstepd survives), so `down` cancels jobs first.
 #   * proctrack/linuxproc tracks processes by parent pid: a step's process that double-forks and
 #     re-parents to init escapes scancel.
@@ -68,10 +99,26 @@ NODE_CPUS=8           # declared CPUs per emulated node (config_overrides: host 
 NODE_MEM_MB=8000
 NODE_GPUS=8           # fake GPU GRES per node (File= symlinks to /dev/null)
 HOSTS_MARK="# slurm-ab-cluster"
-PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server shellcheck)  # shellcheck: the tests lint every generated job script
+NET_REQ="${SLURM_AB_CLUSTER_NET:-auto}"
+# netns layout (see the header). Names are short: interface names have at most 15 characters.
+# The SLURM_AB_CLUSTER_{NS,BRIDGE,VETH,NET}_* overrides exist for trying the plumbing on a
+# throwaway copy next to a running cluster.
+NS_PREFIX=${SLURM_AB_CLUSTER_NS_PREFIX:-sab-}         # nodeNN's namespace: sab-nodeNN
+BRIDGE=${SLURM_AB_CLUSTER_BRIDGE:-sabbr0}
+VETH_PREFIX=${SLURM_AB_CLUSTER_VETH_PREFIX:-sabv}     # host side of nodeNN's veth: sabvNN (node side: eth0)
+NET_PREFIX=${SLURM_AB_CLUSTER_NET_PREFIX:-10.77.0}    # a /24 of private addresses nothing else here uses
+SUBNET=$NET_PREFIX.0/24
+HOST_ADDR=$NET_PREFIX.1   # slurmctld, slurmdbd (the bridge's address on the host side)
+NODE_ADDR_BASE=10     # nodeNN is $NET_PREFIX.(10+N)
+FALLBACK_METRIC=4000
+# (the package shellcheck is here because the tests lint every generated job script)
+PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server shellcheck)
 
 ETC="$D/etc"; RUN="$D/run"; LOG="$D/log"; DBDIR="$D/mysql"; MUNGE_DIR="$D/munge"
 CONF="$ETC/slurm.conf"
+LAYOUT_FILE="$ETC/layout"   # netns | localhost: the layout the running cluster was started with
+NAMES_FILE="$ETC/names"     # plain | ib (see `names`)
+LAYOUT=localhost            # set by choose_layout (up) or current_layout
 DB_SOCK="$RUN/mariadb.sock"
 export SLURM_CONF="$CONF"
 
@@ -193,7 +240,7 @@ render_slurm_conf() {
   cat <<EOF
 # Generated by testbed/slurm_ab_testbed/cluster.sh -- edits are overwritten by 'up'.
 ClusterName=$CLUSTER_NAME
-SlurmctldHost=localhost
+SlurmctldHost=$(ctld_host)
 SlurmctldPort=$CTLD_PORT
 AuthType=auth/munge
 CredType=cred/munge
@@ -227,7 +274,7 @@ Waittime=0
 SlurmdTimeout=60
 # Real accounting through slurmdbd.
 AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
+AccountingStorageHost=$(accounting_host)
 AccountingStoragePort=$DBD_PORT
 AccountingStorageTRES=gres/gpu
 JobAcctGatherType=jobacct_gather/linux
@@ -235,9 +282,27 @@ JobAcctGatherFrequency=30
 JobCompType=jobcomp/none
 # Fake GPUs: a count only, no device files (see gres.conf).
 GresTypes=gpu
-NodeName=$(node_range) NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$((NODE_PORT_BASE + 1))-$((NODE_PORT_BASE + NNODES))] CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:$NODE_GPUS State=UNKNOWN
+$(render_node_lines)
 PartitionName=gpu Nodes=$(node_range) Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
+}
+
+# The controller's address: in the netns layout the nodes reach it on the bridge. slurmctld
+# accepts "localhost" as its own name whatever the machine's hostname is.
+ctld_host() { if [[ $LAYOUT == netns ]]; then printf 'localhost(%s)' "$HOST_ADDR"; else printf localhost; fi; }
+accounting_host() { if [[ $LAYOUT == netns ]]; then printf '%s' "$HOST_ADDR"; else printf localhost; fi; }
+render_node_lines() {
+  local node_opts="CPUs=$NODE_CPUS RealMemory=$NODE_MEM_MB Gres=gpu:$NODE_GPUS State=UNKNOWN" i n
+  if [[ $LAYOUT == netns ]]; then
+    for ((i = 1; i <= NNODES; i++)); do
+      n=$(node_name "$i")
+      printf 'NodeName=%s NodeHostname=%s NodeAddr=%s Port=%s %s\n' "$n" "$n" "$(node_addr "$i")" \
+        "$((NODE_PORT_BASE + i))" "$node_opts"
+    done
+  else
+    printf 'NodeName=%s NodeHostname=localhost NodeAddr=127.0.0.1 Port=[%s-%s] %s\n' "$(node_range)" \
+      "$((NODE_PORT_BASE + 1))" "$((NODE_PORT_BASE + NNODES))" "$node_opts"
+  fi
 }
 
 # TRAP: Slurm 22.05 drops every GPU GRES without File= ("Removing file-less GPU"), the node then
@@ -324,19 +389,31 @@ write_configs() {
   return 0
 }
 
-# /etc/hosts: make nodeNN resolvable (127.0.0.1), one marked line, edited in place.
-hosts_line() { printf '127.0.0.1 %s %s' "$(all_nodes | tr '\n' ' ' | sed 's/ $//')" "$HOSTS_MARK"; }
+# /etc/hosts: make nodeNN resolvable, marked lines, edited in place. localhost layout: one line
+# (127.0.0.1); netns layout: one line per node with its own address, named nodeNN (names plain)
+# or only nodeNN-ib (names ib).
+hosts_lines() {
+  if [[ $LAYOUT != netns ]]; then
+    printf '127.0.0.1 %s %s\n' "$(all_nodes | tr '\n' ' ' | sed 's/ $//')" "$HOSTS_MARK"
+    return
+  fi
+  local suffix="" i
+  [[ -s $NAMES_FILE && $(<"$NAMES_FILE") == ib ]] && suffix=-ib
+  for ((i = 1; i <= NNODES; i++)); do
+    printf '%s %s%s %s\n' "$(node_addr "$i")" "$(node_name "$i")" "$suffix" "$HOSTS_MARK"
+  done
+}
 ensure_hosts() {
-  local line
-  line=$(hosts_line)
-  grep -qxF "$line" /etc/hosts && return 0
+  local want
+  want=$(hosts_lines)
+  [[ $(grep -F "$HOSTS_MARK" /etc/hosts || true) == "$want" ]] && return 0
   local tmp
   tmp=$(mktemp)
   grep -vF "$HOSTS_MARK" /etc/hosts >"$tmp" || true
-  printf '%s\n' "$line" >>"$tmp"
+  printf '%s\n' "$want" >>"$tmp"
   cat "$tmp" >/etc/hosts
   rm -f "$tmp"
-  log "added node names to /etc/hosts"
+  log "node names in /etc/hosts ($LAYOUT layout)"
 }
 remove_hosts() {
   grep -qF "$HOSTS_MARK" /etc/hosts || return 0
@@ -364,6 +441,134 @@ ensure_conf_link() {
 remove_conf_link() {
   local link=/etc/slurm/slurm.conf
   if [[ -L $link ]] && [[ $(readlink "$link") == "$CONF" ]]; then rm -f "$link"; fi
+}
+
+# ---------------------------------------------------------------- node network (netns layout)
+node_addr() { printf '%s.%d' "$NET_PREFIX" "$((NODE_ADDR_BASE + $1))"; }   # node_addr INDEX
+node_ns() { printf '%s%s' "$NS_PREFIX" "$1"; }                            # node_ns NAME
+node_veth() { printf '%s%s' "$VETH_PREFIX" "${1#node}"; }                 # node_veth NAME
+our_namespaces() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${NS_PREFIX}node[0-9]+\$" || true; }
+our_links() {
+  ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' |
+    grep -E "^(${VETH_PREFIX}[0-9]+|$BRIDGE)\$" || true
+}
+fallback_route_ok() {
+  ip route show type unreachable 2>/dev/null | grep -qE "^unreachable $SUBNET( .*)? metric $FALLBACK_METRIC\b"
+}
+# The fallback route goes in FIRST, before any address of the subnet exists (see the header).
+ensure_fallback_route() {
+  fallback_route_ok && return 0
+  ip route add unreachable "$SUBNET" metric "$FALLBACK_METRIC" || return 1
+  fallback_route_ok
+}
+
+# net_up: bridge, namespaces, veths, addresses; idempotent, and on a running cluster it also undoes
+# what the fault commands did (link up, no rate limit). Every command is checked explicitly: this
+# runs inside `if`, where set -e does not apply.
+net_up() {
+  command -v ip >/dev/null || { echo "ip (iproute2) not found"; return 1; }
+  ensure_fallback_route || { echo "cannot add the fallback route 'unreachable $SUBNET metric $FALLBACK_METRIC'"; return 1; }
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then ip link add "$BRIDGE" type bridge || return 1; fi
+  ip addr replace "$HOST_ADDR/24" dev "$BRIDGE" || return 1
+  ip link set "$BRIDGE" up || return 1
+  local i n ns veth
+  for ((i = 1; i <= NNODES; i++)); do
+    n=$(node_name "$i"); ns=$(node_ns "$n"); veth=$(node_veth "$n")
+    [[ -e /run/netns/$ns ]] || ip netns add "$ns" || return 1
+    if ! ip link show "$veth" >/dev/null 2>&1; then
+      ip -n "$ns" link del eth0 2>/dev/null || true
+      ip link add "$veth" type veth peer name eth0 netns "$ns" || return 1
+    fi
+    ip link set "$veth" master "$BRIDGE" || return 1
+    ip link set "$veth" up || return 1
+    ip -n "$ns" link set lo up || return 1
+    ip -n "$ns" addr replace "$(node_addr "$i")/24" dev eth0 || return 1
+    ip -n "$ns" link set eth0 up || return 1
+    tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
+    unblock "$ns"
+  done
+  fallback_route_ok || { echo "the fallback route disappeared"; return 1; }
+}
+
+# net_down: end what still runs inside our namespaces (leftovers of jobs or of an interrupted run;
+# only processes in namespaces this script created), delete the veths (both ends), the namespaces
+# and the bridge, and wait until the kernel has removed the links (that happens asynchronously).
+net_down() {
+  local ns pids=() p i
+  for ns in $(our_namespaces); do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do pids+=("$p"); done
+  done
+  if ((${#pids[@]})); then
+    log "ending ${#pids[@]} process(es) left in the node namespaces: ${pids[*]}"
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      local alive=0
+      for p in "${pids[@]}"; do running "$p" && alive=1; done
+      ((alive)) || break
+      sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+  fi
+  local l
+  for l in $(our_links); do [[ $l == "$BRIDGE" ]] || ip link del "$l" 2>/dev/null || true; done
+  for ns in $(our_namespaces); do ip netns del "$ns" 2>/dev/null || true; done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    [[ -z $(our_links) && -z $(our_namespaces) ]] && return 0
+    sleep 0.1
+  done
+  log "WARNING: still present after 10 s: $(our_links | tr '\n' ' ')$(our_namespaces | tr '\n' ' ')"
+}
+
+BLOCK_TABLE=77; BLOCK_PREF=100
+unblock() {
+  while ip -n "$1" rule del pref "$BLOCK_PREF" 2>/dev/null; do :; done
+  ip -n "$1" route flush table "$BLOCK_TABLE" 2>/dev/null || true
+}
+
+current_layout() {
+  LAYOUT=localhost
+  if [[ -s $LAYOUT_FILE ]]; then LAYOUT=$(<"$LAYOUT_FILE"); fi
+}
+
+# choose_layout: on a running cluster keep its layout (and repair its network); otherwise clean up
+# leftovers of an earlier run and set up the requested layout (auto: netns if it can be built).
+choose_layout() {
+  mkdir -p "$ETC" "$LOG" "$RUN"
+  case $NET_REQ in auto|netns|localhost) ;; *) die "SLURM_AB_CLUSTER_NET=$NET_REQ: expected auto, netns or localhost" ;; esac
+  if pid_alive "$RUN/slurmctld.pid" slurmctld; then
+    current_layout
+    if [[ $NET_REQ != auto && $NET_REQ != "$LAYOUT" ]]; then
+      log "WARNING: the running cluster uses the $LAYOUT layout; to switch: $0 down && SLURM_AB_CLUSTER_NET=$NET_REQ $0 up"
+    fi
+    if [[ $LAYOUT == netns ]]; then
+      local err
+      err=$(net_up 2>&1) || die "node network: $err"
+    fi
+    return 0
+  fi
+  # Not running: slurmds or namespaces of an interrupted run go first.
+  local n
+  for n in $(all_nodes); do stop_pidfile "slurmd $n" "$RUN/slurmd.$n.pid" slurmd; done
+  if [[ -n $(our_namespaces)$(our_links) ]]; then log "removing the node network of an earlier run"; fi
+  net_down
+  printf 'plain\n' >"$NAMES_FILE"
+  local err=""
+  case $NET_REQ in
+    localhost) LAYOUT=localhost ;;
+    netns)
+      err=$(net_up 2>&1) || { net_down; die "netns layout requested but not possible: $err"; }
+      LAYOUT=netns ;;
+    auto)
+      if err=$(net_up 2>&1); then LAYOUT=netns
+      else
+        log "network namespaces cannot be created here ($err); using the shared-localhost layout"
+        net_down
+        LAYOUT=localhost
+      fi ;;
+  esac
+  printf '%s\n' "$LAYOUT" >"$LAYOUT_FILE"
+  log "network layout: $LAYOUT"
 }
 
 # ---------------------------------------------------------------- daemons
@@ -459,7 +664,16 @@ start_slurmds() {
   local n started=0
   for n in $(all_nodes); do
     pid_alive "$RUN/slurmd.$n.pid" slurmd && continue
-    "$SLURMD" -f "$CONF" -N "$n" -d "$SLURMSTEPD" || die "slurmd $n failed to start (see $LOG/slurmd.$n.log)"
+    if [[ $LAYOUT == netns ]]; then
+      # Inside the node's network namespace and a new UTS namespace (hostname nodeNN); slurmd
+      # daemonises and keeps both, and so does every step it starts.
+      # shellcheck disable=SC2016  # $1 and $@ expand in the inner sh
+      nsenter --net="/run/netns/$(node_ns "$n")" -- unshare --uts -- \
+        sh -c 'hostname "$1" && shift && exec "$@"' sh "$n" "$SLURMD" -f "$CONF" -N "$n" -d "$SLURMSTEPD" ||
+        die "slurmd $n failed to start in $(node_ns "$n") (see $LOG/slurmd.$n.log)"
+    else
+      "$SLURMD" -f "$CONF" -N "$n" -d "$SLURMSTEPD" || die "slurmd $n failed to start (see $LOG/slurmd.$n.log)"
+    fi
     started=$((started + 1))
   done
   ((started == 0)) || log "started $started slurmd"
@@ -514,6 +728,7 @@ cmd_up() {
   for b in "$SLURMCTLD_REAL" "$SLURMD_REAL" "$SLURMSTEPD_REAL" "$SLURMDBD" /usr/sbin/mariadbd /usr/sbin/munged; do
     [[ -x $b ]] || die "$b not found; run: $0 install"
   done
+  choose_layout
   write_configs
   ensure_hosts
   ensure_conf_link
@@ -525,7 +740,7 @@ cmd_up() {
   wait_nodes
   wait_for "slurmctld to register with slurmdbd" "$LOG/slurmctld.log" ctld_registered
   wait_for "sacct" "$LOG/slurmdbd.log" sacct_ok
-  log "cluster up: $NNODES nodes idle, accounting answers ($(elapsed "$t0") s); SLURM_CONF=$CONF"
+  log "cluster up ($LAYOUT layout): $NNODES nodes idle, accounting answers ($(elapsed "$t0") s); SLURM_CONF=$CONF"
 }
 
 # ---------------------------------------------------------------- down
@@ -560,9 +775,14 @@ cmd_down() {
   stop_pidfile slurmdbd "$RUN/slurmdbd.pid" slurmdbd
   stop_pidfile mariadbd "$RUN/mariadb.pid" mariadbd
   stop_pidfile munged "$MUNGE_DIR/munged.pid" munged
+  if [[ -n $(our_namespaces)$(our_links) ]]; then
+    net_down
+    log "node network removed (namespaces, links, bridge)"
+  fi
+  remove_hosts
   if ((purge)); then
     remove_conf_link
-    remove_hosts
+    if fallback_route_ok; then ip route del unreachable "$SUBNET" metric "$FALLBACK_METRIC" 2>/dev/null || true; fi
     case $D in /|/var|/var/lib|/tmp|/root|"") die "refusing to purge $D" ;; esac
     rm -rf "$D"
     log "purged $D"
@@ -572,8 +792,25 @@ cmd_down() {
 }
 
 # ---------------------------------------------------------------- status
+status_network() {
+  current_layout
+  local ns_count
+  ns_count=$(our_namespaces | grep -c . || true)
+  if [[ $LAYOUT == netns ]]; then
+    printf 'network          netns: %s namespaces %snode01.., bridge %s %s/24, node addresses %s..%s\n' \
+      "$ns_count" "$NS_PREFIX" "$BRIDGE" "$HOST_ADDR" "$(node_addr 1)" "$(node_addr "$NNODES")"
+    if fallback_route_ok; then printf '%-16s unreachable %s metric %s\n' fallback "$SUBNET" "$FALLBACK_METRIC"
+    else printf '%-16s MISSING (unreachable %s metric %s)\n' fallback "$SUBNET" "$FALLBACK_METRIC"; bad=1; fi
+    ((ns_count == NNODES)) || bad=1
+  else
+    printf 'network          localhost: shared (every node is 127.0.0.1)\n'
+    ((ns_count == 0)) || { printf '%-16s %s namespaces left over (cluster.sh up removes them)\n' network "$ns_count"; bad=1; }
+  fi
+}
+
 cmd_status() {
   local bad=0 n
+  status_network
   report() { # NAME PIDFILE EXE
     if pid_alive "$2" "$3"; then printf '%-16s up    pid %s\n' "$1" "$(pid_of "$2")"
     else printf '%-16s DOWN\n' "$1"; bad=1; fi
@@ -596,6 +833,40 @@ cmd_status() {
   return "$bad"
 }
 
+# ---------------------------------------------------------------- network faults (tests)
+# cmd_fault link NODE up|down | rate NODE RATE|off | names plain|ib: netns layout only, applied on
+# the node's side (inside its namespace); the bridge and its route are never touched.
+cmd_fault() {
+  need_root
+  current_layout
+  [[ $LAYOUT == netns ]] || die "$1: the cluster does not run in the netns layout"
+  fallback_route_ok || die "the fallback route (unreachable $SUBNET metric $FALLBACK_METRIC) is missing; run: $0 up"
+  local what=$1 node=${2:-} arg=${3:-} ns
+  if [[ $what == names ]]; then
+    [[ $node == plain || $node == ib ]] || die "names: expected plain or ib, got '$node'"
+    printf '%s\n' "$node" >"$NAMES_FILE"
+    ensure_hosts
+    return 0
+  fi
+  ns=$(node_ns "$node")
+  [[ $node =~ ^node[0-9]+$ && -e /run/netns/$ns ]] || die "$what: no namespace for node '$node'"
+  case $what:$arg in
+    link:up|link:down) ip -n "$ns" link set eth0 "$arg" ;;
+    block:off) unblock "$ns" ;;
+    block:node*)
+      local port=${4:-} to
+      [[ $port =~ ^[0-9]+$ && $arg =~ ^node([0-9]+)$ ]] || die "block $node: expected TO-NODE PORT, got '$arg' '$port'"
+      to=$(node_addr "$((10#${BASH_REMATCH[1]}))")   # (BASH_REMATCH of the last =~: the node)
+      ip -n "$ns" route replace unreachable default table "$BLOCK_TABLE"
+      ip -n "$ns" rule add to "$to/32" ipproto tcp dport "$port" table "$BLOCK_TABLE" pref "$BLOCK_PREF"
+      arg="$arg ($to) port $port" ;;
+    rate:off) tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true ;;
+    rate:[0-9]*) tc -n "$ns" qdisc replace dev eth0 root tbf rate "$arg" burst 4kb latency 2s ;;
+    *) die "$what $node: bad argument '$arg' (link: up|down; rate: e.g. 400kbit, or off)" ;;
+  esac
+  log "$what $node $arg"
+}
+
 main() {
   local cmd=${1:-}
   shift || true
@@ -605,7 +876,8 @@ main() {
     down) cmd_down "$@" ;;
     status) cmd_status ;;
     env) echo "export SLURM_CONF=$CONF" ;;
-    *) sed -n '4,18s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+    link|rate|names|block) cmd_fault "$cmd" "$@" ;;
+    *) sed -n '4,33s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
   esac
 }
 
