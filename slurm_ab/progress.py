@@ -319,7 +319,7 @@ class Display:
 
         if self._bar is None:
             self._bar = tqdm(total=s.total, file=self.out, dynamic_ncols=True, leave=True,
-                             bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {postfix}")
+                             bar_format="{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{postfix}")
         bar = self._bar
         if s.total is not None and bar.total != s.total:
             bar.total = s.total
