@@ -8,6 +8,9 @@ SETARGS  = $(foreach s,$(SET),--set $(s))
 SLURM_AB = $(PY) -m slurm_ab
 CLUSTER  = bash testbed/slurm_ab_testbed/cluster.sh
 SETUP_STAMP = build/setup.stamp
+# Debian packages the tests use besides the cluster's (cluster.sh install; shellcheck is there):
+# chromium renders the HTML reports headless.
+APT_TEST_TOOLS = chromium
 
 # The `local` site belongs to the testbed, not to slurm-ab: tell the site loader where it lives.
 TESTBED_SITES := $(CURDIR)/testbed/sites
@@ -17,8 +20,8 @@ export SLURM_AB_SITES := $(if $(findstring $(TESTBED_SITES),$(SLURM_AB_SITES)),$
         dry-run render submit ab collect report compare demo bench-collect
 
 help:
-	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck), slurm-ab and"
-	@echo "                               the testbed (emulator, local cluster); quick no-op when already done"
+	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck, chromium),"
+	@echo "                               slurm-ab and the testbed (emulator, local cluster); a quick no-op when done"
 	@echo "make cluster-up | cluster-down start/stop the local 9-node Slurm cluster (cluster-status: its state"
 	@echo "                               and network layout; SLURM_AB_CLUSTER_NET=netns|localhost picks one)"
 	@echo "make demo                      run the three modes on the local cluster and print the tables"
@@ -37,6 +40,11 @@ setup:
 
 $(SETUP_STAMP): pyproject.toml testbed/pyproject.toml
 	$(CLUSTER) install
+	@missing=$$(for p in $(APT_TEST_TOOLS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null \
+	  | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then echo "setup: apt-get install $$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; fi
 	$(PY) -m pip install -q -e '.[test]' -e ./testbed
 	# The real benchmark client: sglang 0.5.2 imports without torch; its GPU deps are not needed.
 	$(PY) -m pip install -q --no-deps 'sglang==0.5.2'
