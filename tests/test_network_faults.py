@@ -118,6 +118,9 @@ def test_balance_check_flags_a_replica_with_less_than_half_an_even_share():
     assert balance_reasons(reps(36, 4)) == [
         "replica 1 served 4 of 40 requests during the benchmark (an even share is 20): unbalanced, "
         "the router may have marked it unhealthy"]
+    named = [ReplicaSummary(replica=g, logs=("x",), nodes=(f"node0{1 + 4 * g}",), requests_served=n)
+             for g, n in enumerate((36, 4))]
+    assert balance_reasons(named)[0].startswith("replica 1 (head node05) served 4 of 40 requests")
     assert balance_reasons(reps(40, 0)) == []          # 'served no requests' says that one
     assert balance_reasons(reps(1, 0)) == []           # too few requests to judge
 
@@ -181,6 +184,27 @@ def wait_log(j: Job, path: Path, needle: str, timeout_s: float = 90) -> None:
                f"{needle!r} in {path.name}")
 
 
+def restore(node: str) -> None:
+    """Link up, then `cluster.sh up` (idempotent on a running cluster: it repairs the node
+    network and resumes a node Slurm marked DOWN while it could not reach it)."""
+    import subprocess
+    from slurm_ab_testbed.cluster import cluster_script, is_up
+    net("link", node, "up")
+    subprocess.run(["bash", str(cluster_script()), "up"], capture_output=True, timeout=180)
+    deadline = time.monotonic() + 60
+    while not is_up(min_nodes=9) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def watchdog_epoch(path: Path) -> float | None:
+    """Epoch of the first watchdog line of a log (its stamp has no year: this year, local time)."""
+    m = re.search(r"^\[rank\d+\]:\[E(\d{4} \d\d:\d\d:\d\d\.\d{6})", path.read_text(errors="replace"), re.M)
+    if not m:
+        return None
+    from datetime import datetime
+    return datetime.strptime(f"{time.localtime().tm_year}{m.group(1)}", "%Y%m%d %H:%M:%S.%f").timestamp()
+
+
 def hard_end(j: Job, timeout_s: float) -> float:
     """Wait for the job script's job_end event; returns its epoch."""
     j.wait_event("job_end", timeout_s)
@@ -234,9 +258,12 @@ def test_node_name_is_not_its_address_resolved_by_nodeaddr(job):
 def test_link_down_while_loading(job):
     """Replica 1's node rank 1 loses its link after the rendezvous, while loading: both sides wait
     for the collective like NCCL until the dist timeout, then torch's watchdog takes them down.
-    The link comes back once the job script has ended, so Slurm can reap the node's step."""
-    dist = 10
-    j = job("linkload", f"server.args.dist-timeout={dist}")
+    The server step cannot end (srun waits for the unreachable node until Slurm declares it
+    down, SlurmdTimeout later), so the job ends at its configured ready timeout; the verdict
+    names the node. The link comes back once the job script has ended, so Slurm can reap the
+    node's step."""
+    dist, ready = 10, 30
+    j = job("linkload", f"server.args.dist-timeout={dist}", f"cluster.ready_timeout_s={ready}")
     j.wait_event("server_launch", replica=1)
     node = j.hosts()[1][1]
     wait_log(j, log_of(j, 1, 1), "Load weight begin")
@@ -246,18 +273,23 @@ def test_link_down_while_loading(job):
     try:
         end = hard_end(j, dist + 90)
     finally:
-        net("link", node, "up")
+        restore(node)
     assert j.finish(120) == 1
     detect = end - t
     j.assert_nothing_left(90)
     s = j.summary()
     assert s["verdict"] == "failed"
-    assert re.match(r"replica 1 node rank [01] \(node0\d\): NCCL error: .*Watchdog caught collective operation "
-                    rf"timeout: .*Timeout\(ms\)={dist * 1000}\)", s["reasons"][0]), s["reasons"]
-    for n in (0, 1):      # both ends of the dead link timed out
-        assert WATCHDOG.search(log_of(j, 1, n).read_text(errors="replace")), n
-    assert dist <= detect < dist + 40, detect
-    measure(f"link down while loading (dist-timeout {dist} s)", detect, first_reason(j))
+    # Slurm loses the node too (srun: "Node failure on node06", node not responding): that, or the
+    # watchdog, comes first; the watchdog of both ends of the dead link is among the reasons.
+    nccl = rf"replica 1 node rank [01] \(node0\d\): NCCL error: .*Watchdog caught collective operation timeout: .*Timeout\(ms\)={dist * 1000}\)"
+    assert re.match(rf"node {node} \(replica 1 node rank 1\) (failed|was)|{nccl}", s["reasons"][0]), s["reasons"]
+    assert sum(bool(re.match(nccl, r)) for r in s["reasons"]) == 2, s["reasons"]
+    watchdog = [watchdog_epoch(log_of(j, 1, n)) for n in (0, 1)]
+    assert all(w is not None and dist - 1 <= w - t < dist + 10 for w in watchdog), (watchdog, t)
+    launch = j.event("server_launch", replica=1)[0]
+    assert dist <= detect and end - launch < ready + 15, (detect, end - launch)
+    measure(f"link down while loading (dist-timeout {dist} s, ready timeout {ready} s)", detect,
+            f"watchdog after {min(watchdog) - t:.1f} s | {first_reason(j)}")
 
 
 @pytest.mark.cluster
@@ -277,17 +309,22 @@ def test_link_down_mid_benchmark(job):
     try:
         end = hard_end(j, dist + 90)
     finally:
-        net("link", node, "up")
-    assert j.finish(120) == 1
-    detect = end - t
+        restore(node)
+    j.finish(120)
     j.assert_nothing_left(90)
     s = j.summary()
-    assert s["verdict"] == "failed"
+    # The head's watchdog fires at the dist timeout and requests in flight on replica 1 fail.
+    # Its server step cannot end while srun waits for the unreachable node, so the router's
+    # retries may finish the benchmark on replica 0 (invalid) or the job fails (failed).
+    assert s["verdict"] in ("invalid", "failed"), s
     assert re.match(r"replica 1 node rank [01] \(node0\d\): NCCL error: .*Watchdog", s["reasons"][0]), s["reasons"]
-    served_after = [r for r in s["reasons"] if re.match(r"benchmark interrupted .*: \d+ of 40 requests had succeeded", r)]
-    assert served_after, s["reasons"]
-    assert dist <= detect < dist + 40, detect
-    measure(f"link down mid-benchmark (dist-timeout {dist} s)", detect, first_reason(j) + " / " + served_after[0])
+    counted = [r for r in s["reasons"] if re.match(r"only \d+/40 requests succeeded|benchmark interrupted .*: \d+ of 40 "
+                                                   r"requests had succeeded", r)]
+    assert counted, s["reasons"]
+    watchdog = watchdog_epoch(log_of(j, 1, 0))
+    assert watchdog is not None and dist - 1 <= watchdog - t < dist + 10, (watchdog, t)
+    measure(f"link down mid-benchmark (dist-timeout {dist} s)", end - t,
+            f"head's watchdog after {watchdog - t:.1f} s | {first_reason(j)} / {counted[0]}")
 
 
 @pytest.mark.cluster
@@ -312,10 +349,11 @@ def test_head_unreachable_from_the_router_node_only(job):
         net("block", router_node, "off")
     s = j.summary()
     assert s["verdict"] in ("invalid", "failed"), s
-    flagged = [r for r in s["reasons"] if re.match(r"replica 1 served \d+ of \d+ requests during the benchmark "
-                                                    r"\(an even share is \d+\): unbalanced", r)]
-    assert flagged, s["reasons"]
+    flagged = [r for r in s["reasons"] if re.match(rf"replica 1 \(head {head1}\) served \d+ of \d+ requests during "
+                                                    r"the benchmark \(an even share is \d+\): unbalanced", r)]
+    assert flagged and s["reasons"][0] == flagged[0], s["reasons"]
     router = (j.run_dir / "logs" / "router.log").read_text(errors="replace")
+    router = re.sub(r"\x1b\[[0-9;]*m", "", router)
     unhealthy = [line for line in router.splitlines() if re.search(r"(?i)unhealthy|health check failed|circuit", line)]
     assert unhealthy, router[-3000:]
     j.assert_nothing_left()
@@ -341,7 +379,7 @@ def _per_replica_tpot(j: Job, output_len: int = 512) -> dict[int, float]:
 def test_one_slow_node(job):
     """Replica 1's head sends through a tbf rate limit: the run completes, but replica 1's
     requests stream slower, which per-replica TPOT shows."""
-    rate = "256kbit"
+    rate = "1mbit"      # a normal run streams ~1.3 Mbit/s per replica
     j = job("slow")
     j.wait_event("router_ready")
     head1 = j.hosts()[1][0]

@@ -89,7 +89,8 @@ def outcome_reasons(job: JobInfo, events: EventLog, bench: BenchResult, has_resu
 def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replicas,
                      window) -> list[str]:
     """Reasons that make a completed run 'invalid'."""
-    out = []
+    # A replica the router starved (e.g. marked unhealthy) explains the failed requests: first.
+    out = balance_reasons(replicas)
     if bench.total is None:
         out.append("number of prompts unknown (no per-request details, no num_prompts)")
     elif bench.completed is not None and bench.completed != bench.total:
@@ -100,7 +101,6 @@ def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replic
     if window is None:
         out.append("no bench_start in events.log: the benchmark window is unknown")
     out.extend(replica_problems)
-    out.extend(balance_reasons(replicas))
     for r in replicas:
         if r.logs and not r.requests_served:
             out.append(f"replica {r.replica} served no requests during the benchmark")
@@ -121,8 +121,9 @@ def balance_reasons(replicas) -> list[str]:
     if len(served) < 2 or total < 2 * len(served):
         return []
     even = total / len(served)
-    return [f"replica {g} served {n} of {total} requests during the benchmark (an even share is "
-            f"{even:.0f}): unbalanced, the router may have marked it unhealthy"
+    heads = {r.replica: f" (head {r.nodes[0]})" if r.nodes else "" for r in replicas}
+    return [f"replica {g}{heads[g]} served {n} of {total} requests during the benchmark (an even "
+            f"share is {even:.0f}): unbalanced, the router may have marked it unhealthy"
             for g, n in served if 0 < n < BALANCE_MIN_SHARE * even]
 
 
