@@ -111,3 +111,25 @@ def test_campaign_report_and_compare_html(cli, results, tmp_path):
     assert code == 0, err
     text = (tmp_path / "c2.html").read_text()
     assert 'data-plot="forest"' in text and "Input TPS" in text
+
+
+def test_since_dates_and_run_times(tmp_path):
+    from datetime import datetime, timezone
+
+    from slurm_ab.errors import UsageError
+    from slurm_ab.report.select import parse_since, run_time
+    now = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+    assert parse_since("90m", now) == datetime(2026, 11, 30, 10, 30, tzinfo=timezone.utc)
+    assert parse_since("2w", now) == datetime(2026, 11, 16, 12, 0, tzinfo=timezone.utc)
+    assert parse_since("2026-11-30T10:00:00Z") == datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+    assert parse_since("2026-11-30").tzinfo is not None                     # local midnight
+    with pytest.raises(UsageError):
+        parse_since("soon")
+    run = tmp_path / "r"
+    shutil.copytree(FIX / "dev-pp8", run)
+    m = json.loads((run / "manifest.json").read_text())
+    assert run_time(run) == datetime.strptime(m["submitted_at"], "%Y-%m-%dT%H:%M:%S%z")
+    m.pop("submitted_at")
+    (run / "manifest.json").write_text(json.dumps(m))
+    first = (run / "events.log").read_text().split()[0]                     # job_start's epoch
+    assert run_time(run).timestamp() == pytest.approx(float(first))
