@@ -202,3 +202,25 @@ def test_compare_and_multi_run_pages(runs, tmp_path):
     assert 'href="dev-tp32/logs/server-r0-n0.log"' in text
     text = render_runs_html(list(runs.values()), md, base_dir=tmp_path)
     assert text.count("data:image/png;base64,") == 1 and "dev-oom" in text
+
+
+def test_a_run_that_died_mid_benchmark_shows_its_arrivals_up_to_the_failure(tmp_path):
+    """The client's output is lost when the job dies: the timeline falls back to the servers'
+    access lines, with the failure marked."""
+    from slurm_ab.report import plots
+    run_dir = tmp_path / "r"
+    shutil.copytree(FIX / "dev-tp32", run_dir)
+    (run_dir / "bench.jsonl").unlink()
+    lines = (run_dir / "events.log").read_text().splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if " bench_start" in ln)
+    epoch, local = float(lines[start].split()[0]) + 8.0, None
+    from datetime import datetime
+    local = datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    (run_dir / "events.log").write_text("".join(lines[:start + 1]) +
+                                        f"{epoch:.3f} {local} fail kind=step_exited step=server-r1 replica=1 rc=137\n")
+    run = rundata.load(run_dir)
+    tl = series.timeline(run)
+    assert tl.failure is not None and tl.requests
+    assert all(r.end is None and r.replica in (0, 1) for r in tl.requests)
+    fig = plots.fig_timeline(tl)
+    assert len([ln for ln in fig.axes[0].lines if (ln.get_gid() or "").startswith("req-")]) == len(tl.requests)
