@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.pop(0)  # not testbed/: it holds slurm_ab_testbed whether installed or not
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ("sbatch", "sacct", "slurmctld", "shellcheck", "chromium")
+TOOLS = ("sbatch", "sacct", "slurmctld", "shellcheck", "chromium", "ip", "tc", "nsenter")
 MODULES = ("submitit", "click", "jinja2", "pandas", "tabulate", "pytest", "hypothesis",
            "sglang", "sglang_router", "tokenizers")
 OURS = {"slurm_ab": ROOT / "slurm_ab", "slurm_ab_testbed": ROOT / "testbed" / "slurm_ab_testbed"}

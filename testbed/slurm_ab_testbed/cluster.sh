@@ -111,8 +111,8 @@ SUBNET=$NET_PREFIX.0/24
 HOST_ADDR=$NET_PREFIX.1   # slurmctld, slurmdbd (the bridge's address on the host side)
 NODE_ADDR_BASE=10     # nodeNN is $NET_PREFIX.(10+N)
 FALLBACK_METRIC=4000
-# (the package shellcheck is here because the tests lint every generated job script)
-PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server shellcheck)
+# (shellcheck: the tests lint every generated job script; iproute2: ip and tc for the netns layout)
+PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server shellcheck iproute2)
 
 ETC="$D/etc"; RUN="$D/run"; LOG="$D/log"; DBDIR="$D/mysql"; MUNGE_DIR="$D/munge"
 CONF="$ETC/slurm.conf"
