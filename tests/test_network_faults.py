@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import signal
-import statistics
 import time
 from pathlib import Path
 
@@ -126,6 +125,23 @@ def test_balance_check_flags_a_replica_with_less_than_half_an_even_share():
 
 
 # ---- cluster: real jobs on the netns testbed ----------------------------------------------------
+
+def test_report_shows_per_replica_latencies(tmp_path):
+    """The HTML report's 'Per replica' table: mean TTFT and TPOT of the requests each replica
+    served (a slow replica shows there; the pooled table hides it)."""
+    import shutil
+    from slurm_ab.report.html import render_run
+    from slurm_ab.report.rundata import load
+    from slurm_ab.report.series import replica_latencies, timeline
+    run_dir = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "runs" / "tp32-stored", run_dir)
+    run = load(run_dir)
+    rows = replica_latencies(timeline(run), run.record)
+    assert rows[0]["requests"] == rows[1]["requests"] == 4          # 8 prompts, round_robin
+    assert all(1.0 < d["tpot_ms"] < 100.0 and d["ttft_ms"] > 0 for d in rows.values()), rows
+    page = render_run(run_dir)
+    assert "<h2>Per replica</h2>" in page and f"<td>{rows[1]['tpot_ms']:.2f} ms</td>" in page
+
 
 def net(*args: str) -> None:
     from slurm_ab_testbed.cluster import net as cluster_net
@@ -361,24 +377,24 @@ def test_head_unreachable_from_the_router_node_only(job):
             f"rc={rc} {first_reason(j)} / {flagged[0]} / router: {unhealthy[0][-160:]}")
 
 
-def _per_replica_tpot(j: Job, output_len: int = 512) -> dict[int, float]:
-    """Mean TPOT (ms) per replica: (end - first token) / (output tokens - 1) of each request,
-    requests attributed to replicas by the report's timeline (access lines, FIFO order)."""
+def _per_replica_tpot(j: Job) -> dict[int, float]:
+    """Mean TPOT (ms) per replica as the HTML report shows it (its 'Per replica' table)."""
+    from slurm_ab.report.html import render_run
     from slurm_ab.report.rundata import load
-    from slurm_ab.report.series import timeline
-    tl = timeline(load(j.run_dir))
-    by: dict[int, list[float]] = {}
-    for r in tl.requests:
-        if r.replica is not None and r.first_token is not None and r.end is not None:
-            by.setdefault(r.replica, []).append((r.end - r.first_token) * 1000.0 / (output_len - 1))
-    return {g: statistics.mean(v) for g, v in by.items()}
+    from slurm_ab.report.series import replica_latencies, timeline
+    run = load(j.run_dir)
+    rows = replica_latencies(timeline(run), run.record)
+    page = render_run(j.run_dir)
+    for g, d in rows.items():
+        assert f"<tr><td>replica {g}</td><td>{d['requests']}</td>" in page
+    return {g: d["tpot_ms"] for g, d in rows.items()}
 
 
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_one_slow_node(job):
     """Replica 1's head sends through a tbf rate limit: the run completes, but replica 1's
-    requests stream slower, which per-replica TPOT shows."""
+    requests stream slower, which the report's per-replica TPOT shows."""
     rate = "1mbit"      # a normal run streams ~1.3 Mbit/s per replica
     j = job("slow")
     j.wait_event("router_ready")
