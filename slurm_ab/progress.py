@@ -227,8 +227,11 @@ class Tracker:
         sub_dir = self.run_dir / cur.fields.get("dir", "")
         sub = self._launches.get(cur.line)
         if sub is None:
-            sub = self._launches[cur.line] = Tracker(sub_dir, clock=self.clock,
-                                                     passes=self._launch_passes(cur.get_int("launch")))
+            passes = self._launch_pass_list(cur.get_int("launch"))
+            sub = self._launches[cur.line] = Tracker(
+                sub_dir, clock=self.clock, passes=len(passes) or None,
+                total=_int(passes[0].get("prompts")) if passes else None,
+                concurrency=_int(passes[0].get("concurrency")) if passes else None)
         snap = sub.poll(state)
         n = len(self.campaign.get("launches") or []) or "?"
         ended = [e for e in self._named("launch_end") if e.line > cur.line]
@@ -243,11 +246,12 @@ class Tracker:
         return Snapshot(phase, state, snap.total, snap.done, snap.arrived, elapsed, snap.bench_s,
                         snap.req_per_s, snap.out_tok_per_s, snap.eta_s, snap.source, snap.finished)
 
-    def _launch_passes(self, index: int | None) -> int | None:
+    def _launch_pass_list(self, index: int | None) -> list[dict]:
+        """The passes the manifest's campaign schedules in launch `index` (burn-in included)."""
         for la in self.campaign.get("launches") or []:
             if la.get("index") == index:
-                return len(la.get("passes") or []) or None
-        return None
+                return [p for p in la.get("passes") or [] if isinstance(p, dict)]
+        return []
 
     def _done(self, arrived: int, since: datetime | None, total: int | None, conc: int | None) -> int:
         c = conc or 1

@@ -22,14 +22,19 @@ class Replay:
 
     def __init__(self, src: Path, dst: Path):
         self.src, self.dst = src, dst
-        (dst / "logs").mkdir(parents=True)
-        (dst / "manifest.json").write_text((src / "manifest.json").read_text())
+        dst.mkdir(parents=True)
+        for m in src.glob("**/manifest.json"):                 # a campaign's launches have one too
+            (dst / m.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            (dst / m.relative_to(src)).write_text(m.read_text())
         self.files = {}
-        for rel in ["events.log"] + [f"logs/{p.name}" for p in (src / "logs").glob("server-r*-n0.log")]:
+        rels = [str(p.relative_to(src)) for p in sorted(src.glob("**/events.log"))
+                + sorted(src.glob("**/logs/server-r*-n0.log"))]
+        for rel in rels:
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             lines = (src / rel).read_text().splitlines(keepends=True)
             stamped, last = [], None
             for ln in lines:
-                ts = _event_ts(ln) if rel == "events.log" else line_timestamp(ln)
+                ts = _event_ts(ln) if rel.endswith("events.log") else line_timestamp(ln)
                 last = ts or last
                 stamped.append((last, ln))
             self.files[rel] = [stamped, 0, 0]     # lines, next line, chars of it already written
@@ -155,3 +160,27 @@ def test_a_bar_on_a_terminal():
     assert "\r" in text and "12/40" in text
     final = text.split("\r")[-1]
     assert "collecting" in final and "40/40" in final and "100%" in final
+
+
+def test_a_campaign_is_followed_launch_by_launch(tmp_path):
+    src = ROOT / "tests" / "fixtures" / "report-campaign" / "camp-ab"
+    rp = Replay(src, tmp_path / "run")
+    now = {"t": 0.0}
+    tr = Tracker(tmp_path / "run", clock=lambda: now["t"])
+    ev = _events(src)
+    t, seen = ev["job_start"], []
+    while t <= ev["job_end"] + timedelta(seconds=1):
+        now["t"] = rp.upto(t)
+        seen.append(tr.poll("RUNNING"))
+        t += timedelta(milliseconds=500)
+    phases = []
+    for s in seen:
+        if not phases or phases[-1] != s.phase:
+            phases.append(s.phase)
+    for p in ("launch 1 of 2 (tp32): loading replica 0,1", "launch 1 of 2 (tp32): benchmark pass 1 of 3",
+              "launch 1 of 2 (tp32): benchmark pass 3 of 3", "launch 2 of 2 (tp32-dflash): benchmark pass 2 of 3",
+              "collecting"):
+        assert p in phases, phases
+    mid = [s.done for s in seen if s.phase == "launch 2 of 2 (tp32-dflash): benchmark pass 2 of 3"]
+    assert mid == sorted(mid) and 0 < max(mid) <= 40
+    assert (seen[-1].done, seen[-1].total) == (40, 40)
