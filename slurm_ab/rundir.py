@@ -263,10 +263,11 @@ def write_new(path: Path, text: str, mode: int = 0o644) -> None:
         f.write(text)
 
 
-def write_atomic(path: Path, text: str) -> bool:
-    """Replace a derived file (manifest, summaries) in one step, so readers never see half of it;
-    a file whose content would not change is left alone. True when written."""
-    data = text.encode()
+def write_atomic(path: Path, content: str | bytes) -> bool:
+    """Replace a derived file (manifest, summaries, report, plots) in one step, so readers never
+    see half of it; a file whose content would not change is left alone. True when written.
+    Mode 0644: teammates on a shared cluster read each other's results (mkstemp makes 0600)."""
+    data = content.encode() if isinstance(content, str) else content
     try:
         if path.read_bytes() == data:
             return False
@@ -278,6 +279,7 @@ def write_atomic(path: Path, text: str) -> bool:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -4,33 +4,12 @@ Only derived files are written; a file whose content would not change is left al
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from ..rundir import write_atomic
 
 PLOTS_DIR = "plots"
 REPORT = "report.html"
-
-
-def write_if_changed(path: Path, data: bytes) -> bool:
-    try:
-        if path.read_bytes() == data:
-            return False
-    except OSError:
-        pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return True
 
 
 def write_run_report(run_dir: str | Path) -> list[Path]:
@@ -51,15 +30,15 @@ def write_run_report(run_dir: str | Path) -> list[Path]:
         (run_dir / PLOTS_DIR).mkdir(exist_ok=True)
         for name, _, data in pl:
             p = run_dir / PLOTS_DIR / name
-            if write_if_changed(p, data):
+            if write_atomic(p, data):
                 changed.append(p)
     p = run_dir / REPORT
-    if write_if_changed(p, text.encode()):
+    if write_atomic(p, text):
         changed.append(p)
     return changed
 
 
 def write_html(path: str | Path, text: str) -> Path:
     path = Path(path)
-    write_if_changed(path, text.encode())
+    write_atomic(path, text)
     return path
