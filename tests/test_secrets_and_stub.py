@@ -125,8 +125,10 @@ def recorded(tmp_path_factory, local_cluster):
         "[paths]", f"model = {toml_str(str(model))}",
         "[commands]",
         f"server = {toml_list(stub + ['python3', '-m', 'slurm_ab_testbed.emulator'])}",
-        f"router = {toml_list(stub + ['python3', '-m', 'sglang_router.launch_router'])}",
         f"client = {toml_list(stub + ['python3', '-m', 'sglang.bench_serving'])}",
+        # The router's command belongs to its profile (the site picks the router package).
+        "[router_profiles.sglang_router]",
+        f"command = {toml_list(stub + ['python3', '-m', 'sglang_router.launch_router'])}",
         "[env]", f"SLURM_AB_NASTY = {toml_str(NASTY)}",
         "[server.env]", f"SLURM_AB_NASTY_SERVER = {toml_str(NASTY)}", 'SLURM_AB_EMU_TIME_SCALE = "0.02"',
         "[server.args]", f"served-model-name = {toml_str(NASTY)}",
