@@ -126,23 +126,6 @@ def test_balance_check_flags_a_replica_with_less_than_half_an_even_share():
 
 # ---- cluster: real jobs on the netns testbed ----------------------------------------------------
 
-def test_report_shows_per_replica_latencies(tmp_path):
-    """The HTML report's 'Per replica' table: mean TTFT and TPOT of the requests each replica
-    served (a slow replica shows there; the pooled table hides it)."""
-    import shutil
-    from slurm_ab.report.html import render_run
-    from slurm_ab.report.rundata import load
-    from slurm_ab.report.series import replica_latencies, timeline
-    run_dir = tmp_path / "run"
-    shutil.copytree(Path(__file__).parent / "fixtures" / "runs" / "tp32-stored", run_dir)
-    run = load(run_dir)
-    rows = replica_latencies(timeline(run), run.record)
-    assert rows[0]["requests"] == rows[1]["requests"] == 4          # 8 prompts, round_robin
-    assert all(1.0 < d["tpot_ms"] < 100.0 and d["ttft_ms"] > 0 for d in rows.values()), rows
-    page = render_run(run_dir)
-    assert "<h2>Per replica</h2>" in page and f"<td>{rows[1]['tpot_ms']:.2f} ms</td>" in page
-
-
 def net(*args: str) -> None:
     from slurm_ab_testbed.cluster import net as cluster_net
     cluster_net(*args)
@@ -377,25 +360,15 @@ def test_head_unreachable_from_the_router_node_only(job):
             f"rc={rc} {first_reason(j)} / {flagged[0]} / router: {unhealthy[0][-160:]}")
 
 
-def _per_replica_tpot(j: Job) -> dict[int, float]:
-    """Mean TPOT (ms) per replica as the HTML report shows it (its 'Per replica' table)."""
-    from slurm_ab.report.html import render_run
-    from slurm_ab.report.rundata import load
-    from slurm_ab.report.series import replica_latencies, timeline
-    run = load(j.run_dir)
-    rows = replica_latencies(timeline(run), run.record)
-    page = render_run(j.run_dir)
-    for g, d in rows.items():
-        assert f"<tr><td>replica {g}</td><td>{d['requests']}</td>" in page
-    return {g: d["tpot_ms"] for g, d in rows.items()}
-
-
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_one_slow_node(job):
-    """Replica 1's head sends through a tbf rate limit: the run completes, but replica 1's
-    requests stream slower, which the report's per-replica TPOT shows."""
-    rate = "1mbit"      # a normal run streams ~1.3 Mbit/s per replica
+    """Replica 1's head sends through a tbf rate limit: the run completes, but half of the
+    requests (replica 1's) stream slowly: TPOT p95 far above p50, where a healthy run has them
+    within ~1.3x. (Per-replica TPOT is not measured: bench_serving does not record which replica
+    served a request, and the report's attribution by arrival order and TTFT ladder was seen to
+    swap requests between a fast and a slow replica.)"""
+    rate = "512kbit"    # a normal run streams ~1.3 Mbit/s per replica
     j = job("slow")
     j.wait_event("router_ready")
     head1 = j.hosts()[1][0]
@@ -406,8 +379,10 @@ def test_one_slow_node(job):
     finally:
         net("rate", head1, "off")
     assert rc == 0, j.output()[-3000:]
-    tpot = _per_replica_tpot(j)
-    assert tpot[1] > 1.5 * tpot[0], tpot
+    s = j.summary()
+    assert s["verdict"] == "ok", s["reasons"]
+    tpot = s["bench"]["tpot"]
+    assert tpot["p95"] > 3 * tpot["p50"], tpot
     j.assert_nothing_left()
     measure(f"one slow node (tbf {rate} on replica 1's head)", None,
-            f"{first_reason(j)}; mean TPOT replica 0: {tpot[0]:.1f} ms, replica 1: {tpot[1]:.1f} ms")
+            f"ok; TPOT p50 {tpot['p50']:.1f} ms, p95 {tpot['p95']:.1f} ms, duration {s['bench']['duration_s']:.0f} s")

@@ -184,20 +184,6 @@ def cdf_curve(run: RunFiles, label: str | None = None) -> dict:
             "e2e_p": bench.get("e2e") or {}}
 
 
-def per_replica(run: RunFiles) -> str:
-    """Mean TTFT and TPOT of the requests each replica served (a slow replica shows here)."""
-    rows = series.replica_latencies(series.timeline(run), run.record)
-    if len(rows) < 2:
-        return ""
-    def ms(v):
-        return "-" if v is None else f"{v:.2f} ms"
-    trs = "".join(f"<tr><td>replica {g}</td><td>{d['requests']}</td><td>{ms(d['ttft_ms'])}</td>"
-                  f"<td>{ms(d['tpot_ms'])}</td></tr>" for g, d in rows.items())
-    return ("<h2>Per replica</h2>\n<table><tr><th>Replica</th><th>Requests</th><th>TTFT mean</th>"
-            f"<th>TPOT mean</th></tr>{trs}</table>\n<p class=\"muted\">Requests attributed to replicas "
-            "by the request timeline (servers' access lines).</p>\n")
-
-
 def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
     """(file name, caption, PNG) of every plot of one run."""
     from . import plots
@@ -249,7 +235,6 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
     body.append("<h2>Results</h2>\n")
     body.append(markdown.to_html(_without_reasons(run.summary_md)) if run.summary_md
                 else "<p class=\"muted\">not collected yet (no summary.md)</p>\n")
-    body.append(per_replica(run))
     body.append("<h2>Provenance</h2>\n" + provenance(run))
     body.append(diagnosis(run, base))
     body.append("<h2>Plots</h2>\n")

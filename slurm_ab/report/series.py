@@ -236,26 +236,6 @@ def replica_counts(tl: Timeline) -> dict:
     return out
 
 
-def replica_latencies(tl: Timeline, record: dict | None) -> dict:
-    """{replica: {"requests", "ttft_ms", "tpot_ms"}} means over the requests the timeline
-    attributed to each replica; TPOT = (E2E - TTFT) / (output tokens - 1), the collector's rule.
-    Makes one slow replica (a slow node, a slow link) visible where the pooled figures hide it."""
-    outs = (record or {}).get("output_lens") or []
-    by: dict = {}
-    for r in tl.requests:
-        if r.replica is None or r.first_token is None or r.end is None:
-            continue
-        d = by.setdefault(r.replica, {"ttft": [], "tpot": []})
-        d["ttft"].append((r.first_token - r.start) * 1000.0)
-        n = outs[r.index] if r.index < len(outs) and isinstance(outs[r.index], int) else 0
-        if n > 1:
-            d["tpot"].append((r.end - r.first_token) * 1000.0 / (n - 1))
-    return {g: {"requests": len(d["ttft"]),
-                "ttft_ms": statistics.fmean(d["ttft"]) if d["ttft"] else None,
-                "tpot_ms": statistics.fmean(d["tpot"]) if d["tpot"] else None}
-            for g, d in sorted(by.items())}
-
-
 # ---- decode samples and windows -----------------------------------------------------------------
 
 def decode_series(run: RunFiles) -> dict[int, dict[str, list]]:
