@@ -28,7 +28,7 @@ NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__py
 def wheel(tmp_path_factory) -> Path:
     """The wheel built (no -e) from a copy of the whole checkout, testbed/ included, as CI builds it."""
     src = tmp_path_factory.mktemp("checkout") / "src"
-    shutil.copytree(ROOT, src, ignore=NOT_SOURCE)
+    shutil.copytree(ROOT, src, ignore=NOT_SOURCE, symlinks=True)
     out = tmp_path_factory.mktemp("dist")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                         "-w", str(out), str(src)], capture_output=True, text=True)
