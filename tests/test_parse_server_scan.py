@@ -74,6 +74,22 @@ def log_line(draw, ranks=None):
     return f"{head} Some other line mentioning a batch size, of 8"
 
 
+def _add_decode_sample(dec: dict, s) -> None:
+    """The reference's sums per stream: samples, accept len (n, sum), accept rate (n, sum),
+    gen throughput (n, sum)."""
+    a = dec.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
+    a[0] += 1
+    if s.accept_len is not None:
+        a[1] += 1
+        a[2] += s.accept_len
+        if s.accept_rate is not None:
+            a[3] += 1
+            a[4] += s.accept_rate
+    if s.gen_throughput is not None:
+        a[5] += 1
+        a[6] += s.gen_throughput
+
+
 def _reference(lines, window, intervals, all_samples):
     """Per-line parsing with the general parser: the definition of the right answer."""
     dec = {}
@@ -90,17 +106,7 @@ def _reference(lines, window, intervals, all_samples):
             whole = not s.ts_has_ms
             if s.kind == "Decode":
                 if all_samples or in_window(s.ts, start, end, whole_seconds=whole):
-                    a = dec.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
-                    a[0] += 1
-                    if s.accept_len is not None:
-                        a[1] += 1
-                        a[2] += s.accept_len
-                        if s.accept_rate is not None:
-                            a[3] += 1
-                            a[4] += s.accept_rate
-                    if s.gen_throughput is not None:
-                        a[5] += 1
-                        a[6] += s.gen_throughput
+                    _add_decode_sample(dec, s)
             else:
                 for c, (lo, hi) in [(win, window)] + [(ivs[iv.name], (iv.start, iv.end))
                                                      for iv in intervals]:
@@ -112,17 +118,7 @@ def _reference(lines, window, intervals, all_samples):
                         p[2] += int(s.new_seq or 0)
             continue
         if s is not None and s.kind == "Decode" and all_samples:
-            a = dec.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
-            a[0] += 1
-            if s.accept_len is not None:
-                a[1] += 1
-                a[2] += s.accept_len
-                if s.accept_rate is not None:
-                    a[3] += 1
-                    a[4] += s.accept_rate
-            if s.gen_throughput is not None:
-                a[5] += 1
-                a[6] += s.gen_throughput
+            _add_decode_sample(dec, s)
         a = parse_access_line(line)
         if a is not None and a.is_generation and a.ts is not None:
             whole = not a.ts_has_ms
