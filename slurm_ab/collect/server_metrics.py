@@ -14,7 +14,12 @@ From those (docs/metrics.md):
   rate = (length - 1) / (num_draft_tokens - 1), as SGLang's own per-interval formula;
 - gauges (scheduler side): peak and mean running / queued requests, peak KV-cache usage, peak
   retracted requests, over the scrapes;
-- the router's per-worker request counters, cross-checked against per-replica counts.
+- the router's per-worker request counters, cross-checked against per-replica counts;
+- per-replica decode speed: the window's delta of the server's TPOT histogram (0.5.23: per
+  request, (finished - first token) / (completion tokens - 1), bench_serving's own TPOT
+  definition) and of its end-to-end latency histogram; mean = delta sum / delta count, p50/p95
+  interpolated inside the buckets as Prometheus' histogram_quantile() does. The client cannot
+  tell which replica served a request; these can, so a slow replica is named (verdict rules).
 A run without scrapes collects as before, with a note.
 """
 from __future__ import annotations
@@ -40,6 +45,21 @@ DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
 ROUTER_COUNTERS = ("smg_worker_requests_total", "smg_worker_cb_outcomes_total",
                    "sgl_router_processed_requests_total")
 AGREEMENT_PCT = 5.0
+# Server-side TPOT histograms, newest first: SGLang 0.5.23's per-request TPOT; older releases'
+# per-output-token histogram; the per-chunk inter-token latency. The first one present is used.
+TPOT_HISTOGRAMS = ("sglang:request_time_per_output_token_seconds",
+                   "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
+E2E_HISTOGRAM = "sglang:e2e_request_latency_seconds"
+
+
+@dataclass(frozen=True)
+class HistogramWindow:
+    """One latency histogram's observations inside the benchmark window (milliseconds)."""
+    metric: str
+    count: float
+    mean_ms: float | None
+    p50_ms: float | None
+    p95_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,8 @@ class ReplicaMetrics:
     access_requests: int | None = None
     ranks: str = ""                     # which scheduler ranks the gauges cover
     resets: tuple = ()
+    tpot: HistogramWindow | None = None     # server-side TPOT over the window
+    e2e: HistogramWindow | None = None      # server-side end-to-end latency over the window
 
 
 @dataclass(frozen=True)
@@ -173,6 +195,64 @@ def increase(values: Sequence[tuple[str, float]]) -> tuple[float | None, list[st
 def _counter(scrape: Scrape, name: str) -> float:
     """A counter's value; 0 when the series has no sample yet (multiprocess collector)."""
     return scrape.total(name) or 0.0
+
+
+# ---- histograms --------------------------------------------------------------------------------
+
+def _buckets(scrape: Scrape, name: str) -> dict[float, float]:
+    """upper bound -> cumulative count, summed over every series of the histogram."""
+    out: dict[float, float] = {}
+    for s in scrape.get(name + "_bucket"):
+        try:
+            le = float(s.label("le", "nan"))
+        except ValueError:
+            continue
+        if math.isfinite(s.value) and le == le:
+            out[le] = out.get(le, 0.0) + s.value
+    return out
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Prometheus' histogram_quantile(): the q-quantile from (upper bound, cumulative count)
+    pairs sorted by bound, interpolated linearly inside its bucket (the first bucket from 0);
+    in the +Inf bucket, the largest finite bound."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lo_bound, lo_count = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lo_bound
+            if count == lo_count:
+                return bound
+            return lo_bound + (bound - lo_bound) * (rank - lo_count) / (count - lo_count)
+        lo_bound, lo_count = bound, count
+    return lo_bound
+
+
+def histogram_window(a: Scrape, b: Scrape, name: str) -> HistogramWindow | None:
+    """The observations between two scrapes (None when absent, empty or reset in between)."""
+    if name + "_count" not in b:
+        return None
+    count = (b.total(name + "_count") or 0.0) - (a.total(name + "_count") or 0.0)
+    total = (b.total(name + "_sum") or 0.0) - (a.total(name + "_sum") or 0.0)
+    if count <= 0 or total < 0:
+        return None
+    start, end = _buckets(a, name), _buckets(b, name)
+    deltas = sorted((le, c - start.get(le, 0.0)) for le, c in end.items())
+    if any(d < 0 for _, d in deltas):
+        return None
+    ms = [None if v is None else v * 1000.0 for v in
+          (histogram_quantile(0.5, deltas), histogram_quantile(0.95, deltas))]
+    return HistogramWindow(name, count, total / count * 1000.0, ms[0], ms[1])
+
+
+def latency_windows(a: Scrape, b: Scrape) -> tuple[HistogramWindow | None, HistogramWindow | None]:
+    """(TPOT, E2E) of the window from the first TPOT histogram the server exports."""
+    tpot = next((w for w in (histogram_window(a, b, n) for n in TPOT_HISTOGRAMS if n + "_count" in b)
+                 if w is not None), None)
+    return tpot, histogram_window(a, b, E2E_HISTOGRAM)
 
 
 # ---- gauges ------------------------------------------------------------------------------------
@@ -277,6 +357,7 @@ def replica_metrics(run_dir: Path, g: int, refs: Sequence[ScrapeRef], *, pp: int
     kv = [gauge_max(sc, KV_USAGE) for sc in scr]
     retr = [gauge_max(sc, [RETRACTED]) for sc in scr]
     diff = (accept / log_accept - 1) * 100 if accept is not None and log_accept else None
+    tpot, e2e = latency_windows(scr[0], scr[-1]) if exposed and not resets else (None, None)
     return ReplicaMetrics(
         g, exposed=exposed, scrapes=len(loaded), failed_scrapes=len(failed),
         first=loaded[0][0].file, last=loaded[-1][0].file,
@@ -286,7 +367,7 @@ def replica_metrics(run_dir: Path, g: int, refs: Sequence[ScrapeRef], *, pp: int
         running_peak=run_pk, running_mean=run_mean, queued_peak=q_pk, queued_mean=q_mean,
         kv_usage_peak=max([v for v in kv if v is not None], default=None),
         retracted_peak=max([v for v in retr if v is not None], default=None),
-        ranks=coverage(scr, pp), resets=tuple(resets)), scr
+        ranks=coverage(scr, pp), resets=tuple(resets), tpot=tpot, e2e=e2e), scr
 
 
 # ---- router ------------------------------------------------------------------------------------
@@ -495,5 +576,6 @@ def _pooled(reps: Sequence[ReplicaMetrics], scr_by_rep: Mapping[int, list[Scrape
         kv_usage_peak=peak("kv_usage_peak"), retracted_peak=peak("retracted_peak"))
 
 
-__all__ = ["ServerMetrics", "ReplicaMetrics", "PooledMetrics", "collect_server_metrics",
+__all__ = ["ServerMetrics", "ReplicaMetrics", "PooledMetrics", "HistogramWindow",
+           "collect_server_metrics", "histogram_quantile", "histogram_window",
            "increase", "gauge", "window_scrapes", "draft_tokens_of", "agreement_check"]

@@ -74,7 +74,8 @@ def collect_run(run_dir: str | Path, *, all_samples: bool = False,
         if failed:
             verdict, reasons = "failed", failed
         else:
-            invalid = validity_reasons(bench, problems, replicas, window)
+            invalid = validity_reasons(bench, problems, replicas, window,
+                                       server_metrics.replicas)
             verdict, reasons = ("invalid", invalid) if invalid else ("ok", [])
     elif verdict in ("failed", "cancelled", "timeout"):
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)

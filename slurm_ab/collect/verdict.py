@@ -87,10 +87,10 @@ def outcome_reasons(job: JobInfo, events: EventLog, bench: BenchResult, has_resu
 
 
 def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replicas,
-                     window) -> list[str]:
+                     window, replica_metrics: Sequence = ()) -> list[str]:
     """Reasons that make a completed run 'invalid'."""
     # A replica the router starved (e.g. marked unhealthy) explains the failed requests: first.
-    out = balance_reasons(replicas)
+    out = balance_reasons(replicas) + speed_reasons(replicas, replica_metrics)
     if bench.total is None:
         out.append("number of prompts unknown (no per-request details, no num_prompts)")
     elif bench.completed is not None and bench.completed != bench.total:
@@ -125,6 +125,42 @@ def balance_reasons(replicas) -> list[str]:
     return [f"replica {g}{heads[g]} served {n} of {total} requests during the benchmark (an even "
             f"share is {even:.0f}): unbalanced, the router may have marked it unhealthy"
             for g, n in served if 0 < n < BALANCE_MIN_SHARE * even]
+
+
+SPEED_RATIO = 1.5        # identical replicas of one job decode within a few % of each other
+SPEED_MIN_REQUESTS = 3
+
+
+def _nodes(r) -> str:
+    return f" ({', '.join(r.nodes)})" if r.nodes else ""
+
+
+def speed_reasons(replicas, replica_metrics: Sequence) -> list[str]:
+    """A replica whose server-side TPOT (mean over the window, from /metrics) is SPEED_RATIO
+    times the fastest replica's: its nodes decode slower (a slow node or link: every collective
+    of the replica waits for it), so the pooled latencies mix two speeds and measure the
+    hardware, not the configuration. The client cannot attribute requests to replicas; the
+    servers' own histograms can."""
+    timed = [m for m in replica_metrics if m.tpot is not None and m.tpot.mean_ms
+             and m.tpot.count >= SPEED_MIN_REQUESTS]
+    if len(timed) < 2:
+        return []
+    fast = min(timed, key=lambda m: m.tpot.mean_ms)
+    by_id = {r.replica: r for r in replicas}
+    out = []
+    for m in timed:
+        ratio = m.tpot.mean_ms / fast.tpot.mean_ms
+        if m is fast or ratio < SPEED_RATIO:
+            continue
+        r = by_id.get(m.replica)
+        p95 = "" if m.tpot.p95_ms is None or fast.tpot.p95_ms is None else \
+            f", p95 {m.tpot.p95_ms:.1f} vs {fast.tpot.p95_ms:.1f} ms"
+        out.append(f"replica {m.replica}{_nodes(r) if r else ''} decoded {ratio:.1f}x slower than "
+                   f"replica {fast.replica}: server TPOT mean {m.tpot.mean_ms:.1f} vs "
+                   f"{fast.tpot.mean_ms:.1f} ms{p95} over {m.tpot.count:g} and "
+                   f"{fast.tpot.count:g} requests ({m.tpot.metric}); a slow node or link in "
+                   f"replica {m.replica}: the pooled latencies mix two speeds")
+    return out
 
 
 def _host_map(node_lists: dict) -> dict[str, tuple[int, int]]:

@@ -25,15 +25,21 @@ def render_md(s: RunSummary) -> str:
     lines = [f"# {s.run_id}", "", f"Verdict: **{s.verdict}**", ""]
     lines += [f"- {r}" for r in s.reasons] + ([""] if s.reasons else [])
     lines += [report([s], "md").rstrip("\n"), ""]
+    speed = _server_latency(s)
     rep = [[r.replica, r.decode_samples, _f(r.accept_len, ".2f"), _f(r.accept_rate, ".3f"),
-            _f(r.gen_throughput, ".2f"),
+            _f(r.gen_throughput, ".2f"), *([speed[r.replica]] if speed else []),
             "-" if r.requests_served is None else f"{r.requests_served} ({r.requests_source})",
             "yes" if r.warmup_seen else "no", r.warmup] for r in s.replicas]
     if rep:
         lines += ["## Replicas", "", tabulate(
-            rep, headers=["replica", "decode samples", "accept len", "accept rate",
-                          "gen tok/s", "requests", "warm-up", "warm-up evidence"],
+            rep, headers=["replica", "decode samples", "accept len", "accept rate", "gen tok/s",
+                          *(["TPOT mean / p50 / p95 (server)"] if speed else []),
+                          "requests", "warm-up", "warm-up evidence"],
             tablefmt="github", disable_numparse=True), ""]
+        if speed:
+            metric = next(m.tpot.metric for m in s.server_metrics.replicas if m.tpot)
+            lines += [f"TPOT (server) per replica: {metric} over the benchmark window, in ms; "
+                      "p50/p95 interpolated inside the histogram's buckets.", ""]
     lines += [metrics_md(s)] if metrics_md(s) else []
     lines += [*pooled_lines(s),
               f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
@@ -50,6 +56,18 @@ def render_md(s: RunSummary) -> str:
 
 def _f(x, fmt):
     return "-" if x is None else f"{x:{fmt}}"
+
+
+def _server_latency(s: RunSummary) -> dict:
+    """replica -> 'mean / p50 / p95' of its server-side TPOT ({} when no replica has one)."""
+    sm = s.server_metrics
+    by = {m.replica: m.tpot for m in (sm.replicas if sm is not None else ()) if m.tpot}
+    if not by:
+        return {}
+    return {r.replica: "-" if by.get(r.replica) is None else
+            " / ".join(_f(x, ".1f") for x in (by[r.replica].mean_ms, by[r.replica].p50_ms,
+                                               by[r.replica].p95_ms))
+            for r in s.replicas}
 
 
 def write_summary(s: RunSummary, run_dir: str | Path) -> list[Path]:

@@ -203,6 +203,12 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
                     plots.png(plots.fig_timeline(tl, title=f"Request timeline: {run.run_id}",
                                                  windows={"benchmark": win["benchmark"]},
                                                  xlabel=run.origin_label))))
+    rt = series.replica_tpot(run)
+    if rt:
+        out.append(("replica-tpot.png", "Per replica: TPOT over the benchmark window from each "
+                    f"replica's own /metrics ({rt[0].metric}); dashed/dotted: the client's pooled "
+                    "TPOT mean/p95, which mixes the replicas",
+                    plots.png(plots.fig_replica_tpot(rt, (run.summary.get("bench") or {}).get("tpot")))))
     dec = series.decode_series(run)
     if any(d["t"] for d in dec.values()):
         out.append(("decode.png", "Per replica: decode throughput" +

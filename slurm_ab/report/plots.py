@@ -168,6 +168,39 @@ def fig_decode(series: dict, windows: dict, *, failure: float | None = None,
     return fig
 
 
+# ---- per-replica TPOT ---------------------------------------------------------------------------
+
+def fig_replica_tpot(rows, client: dict | None = None) -> Figure:
+    """rows: series.ReplicaTpot. One bar per replica (its server-side TPOT mean) with a line from
+    its p50 to its p95; the client's pooled TPOT mean (and p95) as vertical lines, for scale."""
+    fig, (ax,) = _fig(10, 0.9 + 0.55 * max(len(rows), 1))
+    for y, r in enumerate(rows):
+        ax.barh(y, r.mean_ms, height=0.55, color=replica_color(r.replica), alpha=0.85,
+                gid=f"tpot-{r.replica}")
+        if r.p50_ms is not None and r.p95_ms is not None:
+            ax.plot([r.p50_ms, r.p95_ms], [y, y], color="black", lw=1.4, marker="|", ms=12)
+        ax.text(r.mean_ms, y + 0.33, f" mean {r.mean_ms:.1f} ms ({r.count:g} requests)",
+                va="center", fontsize=8)
+    client = client or {}
+    if client.get("mean") is not None:
+        ax.axvline(client["mean"], color="#555555", ls="--", lw=1.2,
+                   label=f"client pooled mean {client['mean']:.1f} ms")
+    if client.get("p95") is not None:
+        ax.axvline(client["p95"], color="#555555", ls=":", lw=1.2,
+                   label=f"client pooled p95 {client['p95']:.1f} ms")
+    ax.set_yticks(range(len(rows)), [f"replica {r.replica}" for r in rows])
+    ax.invert_yaxis()
+    ax.set_ylim(len(rows) - 0.3, -0.7)
+    right = max([r.p95_ms or r.mean_ms for r in rows] + [client.get("p95") or 0.0, 1e-9])
+    ax.set_xlim(0, right * 1.35)
+    ax.set_xlabel("TPOT (ms)")
+    ax.set_title("TPOT per replica (server /metrics; bar: mean, line: p50 to p95)")
+    ax.grid(axis="x", alpha=0.3)
+    if client:
+        ax.legend(loc="lower right", fontsize=7)
+    return fig
+
+
 # ---- job phases ---------------------------------------------------------------------------------
 
 def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *,

@@ -247,6 +247,29 @@ def decode_series(run: RunFiles) -> dict[int, dict[str, list]]:
     return out
 
 
+@dataclass(frozen=True)
+class ReplicaTpot:
+    replica: int
+    mean_ms: float
+    p50_ms: float | None
+    p95_ms: float | None
+    count: float
+    metric: str
+
+
+def replica_tpot(run: RunFiles) -> list[ReplicaTpot]:
+    """Each replica's server-side TPOT over the benchmark window, as the collector put it in
+    summary.json (from the replica's own /metrics histogram); [] when no replica has one."""
+    sm = run.summary.get("server_metrics") or {}
+    out = []
+    for r in sm.get("replicas") or ():
+        t = r.get("tpot") if isinstance(r, dict) else None
+        if isinstance(t, dict) and isinstance(t.get("mean_ms"), (int, float)):
+            out.append(ReplicaTpot(int(r.get("replica", len(out))), float(t["mean_ms"]), t.get("p50_ms"),
+                                   t.get("p95_ms"), float(t.get("count") or 0), str(t.get("metric", ""))))
+    return sorted(out, key=lambda x: x.replica)
+
+
 def windows(run: RunFiles) -> dict[str, list[tuple[float, float | None]]]:
     """'warmup': each replica's direct warm-up; 'benchmark': bench_start..bench_end (s since origin)."""
     out = {"warmup": [], "benchmark": []}

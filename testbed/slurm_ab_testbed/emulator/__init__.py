@@ -31,6 +31,9 @@ variable                                meaning
 ``SLURM_AB_EMU_SEED``                   RNG seed (acceptance draws, step jitter, output tokens); default
                                         ``--random-seed`` or 0
 ``SLURM_AB_EMU_GPUS_PER_NODE``          emulated GPUs per node (default 8); tp*pp must equal nnodes * this
+``SLURM_AB_EMU_COLLECTIVE_BYTES``       bytes each peer node exchanges with node rank 0 per forward (default
+                                        4096, 0: none): the stand-in for NCCL's per-step collectives, so a
+                                        slow or rate-limited link of any node slows its whole replica
 ``SGLANG_LOG_MS``                       SGLang's own switch: millisecond timestamps ``[... HH:MM:SS.mmm ...]``
 ======================================  ======================================================================
 
@@ -67,7 +70,7 @@ server runs a 1-token generation, which logs ``Prefill batch ... #new-token: 1``
 Modules: ``cli_args`` (flags and rules), ``knobs``/``faults`` (environment), ``costs`` + ``costs.toml``,
 ``memory``, ``topology`` (ranks -> nodes, prefixes), ``logfmt`` (exact line formats), ``tracebacks``,
 ``tokenizer``, ``scheduler`` (pure batching state machine), ``engine`` (real-time driver), ``http_api``,
-``rendezvous`` (TCP + heartbeats), ``node`` (startup/shutdown per rank), ``build``, ``simulate``.
+``rendezvous`` (TCP + heartbeats + the per-forward exchange), ``node`` (startup/shutdown per rank), ``build``, ``simulate``.
 Beside it in ``slurm_ab_testbed``: ``make_model`` (tokenizer-only model dir), ``testing`` (subprocess
 helpers for tests), ``cluster`` + ``cluster.sh`` (the local Slurm cluster).
 """

@@ -1,5 +1,6 @@
 """Runs the scheduler core in real time on one thread: plan a forward, sleep its duration times
-the time scale, apply it. HTTP threads submit requests and wait on per-request queues.
+the time scale (and, on a multi-node replica, wait for the forward's exchange with the other
+nodes), apply it. HTTP threads submit requests and wait on per-request queues.
 """
 from __future__ import annotations
 
@@ -31,10 +32,26 @@ class RequestStream:
         self.q.put(TokenEvent(list(new_ids), now, finished))
 
 
+class Exchange:
+    """The per-forward exchange with the other nodes of the replica (rendezvous.Hub), overlapping
+    the forward: started when the forward starts, waited for when its modelled time is over."""
+
+    def __init__(self, hub, pad_bytes: int):
+        self.hub = hub
+        self.pad_bytes = pad_bytes
+
+    def begin(self) -> int:
+        return self.hub.exchange_begin(self.pad_bytes)
+
+    def wait(self, seq: int, stop: threading.Event) -> bool:
+        return self.hub.exchange_wait(seq, stop)
+
+
 class Engine:
     def __init__(self, core: SchedulerCore, time_scale: float, on_fatal: Callable[[EngineFault], None],
-                 die_after_requests: Optional[int] = None):
+                 die_after_requests: Optional[int] = None, exchange: Optional[Exchange] = None):
         self.core = core
+        self.exchange = exchange
         self.scale = time_scale
         self.on_fatal = on_fatal
         self.die_after = die_after_requests
@@ -110,7 +127,10 @@ class Engine:
                     core.note_idle()
                     self.cond.wait(0.1)
                     continue
+            seq = self.exchange.begin() if self.exchange is not None else None
             if self.stop_event.wait(fwd.duration * self.scale):
+                return
+            if seq is not None and not self.exchange.wait(seq, self.stop_event):
                 return
             with self.cond:
                 try:

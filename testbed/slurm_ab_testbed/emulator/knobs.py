@@ -23,6 +23,7 @@ class Knobs:
     seed: Optional[int] = None            # SLURM_AB_EMU_SEED
     gpus_per_node: int = 8                # SLURM_AB_EMU_GPUS_PER_NODE
     log_ms: bool = False                  # SGLANG_LOG_MS (SGLang's own variable)
+    collective_bytes: int = 4096          # SLURM_AB_EMU_COLLECTIVE_BYTES (0: no per-forward exchange)
 
 
 def _truthy(value: Optional[str]) -> bool:
@@ -66,4 +67,5 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
         seed=number("SLURM_AB_EMU_SEED", int, None, 0),
         gpus_per_node=number("SLURM_AB_EMU_GPUS_PER_NODE", int, 8, 1),
         log_ms=_truthy(env.get("SGLANG_LOG_MS")),
+        collective_bytes=number("SLURM_AB_EMU_COLLECTIVE_BYTES", int, 4096, 0),
     )

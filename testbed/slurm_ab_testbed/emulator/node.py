@@ -22,7 +22,7 @@ from typing import Optional
 from .build import Replica, build_core, plan_replica
 from .cli_args import ServerArgs
 from .costs import Costs
-from .engine import Engine
+from .engine import Engine, Exchange
 from .http_api import WARMUP_HEADER, App, DummyServer, Handler, Server, serve
 from .knobs import Knobs
 from .logfmt import LogSink, dummy_health_line
@@ -268,7 +268,8 @@ class Node:
         seed = k.seed if k.seed is not None else (a.random_seed or 0)
         noise = Noise(self.costs.noise, launch_seed(seed, os.environ, a.port))
         core = build_core(self.replica, tok.output_ids, self.emit_stats, seed, k.faults.oom_first_prefill, noise)
-        self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests)
+        exchange = Exchange(self.hub, k.collective_bytes) if self.hub is not None and k.collective_bytes else None
+        self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests, exchange)
         model_info = {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
         self.app = App(a, k, tok, self.engine, self.sink, self.replica, model_info, self.context_len)
         self.app.stats_stages = self.topo.stats_stages(0)
@@ -360,6 +361,8 @@ class Node:
             self.joined.set()
         elif kind == "ready":
             self.ready.set()
+        elif kind == "ar":
+            self.link.echo(msg)
         elif kind == "log":
             self.log_stats(str(msg.get("body", "")))
         elif kind == "reject":

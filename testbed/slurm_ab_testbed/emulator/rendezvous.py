@@ -3,7 +3,11 @@
 Node rank 0 listens on the dist-init port (as torch's TCPStore does) and the other ranks connect,
 retrying until rank 0 is up or the dist timeout passes. Afterwards the connection carries JSON
 lines: phase messages (``joined``, ``loaded``, ``ready``), scheduler log lines for the nodes that
-host other PP stages' TP0 (``log``), and heartbeats every 0.5 s.
+host other PP stages' TP0 (``log``), heartbeats every 0.5 s, and one exchange per forward while
+serving (``ar``: rank 0 sends a padded message to every peer, each echoes it; the forward is done
+when every echo is back). The exchange stands in for the forward's NCCL collectives: it overlaps
+the forward's modelled duration, so on a healthy network it costs nothing, and a slow link of any
+node (``tc ... tbf``) stretches every forward of the replica, as a slow NIC does to NCCL.
 
 A peer whose connection breaks (its process died: FIN or RST) is reported at once, like NCCL's
 "remote process exited". A peer that falls silent (its link is down: no FIN, no RST) is waited for
@@ -52,7 +56,9 @@ class Conn:
         threading.Thread(target=self._beat_loop, name=f"rdzv-beat-{self.rank}", daemon=True).start()
 
     def send(self, msg: dict) -> bool:
-        data = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        return self.send_raw((json.dumps(msg, separators=(",", ":")) + "\n").encode())
+
+    def send_raw(self, data: bytes) -> bool:
         try:
             with self._send_lock:
                 self.sock.sendall(data)
@@ -134,6 +140,10 @@ class Hub:
         self.cond = threading.Condition()
         self._server: Optional[socket.socket] = None
         self.closing = False
+        self._seq = 0
+        self._pad = 0
+        self._sender: Optional[threading.Thread] = None
+        self._echoed: dict[int, int] = {}
 
     def start(self) -> None:
         srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -184,6 +194,11 @@ class Hub:
             self.broadcast({"t": "joined"})
 
     def _message(self, rank: int, msg: dict) -> None:
+        if msg.get("t") == "ar":
+            with self.cond:
+                self._echoed[rank] = max(self._echoed.get(rank, 0), int(msg.get("s", 0)))
+                self.cond.notify_all()
+            return
         if msg.get("t") == "phase":
             with self.cond:
                 self.phase.setdefault(rank, set()).add(msg.get("phase", ""))
@@ -212,6 +227,40 @@ class Hub:
     def broadcast(self, msg: dict) -> None:
         for conn in list(self.peers.values()):
             conn.send(msg)
+
+    def exchange_begin(self, pad_bytes: int) -> int:
+        """Start one forward's exchange with every peer; returns its sequence number. The sending
+        happens on a thread of its own, so the forward's modelled time covers it."""
+        with self.cond:
+            self._seq += 1
+            seq = self._seq
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_loop, name="rdzv-exchange", daemon=True)
+                self._sender.start()
+            self._pad = pad_bytes
+            self.cond.notify_all()
+        return seq
+
+    def _send_loop(self) -> None:
+        sent = 0
+        while not self.closing:
+            with self.cond:
+                while self._seq == sent and not self.closing:
+                    self.cond.wait(0.5)
+                sent, pad = self._seq, self._pad
+            data = (json.dumps({"t": "ar", "s": sent, "p": "x" * pad}, separators=(",", ":")) + "\n").encode()
+            for conn in list(self.peers.values()):
+                conn.send_raw(data)
+
+    def exchange_wait(self, seq: int, stop: threading.Event) -> bool:
+        """Wait until every live peer echoed `seq` (a lost peer is not waited for: its loss is
+        reported through on_lost, which takes the process down). False when stopped."""
+        with self.cond:
+            while any(self._echoed.get(r, 0) < seq for r, c in self.peers.items() if not c.closed.is_set()):
+                if stop.is_set() or self.closing:
+                    return False
+                self.cond.wait(0.05)
+            return True
 
     def close(self) -> None:
         self.closing = True
@@ -261,6 +310,10 @@ class Link:
 
     def send(self, msg: dict) -> bool:
         return self.conn.send(msg) if self.conn else False
+
+    def echo(self, msg: dict) -> None:
+        """Answer rank 0's per-forward exchange with as many bytes as it sent."""
+        self.send({"t": "ar", "s": msg.get("s", 0), "p": msg.get("p", "")})
 
     def close(self) -> None:
         self.closing = True

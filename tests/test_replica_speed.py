@@ -1,0 +1,163 @@
+"""Per-replica decode speed from the servers' own latency histograms, and the rule that names a
+slow replica (issue 13: a slow node must be visible per replica).
+
+The client (bench_serving) cannot say which replica served a request; each replica's /metrics can:
+the window's delta of SGLang 0.5.23's per-request TPOT histogram gives each replica's TPOT. Data:
+the real 0.5.23 text in tests/data/sglang-0.5.23-metrics (20 requests observed at 0.098 s TPOT);
+other states change sample values only.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from slurm_ab.collect.records import Pooled, ReplicaSummary, RunSummary
+from slurm_ab.collect.server_metrics import (E2E_HISTOGRAM, HistogramWindow, ReplicaMetrics,
+                                             ServerMetrics, histogram_quantile, histogram_window)
+from slurm_ab.collect.verdict import SPEED_RATIO, speed_reasons
+from slurm_ab.collect.write import render_md
+from slurm_ab.parse.prometheus import parse_scrape
+from test_server_metrics import END, START, Run, rep, set_value
+
+TPOT = "sglang:request_time_per_output_token_seconds"
+
+
+def with_tpot(text: str, seconds: float, n: int = 20) -> str:
+    """The text with n requests observed at `seconds` TPOT (buckets, sum and count rewritten)."""
+    def bucket(m):
+        le = float(m.group(2))
+        return f"{m.group(1)}{float(n) if le >= seconds else 0.0}"
+    text = re.sub(rf'^({re.escape(TPOT)}_bucket\{{.*le="([^"]+)".*\}} )\S+$', bucket, text, flags=re.M)
+    text = re.sub(rf"^({re.escape(TPOT)}_sum\{{.*\}} )\S+$", lambda m: f"{m.group(1)}{seconds * n!r}",
+                  text, flags=re.M)
+    return re.sub(rf"^({re.escape(TPOT)}_count\{{.*\}} )\S+$", lambda m: f"{m.group(1)}{float(n)}",
+                  text, flags=re.M)
+
+
+# ---- the histogram arithmetic ------------------------------------------------------------------
+
+def test_quantile_interpolates_inside_the_bucket_like_prometheus():
+    b = [(0.1, 10.0), (0.2, 30.0), (0.4, 40.0), (float("inf"), 40.0)]
+    assert histogram_quantile(0.25, b) == pytest.approx(0.1)             # rank 10: top of bucket 1
+    assert histogram_quantile(0.5, b) == pytest.approx(0.15)             # rank 20: half of (0.1, 0.2]
+    assert histogram_quantile(0.95, b) == pytest.approx(0.2 + 0.2 * 8 / 10)
+    assert histogram_quantile(0.1, b) == pytest.approx(0.04)             # first bucket from 0
+    assert histogram_quantile(0.99, [(0.1, 1.0), (float("inf"), 10.0)]) == 0.1   # +Inf: largest bound
+    assert histogram_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)]) is None
+
+
+def test_window_of_real_0_5_23_text():
+    w = histogram_window(parse_scrape(START), parse_scrape(END), TPOT)
+    # 20 requests at 0.098 s: all in (0.08, 0.1]; mean exact, quantiles interpolated there
+    assert w == HistogramWindow(TPOT, 20.0, pytest.approx(98.0), pytest.approx(90.0),
+                                pytest.approx(99.0))
+    e2e = histogram_window(parse_scrape(START), parse_scrape(END), E2E_HISTOGRAM)
+    assert e2e.count == 20 and e2e.mean_ms == pytest.approx(58400.0)
+    # the same scrape twice: nothing observed in between
+    assert histogram_window(parse_scrape(END), parse_scrape(END), TPOT) is None
+
+
+def test_window_subtracts_what_was_observed_before_it():
+    """20 requests at 0.098 s before the window, 20 more at 0.5 s inside it: only the latter."""
+    def bucket(m):
+        le = float(m.group(2))
+        return f"{m.group(1)}{(20.0 if le >= 0.098 else 0.0) + (20.0 if le >= 0.5 else 0.0)}"
+    both = re.sub(rf'^({re.escape(TPOT)}_bucket\{{.*le="([^"]+)".*\}} )\S+$', bucket, END, flags=re.M)
+    both = set_value(set_value(both, TPOT + "_sum", 20 * 0.098 + 20 * 0.5), TPOT + "_count", 40.0)
+    w = histogram_window(parse_scrape(END), parse_scrape(both), TPOT)
+    assert w.count == 20 and w.mean_ms == pytest.approx(500.0)
+    assert w.p50_ms == pytest.approx(500.0) and w.p95_ms == pytest.approx(590.0)   # in (0.4, 0.6]
+
+
+# ---- the collector and the rule ----------------------------------------------------------------
+
+def _run(tmp_path, r1_tpot: float):
+    run = Run(tmp_path)
+    run.event("bench_start")
+    for g in (0, 1):
+        run.scrape(f"r{g}", "start", START)
+    run.event("bench_end", "rc=0")
+    run.scrape("r0", "end", with_tpot(END, 0.098))
+    run.scrape("r1", "end", with_tpot(END, r1_tpot))
+    reps = [ReplicaSummary(replica=g, nodes=tuple(f"node0{4 * g + k}" for k in range(1, 5)),
+                           accept_samples=18, accept_len=3.76, requests_served=20,
+                           requests_source="access_log", logs=(f"logs/server-r{g}-n0.log",))
+            for g in (0, 1)]
+    return reps, run.collect(reps, Pooled())
+
+
+def test_a_slow_replica_is_named_with_its_nodes_and_both_figures(tmp_path):
+    reps, sm = _run(tmp_path, 0.45)
+    r0, r1 = sm.replicas
+    assert r0.tpot.mean_ms == pytest.approx(98.0) and r1.tpot.mean_ms == pytest.approx(450.0)
+    assert r1.tpot.metric == TPOT
+    reasons = speed_reasons(reps, sm.replicas)
+    assert reasons == [
+        "replica 1 (node05, node06, node07, node08) decoded 4.6x slower than replica 0: server TPOT "
+        "mean 450.0 vs 98.0 ms, p95 590.0 vs 99.0 ms over 20 and 20 requests "
+        "(sglang:request_time_per_output_token_seconds); a slow node or link in replica 1: the "
+        "pooled latencies mix two speeds"]
+
+
+def test_replicas_within_the_ratio_are_not_flagged(tmp_path):
+    reps, sm = _run(tmp_path, 0.098 * (SPEED_RATIO - 0.1))
+    assert speed_reasons(reps, sm.replicas) == []
+
+
+def test_too_few_requests_or_no_histogram_is_not_judged():
+    w = lambda ms, n: HistogramWindow(TPOT, n, ms, ms, ms)            # noqa: E731
+    reps = [rep(0), rep(1)]
+    assert speed_reasons(reps, [ReplicaMetrics(0, tpot=w(10, 2)), ReplicaMetrics(1, tpot=w(90, 2))]) == []
+    assert speed_reasons(reps, [ReplicaMetrics(0, tpot=w(10, 20)), ReplicaMetrics(1)]) == []
+    assert speed_reasons(reps, [ReplicaMetrics(0, tpot=w(10, 20)), ReplicaMetrics(1, tpot=w(30, 20))])
+
+
+def test_summary_md_shows_each_replicas_server_tpot(tmp_path):
+    reps, sm = _run(tmp_path, 0.45)
+    md = render_md(RunSummary(run_id="r", replicas=tuple(reps), server_metrics=sm, verdict="invalid",
+                              reasons=tuple(speed_reasons(reps, sm.replicas))))
+    table = md[md.index("## Replicas"):]
+    assert "TPOT mean / p50 / p95 (server)" in table
+    assert re.search(r"^\| 0 .*\| 98\.0 / 90\.0 / 99\.0 ", table, re.M), table
+    assert re.search(r"^\| 1 .*\| 450\.0 / 500\.0 / 590\.0 ", table, re.M), table
+    assert "- replica 1 (node05, node06, node07, node08) decoded 4.6x slower" in md
+    # without server histograms the column is not shown at all
+    plain = render_md(RunSummary(run_id="r", replicas=tuple(reps), server_metrics=ServerMetrics()))
+    assert "(server)" not in plain
+
+
+# ---- a real slow-node run of the local cluster ---------------------------------------------------
+
+def test_stored_slow_node_run_names_the_slow_replica_and_plots_each_replicas_tpot(tmp_path):
+    """tests/fixtures/runs/slow-node: replica 1's node07 sent through tbf 8mbit (see the README
+    there). Collecting it names replica 1 and its nodes; the report draws each replica's TPOT,
+    the bars at the summary's figures, the client's pooled TPOT between them."""
+    import json
+    import shutil
+
+    from helpers import ROOT
+    from slurm_ab.collect import collect_run
+    from slurm_ab.report import plots, rundata, series
+
+    run = tmp_path / "slow-node"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "slow-node", run, symlinks=True)
+    s = collect_run(run, sacct={"state": "COMPLETED"})
+    assert s.verdict == "invalid"
+    assert re.match(r"replica 1 \(node05, node06, node07, node08\) decoded (\d+\.\d)x slower than "
+                    r"replica 0: server TPOT mean", s.reasons[0]), s.reasons
+    r0, r1 = (m.tpot for m in s.server_metrics.replicas)
+    assert r0.count == r1.count == 4 and r1.mean_ms > 2 * r0.mean_ms
+    assert r0.mean_ms < s.bench.tpot.mean < r1.mean_ms          # the client mixes the two
+
+    from slurm_ab.collect.write import write_summary
+    write_summary(s, run)
+    data = rundata.load(run)
+    rows = series.replica_tpot(data)
+    assert [(r.replica, r.mean_ms) for r in rows] == [(0, pytest.approx(r0.mean_ms)),
+                                                      (1, pytest.approx(r1.mean_ms))]
+    fig = plots.fig_replica_tpot(rows, json.loads((run / "summary.json").read_text())["bench"]["tpot"])
+    bars = {p.get_gid(): p.get_width() for ax in fig.axes for p in ax.patches if p.get_gid()}
+    assert bars == {"tpot-0": pytest.approx(r0.mean_ms), "tpot-1": pytest.approx(r1.mean_ms)}
+    from slurm_ab.report.html import run_plots
+    assert "replica-tpot.png" in [name for name, _, _ in run_plots(data)]
