@@ -36,6 +36,8 @@ class Layout:
     metrics = property(lambda self: self.root / "metrics")      # /metrics scrapes: <target>-<stamp>.prom
     preflight = property(lambda self: self.root / "preflight")  # preflight/<node>.json per node
     submit_error = property(lambda self: self.root / "submit-error.txt")   # why sbatch refused
+    report_html = property(lambda self: self.root / "report.html")         # derived, like summaries
+    plots = property(lambda self: self.root / "plots")                     # report.html's PNGs
 
     def server_log(self, replica: int, rank: int) -> Path:
         """stdout+stderr of one node (node rank `rank`) of replica `replica`."""

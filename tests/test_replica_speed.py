@@ -161,3 +161,4 @@ def test_stored_slow_node_run_names_the_slow_replica_and_plots_each_replicas_tpo
     assert bars == {"tpot-0": pytest.approx(r0.mean_ms), "tpot-1": pytest.approx(r1.mean_ms)}
     from slurm_ab.report.html import run_plots
     assert "replica-tpot.png" in [name for name, _, _ in run_plots(data)]
+

@@ -328,3 +328,16 @@ def test_real_router_0_3_2_counts_per_worker(tmp_path):
     assert sm.router_metric == "smg_worker_cb_outcomes_total"
     assert [r.router_requests for r in sm.replicas] == [20, 20]
     assert sm.checks == ()
+
+
+def test_compare_shows_the_counter_acceptance_when_a_side_has_it():
+    from slurm_ab.collect.records import RunSummary
+    from slurm_ab.collect.server_metrics import PooledMetrics, ServerMetrics
+    from slurm_ab.collect.tables import compare_rows
+    a = RunSummary(run_id="a", verdict="ok")
+    b = RunSummary(run_id="b", verdict="ok",
+                   server_metrics=ServerMetrics(True, pooled=PooledMetrics(accept_len=4.12)))
+    rows, _ = compare_rows(a, b)
+    assert rows[-1] == ["Accept length (counters)", "-", "4.12", "n/a"]
+    rows, _ = compare_rows(a, a)
+    assert rows[-1][0] == "Accept length"          # neither side has counters: no row

@@ -20,6 +20,7 @@ from ..parse.diagnose import server_log_identity
 from ..parse.events import EventLog, Warmup
 from ..parse.server_scan import (DecodeAgg, Interval, Prefill, Retractions, ServerLogScan,
                                  lowest_stage, pooled_retractions, scan_server_log)
+from ..rundir import Layout
 from .records import Pooled, ReplicaSummary
 
 DEFAULT_WARMUP_TOKENS = 16384
@@ -70,7 +71,7 @@ def _prefill(scans: Sequence[ServerLogScan], counts) -> Prefill:
 def server_logs(run_dir: Path) -> dict[int, dict[int, Path]]:
     """replica -> node rank -> path, from logs/server-r<G>-n<R>.log."""
     out: dict[int, dict[int, Path]] = {}
-    logs = run_dir / "logs"
+    logs = Layout(run_dir).logs
     if logs.is_dir():
         for p in sorted(logs.iterdir()):
             ident = server_log_identity(p.name)

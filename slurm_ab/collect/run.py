@@ -35,15 +35,15 @@ def write_report(run_dir: Path, *, changed: bool, running: bool) -> list[Path]:
     failure never costs the summary: it is said on stderr."""
     if running:
         return []
-    from ..report.write import REPORT
-    if not changed and (Path(run_dir) / REPORT).exists():
+    page = rundir.Layout(Path(run_dir)).report_html
+    if not changed and page.exists():
         return []
     try:
         from ..report import write_run_report
         return write_run_report(run_dir)
     except Exception as e:  # noqa: BLE001 - the summary is written; say why the page is not
         import sys
-        print(f"slurm-ab: warning: {run_dir}/{REPORT} not written: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"slurm-ab: warning: {page} not written: {type(e).__name__}: {e}", file=sys.stderr)
         return []
 
 

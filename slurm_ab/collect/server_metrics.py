@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..parse.events import Event, EventLog
+from ..rundir import Layout
 from ..parse.prometheus import Scrape, ScrapeError, read_scrape
 
 GEN = "sglang:generation_tokens_total"
@@ -425,7 +426,7 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
     draft = draft_tokens_of(config)
     if not any(t.startswith("r") for t in refs):
         why = ("the job took no /metrics scrapes (older job script, or metrics scraping off)"
-               if not any((run_dir / "metrics").glob("*.prom")) else
+               if not any(Layout(run_dir).metrics.glob("*.prom")) else
                "metrics/ holds files but events.log records no scrape of this benchmark")
         return ServerMetrics(notes=(f"server metrics: none; {why}; figures from the logs only",))
     problems: list[str] = []

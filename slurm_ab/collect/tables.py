@@ -166,7 +166,16 @@ def compare_rows(a: RunSummary, b: RunSummary) -> tuple[list[list[str]], list[st
     rows.append(["Accept length", _f(a.accept.accept_len, ".2f") + _client_accept(a, " "),
                  _f(b.accept.accept_len, ".2f") + _client_accept(b, " "),
                  pct(a.accept.accept_len, b.accept.accept_len)])
+    ca, cb = _counter_accept(a), _counter_accept(b)
+    if ca is not None or cb is not None:
+        rows.append(["Accept length (counters)", _f(ca, ".2f"), _f(cb, ".2f"), pct(ca, cb)])
     return rows, comparability(a, b)
+
+
+def _counter_accept(s: RunSummary) -> float | None:
+    """The token-weighted acceptance length from the servers' /metrics counters (pooled)."""
+    sm = s.server_metrics
+    return sm.pooled.accept_len if sm is not None and getattr(sm, "available", False) else None
 
 
 def comparability(a: RunSummary, b: RunSummary) -> list[str]:

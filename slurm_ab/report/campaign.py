@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..parse.bench import read_last_record
 from ..parse.stats import percentile
+from ..rundir import Layout
 from . import markdown, series
 from .html import esc, img, page, raw_files, verdict_badge, _rel
 from .rundata import load
@@ -18,7 +19,7 @@ from .rundata import load
 
 def _summary(run_dir: Path) -> dict:
     try:
-        d = json.loads((run_dir / "summary.json").read_text(errors="replace"))
+        d = json.loads(Layout(run_dir).summary("summary.json").read_text(errors="replace"))
     except (OSError, ValueError):
         return {}
     return d if isinstance(d, dict) else {}
@@ -106,7 +107,7 @@ def campaign_plots(run_dir: Path, summary: dict) -> list[tuple[str, str, bytes]]
                     "per mode, 95% intervals as bars, Pareto front dashed", plots.png(plots.fig_sweep(pts))))
     for la in summary.get("launches") or []:
         d = run_dir / la["dir"]
-        if not (d / "events.log").exists():
+        if not Layout(d).events.exists():
             continue
         run = load(d)
         tl = series.timeline(run)
@@ -134,7 +135,7 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
     base = Path(base_dir) if base_dir is not None else run_dir
     summary = _summary(run_dir)
     try:
-        md = (run_dir / "summary.md").read_text(errors="replace")
+        md = Layout(run_dir).summary("summary.md").read_text(errors="replace")
     except OSError:
         md = ""
     pl = campaign_plots(run_dir, summary) if summary else []

@@ -14,6 +14,7 @@ import io
 import os
 from pathlib import Path
 
+from ..rundir import Layout
 from . import markdown, series
 from .rundata import RunFiles, load
 
@@ -287,7 +288,7 @@ def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: s
         body.append(f"<h2>{esc(r.run_id)} ({esc(r.mode)}) {verdict_badge(r.verdict)}</h2>\n")
         if r.summary.get("reasons"):
             body.append("<ul>" + "".join(f"<li>{esc(x)}</li>" for x in r.summary["reasons"][:3]) + "</ul>\n")
-        rep = Path(r.run_dir) / "report.html"
+        rep = Layout(Path(r.run_dir)).report_html
         if rep.exists():
             body.append(f'<p><a href="{esc(_rel(rep, base))}">full report of this run</a></p>\n')
         body.append(links(r, base))
@@ -297,7 +298,7 @@ def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: s
 def numeric_row(run_dir: Path) -> dict:
     """The run's numeric row (summary.csv: the collector's machine-readable table)."""
     try:
-        text = (Path(run_dir) / "summary.csv").read_text()
+        text = Layout(Path(run_dir)).summary("summary.csv").read_text()
     except OSError:
         return {}
     rows = list(csv.DictReader(io.StringIO(text)))

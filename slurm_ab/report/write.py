@@ -6,10 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rundir import write_atomic
-
-PLOTS_DIR = "plots"
-REPORT = "report.html"
+from ..rundir import Layout, write_atomic
 
 
 def write_run_report(run_dir: str | Path) -> list[Path]:
@@ -26,13 +23,14 @@ def write_run_report(run_dir: str | Path) -> list[Path]:
     else:
         text = render_run(run_dir, plots_out=pl)
     changed = []
+    lay = Layout(run_dir)
     if pl:
-        (run_dir / PLOTS_DIR).mkdir(exist_ok=True)
+        lay.plots.mkdir(exist_ok=True)
         for name, _, data in pl:
-            p = run_dir / PLOTS_DIR / name
+            p = lay.plots / name
             if write_atomic(p, data):
                 changed.append(p)
-    p = run_dir / REPORT
+    p = lay.report_html
     if write_atomic(p, text):
         changed.append(p)
     return changed
