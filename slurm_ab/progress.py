@@ -114,7 +114,7 @@ class Tracker:
         self._floor = (None, 0)                   # (bench_start line, highest done so far)
         self._launches: dict[int, Tracker] = {}   # a campaign's launches, by launch_start line
         m = read_manifest(self.run_dir)
-        self.campaign = (m.extra.get("campaign") if m is not None else None) or {}
+        self.campaign = (m.campaign if m is not None else None) or {}
 
     # -- reading ----------------------------------------------------------------------------------
     def _read(self) -> None:
@@ -343,8 +343,6 @@ class Display:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
-
-
 
 
 def follow_live(job_id: str, run_dir: str | Path, *, out: TextIO | None = None) -> str:

@@ -96,6 +96,12 @@ class Manifest:
         return dict(b) if isinstance(b, dict) else {}
 
     @property
+    def campaign(self) -> dict | None:
+        """The campaign a campaign's manifest holds (None for a single run)."""
+        c = self.extra.get("campaign")
+        return c if isinstance(c, dict) else None
+
+    @property
     def warmup_input_len(self) -> int | None:
         w = self.config.get("warmup")
         n = w.get("input_len") if isinstance(w, dict) else None

@@ -251,8 +251,7 @@ def histogram_window(a: Scrape, b: Scrape, name: str) -> HistogramWindow | None:
 
 def latency_windows(a: Scrape, b: Scrape) -> tuple[HistogramWindow | None, HistogramWindow | None]:
     """(TPOT, E2E) of the window from the first TPOT histogram the server exports."""
-    tpot = next((w for w in (histogram_window(a, b, n) for n in TPOT_HISTOGRAMS if n + "_count" in b)
-                 if w is not None), None)
+    tpot = next((w for w in (histogram_window(a, b, n) for n in TPOT_HISTOGRAMS) if w is not None), None)
     return tpot, histogram_window(a, b, E2E_HISTOGRAM)
 
 

@@ -40,7 +40,8 @@ def render_md(s: RunSummary) -> str:
             metric = next(m.tpot.metric for m in s.server_metrics.replicas if m.tpot)
             lines += [f"TPOT (server) per replica: {metric} over the benchmark window, in ms; "
                       "p50/p95 interpolated inside the histogram's buckets.", ""]
-    lines += [metrics_md(s)] if metrics_md(s) else []
+    metrics = metrics_md(s)
+    lines += [metrics] if metrics else []
     lines += [*pooled_lines(s),
               f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
               + (" (all samples counted)" if s.all_samples else ""),

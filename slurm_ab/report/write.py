@@ -17,7 +17,7 @@ def write_run_report(run_dir: str | Path) -> list[Path]:
     run_dir = Path(run_dir)
     m = read_manifest(run_dir)
     pl: list = []
-    if m is not None and isinstance(m.extra.get("campaign"), dict):
+    if m is not None and m.campaign is not None:
         from .campaign import render_campaign
         text = render_campaign(run_dir, plots_out=pl)
     else:
