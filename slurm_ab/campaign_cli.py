@@ -129,10 +129,7 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
 def compare(refs: list[str], fmt: str, find) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
     `compare A B` (runs or one-mode campaigns; runs count as one pass each)."""
-    import json
-
-    from .collect import campaign_tables as ct
-    from .collect.campaign import collect_campaign_and_write, comparison_json
+    from .collect.campaign import collect_campaign_and_write, comparison_json, comparison_section
 
     if len(refs) == 1:
         result, _ = collect_campaign_and_write(find(refs[0]))
@@ -140,14 +137,13 @@ def compare(refs: list[str], fmt: str, find) -> str:
             return comparison_json(result)
         if not result["comparisons"]:
             raise UsageError(f"{refs[0]} has one mode: nothing to compare inside it")
-        out = []
-        rows = result["passes"]
-        for cmp in result["comparisons"]:
-            a = [r for r in rows if r["mode"] == cmp["a"] and r["concurrency"] == cmp["concurrency"]]
-            b = [r for r in rows if r["mode"] == cmp["b"] and r["concurrency"] == cmp["concurrency"]]
-            out.append(f"## {cmp['b']} vs {cmp['a']} at concurrency {cmp['concurrency']}\n\n"
-                       + ct.comparison_table(cmp["a"], cmp["b"], a, b, result["variance"]))
-        return "\n".join(out)
+        return "\n".join(comparison_section(result, cmp) for cmp in result["comparisons"])
+    return pair_text(pair(refs, find), fmt)
+
+
+def pair(refs: list[str], find) -> tuple[str, list[dict], str, list[dict], str]:
+    """(A's name, A's ok pass rows, B's name, B's rows, what the intervals cover) of
+    `compare A B`: each side collected once, whatever is printed from it."""
     (na, ra, va), (nb, rb, vb) = _side(refs[0], find), _side(refs[1], find)
     if na == nb:
         na, nb = f"A: {refs[0]}", f"B: {refs[1]}"
@@ -155,6 +151,16 @@ def compare(refs: list[str], fmt: str, find) -> str:
                 "intervals include launch-to-launch variance between the two sides"
                 if va is None and vb is None else
                 f"A: {va or 'one run'}; B: {vb or 'one run'}")
+    return na, ra, nb, rb, variance
+
+
+def pair_text(sides: tuple, fmt: str) -> str:
+    """A pair's comparison as the table (md) or per-metric records (json)."""
+    import json
+
+    from .collect import campaign_tables as ct
+
+    na, ra, nb, rb, variance = sides
     if fmt == "json":
         return json.dumps({"variance": variance, "metrics": ct.comparison(ra, rb)}, indent=2) + "\n"
     return ct.comparison_table(na, nb, ra, rb, variance)

@@ -306,21 +306,25 @@ def compare(run_a, run_b, fmt, html_out):
     from . import campaign_cli
 
     refs = [r for r in (run_a, run_b) if r]
-    if len(refs) == 1 or any(campaign_cli.is_campaign(_find_run(r)) for r in refs):
+    if len(refs) == 1:
         click.echo(campaign_cli.compare(refs, fmt, _find_run), nl=False)
-        if html_out and len(refs) == 1:             # the campaign's page holds its comparisons
+        if html_out:                                # the campaign's page holds its comparisons
             from .report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
-        elif html_out:
+        return
+    if any(campaign_cli.is_campaign(_find_run(r)) for r in refs):
+        sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
+        click.echo(campaign_cli.pair_text(sides, fmt), nl=False)
+        if html_out:
             import json
 
             from .ab_stats import METRIC_BY_NAME
             from .report import render_compare_html
             rows = [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in
-                    json.loads(campaign_cli.compare(refs, "json", _find_run))["metrics"]
+                    json.loads(campaign_cli.pair_text(sides, "json"))["metrics"]
                     if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
             _write_page(html_out, render_compare_html(
-                _find_run(refs[0]), _find_run(refs[1]), campaign_cli.compare(refs, "md", _find_run),
+                _find_run(refs[0]), _find_run(refs[1]), campaign_cli.pair_text(sides, "md"),
                 base_dir=Path(html_out).parent, forest=rows))
         return
 

@@ -162,10 +162,9 @@ def collect_campaign(run_dir: str | Path, sacct: Mapping | None = None) -> dict:
         a_mode = campaign.modes[0]
         for b_mode in campaign.modes[1:]:
             for c in campaign.concurrencies:
-                a = [r for r in rows if r["mode"] == a_mode and r["concurrency"] == c]
-                b = [r for r in rows if r["mode"] == b_mode and r["concurrency"] == c]
                 comparisons.append({"a": a_mode, "b": b_mode, "concurrency": c,
-                                    "metrics": ct.comparison(a, b)})
+                                    "metrics": ct.comparison(rows_of(rows, a_mode, c),
+                                                             rows_of(rows, b_mode, c))})
     running = sacct is not None and str(sacct.get("state", "")).upper() in ("RUNNING", "PENDING",
                                                                            "CONFIGURING", "COMPLETING")
     return {"run_id": manifest.run_id or run_dir.name, "job_id": manifest.job_id,
@@ -191,13 +190,23 @@ def campaign_md(result: dict, passes: bool = False) -> str:
     out += ["", "## Passes" if passes else "## Aggregates (mean ± 95% half-width over ok passes)", ""]
     out.append((ct.passes_table(rows) if passes else ct.aggregate_table(rows)).rstrip("\n"))
     for cmp in result["comparisons"]:
-        a = [r for r in rows if r["mode"] == cmp["a"] and r["concurrency"] == cmp["concurrency"]]
-        b = [r for r in rows if r["mode"] == cmp["b"] and r["concurrency"] == cmp["concurrency"]]
-        out += ["", f"## {cmp['b']} vs {cmp['a']} at concurrency {cmp['concurrency']}", "",
-                ct.comparison_table(cmp["a"], cmp["b"], a, b, result["variance"]).rstrip("\n")]
+        out += ["", comparison_section(result, cmp).rstrip("\n")]
     if len(c.concurrencies) > 1:
         out += ["", "## Throughput-latency curve", "", ct.curve_table(rows).rstrip("\n")]
     return "\n".join(out) + "\n"
+
+
+def comparison_section(result: dict, cmp: dict) -> str:
+    """One comparison of a campaign (B against A at one concurrency) under its heading."""
+    rows, c = result["passes"], cmp["concurrency"]
+    return (f"## {cmp['b']} vs {cmp['a']} at concurrency {c}\n\n"
+            + ct.comparison_table(cmp["a"], cmp["b"], rows_of(rows, cmp["a"], c),
+                                  rows_of(rows, cmp["b"], c), result["variance"]))
+
+
+def rows_of(rows: list[dict], mode: str, concurrency) -> list[dict]:
+    """The pass rows of one (mode, concurrency)."""
+    return [r for r in rows if r["mode"] == mode and r["concurrency"] == concurrency]
 
 
 def campaign_csv(result: dict) -> str:
