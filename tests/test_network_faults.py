@@ -53,7 +53,7 @@ def _stream_gaps(url: str, tokens: int, during=None) -> list[float]:
     req = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json"})
     stamps = []
     with urllib.request.urlopen(req, timeout=60) as r:
-        for i, line in enumerate(r):
+        for line in r:
             if line.startswith(b"data: {"):
                 stamps.append(time.monotonic())
                 if during is not None:
@@ -266,6 +266,18 @@ def hard_end(j: Job, timeout_s: float) -> float:
     return j.job_end()
 
 
+def link_down_until_job_end(j: Job, node: str, timeout_s: float) -> tuple[float, float]:
+    """Take the node's link down (from its side; the fallback route checked first) until the job
+    script has ended, then restore it; returns (when it went down, the job_end epoch)."""
+    assert _fallback_route()
+    t = time.time()
+    net("link", node, "down")
+    try:
+        return t, hard_end(j, timeout_s)
+    finally:
+        restore(node)
+
+
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_server_bound_to_loopback_fails_with_a_clear_diagnosis(job):
@@ -322,13 +334,7 @@ def test_link_down_while_loading(job):
     j.wait_event("server_launch", replica=1)
     node = j.hosts()[1][1]
     wait_log(j, log_of(j, 1, 1), "Load weight begin")
-    assert _fallback_route()
-    t = time.time()
-    net("link", node, "down")
-    try:
-        end = hard_end(j, dist + 90)
-    finally:
-        restore(node)
+    t, end = link_down_until_job_end(j, node, dist + 90)
     assert j.finish(120) == 1
     detect = end - t
     j.assert_nothing_left(90)
@@ -358,13 +364,7 @@ def test_link_down_mid_benchmark(job):
     j.wait_event("bench_start")
     j.wait_for(lambda: access_posts(j.run_dir) >= 4, 60, "4 requests through the router")
     node = j.hosts()[1][1]
-    assert _fallback_route()
-    t = time.time()
-    net("link", node, "down")
-    try:
-        end = hard_end(j, dist + 90)
-    finally:
-        restore(node)
+    t, end = link_down_until_job_end(j, node, dist + 90)
     j.finish(120)
     j.assert_nothing_left(90)
     s = j.summary()

@@ -23,16 +23,17 @@ from test_server_metrics import END, START, Run, rep, set_value
 TPOT = "sglang:request_time_per_output_token_seconds"
 
 
-def with_tpot(text: str, seconds: float, n: int = 20) -> str:
-    """The text with n requests observed at `seconds` TPOT (buckets, sum and count rewritten)."""
+def with_tpot(text: str, seconds: float, n: int = 20, *more: tuple[float, int]) -> str:
+    """The text with n requests observed at `seconds` TPOT, plus each (seconds, n) of `more`
+    (buckets, sum and count rewritten)."""
+    obs = [(seconds, n), *more]
+
     def bucket(m):
         le = float(m.group(2))
-        return f"{m.group(1)}{float(n) if le >= seconds else 0.0}"
+        return f"{m.group(1)}{float(sum(k for s, k in obs if le >= s))}"
     text = re.sub(rf'^({re.escape(TPOT)}_bucket\{{.*le="([^"]+)".*\}} )\S+$', bucket, text, flags=re.M)
-    text = re.sub(rf"^({re.escape(TPOT)}_sum\{{.*\}} )\S+$", lambda m: f"{m.group(1)}{seconds * n!r}",
-                  text, flags=re.M)
-    return re.sub(rf"^({re.escape(TPOT)}_count\{{.*\}} )\S+$", lambda m: f"{m.group(1)}{float(n)}",
-                  text, flags=re.M)
+    text = set_value(text, TPOT + "_sum", sum(s * k for s, k in obs))
+    return set_value(text, TPOT + "_count", float(sum(k for _, k in obs)))
 
 
 # ---- the histogram arithmetic ------------------------------------------------------------------
@@ -60,11 +61,7 @@ def test_window_of_real_0_5_23_text():
 
 def test_window_subtracts_what_was_observed_before_it():
     """20 requests at 0.098 s before the window, 20 more at 0.5 s inside it: only the latter."""
-    def bucket(m):
-        le = float(m.group(2))
-        return f"{m.group(1)}{(20.0 if le >= 0.098 else 0.0) + (20.0 if le >= 0.5 else 0.0)}"
-    both = re.sub(rf'^({re.escape(TPOT)}_bucket\{{.*le="([^"]+)".*\}} )\S+$', bucket, END, flags=re.M)
-    both = set_value(set_value(both, TPOT + "_sum", 20 * 0.098 + 20 * 0.5), TPOT + "_count", 40.0)
+    both = with_tpot(END, 0.098, 20, (0.5, 20))
     w = histogram_window(parse_scrape(END), parse_scrape(both), TPOT)
     assert w.count == 20 and w.mean_ms == pytest.approx(500.0)
     assert w.p50_ms == pytest.approx(500.0) and w.p95_ms == pytest.approx(590.0)   # in (0.4, 0.6]

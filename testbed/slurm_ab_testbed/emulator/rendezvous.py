@@ -33,6 +33,11 @@ OnMessage = Callable[[int, dict], None]
 OnLost = Callable[[int, str], None]
 
 
+def encode(msg: dict) -> bytes:
+    """One message as its JSON line."""
+    return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+
+
 class RendezvousError(RuntimeError):
     """Listening, connecting or joining failed (the message mimics torch.distributed's)."""
 
@@ -58,7 +63,7 @@ class Conn:
         threading.Thread(target=self._beat_loop, name=f"rdzv-beat-{self.rank}", daemon=True).start()
 
     def send(self, msg: dict) -> bool:
-        return self.send_raw((json.dumps(msg, separators=(",", ":")) + "\n").encode())
+        return self.send_raw(encode(msg))
 
     def send_raw(self, data: bytes) -> bool:
         try:
@@ -227,8 +232,9 @@ class Hub:
             return True
 
     def broadcast(self, msg: dict) -> None:
+        data = encode(msg)
         for conn in list(self.peers.values()):
-            conn.send(msg)
+            conn.send_raw(data)
 
     def exchange_begin(self, pad_bytes: int) -> int:
         """Start one forward's exchange with every peer; returns its sequence number. The sending
@@ -250,9 +256,7 @@ class Hub:
                 while self._seq == sent and not self.closing:
                     self.cond.wait(0.5)
                 sent, pad = self._seq, self._pad
-            data = (json.dumps({"t": "ar", "s": sent, "p": "x" * pad}, separators=(",", ":")) + "\n").encode()
-            for conn in list(self.peers.values()):
-                conn.send_raw(data)
+            self.broadcast({"t": "ar", "s": sent, "p": "x" * pad})
 
     def exchange_wait(self, seq: int, stop: threading.Event) -> bool:
         """Wait until every live peer echoed `seq` (a lost peer is not waited for: its loss is

@@ -116,8 +116,8 @@ def watchdog_lines(rank: int, timeout_ms: int, ran_ms: int, seq: int = 3) -> lis
     then the abort that takes the process down (torch 2.6-2.8 wording and source lines)."""
     now_ns = time.time_ns()      # one reading: the seconds and their fraction must agree
     stamp = time.strftime("%m%d %H:%M:%S", time.localtime(now_ns // 1_000_000_000))
-    micros = f"{now_ns % 1_000_000_000:09d}"
-    head = f"[rank{rank}]:[E{stamp}.{micros} ProcessGroupNCCL.cpp:"
+    nanos = f"{now_ns % 1_000_000_000:09d}"
+    head = f"[rank{rank}]:[E{stamp}.{nanos} ProcessGroupNCCL.cpp:"
     work = (f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={timeout_ms}) "
             f"ran for {ran_ms} milliseconds before timing out.")
     pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
