@@ -4,17 +4,21 @@ concurrency sweep. Pure: which server launches run, in which order, and which pa
 A single run is the campaign of one mode, one concurrency, one repeat (``Campaign.single``):
 its files keep today's names (bench.jsonl, logs/client.log) so nothing about it changes.
 
-Orders: ``blocked`` launches each mode once and runs all its passes (cheap: one model load per
-mode; the intervals then hold the pass-to-pass variance of one launch only); ``interleaved``
-relaunches per repeat, A B A B ... (each repeat of a mode is its own launch: the intervals
-include launch-to-launch variance).
+A campaign runs `launches` server launches per mode, each with `repeats` timed passes per
+concurrency. Orders: ``counterbalanced`` (the default for comparisons) runs the modes forward then
+backward, A B B A A B B A ..., so a linear drift over the job falls equally on every mode and each
+mode has launches to estimate launch-to-launch variance; ``interleaved`` runs A B A B ...;
+``blocked`` launches each mode once and runs all its passes there (cheapest, but launch and mode are
+confounded: its comparisons are 'within-launch only'). Repeats are numbered per mode across its
+launches (launch j of a mode runs repeats (j-1) x repeats + 1 ...), so a pass's key is unique.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-ORDERS = ("blocked", "interleaved")
+ORDERS = ("counterbalanced", "interleaved", "blocked")
 MAX_REPEATS = 100
+MAX_LAUNCHES = 50
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,12 @@ class Launch:
         return {"index": self.index, "mode": self.mode, "dir": self.dirname,
                 "passes": [p.to_dict() for p in self.passes]}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Launch":
+        return cls(int(d["index"]), str(d["mode"]), tuple(
+            Pass(int(p["launch"]), str(p["mode"]), int(p["concurrency"]), int(p["repeat"]),
+                 int(p["prompts"])) for p in d.get("passes", ())))
+
 
 @dataclass(frozen=True)
 class Campaign:
@@ -72,12 +82,14 @@ class Campaign:
     order: str
     burn_in: bool
     launches: tuple[Launch, ...] = field(default=())
+    launches_per_mode: int = 1
+    primary_metric: str = "output_tps"      # benchmark.primary_metric: the headline verdict
 
     @property
     def single(self) -> bool:
         """Today's single run: one mode, one concurrency, one timed pass, no burn-in."""
         return (len(self.modes) == 1 and self.repeats == 1 and len(self.concurrencies) == 1
-                and not self.burn_in)
+                and not self.burn_in and self.launches_per_mode == 1)
 
     @property
     def passes(self) -> tuple[Pass, ...]:
@@ -85,29 +97,36 @@ class Campaign:
         return tuple(p for launch in self.launches for p in launch.passes if not p.burn_in)
 
     @property
+    def variance_levels(self) -> tuple[str, ...]:
+        """What a comparison's intervals hold: launch and pass variance when every mode has two or
+        more launches, else pass variance only (launch and mode confounded)."""
+        counts = [sum(1 for x in self.launches if x.mode == m) for m in self.modes]
+        return ("launch", "pass") if counts and min(counts) >= 2 else ("pass",)
+
+    @property
     def variance(self) -> str:
         """What the intervals of a comparison include (said with every comparison)."""
-        if self.order == "interleaved" and self.repeats > 1:
-            return ("across launches: every repeat of a mode ran in its own server launch "
-                    "(interleaved order), so the intervals include launch-to-launch variance")
+        if self.variance_levels == ("launch", "pass"):
+            least = min(sum(1 for x in self.launches if x.mode == m) for m in self.modes)
+            return (f"across launches: every mode ran in at least {least} server launches ({self.order} "
+                    "order); launch means are the units, so the intervals include launch-to-launch variance")
         return ("within one launch only: all repeats of a mode ran in the same server launch "
-                "(blocked order); launch-to-launch and day-to-day variance are not included, "
-                "so the intervals can be too narrow (use --order interleaved to include them)")
+                f"({self.order} order); launch and mode are confounded, so verdicts are 'within-launch "
+                "only' (use --launches 2 or more, counterbalanced order)")
 
     def to_dict(self) -> dict:
         return {"modes": list(self.modes), "repeats": self.repeats,
                 "concurrencies": list(self.concurrencies), "order": self.order,
-                "burn_in": self.burn_in, "launches": [x.to_dict() for x in self.launches]}
+                "burn_in": self.burn_in, "launches_per_mode": self.launches_per_mode,
+                "primary_metric": self.primary_metric, "launches": [x.to_dict() for x in self.launches]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Campaign":
-        launches = tuple(
-            Launch(int(x["index"]), str(x["mode"]), tuple(
-                Pass(int(p["launch"]), str(p["mode"]), int(p["concurrency"]), int(p["repeat"]),
-                     int(p["prompts"])) for p in x.get("passes", ())))
-            for x in d.get("launches", ()))
+        launches = tuple(Launch.from_dict(x) for x in d.get("launches", ()))
+        per_mode = max((sum(1 for x in launches if x.mode == m) for m in d["modes"]), default=1)
         return cls(tuple(d["modes"]), int(d["repeats"]), tuple(int(c) for c in d["concurrencies"]),
-                   str(d["order"]), bool(d.get("burn_in", False)), launches)
+                   str(d["order"]), bool(d.get("burn_in", False)), launches,
+                   int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")))
 
 
 def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int) -> int:
@@ -116,30 +135,40 @@ def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int
     return prompts_per_concurrency * concurrency if prompts_per_concurrency > 0 else num_prompts
 
 
-def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...], order: str,
-             burn_in: bool, num_prompts: int, prompts_per_concurrency: int = 0) -> Campaign:
-    """The launches and passes of a campaign (arguments already validated)."""
-    launches: list[Launch] = []
+def launch_order(modes: tuple[str, ...], launches: int, order: str) -> list[str]:
+    """The mode of every launch, in the order they run.
 
-    def launch(mode: str, reps: list[int]) -> None:
-        index = len(launches) + 1
+    counterbalanced: forward, backward, forward ... (A B B A A B ...): over each pair of rounds
+    every mode sits at the same mean position, so a linear drift cancels in the comparison;
+    interleaved: forward every round; blocked: each mode's launches back to back."""
+    if order == "blocked":
+        return [m for m in modes for _ in range(launches)]
+    rounds = [list(modes) if order == "interleaved" or r % 2 == 0 else list(reversed(modes))
+              for r in range(launches)]
+    return [m for rnd in rounds for m in rnd]
+
+
+def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...], order: str,
+             burn_in: bool, num_prompts: int, prompts_per_concurrency: int = 0, launches: int = 1,
+             primary_metric: str = "output_tps") -> Campaign:
+    """The launches and passes of a campaign (arguments already validated): `launches` server
+    launches per mode, `repeats` timed passes per concurrency in each."""
+    out: list[Launch] = []
+    seen: dict[str, int] = {}
+    for mode in launch_order(tuple(modes), launches, order):
+        index = len(out) + 1
+        j = seen.get(mode, 0)
+        seen[mode] = j + 1
         passes = []
         if burn_in:
             c0 = concurrencies[0]
             passes.append(Pass(index, mode, c0, 0, prompts_for(c0, num_prompts, prompts_per_concurrency)))
         for c in concurrencies:
-            for r in reps:
+            for r in range(j * repeats + 1, (j + 1) * repeats + 1):
                 passes.append(Pass(index, mode, c, r, prompts_for(c, num_prompts, prompts_per_concurrency)))
-        launches.append(Launch(index, mode, tuple(passes)))
-
-    if order == "interleaved":
-        for r in range(1, repeats + 1):
-            for m in modes:
-                launch(m, [r])
-    else:
-        for m in modes:
-            launch(m, list(range(1, repeats + 1)))
-    return Campaign(tuple(modes), repeats, tuple(concurrencies), order, burn_in, tuple(launches))
+        out.append(Launch(index, mode, tuple(passes)))
+    return Campaign(tuple(modes), repeats, tuple(concurrencies), order, burn_in, tuple(out), launches,
+                    primary_metric)
 
 
 def parse_concurrencies(text: str) -> tuple[int, ...]:

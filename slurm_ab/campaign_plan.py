@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from .campaign import MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
 from .errors import ConfigError, ConfigErrors
 from .experiment import Experiment
-from .plan import Command, JobPlan, _client, _preflight, _server, check_run_id, make_plan
+from .plan import Command, JobPlan, _client, _preflight, check_run_id, make_plan, server_command
 from .shell import Var
 
 MODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -64,9 +64,11 @@ def campaign_client(exp: Experiment) -> Command:
     return Command(base.env, lines)
 
 
-def resolve_options(exps: list[Experiment], tree_bench: dict, opts: CampaignOptions) -> Campaign:
-    """The campaign's schedule from the CLI options and [benchmark]; ConfigErrors when invalid."""
+def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
+    """The campaign's schedule from the CLI options and [benchmark] (the first mode's Experiment);
+    ConfigErrors when invalid."""
     errors: list[ConfigError] = []
+    bench = exps[0].benchmark
     modes = tuple(e.mode.name for e in exps)
     for m in modes:
         if not MODE_NAME.fullmatch(m):
@@ -76,17 +78,17 @@ def resolve_options(exps: list[Experiment], tree_bench: dict, opts: CampaignOpti
     if dup:
         errors.append(ConfigError("modes", list(modes), f"mode {dup[0]} given twice",
                                   "distinct modes (repeat a mode with --repeats)"))
-    default_repeats = tree_bench.get("repeats", 1) if len(modes) == 1 else tree_bench.get("compare_repeats", 5)
+    default_repeats = bench.repeats if len(modes) == 1 else bench.compare_repeats
     repeats = opts.repeats if opts.repeats is not None else default_repeats
     if not isinstance(repeats, int) or isinstance(repeats, bool) or not 1 <= repeats <= MAX_REPEATS:
         errors.append(ConfigError("--repeats" if opts.repeats is not None else "benchmark.repeats",
                                   repeats, "not a number of repeats", f"1..{MAX_REPEATS}"))
-    order = opts.order if opts.order is not None else tree_bench.get("order", "blocked")
+    order = opts.order if opts.order is not None else bench.order
     if order not in ORDERS:
         errors.append(ConfigError("--order" if opts.order is not None else "benchmark.order", order,
                                   "unknown order", ", ".join(ORDERS)))
-    burn_in = opts.burn_in if opts.burn_in is not None else bool(tree_bench.get("burn_in", False))
-    ppc = tree_bench.get("prompts_per_concurrency", 0)
+    burn_in = opts.burn_in if opts.burn_in is not None else bench.burn_in
+    ppc = bench.prompts_per_concurrency
     if not isinstance(ppc, int) or isinstance(ppc, bool) or ppc < 0:
         errors.append(ConfigError("benchmark.prompts_per_concurrency", ppc, "must be an integer >= 0",
                                   "0 (every pass runs benchmark.num_prompts) or N (N x concurrency)"))
@@ -121,7 +123,7 @@ def make_campaign_plan(exps: list[Experiment], campaign: Campaign, run_id: str, 
     base = make_plan(exps[0], run_id, run_dir)
     if campaign.single:
         return base
-    servers = tuple(_server(e) for e in exps)
+    servers = tuple(server_command(e) for e in exps)
     client = campaign_client(exps[0])
     pf = base.preflight
     if pf is not None:   # every mode's paths (a draft model used by one mode only)
@@ -162,7 +164,7 @@ def plan_campaign(src, modes: list[str], run_id: str | None = None,
     """sources.plan_for for several modes: validate each, check their shapes, schedule, plan."""
     import os
 
-    from .sources import load_experiment, load_tree_for, pick_run_id, run_dir_for
+    from .sources import load_experiment, pick_run_id, run_dir_for
 
     errors: list[ConfigError] = []
     exps = []
@@ -175,7 +177,7 @@ def plan_campaign(src, modes: list[str], run_id: str | None = None,
             errors.append(e)
     if errors:
         raise ConfigErrors(errors)
-    campaign = resolve_options(exps, load_tree_for(src, modes[0])["benchmark"], opts)
+    campaign = resolve_options(exps, opts)
     if campaign.single:
         rid = pick_run_id(exps[0], run_id)
     else:

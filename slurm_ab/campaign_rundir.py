@@ -21,7 +21,7 @@ def launch_manifests(plan: JobPlan, root: rundir.Manifest) -> dict[str, rundir.M
         sub = make_plan(exp, plan.run_id, str(Path(plan.run_dir) / launch.dirname))
         out[launch.dirname] = replace(
             root, mode=exp.mode.name, mode_description=exp.mode.description, run_dir=sub.run_dir,
-            config=exp.to_dict(), extra={"campaign_launch": launch.to_dict()})
+            config=exp, campaign=None, launch=launch)
     return out
 
 
@@ -41,4 +41,4 @@ def campaign_manifest(plan: JobPlan, m: rundir.Manifest) -> rundir.Manifest:
     return replace(m, mode="+".join(modes),
                    mode_description="campaign: " + " vs ".join(
                        f"{x} ({d})" for x, d in zip(modes, cp.descriptions)),
-                   extra=dict(m.extra, campaign=cp.campaign.to_dict()))
+                   campaign=cp.campaign)

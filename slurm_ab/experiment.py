@@ -6,6 +6,7 @@ hashable; nothing here knows a model name or a cluster.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,13 @@ class Benchmark:
     seed: int
     extra_args: tuple[str, ...]
     dataset_args: tuple[str, ...]  # resolved from [datasets.<dataset>]
+    # Campaigns (several modes, repeats, a concurrency sweep in one allocation): the defaults the
+    # CLI's options override (campaign_plan.resolve_options reads these, never the raw table).
+    repeats: int = 1
+    compare_repeats: int = 5
+    order: str = "blocked"
+    burn_in: bool = False
+    prompts_per_concurrency: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,8 @@ class Cluster:
     address: str
     address_interface: str
     prologue: str
+    mpi: str = "none"                # srun --mpi of every step ("" = the site's MpiDefault)
+    nccl_network: str = ""           # NCCL network every rank must use: "IB", "Socket", "" (unchecked)
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,52 @@ class Container:
     mounts: tuple[str, ...]
     workdir: str
     mount_home: bool
+    name: str = ""                   # pyxis --container-name prefix ("<name>-<job id>"); "": per step
+    scope: str = "global"            # the site's pyxis container_scope
+    remove_command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cache:
+    """A writable directory for HOME and the JIT/model caches of every step ([cache])."""
+
+    dir: str = ""                    # host path (mounted at the same path); "": the image's HOME
+    per_job: bool = True             # <dir>/slurm-ab-<job id>, removed at the end
+    env: Pairs = ()                  # NAME -> path relative to the cache directory
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Default figures of a job's duration ([estimate]; duration.py replaces them by measured ones)."""
+
+    model_load_s: float = 900
+    warmup_s: float = 60
+    request_s: float = 60
+    pass_overhead_s: float = 30
+    job_overhead_s: float = 120
+    margin: float = 0.15
+    from_results: bool = True
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """Hang detection while a pass runs ([watchdog])."""
+
+    stall_s: int = 0
+    pass_factor: float = 3.0
+    progress_metric: str = ""
+    inflight_metrics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Collector:
+    """The chained collector job's own request ([collector])."""
+
+    partition: str = ""
+    qos: str = ""
+    mem: str = "4G"
+    time_min: int = 15
+    sbatch_extra: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -117,6 +173,9 @@ class Preflight:
     gpu_command: tuple[str, ...]
     port_command: tuple[str, ...]
     address_command: tuple[str, ...]
+    interfaces_command: tuple[str, ...] = ()
+    hca_command: tuple[str, ...] = ()
+    tokenizer_command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,16 +219,74 @@ class Experiment:
     ports: Ports
     preflight: Preflight
     metrics: Metrics = Metrics()
+    cache: Cache = Cache()
+    estimate: Estimate = Estimate()
+    watchdog: Watchdog = Watchdog()
+    collector: Collector = Collector()
+
+    @property
+    def server_flags(self) -> Pairs:
+        """The SGLang flags of this mode: [server.args], each key the mode's args also set taking
+        the mode's value in place, then the mode's other args. The one merge of the two tables:
+        the srun line, the dry-run summary, the report's flags row and the collector all read it."""
+        return merge_flags(self.server_args, self.mode.args)
+
+    def flag(self, name: str, default: Any = None) -> Any:
+        """One merged server flag's value (None/default when not set)."""
+        return dict(self.server_flags).get(name, default)
 
     @property
     def server_metrics(self) -> bool:
-        """The servers run with --enable-metrics (the mode's flags override [server.args])."""
-        flags = dict(self.server_args)
-        flags.update(dict(self.mode.args))
-        return bool(flags.get("enable-metrics"))
+        """The servers run with --enable-metrics."""
+        return bool(self.flag("enable-metrics"))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Experiment":
+        """The Experiment a manifest recorded (to_dict, then JSON). Keys an older slurm-ab did not
+        write read as unknown (None; tables and lists empty), so old runs still read."""
+        return _from_dict(cls, d)
+
+
+def merge_flags(base: Pairs, over: Pairs) -> Pairs:
+    """`over` wins: a key of both keeps base's position with over's value; over's new keys follow."""
+    merged = dict(base)
+    merged.update(dict(over))
+    return tuple(merged.items())
+
+
+def _neutral(tp) -> Any:
+    """What a field an older manifest lacks reads as: an empty table or tuple, else None
+    (unknown, never a made-up 0 or False)."""
+    origin = typing.get_origin(tp) or tp
+    if dataclasses.is_dataclass(origin):
+        return _from_dict(origin, {})
+    return () if origin is tuple else None
+
+
+def _convert(tp, v) -> Any:
+    """JSON value -> the field's type: lists become tuples (nested), tables dataclasses."""
+    origin = typing.get_origin(tp) or tp
+    if dataclasses.is_dataclass(origin) and isinstance(v, dict):
+        return _from_dict(origin, v)
+    if isinstance(v, list):
+        return tuple(_convert(Any, x) for x in v)
+    return v
+
+
+def _from_dict(cls, d: dict):
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in d:
+            kwargs[f.name] = _convert(hints[f.name], d[f.name])
+        elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            continue
+        else:
+            kwargs[f.name] = _neutral(hints[f.name])
+    return cls(**kwargs)
 
 
 def _build(cls, table: dict, **extra):
@@ -215,6 +332,10 @@ def build(tree: dict, mode_name: str) -> Experiment:
         ports=_build(Ports, tree["ports"]),
         preflight=_build(Preflight, tree["preflight"]),
         metrics=_build(Metrics, tree["metrics"]),
+        cache=_build(Cache, tree["cache"]),
+        estimate=_build(Estimate, tree["estimate"]),
+        watchdog=_build(Watchdog, tree["watchdog"]),
+        collector=_build(Collector, tree["collector"]),
     )
 
 

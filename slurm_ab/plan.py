@@ -49,6 +49,43 @@ class JobPlan:
     side_step: tuple[str, ...]             # srun options of router/client (pinned with --nodelist)
     preflight: "Preflight | None"          # None: disabled
     campaign: "object | None" = None       # campaign_plan.CampaignPlan; None: a single run
+    # Site survival (issue 20): options of every srun step (--mpi=... then cluster.srun_extra), the
+    # writable cache directory and its environment, the job's expected duration (duration.py).
+    srun_extra: tuple[str, ...] = ()
+    cache: "Cache | None" = None           # None: no cache directory (the image's HOME)
+    estimate: "object | None" = None       # duration.Estimate once the time limit is fitted
+
+    @property
+    def duration(self):
+        """The job's duration estimate: the fitted one, else from the [estimate] figures alone."""
+        if self.estimate is not None:
+            return self.estimate
+        from .duration import estimate
+        return estimate(self)
+
+    @property
+    def watch_stall_s(self) -> int:
+        """Seconds a replica may finish no request while requests are in flight before its pass
+        fails ([watchdog]; 0: no /metrics counter to watch)."""
+        wd = self.exp.watchdog
+        if not (self.exp.server_metrics and wd.progress_metric):
+            return 0
+        return wd.stall_s or max(60, int(3 * max(f.seconds for f in self.duration.request.values())))
+
+    @property
+    def container_name(self) -> str:
+        """The pyxis --container-name of every step on a node (per job), "" when none is used."""
+        ct = self.exp.container
+        return f"{ct.name}-${{SLURM_JOB_ID}}" if ct.image and ct.name else ""
+
+
+@dataclass(frozen=True)
+class Cache:
+    """The writable cache directory of every step: <dir>[/slurm-ab-<job id>] and its variables."""
+
+    base: str                              # host path, mounted at the same path under pyxis
+    per_job: bool
+    env: tuple                             # Var words NAME=${CACHE_DIR}/... (before [env])
 
 
 @dataclass(frozen=True)
@@ -66,6 +103,10 @@ class Preflight:
     paths: tuple[tuple[str, str], ...]     # (what, path) needed on every node
     client_paths: tuple[tuple[str, str], ...]   # (what, path) needed on the router's node
     timeout_s: int
+    interfaces_command: tuple[str, ...] = ()    # checked against NCCL_/GLOO_SOCKET_IFNAME
+    hca_command: tuple[str, ...] = ()           # checked against NCCL_IB_HCA
+    tokenizer_command: tuple[str, ...] = ()     # + the client's tokenizer, on ROUTER_HOST
+    tokenizer: str = ""
 
 
 def job_name(run_id: str) -> str:
@@ -97,23 +138,50 @@ def _sbatch_component(exp: Experiment) -> tuple[str, ...]:
     return tuple(opts) + c.sbatch_extra
 
 
-def _mounts(exp: Experiment, run_dir: str) -> tuple[str, ...]:
-    """User mounts plus the model, draft model, dataset and results directory at the same path
-    (the results directory, not the run directory: a re-submitted script may write beside it)."""
+def used_paths(exp: Experiment) -> tuple[tuple[str, str], ...]:
+    """(what, path) of the site paths this mode reads: the model always; the draft model only if
+    its server flags name it, the dataset and a separate tokenizer only if the client's do (a
+    path a mode does not use must not be mounted: a missing draft model breaks no other mode)."""
+    words = {w for line in server_command(exp).lines for w in line if isinstance(w, str)}
+    cwords = {w for line in _client(exp).lines for w in line if isinstance(w, str)}
+    out = [("model", exp.paths.model)]
+    if exp.paths.draft_model and exp.paths.draft_model in words:
+        out.append(("draft model", exp.paths.draft_model))
+    if exp.paths.dataset and exp.paths.dataset in cwords:
+        out.append(("dataset", exp.paths.dataset))
+    tok = exp.paths.tokenizer
+    if tok.startswith("/") and tok != exp.paths.model and tok in cwords:
+        out.append(("tokenizer", tok))
+    return tuple(out)
+
+
+def _mounts(exps, run_dir: str) -> tuple[str, ...]:
+    """User mounts plus, at the same path, the paths the modes use, the cache directory and the
+    results directory (not the run directory: a re-submitted script may write beside it)."""
+    exp = exps[0]
     out = list(exp.container.mounts)
     targets = {m.split(":")[1] for m in out}
-    for path in (exp.paths.model, exp.paths.draft_model, exp.paths.dataset, str(Path(run_dir).parent)):
+    paths = [p for e in exps for _, p in used_paths(e)] + [exp.cache.dir, str(Path(run_dir).parent)]
+    for path in paths:
         if path and path not in targets:
             out.append(f"{path}:{path}")
             targets.add(path)
     return tuple(out)
 
 
-def _container_flags(exp: Experiment, run_dir: str) -> tuple[str, ...]:
+def container_flags_for(exps, run_dir: str) -> tuple:
+    """pyxis flags of every step of a job running these experiments' modes (one or a campaign's)."""
+    exp = exps[0]
     ct = exp.container
     if not ct.image:
         return ()
-    flags = [f"--container-image={ct.image}", f"--container-mounts={','.join(_mounts(exp, run_dir))}"]
+    flags = [f"--container-image={ct.image}", f"--container-mounts={','.join(_mounts(exps, run_dir))}"]
+    if ct.name:
+        # One container per node and job (pyxis_slurmstepd.c: a named container's root file
+        # system is reused by the node's later steps, "pyxis: reusing existing container
+        # filesystem"; an unnamed one is unpacked again for every step). The job id in the name:
+        # pyxis' default container_scope=global would otherwise hand an old job's container on.
+        flags.append(Var(f"--container-name={ct.name}-${{SLURM_JOB_ID}}"))
     flags.append("--container-mount-home" if ct.mount_home else "--no-container-mount-home")
     if ct.workdir:
         flags.append(f"--container-workdir={ct.workdir}")
@@ -125,23 +193,50 @@ def _container_flags(exp: Experiment, run_dir: str) -> tuple[str, ...]:
     return tuple(flags)
 
 
+def _container_flags(exp: Experiment, run_dir: str) -> tuple:
+    return container_flags_for([exp], run_dir)
+
+
+def srun_extra(exp: Experiment) -> tuple[str, ...]:
+    """Options of every srun step: --mpi (cluster.mpi; no PMIx set-up for SGLang, which needs
+    none) and the site's cluster.srun_extra."""
+    mpi = (f"--mpi={exp.cluster.mpi}",) if exp.cluster.mpi else ()
+    return mpi + tuple(exp.cluster.srun_extra)
+
+
+def cache_plan(exp: Experiment) -> Cache | None:
+    """[cache]: HOME and the caches of every step under one writable directory."""
+    c = exp.cache
+    if not c.dir:
+        return None
+    env = tuple(Var(f"{k}=${{CACHE_DIR}}" + ("" if v in (".", "") else f"/{v.strip('/')}"))
+                for k, v in c.env)
+    return Cache(c.dir.rstrip("/") or "/", c.per_job, env)
+
+
 def _env(pairs) -> tuple[str, ...]:
     return tuple(f"{k}={v}" for k, v in pairs)
 
 
-def _server(exp: Experiment) -> Command:
+def server_command(exp: Experiment) -> Command:
+    """SGLang's command line of every node (the job adds --dist-init-addr, --port, --node-rank).
+    Its words after the program are what the report shows as a run's flags."""
     m = exp.mode
-    flags = dict(exp.server_args)
-    flags.update(dict(m.args))
     lines = [
         tuple(exp.commands.server),
         ("--model-path", exp.paths.model),
         ("--tp-size", str(m.tp)), ("--pp-size", str(m.pp)), ("--ep-size", str(m.ep)),
         ("--nnodes", str(exp.nodes_per_replica)),
         ("--host", "0.0.0.0"),
-        *(tuple(w) for w in flag_words(flags.items())),
+        *(tuple(w) for w in flag_words(exp.server_flags)),
     ]
     return Command(_env(exp.env) + _env(exp.server_env), tuple(lines))
+
+
+def server_flags_text(exp: Experiment) -> str:
+    """The server's flags as the job script's srun line writes them (shell words)."""
+    from .shell import words
+    return words(w for line in server_command(exp).lines[1:] for w in line)
 
 
 def _router(exp: Experiment) -> Command:
@@ -195,16 +290,9 @@ def _preflight(exp: Experiment, server: Command, client: Command) -> Preflight |
     pf = exp.preflight
     if not pf.enabled:
         return None
-    words = [w for line in server.lines for w in line if isinstance(w, str)]
-    paths = [("model", exp.paths.model)]
-    if exp.paths.draft_model and exp.paths.draft_model in words:
-        paths.append(("draft model", exp.paths.draft_model))
-    cwords = [w for line in client.lines for w in line if isinstance(w, str)]
-    client_paths = []
-    if exp.paths.dataset and exp.paths.dataset in cwords:
-        client_paths.append(("dataset", exp.paths.dataset))
-    if exp.paths.tokenizer.startswith("/") and exp.paths.tokenizer != exp.paths.model:
-        client_paths.append(("tokenizer", exp.paths.tokenizer))
+    used = used_paths(exp)
+    paths = [x for x in used if x[0] in ("model", "draft model")]
+    client_paths = [x for x in used if x[0] not in ("model", "draft model")]
     router = exp.router.module + (f"={exp.router.distribution}" if exp.router.distribution else "")
     interface = exp.cluster.address == "interface"
     return Preflight(
@@ -214,7 +302,9 @@ def _preflight(exp: Experiment, server: Command, client: Command) -> Preflight |
         gpus=exp.cluster.gpus_per_node, port_command=pf.port_command,
         address_command=pf.address_command if interface else (),
         interface=exp.cluster.address_interface if interface else "",
-        paths=tuple(paths), client_paths=tuple(client_paths), timeout_s=pf.timeout_s)
+        paths=tuple(paths), client_paths=tuple(client_paths), timeout_s=pf.timeout_s,
+        interfaces_command=pf.interfaces_command, hca_command=pf.hca_command,
+        tokenizer_command=pf.tokenizer_command, tokenizer=exp.paths.tokenizer)
 
 
 def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
@@ -227,7 +317,7 @@ def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
         f"--signal=B:USR1@{c.signal_before_limit_s}",
         "--no-requeue",  # a node failure must end the run with its evidence, not silently rerun it
     )
-    server, client = _server(exp), _client(exp)
+    server, client = server_command(exp), _client(exp)
     return JobPlan(
         exp=exp,
         run_id=run_id,
@@ -245,4 +335,6 @@ def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
         server_step=_server_step(exp),
         side_step=_side_step(exp),
         preflight=_preflight(exp, server, client),
+        srun_extra=srun_extra(exp),
+        cache=cache_plan(exp),
     )

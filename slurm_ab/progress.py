@@ -114,7 +114,7 @@ class Tracker:
         self._floor = (None, 0)                   # (bench_start line, highest done so far)
         self._launches: dict[int, Tracker] = {}   # a campaign's launches, by launch_start line
         m = read_manifest(self.run_dir)
-        self.campaign = (m.campaign if m is not None else None) or {}
+        self.campaign = m.campaign if m is not None else None
 
     # -- reading ----------------------------------------------------------------------------------
     def _read(self) -> None:
@@ -230,10 +230,10 @@ class Tracker:
             passes = self._launch_pass_list(cur.get_int("launch"))
             sub = self._launches[cur.line] = Tracker(
                 sub_dir, clock=self.clock, passes=len(passes) or None,
-                total=_int(passes[0].get("prompts")) if passes else None,
-                concurrency=_int(passes[0].get("concurrency")) if passes else None)
+                total=passes[0].prompts if passes else None,
+                concurrency=passes[0].concurrency if passes else None)
         snap = sub.poll(state)
-        n = len(self.campaign.get("launches") or []) or "?"
+        n = len(self.campaign.launches) if self.campaign and self.campaign.launches else "?"
         ended = [e for e in self._named("launch_end") if e.line > cur.line]
         phase = f"launch {cur.get_int('launch')} of {n} ({cur.fields.get('mode', '?')}): {snap.phase}"
         if ended or self._named("job_end"):
@@ -246,12 +246,11 @@ class Tracker:
         return Snapshot(phase, state, snap.total, snap.done, snap.arrived, elapsed, snap.bench_s,
                         snap.req_per_s, snap.out_tok_per_s, snap.eta_s, snap.source, snap.finished)
 
-    def _launch_pass_list(self, index: int | None) -> list[dict]:
+    def _launch_pass_list(self, index: int | None) -> list:
         """The passes the manifest's campaign schedules in launch `index` (burn-in included)."""
-        for la in self.campaign.get("launches") or []:
-            if la.get("index") == index:
-                return [p for p in la.get("passes") or [] if isinstance(p, dict)]
-        return []
+        launch = next((la for la in self.campaign.launches if la.index == index), None) \
+            if self.campaign else None
+        return list(launch.passes) if launch else []
 
     def _done(self, arrived: int, since: datetime | None, total: int | None, conc: int | None) -> int:
         c = conc or 1

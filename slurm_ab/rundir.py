@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from .campaign import Campaign, Launch
 from .errors import UsageError
+from .experiment import Experiment
 from .parse.events import Event, read_events
 
 SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
@@ -81,37 +83,38 @@ class Manifest:
     submitted_by: str | None = None
     submit_host: str | None = None
     versions: dict = field(default_factory=dict)
-    config: dict = field(default_factory=dict)   # the resolved experiment (Experiment.to_dict())
+    config: Experiment | None = None      # the resolved experiment of the run (of its first mode)
     nodes: dict | None = None             # "het_group_<G>" -> Slurm node list, after the run
+    campaign: Campaign | None = None      # a campaign's schedule (root manifest of a campaign)
+    launch: Launch | None = None          # the launch a launch directory's manifest describes
     extra: dict = field(default_factory=dict)    # keys this version does not know, kept on rewrite
 
     @property
     def replicas(self) -> int | None:
-        n = self.config.get("replicas")
-        return n if isinstance(n, int) and not isinstance(n, bool) else None
+        return self.config.replicas if self.config is not None else None
 
     @property
     def benchmark(self) -> dict:
-        b = self.config.get("benchmark")
-        return dict(b) if isinstance(b, dict) else {}
-
-    @property
-    def campaign(self) -> dict | None:
-        """The campaign a campaign's manifest holds (None for a single run)."""
-        c = self.extra.get("campaign")
-        return c if isinstance(c, dict) else None
+        """The [benchmark] settings as recorded (unknown ones left out)."""
+        if self.config is None:
+            return {}
+        return {k: v for k, v in asdict(self.config.benchmark).items() if v is not None}
 
     @property
     def warmup_input_len(self) -> int | None:
-        w = self.config.get("warmup")
-        n = w.get("input_len") if isinstance(w, dict) else None
-        return n if isinstance(n, int) and not isinstance(n, bool) else None
+        return self.config.warmup.input_len if self.config is not None else None
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        d = {f.name: getattr(self, f.name) for f in fields(self)
+             if f.name not in ("extra", "campaign", "launch")}
         d["components"] = [dict(c) for c in self.components]
+        d["config"] = self.config.to_dict() if self.config is not None else {}
         if d["nodes"] is None:
             del d["nodes"]
+        if self.campaign is not None:
+            d["campaign"] = self.campaign.to_dict()
+        if self.launch is not None:
+            d["campaign_launch"] = self.launch.to_dict()
         return {**d, **{k: v for k, v in self.extra.items() if k not in d}}
 
     @classmethod
@@ -123,19 +126,32 @@ class Manifest:
         if "config" not in d:
             d["mode_description"] = d.pop("mode_description", None) or d.pop("description", None)
             d["config"] = {k: d.pop(k) for k in ("replicas", "benchmark", "warmup") if k in d}
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = {f.name for f in fields(cls)} - {"extra", "launch"} | {"campaign_launch"}
         text = {"run_id", "experiment", "mode", "mode_description", "job_id", "collector_job_id",
                 "job_name", "run_dir", "submitted_at", "submitted_by", "submit_host"}
         kw: dict = {k: _text(d.get(k)) for k in text}
         kw["components"] = tuple(dict(c) for c in d.get("components") or () if isinstance(c, dict))
         kw["versions"] = dict(d["versions"]) if isinstance(d.get("versions"), dict) else {}
-        kw["config"] = dict(d["config"]) if isinstance(d.get("config"), dict) else {}
+        cfg = d.get("config")
+        kw["config"] = Experiment.from_dict(cfg) if isinstance(cfg, dict) and cfg else None
         kw["nodes"] = dict(d["nodes"]) if isinstance(d.get("nodes"), dict) else None
+        kw["campaign"] = _typed(Campaign.from_dict, d.get("campaign"))
+        kw["launch"] = _typed(Launch.from_dict, d.get("campaign_launch"))
         kw["extra"] = {k: v for k, v in d.items() if k not in known}
         return cls(**kw)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
+
+
+def _typed(reader, value):
+    """A typed record from a manifest's table; None when absent or unreadable."""
+    if not isinstance(value, dict):
+        return None
+    try:
+        return reader(value)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _text(v) -> str | None:

@@ -75,8 +75,37 @@ def manifest(plan: JobPlan) -> Manifest:
         submitted_by=getpass.getuser(),
         submit_host=socket.gethostname(),
         versions=versions(),
-        config=e.to_dict(),  # secret values are never part of it: only their names
+        config=e,  # secret values are never part of it: only their names
+        # the cluster it goes to (collect checks sacct's answer against it), and the job's estimate
+        extra={"cluster": cluster_name(), "estimate": _estimate_record(plan)},
     )
+
+
+def cluster_name() -> str | None:
+    """ClusterName of the Slurm this submits to (scontrol show config), None when unknown."""
+    out = _cmd_output(["scontrol", "show", "config"])
+    for line in (out or "").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "ClusterName":
+            return value.strip() or None
+    return None
+
+
+def _cmd_output(cmd: list[str]) -> str | None:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        return r.stdout if r.returncode == 0 else None
+    except OSError:
+        return None
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _estimate_record(plan: JobPlan) -> dict:
+    d = plan.duration
+    limit = next((o.split("=", 1)[1] for o in plan.sbatch_component if o.startswith("--time=")), None)
+    return {"seconds": round(d.seconds), "time_limit": limit, "launches": d.launches, "passes": d.passes,
+            "text": d.text}
 
 
 def check_secrets(plan: JobPlan) -> None:
@@ -112,26 +141,52 @@ def submit(plan: JobPlan, *, collector: bool = True) -> Submitted:
         lay.submit_error.write_text(str(e) + "\n")
         raise UsageError(f"sbatch refused the job: {msg[-1] if msg else e} (details in {lay.submit_error})") from None
     collector_id = submit_collector(plan, job.job_id, run_dir) if collector else None
-    m = replace(m, job_id=str(job.job_id), collector_job_id=collector_id)
+    m = replace(m, job_id=str(job.job_id), collector_job_id=collector_id,
+                extra={**m.extra, "collector_python": collector_python() if collector_id else None})
     rundir.write_manifest(run_dir, m)
     write_launch_manifests(plan, run_dir, m)
     return Submitted(job.job_id, run_dir, collector_id)
 
 
+def collector_python() -> str:
+    """The submitter's own Python, by absolute path (not realpath: a virtualenv's interpreter is a
+    link whose location selects its site-packages): the chained job runs this slurm-ab, not
+    whatever an image or $PATH on the node has."""
+    return os.path.abspath(sys.executable)
+
+
+def collector_request(plan: JobPlan, job_id: str, run_dir: Path) -> dict:
+    """The chained collector job's submitit parameters ([collector]): one CPU task and a little
+    memory on the collector partition, no GPU (--gres=none), after the experiment (afterany),
+    running in the run directory (so no slurm_ab source tree in the submitting directory shadows
+    the installed one)."""
+    col, c = plan.exp.collector, plan.exp.cluster
+    extra = {"dependency": f"afterany:{job_id}", "kill-on-invalid-dep": "yes", "gres": "none",
+             "chdir": str(run_dir)}
+    for opt in col.sbatch_extra:
+        key, eq, value = opt[2:].partition("=")
+        extra[key] = value if eq else True
+    params = dict(partition=col.partition or c.partition, time=col.time_min, nodes=1, ntasks_per_node=1,
+                  cpus_per_task=1, mem=col.mem, job_name=f"ab-collect-{plan.run_id}", use_srun=False,
+                  additional_parameters=extra)
+    if col.qos:
+        params["qos"] = col.qos
+    if c.account:
+        params["account"] = c.account
+    return params
+
+
 def submit_collector(plan: JobPlan, job_id: str, run_dir: Path) -> str | None:
     """A one-node job after the experiment (afterany), so the tables exist without a manual step."""
+    import shlex
+
     import submitit
 
     from .collect.chained import collect_after_job
 
-    ex = submitit.SlurmExecutor(folder=Layout(run_dir).submitit, max_num_timeout=0)
-    c = plan.exp.cluster
-    params = dict(partition=c.partition, time=10, nodes=1, ntasks_per_node=1,
-                  job_name=f"ab-collect-{plan.run_id}", use_srun=False,
-                  additional_parameters={"dependency": f"afterany:{job_id}", "kill-on-invalid-dep": "yes"})
-    if c.account:
-        params["account"] = c.account
-    ex.update_parameters(**params)
+    ex = submitit.SlurmExecutor(folder=Layout(run_dir).submitit, max_num_timeout=0,
+                                python=shlex.quote(collector_python()))
+    ex.update_parameters(**collector_request(plan, job_id, run_dir))
     try:
         return ex.submit(collect_after_job, str(run_dir), job_id).job_id
     except Exception as e:  # the experiment is submitted; a missing collector is not fatal

@@ -10,7 +10,8 @@ from typing import Any
 
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
-from .experiment import Experiment, build
+from . import site_checks
+from .experiment import Experiment, build, merge_flags
 
 # Flags slurm-ab writes itself from the mode and the job's hosts and ports.
 RESERVED_FLAGS = {
@@ -65,8 +66,10 @@ def resolve(tree: Tree, mode: str) -> Experiment:
     errors += _port_checks(resolved)
     errors += _router_checks(resolved)
     errors += _preflight_checks(resolved)
+    errors += site_checks.check(resolved)
     if errors:
         raise ConfigErrors(errors)
+    site_checks.resolve_image(resolved)
     return build(resolved, mode)
 
 
@@ -90,9 +93,8 @@ def _required(tree: Tree, mode: str) -> list[ConfigError]:
 
 
 def _flag_map(tree: Tree, mode: str) -> dict[str, Any]:
-    flags = dict(tree["server"]["args"])
-    flags.update(tree["modes"][mode].get("args", {}))
-    return flags
+    return dict(merge_flags(tuple(tree["server"]["args"].items()),
+                            tuple(tree["modes"][mode].get("args", {}).items())))
 
 
 def _mode_checks(tree: Tree, mode: str) -> list[ConfigError]:
@@ -148,8 +150,9 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
     errs: list[ConfigError] = []
     if c["gpu_request"] not in GPU_REQUESTS:
         errs.append(ConfigError("cluster.gpu_request", c["gpu_request"], "unknown GPU request style", ", ".join(GPU_REQUESTS)))
-    if not TIME_LIMIT.fullmatch(c["time_limit"]):
-        errs.append(ConfigError("cluster.time_limit", c["time_limit"], "not a Slurm time", "MM, MM:SS, HH:MM:SS, D-HH:MM:SS"))
+    if not TIME_LIMIT.fullmatch(c["time_limit"]) and c["time_limit"] != "auto":
+        errs.append(ConfigError("cluster.time_limit", c["time_limit"], "not a Slurm time",
+                                "MM, MM:SS, HH:MM:SS, D-HH:MM:SS, or auto (sized by the job's estimate)"))
     for k in ("partition", "account"):
         if not SBATCH_SAFE.fullmatch(c[k]):
             errs.append(ConfigError(f"cluster.{k}", c[k], "contains characters that cannot stand on an #SBATCH line",
@@ -254,7 +257,7 @@ def notices(exp: Experiment) -> list[str]:
                    "before any step, in the batch shell")
     if not exp.preflight.enabled:
         out.append("preflight.enabled = false: nothing checks the nodes before the servers start loading")
-    return out
+    return out + site_checks.notices(exp)
 
 
 def _bench_checks(tree: Tree) -> list[ConfigError]:

@@ -13,7 +13,7 @@ from helpers.scripts import GOLDEN, GOLDEN_RUN_ID, GOLDEN_SETS, render, shellche
 from slurm_ab.campaign_plan import CampaignOptions, campaign_summary, plan_campaign, resolve_options
 from slurm_ab.errors import ConfigErrors
 from slurm_ab.render import render_script
-from slurm_ab.sources import Sources, load_experiment, load_tree_for
+from slurm_ab.sources import Sources, load_experiment
 
 AB = ["tp32", "tp32-dflash"]
 
@@ -103,7 +103,7 @@ def test_modes_of_different_shape_cannot_share_an_allocation():
     exps = [load_experiment(src, m) for m in AB]
     exps[1] = dataclasses.replace(exps[1], nodes_per_replica=2)
     with pytest.raises(ConfigErrors) as e:
-        resolve_options(exps, load_tree_for(src, "tp32")["benchmark"], CampaignOptions(repeats=2))
+        resolve_options(exps, CampaignOptions(repeats=2))
     msg = str(e.value)
     assert "different shape" in msg and "tp32: 2 replicas x 4 nodes" in msg and "tp32-dflash: 2 replicas x 2 nodes" in msg
 

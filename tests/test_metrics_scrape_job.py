@@ -41,7 +41,7 @@ def test_scrapes_keep_raw_text_and_failures_are_not_fatal(tmp_path):
         def log_message(self, *a):
             pass
 
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv = http.server.ThreadingHTTPServer(("0.0.0.0", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     up, down = srv.server_address[1], _closed_port()
     script = tmp_path / "harness.sh"
@@ -49,7 +49,8 @@ def test_scrapes_keep_raw_text_and_failures_are_not_fatal(tmp_path):
 RUN_DIR={tmp_path}
 {_functions()}
 trap - EXIT TERM INT USR1
-HEADS=(127.0.0.1 127.0.0.1); PORTS=({up} {down})
+HEADS=(127.0.0.1 127.0.0.1); PORTS=({up} {down}); ADDRESS_MODE=name
+R0_NODES=(127.0.0.1 127.0.0.2); R1_NODES=(127.0.0.1)
 ROUTER_HOST=127.0.0.1; ROUTER_METRICS_PORT={down}
 METRICS_SERVERS=1; METRICS_INTERVAL=1; METRICS_TIMEOUT=2
 event hosts replica=0 head=127.0.0.1 port={up}
@@ -68,18 +69,22 @@ echo done
     srv.shutdown()
     assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
     ev = [e for e in read_events(tmp_path / "events.log").named("metrics_scrape")]
-    r0 = [e.fields for e in ev if e.fields["target"] == "r0"]
-    assert [f["phase"] for f in r0][0] == "start" and r0[-1]["phase"] == "end"
-    assert any(f["phase"] == "during" for f in r0) and all(f["ok"] == "1" for f in r0)
-    for f in r0:                                    # raw, byte for byte
-        assert f["file"].startswith("metrics/r0-") and (tmp_path / f["file"]).read_bytes() == body
-    failed = [e.fields for e in ev if e.fields["target"] in ("r1", "router")]
+    # every node of a replica on the replica's port: r<G>n<R>, with the node's name
+    for target, node in (("r0n0", "127.0.0.1"), ("r0n1", "127.0.0.2")):
+        r0 = [e.fields for e in ev if e.fields["target"] == target]
+        assert [f["phase"] for f in r0][0] == "start" and r0[-1]["phase"] == "end"
+        assert any(f["phase"] == "during" for f in r0) and all(f["ok"] == "1" for f in r0)
+        assert {f["node"] for f in r0} == {node}
+        assert [f["round"] for f in r0][0] == "start" and r0[-1]["round"] == "end"
+        for f in r0:                                    # raw, byte for byte
+            assert f["file"].startswith(f"metrics/{target}-") and (tmp_path / f["file"]).read_bytes() == body
+    failed = [e.fields for e in ev if e.fields["target"] in ("r1n0", "router")]
     assert failed and all(f["ok"] == "0" and f["curl_rc"] == "7" and f["http"] == "000" for f in failed)
     assert all((tmp_path / f["file"]).is_file() and f["file"].endswith(".err") for f in failed)
     assert not list((tmp_path / "metrics").glob("*.part")) + list((tmp_path / "metrics").glob("*.curl"))
     # the collector reads what the job wrote: replica 0 has its window, replica 1 a recorded failure
     sm = collect_server_metrics(tmp_path, read_events(tmp_path / "events.log"),
-                                [ReplicaSummary(replica=0), ReplicaSummary(replica=1)], None, {})
+                                [ReplicaSummary(replica=0), ReplicaSummary(replica=1)], None, None)
     assert sm.available and sm.replicas[0].exposed and not sm.replicas[1].exposed
     assert sm.replicas[0].gen_tokens == 0          # the same text at both ends: no increase
     assert any("replica 1 /metrics:" in n and "scrapes failed" in n for n in sm.notes)

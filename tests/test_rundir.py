@@ -1,4 +1,5 @@
 """The run directory's owner: its layout, the Manifest (current and older layouts), who a run is."""
+import dataclasses
 import json
 import re
 
@@ -7,6 +8,7 @@ import pytest
 from helpers.rundir_builder import build_run
 from slurm_ab import rundir
 from slurm_ab.collect import collect_run
+from slurm_ab.experiment import Experiment
 from slurm_ab.rundir import Layout, Manifest
 
 
@@ -35,7 +37,8 @@ def test_the_flat_manifest_of_the_fixtures_still_loads(tmp_path):
     m = rundir.read_manifest(run)
     assert (m.run_id, m.mode, m.job_id) == (raw["run_id"], "tp32", "4242")
     assert m.mode_description == raw["description"] == "2 x TP32/PP1/EP4"
-    assert m.replicas == 2 and m.benchmark == raw["benchmark"] and m.warmup_input_len == 16384
+    assert m.replicas == 2 and m.warmup_input_len == 16384
+    assert raw["benchmark"].items() <= m.benchmark.items()           # typed, defaults added
 
 
 @pytest.mark.parametrize("text", [None, "", "{bad", "[1, 2]", '"x"'])
@@ -46,7 +49,7 @@ def test_a_missing_or_broken_manifest_is_none(tmp_path, text):
 
 
 def test_nodes_are_recorded_once_and_unknown_keys_survive(tmp_path):
-    m = Manifest(run_id="r", job_id="7", config={"replicas": 2})
+    m = Manifest(run_id="r", job_id="7", config=Experiment.from_dict({"replicas": 2}))
     raw = {**m.to_dict(), "written_by_a_newer_version": {"x": 1}}
     Layout(tmp_path).manifest.write_text(json.dumps(raw))
     rundir.record_nodes(tmp_path, {"0": "node[01-04]", "1": "node[05-08]"})
@@ -75,7 +78,7 @@ def test_the_replica_count_comes_from_the_manifest(tmp_path):
     run = build_run(tmp_path)
     m = rundir.read_manifest(run)
     rundir.write_manifest(run, Manifest(run_id=m.run_id, mode=m.mode, job_id=m.job_id,
-                                        config={**m.config, "replicas": 3}))
+                                        config=dataclasses.replace(m.config, replicas=3)))
     assert "config" in json.loads(Layout(run).manifest.read_text())
     s = collect_run(run, workers=1)
     assert [r.replica for r in s.replicas] == [0, 1, 2]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ab.collect.records import Pooled, ReplicaSummary
+from slurm_ab.experiment import Experiment
 from slurm_ab.collect.server_metrics import (collect_server_metrics, draft_tokens_of, gauge,
                                              increase)
 from slurm_ab.parse.events import read_events
@@ -20,7 +21,7 @@ from slurm_ab.parse.prometheus import ScrapeError, parse_scrape, read_scrape
 DATA = Path(__file__).parent / "data" / "sglang-0.5.23-metrics"
 START = (DATA / "start.prom").read_text()
 END = (DATA / "end.prom").read_text()
-CONFIG = {"mode": {"pp": 1, "args": [["speculative-num-draft-tokens", 16]]}}
+CONFIG = Experiment.from_dict({"mode": {"pp": 1, "args": [["speculative-num-draft-tokens", 16]]}})
 
 
 def set_value(text: str, name: str, value: float) -> str:
@@ -139,9 +140,9 @@ def test_gauge_reads_lowest_pp_stage_and_sums_dp_ranks():
 
 def test_draft_tokens_from_resolved_config():
     assert draft_tokens_of(CONFIG) == 16
-    assert draft_tokens_of({"server_args": [["speculative-dflash-block-size", 8]],
-                            "mode": {"args": []}}) == 8
-    assert draft_tokens_of({}) is None
+    assert draft_tokens_of(Experiment.from_dict({"server_args": [["speculative-dflash-block-size", 8]],
+                                                 "mode": {"args": []}})) == 8
+    assert draft_tokens_of(None) is None
 
 
 # ---- window deltas and acceptance --------------------------------------------------------------

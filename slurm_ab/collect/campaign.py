@@ -36,8 +36,7 @@ PASS_EVENTS = ("bench_start", "bench_end", "metrics_scrape")
 def campaign_of(run_dir: Path) -> Campaign | None:
     """The campaign a run directory holds (from its manifest), None for a single run."""
     m = rundir.read_manifest(Path(run_dir))
-    d = m.campaign if m else None
-    return Campaign.from_dict(d) if d is not None else None
+    return m.campaign if m else None
 
 
 def pass_lines(events: EventLog, key: str) -> tuple[set[int] | None, int | None]:

@@ -1,86 +1,74 @@
 """Server-side figures of the benchmark window from the raw /metrics scrapes the job took.
 
-The job scrapes each replica head's /metrics (and the router's) at bench_start, every
-metrics.interval_s during the benchmark and at bench_end, writing metrics/<target>-<stamp>.prom
-and one ``metrics_scrape target=.. phase=start|during|end ok=1|0 file=..`` line in events.log.
-From those (docs/metrics.md):
+The job scrapes every node of every replica (``r<G>n<R>``) and the router at bench_start, every
+metrics.interval_s during the benchmark and at bench_end (scrapes.py; docs/metrics.md). From those:
 
-- counters (tokenizer side, whole replica): delta over the window of
+- counters (tokenizer side, node rank 0, the whole replica): delta over the window of
   ``sglang:generation_tokens_total``, ``sglang:spec_verify_calls_total``,
   ``sglang:num_requests_total``; a counter that goes down between two scrapes was reset (server
   restarted): the increase is counted from zero after it (Prometheus' ``increase()``), and the
   reset is reported, never turned into a negative delta;
 - exact acceptance length = delta generated tokens / delta verify calls (token-weighted), and
   rate = (length - 1) / (num_draft_tokens - 1), as SGLang's own per-interval formula;
-- gauges (scheduler side): peak and mean running / queued requests, peak KV-cache usage, peak
-  retracted requests, over the scrapes;
+- gauges (schedulers, on the node each runs on), per scrape round (gauges.py for SGLang's
+  semantics): requests in flight (HTTP), running and queued requests, each pipeline stage's
+  KV-cache usage; peaks and means per replica, and pooled peaks summed over replicas round by
+  round. With PP, sglang:num_running_reqs is the micro-batch a stage just processed, so the
+  replica's running requests are its in-flight requests minus its queue;
 - the router's per-worker request counters, cross-checked against per-replica counts;
-- per-replica decode speed: the window's delta of the server's TPOT histogram (0.5.23: per
-  request, (finished - first token) / (completion tokens - 1), bench_serving's own TPOT
-  definition) and of its end-to-end latency histogram; mean = delta sum / delta count, p50/p95
-  interpolated inside the buckets as Prometheus' histogram_quantile() does. The client cannot
+- per-replica decode speed: the window's delta of the server's TPOT histogram, one histogram name
+  for every replica (histograms.py), and of its end-to-end latency histogram. The client cannot
   tell which replica served a request; these can, so a slow replica is named (verdict rules).
 A run without scrapes collects as before, with a note.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..parse.events import Event, EventLog
+from ..parse.events import EventLog
+from ..parse.prometheus import Scrape
 from ..rundir import Layout
-from ..parse.prometheus import Scrape, ScrapeError, read_scrape
+from .gauges import (DRAFT_TOKENS, QUEUED, RETRACTED, RUNNING, by_stage, first_stage, gauge,
+                     gauge_max, in_flight, kv_by_stage, label_set)
+from .histograms import (E2E_HISTOGRAM, TPOT_HISTOGRAMS, HistogramWindow, histogram_quantile,
+                         histogram_window, latency_windows)
+from .scrapes import ScrapeRef, by_replica, load, round_order, window_scrapes
 
 GEN = "sglang:generation_tokens_total"
 VERIFY = "sglang:spec_verify_calls_total"
 REQUESTS = "sglang:num_requests_total"
 COUNTERS = (GEN, VERIFY, REQUESTS)
-RUNNING, QUEUED = "sglang:num_running_reqs", "sglang:num_queue_reqs"
-KV_USAGE = ("sglang:token_usage", "sglang:full_token_usage")
-RETRACTED = "sglang:num_retracted_reqs"
-DRAFT_TOKENS = "sglang:spec_num_draft_tokens"
 # Per-worker request counters of the router, newest first: smg >= 1.x; sglang-router 0.3.x
 # (one increment per routed request's outcome); sglang-router <= 0.2.x.
 ROUTER_COUNTERS = ("smg_worker_requests_total", "smg_worker_cb_outcomes_total",
                    "sgl_router_processed_requests_total")
 AGREEMENT_PCT = 5.0
-# Server-side TPOT histograms, newest first: SGLang 0.5.23's per-request TPOT; older releases'
-# per-output-token histogram; the per-chunk inter-token latency. The first one present is used.
-TPOT_HISTOGRAMS = ("sglang:request_time_per_output_token_seconds",
-                   "sglang:time_per_output_token_seconds", "sglang:inter_token_latency_seconds")
-E2E_HISTOGRAM = "sglang:e2e_request_latency_seconds"
 
 
 @dataclass(frozen=True)
-class HistogramWindow:
-    """One latency histogram's observations inside the benchmark window (milliseconds)."""
-    metric: str
-    count: float
-    mean_ms: float | None
-    p50_ms: float | None
-    p95_ms: float | None
-
-
-@dataclass(frozen=True)
-class ScrapeRef:
-    target: str                 # r<G> | router
-    phase: str                  # start | during | end
+class GaugePoint:
+    """One scrape round of one replica (all its nodes' scrapes of that round)."""
+    round: str
     epoch: float
     local: str | None
-    ok: bool
-    file: str | None            # run-dir relative
-    detail: str = ""            # http status / curl status of a failed scrape
+    in_flight: float | None = None      # HTTP requests in flight on node rank 0
+    running: float | None = None        # the replica's running requests (see running_source)
+    queued: float | None = None
+    micro_batch: float | None = None    # PP: the largest stage's num_running_reqs (one micro-batch)
+    kv_usage: float | None = None       # the fullest stage's pool
+    kv_stages: tuple = ()               # ((pp_rank, usage), ...)
+    nodes: tuple = ()                   # node ranks with a usable scrape in this round
 
 
 @dataclass(frozen=True)
 class ReplicaMetrics:
     replica: int
-    exposed: bool = False               # usable start and end scrapes of SGLang metrics
-    scrapes: int = 0                    # usable scrapes in the window
+    exposed: bool = False               # usable start and end scrapes of node rank 0
+    scrapes: int = 0                    # usable scrapes in the window (every node)
     failed_scrapes: int = 0
-    first: str | None = None            # window's first / last scrape file
+    first: str | None = None            # node rank 0's first / last scrape file of the window
     last: str | None = None
     gen_tokens: float | None = None     # counter deltas over the window
     verify_calls: float | None = None
@@ -95,14 +83,22 @@ class ReplicaMetrics:
     running_mean: float | None = None
     queued_peak: float | None = None
     queued_mean: float | None = None
-    kv_usage_peak: float | None = None
+    kv_usage_peak: float | None = None  # the fullest stage
     retracted_peak: float | None = None
     router_requests: float | None = None
     access_requests: int | None = None
-    ranks: str = ""                     # which scheduler ranks the gauges cover
+    ranks: str = ""                     # what the scrapes covered (nodes, stages, DP ranks)
     resets: tuple = ()
-    tpot: HistogramWindow | None = None     # server-side TPOT over the window
+    tpot: HistogramWindow | None = None     # server-side TPOT over the window (run's one metric)
     e2e: HistogramWindow | None = None      # server-side end-to-end latency over the window
+    in_flight_peak: float | None = None
+    in_flight_mean: float | None = None
+    running_source: str = ""            # how running was read (scheduler gauge / in flight - queued)
+    micro_batch_peak: float | None = None   # PP only
+    kv_stage_peaks: tuple = ()          # ((pp_rank, peak usage), ...)
+    nodes_scraped: tuple = ()           # node ranks with at least one usable scrape
+    nodes_missing: tuple = ()           # node ranks of the replica with none
+    series: tuple = ()                  # GaugePoint per round, in round order
 
 
 @dataclass(frozen=True)
@@ -119,6 +115,9 @@ class PooledMetrics:
     queued_peak: float | None = None
     kv_usage_peak: float | None = None
     retracted_peak: float | None = None
+    in_flight_peak: float | None = None
+    rounds: int = 0                     # rounds every exposed replica has (the pooled peaks' base)
+    rounds_skipped: tuple = ()          # rounds some replica lacks (not summed)
 
 
 @dataclass(frozen=True)
@@ -130,50 +129,7 @@ class ServerMetrics:
     router_scrapes: int = 0
     checks: tuple = ()                  # disagreements worth a look (acceptance, request counts)
     notes: tuple = ()                   # coverage, failures, resets, absence
-
-
-# ---- scrape selection --------------------------------------------------------------------------
-
-def window_scrapes(events: EventLog) -> dict[str, list[ScrapeRef]]:
-    """target -> scrapes of the last benchmark pass (after the last bench_start, up to and
-    including the target's first phase=end scrape), in order."""
-    starts = [e for e in events.events if e.name == "bench_start"]
-    if not starts:
-        return {}
-    line0 = starts[-1].line
-    out: dict[str, list[ScrapeRef]] = {}
-    ended: set[str] = set()
-    for e in events.events:
-        if e.line <= line0 or e.name != "metrics_scrape":
-            continue
-        ref = _ref(e)
-        if ref.target in ended:
-            continue
-        out.setdefault(ref.target, []).append(ref)
-        if ref.phase == "end":
-            ended.add(ref.target)
-    return out
-
-
-def _ref(e: Event) -> ScrapeRef:
-    f = e.fields
-    detail = ", ".join(f"{k} {f[k]}" for k in ("http", "curl_rc") if f.get(k))
-    return ScrapeRef(f.get("target", "?"), f.get("phase", "during"), e.epoch,
-                     e.local.isoformat(sep=" ", timespec="milliseconds") if e.local else None,
-                     f.get("ok") == "1", f.get("file") or None, detail)
-
-
-def _load(run_dir: Path, refs: Sequence[ScrapeRef], problems: list[str], who: str
-          ) -> list[tuple[ScrapeRef, Scrape]]:
-    out = []
-    for ref in refs:
-        if not ref.ok or not ref.file:
-            continue
-        try:
-            out.append((ref, read_scrape(run_dir / ref.file)))
-        except (OSError, ScrapeError) as e:
-            problems.append(f"{who}: scrape {ref.file} unreadable ({e})")
-    return out
+    tpot_metric: str | None = None      # the one TPOT histogram every replica's figure comes from
 
 
 # ---- counters ----------------------------------------------------------------------------------
@@ -198,176 +154,210 @@ def _counter(scrape: Scrape, name: str) -> float:
     return scrape.total(name) or 0.0
 
 
-# ---- histograms --------------------------------------------------------------------------------
+# ---- the run's configuration ------------------------------------------------------------------
 
-def _buckets(scrape: Scrape, name: str) -> dict[float, float]:
-    """upper bound -> cumulative count, summed over every series of the histogram."""
-    out: dict[float, float] = {}
-    for s in scrape.get(name + "_bucket"):
+def _flags(exp) -> dict:
+    """The merged server flags of the run (an Experiment, or an older manifest's config dict)."""
+    if exp is None:
+        return {}
+    if hasattr(exp, "server_flags"):
+        return dict(exp.server_flags)
+    if hasattr(exp, "server_args"):                   # an Experiment: the mode's args win
+        return {**dict(exp.server_args), **dict(getattr(exp.mode, "args", ()) or ())}
+    pairs: list = []
+    mode = exp.get("mode") if isinstance(exp, Mapping) else None
+    for src in (exp.get("server_args") if isinstance(exp, Mapping) else None,
+                mode.get("args") if isinstance(mode, Mapping) else None):
+        if isinstance(src, Mapping):
+            pairs += list(src.items())
+        elif isinstance(src, (list, tuple)):
+            pairs += [tuple(p) for p in src if isinstance(p, (list, tuple)) and len(p) == 2]
+    return dict(pairs)
+
+
+def _pp_of(exp) -> int | None:
+    mode = getattr(exp, "mode", None) if exp is not None and not isinstance(exp, Mapping) else \
+        (exp or {}).get("mode")
+    pp = getattr(mode, "pp", None) if not isinstance(mode, Mapping) else mode.get("pp")
+    return pp if isinstance(pp, int) else None
+
+
+def draft_tokens_of(exp) -> int | None:
+    """--speculative-num-draft-tokens (or DFlash's block size) of the run's merged server flags."""
+    flags = _flags(exp)
+    for k in ("speculative-dflash-block-size", "speculative-num-draft-tokens"):
         try:
-            le = float(s.label("le", "nan"))
-        except ValueError:
+            return int(flags[k])
+        except (KeyError, TypeError, ValueError):
             continue
-        if math.isfinite(s.value) and le == le:
-            out[le] = out.get(le, 0.0) + s.value
-    return out
+    return None
 
 
-def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
-    """Prometheus' histogram_quantile(): the q-quantile from (upper bound, cumulative count)
-    pairs sorted by bound, interpolated linearly inside its bucket (the first bucket from 0);
-    in the +Inf bucket, the largest finite bound."""
-    if not buckets or buckets[-1][1] <= 0:
-        return None
-    rank = q * buckets[-1][1]
-    lo_bound, lo_count = 0.0, 0.0
-    for bound, count in buckets:
-        if count >= rank:
-            if math.isinf(bound):
-                return lo_bound
-            if count == lo_count:
-                return bound
-            return lo_bound + (bound - lo_bound) * (rank - lo_count) / (count - lo_count)
-        lo_bound, lo_count = bound, count
-    return lo_bound
-
-
-def histogram_window(a: Scrape, b: Scrape, name: str) -> HistogramWindow | None:
-    """The observations between two scrapes (None when absent, empty or reset in between)."""
-    if name + "_count" not in b:
-        return None
-    count = (b.total(name + "_count") or 0.0) - (a.total(name + "_count") or 0.0)
-    total = (b.total(name + "_sum") or 0.0) - (a.total(name + "_sum") or 0.0)
-    if count <= 0 or total < 0:
-        return None
-    start, end = _buckets(a, name), _buckets(b, name)
-    deltas = sorted((le, c - start.get(le, 0.0)) for le, c in end.items())
-    if any(d < 0 for _, d in deltas):
-        return None
-    ms = [None if v is None else v * 1000.0 for v in
-          (histogram_quantile(0.5, deltas), histogram_quantile(0.95, deltas))]
-    return HistogramWindow(name, count, total / count * 1000.0, ms[0], ms[1])
-
-
-def latency_windows(a: Scrape, b: Scrape) -> tuple[HistogramWindow | None, HistogramWindow | None]:
-    """(TPOT, E2E) of the window from the first TPOT histogram the server exports."""
-    tpot = next((w for w in (histogram_window(a, b, n) for n in TPOT_HISTOGRAMS) if w is not None), None)
-    return tpot, histogram_window(a, b, E2E_HISTOGRAM)
-
-
-# ---- gauges ------------------------------------------------------------------------------------
-
-def _rank(s) -> tuple[int, int]:
-    def num(key):
+def _dp_of(exp) -> int | None:
+    """DP ranks whose schedulers report separately (DP attention), when the flags say so."""
+    flags = _flags(exp)
+    for k in ("attn-dp-size", "dp-size"):
         try:
-            return int(s.label(key, "0"))
-        except ValueError:
-            return 0
-    return num("pp_rank"), num("tp_rank")
-
-
-def gauge(scrape: Scrape, name: str) -> float | None:
-    """A scheduler gauge for the whole replica: summed over DP ranks, each DP group read at its
-    lowest (pp_rank, tp_rank) so pipeline stages reporting the same batch are not double-counted."""
-    series = [s for s in scrape.get(name) if math.isfinite(s.value)]
-    if not series:
-        return None
-    groups: dict[str, object] = {}
-    for s in series:
-        dp = s.label("dp_rank", "0")
-        if dp not in groups or _rank(s) < _rank(groups[dp]):
-            groups[dp] = s
-    return sum(s.value for s in groups.values())
-
-
-def gauge_max(scrape: Scrape, names: Sequence[str]) -> float | None:
-    vals = [s.value for n in names for s in scrape.get(n) if math.isfinite(s.value)]
-    return max(vals) if vals else None
-
-
-def _peak_mean(points: Sequence[float | None], inner: Sequence[float | None]):
-    vals = [v for v in points if v is not None]
-    mid = [v for v in inner if v is not None] or vals
-    return (max(vals) if vals else None), (sum(mid) / len(mid) if mid else None)
-
-
-def coverage(scrapes: Sequence[Scrape], pp: int | None) -> str:
-    """Which scheduler ranks the gauges come from, and what the tokenizer counters cover."""
-    pps, tps, dps = set(), set(), set()
-    for sc in scrapes:
-        pps |= sc.label_values("pp_rank", [RUNNING])
-        tps |= sc.label_values("tp_rank", [RUNNING])
-        dps |= sc.label_values("dp_rank", [RUNNING])
-    if not pps and not tps:
-        return "no scheduler gauges in the scrapes"
-
-    def fmt(vals):
-        return ",".join(sorted(vals, key=lambda v: (len(v), v)))
-    text = f"scheduler gauges from tp_rank {fmt(tps)}, pp_rank {fmt(pps)}" + \
-        (f", dp_rank {fmt(dps)}" if dps else "")
-    if pp and pp > 1:
-        missing = sorted(set(range(pp)) - {int(p) for p in pps if p.isdigit()})
-        if missing:
-            text += (f"; pp stages {','.join(map(str, missing))} of {pp} run on other nodes and are "
-                     "not covered (node rank 0's /metrics serves only its own schedulers)")
-    return text + "; token/verify/request counters: the whole replica (tokenizer on node rank 0)"
+            n = int(flags[k])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if k == "attn-dp-size" or flags.get("enable-dp-attention"):
+            return n
+    return None
 
 
 # ---- per replica -------------------------------------------------------------------------------
 
-def replica_metrics(run_dir: Path, g: int, refs: Sequence[ScrapeRef], *, pp: int | None,
+def _point(rnd: str, items: list[tuple[ScrapeRef, Scrape]], pp: int) -> GaugePoint:
+    scr = [sc for _, sc in items]
+    head = next((sc for r, sc in items if r.rank == 0), None)
+    ref = next((r for r, _ in items if r.rank == 0), items[0][0])
+    flight = in_flight(head) if head is not None else None
+    queued = first_stage(scr, QUEUED)
+    stages = by_stage(scr, RUNNING)
+    kv = kv_by_stage(scr)
+    if pp > 1:
+        micro = max(stages.values()) if stages else None
+        running = max(flight - (queued or 0.0), 0.0) if flight is not None else None
+    else:
+        micro, running = None, (stages[min(stages)] if stages else None)
+    return GaugePoint(rnd, ref.epoch, ref.local, flight, running, queued, micro,
+                      max(kv.values()) if kv else None, tuple(sorted(kv.items())),
+                      tuple(sorted({r.rank for r, _ in items})))
+
+
+def _peak_mean(points: Sequence[GaugePoint], attr: str):
+    vals = [getattr(p, attr) for p in points if getattr(p, attr) is not None]
+    mid = [getattr(p, attr) for p in points if p.round not in ("start", "end")
+           and getattr(p, attr) is not None] or vals
+    return (max(vals) if vals else None), (sum(mid) / len(mid) if mid else None)
+
+
+def _fmt(vals) -> str:
+    return ",".join(str(v) for v in sorted(vals))
+
+
+def coverage(series: Sequence[GaugePoint], scrapes: Sequence[Scrape], *, pp: int, dp: int | None,
+             nodes: Sequence[str], scraped: Sequence[int], running_source: str) -> tuple[str, tuple]:
+    """(what the scrapes covered, node ranks never scraped)."""
+    expected = list(range(len(nodes))) if nodes else sorted(scraped)
+    missing = tuple(r for r in expected if r not in scraped)
+    parts = [f"nodes scraped: node rank {_fmt(scraped) or '-'} of {len(expected) or '?'}"]
+    if missing:
+        parts.append("not scraped: " + ", ".join(
+            f"node rank {r}" + (f" ({nodes[r]})" if r < len(nodes) else "") for r in missing))
+    pps, tps, dps = (label_set(scrapes, k) for k in ("pp_rank", "tp_rank", "dp_rank"))
+    if pps or tps:
+        parts.append(f"scheduler gauges from tp_rank {_fmt(tps)}, pp_rank {_fmt(pps)}"
+                     + (f", dp_rank {_fmt(dps)}" if dps else ""))
+    else:
+        parts.append("no scheduler gauges in the scrapes")
+    if pp > 1 and pps:
+        gone = sorted(set(range(pp)) - pps)
+        if gone:
+            parts.append(f"pp stages {_fmt(gone)} of {pp} not seen (their node's /metrics was not "
+                         "read): their KV usage is unknown")
+    if dp and dp > 1:
+        gone = sorted(set(range(dp)) - dps)
+        if gone:
+            parts.append(f"dp ranks {_fmt(gone)} of {dp} not seen: running/queued summed over "
+                         "the others only (too low)")
+    parts.append(f"running requests: {running_source}")
+    parts.append("token/verify/request counters and latency histograms: node rank 0 (the "
+                 "tokenizer: the whole replica)")
+    return "; ".join(parts), missing
+
+
+def replica_metrics(run_dir: Path, g: int, nodes_refs: Mapping[int, Sequence[ScrapeRef]], *,
+                    pp: int | None, dp: int | None = None, node_names: Sequence[str] = (),
                     draft_tokens: int | None, log_accept: float | None, log_samples: int,
-                    problems: list[str]) -> tuple[ReplicaMetrics, list[Scrape]]:
+                    problems: list[str]) -> tuple[ReplicaMetrics, dict]:
+    """One replica's figures, and its latency windows by histogram name."""
     who = f"replica {g} /metrics"
+    refs = [r for rank in sorted(nodes_refs) for r in nodes_refs[rank]]
     failed = [r for r in refs if not r.ok]
-    loaded = [(r, sc) for r, sc in _load(run_dir, refs, problems, who) if sc.prefixed("sglang:")]
+    loaded = [(r, sc) for r, sc in load(run_dir, refs, problems, who) if sc.prefixed("sglang:")]
     if failed:
-        problems.append(f"{who}: {len(failed)} of {len(refs)} scrapes failed ("
-                        + "; ".join(f"{r.phase} at {r.local}: {r.detail or 'no answer'}"
-                                    for r in failed[:3]) + ("; ..." if len(failed) > 3 else "") + ")")
-    has_start = bool(loaded) and loaded[0][0].phase == "start"
-    has_end = bool(loaded) and loaded[-1][0].phase == "end"
+        multi = len(nodes_refs) > 1
+        problems.append(f"{who}: {len(failed)} of {len(refs)} scrapes failed (" + "; ".join(
+            (f"node rank {r.rank} " if multi else "") + f"{r.phase} at {r.local}: "
+            f"{r.detail or 'no answer'}" for r in failed[:3]) + ("; ..." if len(failed) > 3 else "") + ")")
+    head = [(r, sc) for r, sc in loaded if r.rank == 0]
+    has_start = bool(head) and head[0][0].phase == "start"
+    has_end = bool(head) and head[-1][0].phase == "end"
     base = ReplicaMetrics(g, scrapes=len(loaded), failed_scrapes=len(failed),
                           log_accept_len=log_accept, log_samples=log_samples)
     if not loaded:
-        return base, []
-    scr = [sc for _, sc in loaded]
-    when = [r.local or f"{r.epoch:.3f}" for r, _ in loaded]
+        return base, {}
     deltas, resets = {}, []
     for name in COUNTERS:
-        d, rs = increase(list(zip(when, (_counter(sc, name) for sc in scr))))
+        d, rs = increase([(r.when, _counter(sc, name)) for r, sc in head])
         deltas[name] = d
         resets += [f"{name} {x}" for x in rs]
     exposed = has_start and has_end
     if not exposed:
-        problems.append(f"{who}: no usable {'start' if not has_start else 'end'} scrape; counter "
-                        "deltas do not cover the whole benchmark and are not reported")
+        problems.append(f"{who}: no usable {'start' if not has_start else 'end'} scrape of node rank "
+                        "0; counter deltas do not cover the whole benchmark and are not reported")
         deltas = dict.fromkeys(COUNTERS)
+    scr = [sc for _, sc in loaded]
     ndt = draft_tokens
-    for sc in scr:
-        v = gauge_max(sc, [DRAFT_TOKENS])
-        if v and v > 1:
-            ndt = int(v)
+    v = gauge_max(scr, [DRAFT_TOKENS])
+    if v and v > 1:
+        ndt = int(v)
     gen, ver = deltas[GEN], deltas[VERIFY]
     accept = gen / ver if gen is not None and ver else None
     rate = (accept - 1) / (ndt - 1) if accept is not None and ndt and ndt > 1 else None
-    inner = [sc for (r, sc) in loaded if r.phase == "during"]
-    run_pk, run_mean = _peak_mean([gauge(sc, RUNNING) for sc in scr], [gauge(sc, RUNNING) for sc in inner])
-    q_pk, q_mean = _peak_mean([gauge(sc, QUEUED) for sc in scr], [gauge(sc, QUEUED) for sc in inner])
-    kv = [gauge_max(sc, KV_USAGE) for sc in scr]
-    retr = [gauge_max(sc, [RETRACTED]) for sc in scr]
+    stages = label_set(scr, "pp_rank")
+    pp_eff = pp if pp else (max(stages) + 1 if stages else 1)
+    rounds: dict[str, list] = {}
+    for r, sc in loaded:
+        rounds.setdefault(r.round, []).append((r, sc))
+    series = tuple(_point(k, rounds[k], pp_eff) for k in round_order(rounds))
+    source = ("scheduler num_running_reqs (DP ranks summed)" if pp_eff <= 1 else
+              "in flight (HTTP, node rank 0) minus queued: with PP each stage's num_running_reqs "
+              "is the micro-batch it just processed, not the replica's running requests")
+    if pp_eff > 1 and all(p.in_flight is None for p in series):
+        source = ("unknown: with PP num_running_reqs is one micro-batch, and the server exports no "
+                  "sglang:http_requests_active to derive them from")
+    scraped = sorted({r.rank for r, _ in loaded})
+    ranks, missing = coverage(series, scr, pp=pp_eff, dp=dp, nodes=node_names, scraped=scraped,
+                              running_source=source)
+    kv_peaks: dict[int, float] = {}
+    for p in series:
+        for st, u in p.kv_stages:
+            kv_peaks[st] = max(kv_peaks.get(st, u), u)
+    run_pk, run_mean = _peak_mean(series, "running")
+    q_pk, q_mean = _peak_mean(series, "queued")
+    f_pk, f_mean = _peak_mean(series, "in_flight")
     diff = (accept / log_accept - 1) * 100 if accept is not None and log_accept else None
-    tpot, e2e = latency_windows(scr[0], scr[-1]) if exposed and not resets else (None, None)
+    windows = latency_windows(head[0][1], head[-1][1]) if exposed and not resets else {}
     return ReplicaMetrics(
         g, exposed=exposed, scrapes=len(loaded), failed_scrapes=len(failed),
-        first=loaded[0][0].file, last=loaded[-1][0].file,
+        first=head[0][0].file if head else None, last=head[-1][0].file if head else None,
         gen_tokens=gen, verify_calls=ver, requests=deltas[REQUESTS], accept_len=accept,
         accept_rate=rate, num_draft_tokens=ndt if accept is not None else None,
         log_accept_len=log_accept, log_samples=log_samples, diff_pct=diff,
         running_peak=run_pk, running_mean=run_mean, queued_peak=q_pk, queued_mean=q_mean,
-        kv_usage_peak=max([v for v in kv if v is not None], default=None),
-        retracted_peak=max([v for v in retr if v is not None], default=None),
-        ranks=coverage(scr, pp), resets=tuple(resets), tpot=tpot, e2e=e2e), scr
+        kv_usage_peak=max(kv_peaks.values()) if kv_peaks else None,
+        retracted_peak=gauge_max(scr, [RETRACTED]), ranks=ranks, resets=tuple(resets),
+        e2e=windows.get(E2E_HISTOGRAM), in_flight_peak=f_pk, in_flight_mean=f_mean,
+        running_source=source, micro_batch_peak=_peak_mean(series, "micro_batch")[0],
+        kv_stage_peaks=tuple(sorted(kv_peaks.items())), nodes_scraped=tuple(scraped),
+        nodes_missing=missing, series=series), windows
+
+
+def choose_tpot(windows: Mapping[int, Mapping]) -> tuple[str | None, str | None]:
+    """(the TPOT histogram every replica with one exports, a note when there is none)."""
+    have = {g: w for g, w in windows.items() if any(n in w for n in TPOT_HISTOGRAMS)}
+    if not have:
+        return None, None
+    for name in TPOT_HISTOGRAMS:
+        if all(name in w for w in have.values()):
+            return name, None
+    per = ", ".join(f"replica {g}: {next(n for n in TPOT_HISTOGRAMS if n in w)}"
+                    for g, w in sorted(have.items()))
+    return None, (f"server TPOT: the replicas export different TPOT histograms ({per}); their "
+                  "figures measure different things and are not compared")
 
 
 # ---- router ------------------------------------------------------------------------------------
@@ -375,7 +365,7 @@ def replica_metrics(run_dir: Path, g: int, refs: Sequence[ScrapeRef], *, pp: int
 def router_counts(run_dir: Path, refs: Sequence[ScrapeRef], worker_replica: Mapping[str, int],
                   problems: list[str]) -> tuple[str | None, dict[int, float], int]:
     """(counter name, replica -> routed requests over the window, usable scrapes)."""
-    loaded = _load(run_dir, refs, problems, "router /metrics")
+    loaded = load(run_dir, refs, problems, "router /metrics")
     if len(loaded) < 2 or loaded[0][0].phase != "start" or loaded[-1][0].phase != "end":
         return None, {}, len(loaded)
     a, b = loaded[0][1], loaded[-1][1]
@@ -412,31 +402,45 @@ def worker_urls(events: EventLog) -> dict[str, int]:
     return out
 
 
+def node_names(events: EventLog) -> dict[int, list[str]]:
+    """replica -> its hosts by node rank (the job's 'hosts ... nodes=a,b,c' events)."""
+    out = {}
+    for e in events.named("hosts"):
+        g, nodes = e.get_int("replica"), e.fields.get("nodes")
+        if g is not None and nodes:
+            out[g] = nodes.split(",")
+    return out
+
+
 # ---- the run -----------------------------------------------------------------------------------
 
 def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequence,
-                           pooled_log, config: Mapping | None = None) -> ServerMetrics:
-    """replicas: ReplicaSummary (decode-log acceptance, access-log counts); pooled_log: Pooled."""
+                           pooled_log, exp=None) -> ServerMetrics:
+    """replicas: ReplicaSummary (decode-log acceptance, access-log counts); pooled_log: Pooled;
+    exp: the run's Experiment (or an older manifest's config dict)."""
     run_dir = Path(run_dir)
     refs = window_scrapes(events)
-    config = config or {}
-    mode = config.get("mode") if isinstance(config.get("mode"), Mapping) else {}
-    pp = mode.get("pp") if isinstance(mode.get("pp"), int) else None
-    draft = draft_tokens_of(config)
-    if not any(t.startswith("r") for t in refs):
+    pp, dp, draft = _pp_of(exp), _dp_of(exp), draft_tokens_of(exp)
+    per_rep = by_replica(refs)
+    if not per_rep:
         why = ("the job took no /metrics scrapes (older job script, or metrics scraping off)"
                if not any(Layout(run_dir).metrics.glob("*.prom")) else
                "metrics/ holds files but events.log records no scrape of this benchmark")
         return ServerMetrics(notes=(f"server metrics: none; {why}; figures from the logs only",))
     problems: list[str] = []
     checks: list[str] = []
-    reps, scr_by_rep = [], {}
+    names = node_names(events)
+    reps, windows = [], {}
     for r in replicas:
-        rm, scr = replica_metrics(run_dir, r.replica, refs.get(f"r{r.replica}", []), pp=pp,
-                                  draft_tokens=draft, log_accept=r.accept_len,
-                                  log_samples=r.accept_samples, problems=problems)
+        rm, w = replica_metrics(run_dir, r.replica, per_rep.get(r.replica, {}), pp=pp, dp=dp,
+                                node_names=names.get(r.replica, ()), draft_tokens=draft,
+                                log_accept=r.accept_len, log_samples=r.accept_samples,
+                                problems=problems)
         reps.append(rm)
-        scr_by_rep[r.replica] = scr
+        windows[r.replica] = w
+    tpot_name, tpot_note = choose_tpot(windows)
+    if tpot_note:
+        problems.append(tpot_note)
     name, routed, n_router = router_counts(run_dir, refs.get("router", []), worker_urls(events),
                                            problems)
     by_rep = {r.replica: r for r in replicas}
@@ -444,8 +448,8 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
     for rm in reps:
         rs = by_rep[rm.replica]
         access = rs.requests_served if rs.requests_source == "access_log" else None
-        rm = _with(rm, router_requests=routed.get(rm.replica) if name else None,
-                   access_requests=access)
+        rm = replace(rm, router_requests=routed.get(rm.replica) if name else None,
+                     access_requests=access, tpot=windows[rm.replica].get(tpot_name))
         final.append(rm)
         checks += _request_checks(rm, name)
         if rm.resets:
@@ -459,7 +463,11 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
                                 rm.log_samples, rm)
             if c:
                 checks.append(c)
-    pooled = _pooled(final, scr_by_rep, pooled_log)
+    pooled = _pooled(final, pooled_log)
+    if pooled.rounds_skipped:
+        problems.append(f"pooled running/queued/in-flight peaks over the {pooled.rounds} scrape "
+                        "rounds every replica answered; rounds left out (a replica's scrape "
+                        f"failed): {', '.join(pooled.rounds_skipped)}")
     if pooled.accept_len is not None:
         c = agreement_check("pooled", pooled.accept_len, pooled.log_accept_len,
                             pooled.log_samples, None, final)
@@ -471,30 +479,7 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
                         "the benchmark (servers without --enable-metrics, or an SGLang without "
                         "/metrics); figures from the logs only")
     return ServerMetrics(available, tuple(final), pooled, name, n_router, tuple(checks),
-                         tuple(problems))
-
-
-def draft_tokens_of(config: Mapping) -> int | None:
-    """--speculative-num-draft-tokens (or DFlash's block size) from the resolved config."""
-    pairs: list = []
-    for src in (config.get("server_args"), (config.get("mode") or {}).get("args")
-                if isinstance(config.get("mode"), Mapping) else None):
-        if isinstance(src, Mapping):
-            pairs += list(src.items())
-        elif isinstance(src, (list, tuple)):
-            pairs += [tuple(p) for p in src if isinstance(p, (list, tuple)) and len(p) == 2]
-    flags = dict(pairs)
-    for k in ("speculative-dflash-block-size", "speculative-num-draft-tokens"):
-        try:
-            return int(flags[k])
-        except (KeyError, TypeError, ValueError):
-            continue
-    return None
-
-
-def _with(rm: ReplicaMetrics, **kw) -> ReplicaMetrics:
-    from dataclasses import replace
-    return replace(rm, **kw)
+                         tuple(problems), tpot_name)
 
 
 def _request_checks(rm: ReplicaMetrics, router_name: str | None) -> list[str]:
@@ -536,8 +521,7 @@ def agreement_check(who: str, counters: float, log: float | None, log_samples: i
             f"({diff:+.1f}%, over {AGREEMENT_PCT:g}%); likely: " + "; ".join(reasons))
 
 
-def _pooled(reps: Sequence[ReplicaMetrics], scr_by_rep: Mapping[int, list[Scrape]],
-            pooled_log) -> PooledMetrics:
+def _pooled(reps: Sequence[ReplicaMetrics], pooled_log) -> PooledMetrics:
     ok = [r for r in reps if r.exposed]
 
     def tot(attr):
@@ -550,32 +534,34 @@ def _pooled(reps: Sequence[ReplicaMetrics], scr_by_rep: Mapping[int, list[Scrape
         and next(iter(ndts)) > 1 else None
     log = getattr(pooled_log, "accept_len", None)
     n_log = getattr(pooled_log, "samples", 0) or 0
+    # Sum over replicas round by round (paired by the round each scrape belongs to); a round some
+    # replica lacks is left out rather than summed short.
+    per = [{p.round: p for p in r.series} for r in ok]
+    every = round_order(set.intersection(*(set(x) for x in per))) if per else []
+    skipped = tuple(k for k in round_order(set().union(*(set(x) for x in per))) if k not in every) \
+        if per else ()
+
+    def round_peak(attr):
+        sums = []
+        for k in every:
+            vals = [x[k] for x in per]
+            if all(getattr(p, attr) is not None for p in vals):
+                sums.append(sum(getattr(p, attr) for p in vals))
+        return max(sums) if sums else None
 
     def peak(attr):
         vals = [getattr(r, attr) for r in reps if getattr(r, attr) is not None]
         return max(vals) if vals else None
-    # Scrape rounds line up across replicas (one loop scrapes every target): sum per round.
-    rounds = [scr_by_rep[r.replica] for r in ok if scr_by_rep.get(r.replica)]
-    n = min((len(x) for x in rounds), default=0)
-
-    def round_peak(name):
-        sums = []
-        for i in range(n):
-            vals = [gauge(x[i], name) for x in rounds]
-            if any(v is not None for v in vals):
-                sums.append(sum(v for v in vals if v is not None))
-        return max(sums) if sums else None
     return PooledMetrics(
         gen_tokens=gen, verify_calls=ver, requests=tot("requests"), accept_len=accept,
         accept_rate=rate, log_accept_len=log, log_samples=n_log,
         diff_pct=(accept / log - 1) * 100 if accept is not None and log else None,
-        running_peak=round_peak(RUNNING) if n and len({len(x) for x in rounds}) == 1
-        else peak("running_peak"),
-        queued_peak=round_peak(QUEUED) if n and len({len(x) for x in rounds}) == 1
-        else peak("queued_peak"),
-        kv_usage_peak=peak("kv_usage_peak"), retracted_peak=peak("retracted_peak"))
+        running_peak=round_peak("running"), queued_peak=round_peak("queued"),
+        kv_usage_peak=peak("kv_usage_peak"), retracted_peak=peak("retracted_peak"),
+        in_flight_peak=round_peak("in_flight"), rounds=len(every), rounds_skipped=skipped)
 
 
-__all__ = ["ServerMetrics", "ReplicaMetrics", "PooledMetrics", "HistogramWindow",
-           "collect_server_metrics", "histogram_quantile", "histogram_window",
-           "increase", "gauge", "window_scrapes", "draft_tokens_of", "agreement_check"]
+__all__ = ["ServerMetrics", "ReplicaMetrics", "PooledMetrics", "HistogramWindow", "GaugePoint",
+           "collect_server_metrics", "histogram_quantile", "histogram_window", "increase", "gauge",
+           "window_scrapes", "draft_tokens_of", "agreement_check", "E2E_HISTOGRAM",
+           "TPOT_HISTOGRAMS", "choose_tpot"]

@@ -84,20 +84,13 @@ def links(run: RunFiles, base_dir: Path) -> str:
 
 
 def _flags(cfg: dict) -> str:
-    """SGLang flags of the run from the manifest's resolved config ([name, value] pairs)."""
-    def flag(pair):
-        if isinstance(pair, str):
-            return pair
-        if isinstance(pair, (list, tuple)) and len(pair) == 2:
-            name, value = pair
-            return f"--{name}" if value is True else f"--{name} {value}"
-        return None
-
-    mode = cfg.get("mode") or {}
-    out = [f for f in map(flag, list(cfg.get("server_args") or []) + list(mode.get("args") or [])) if f]
-    if mode:
-        out.insert(0, f"--tp-size {mode.get('tp')} --pp-size {mode.get('pp')} --ep-size {mode.get('ep')}")
-    return " ".join(out)
+    """The run's SGLang flags exactly as its job script's srun line has them (one merge of
+    [server.args] and the mode's args: Experiment.server_flags)."""
+    if not cfg:
+        return ""
+    from ..experiment import Experiment
+    from ..plan import server_flags_text
+    return server_flags_text(Experiment.from_dict(cfg))
 
 
 def provenance(run: RunFiles) -> str:
