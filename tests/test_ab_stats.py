@@ -12,8 +12,10 @@ import pytest
 from scipy import stats
 
 from slurm_ab import ab_stats
-from slurm_ab.ab_stats import (BETTER, INCONCLUSIVE, METRICS, SAME, WORSE, aggregate, aggregates,
+from slurm_ab.ab_stats import (BETTER, INCONCLUSIVE, METRICS, NO_SPREAD, SAME, WORSE, aggregate, aggregates,
                                delta, deltas)
+
+TWO = dict(a_launches=[1, 1, 4, 4], b_launches=[2, 2, 3, 3])     # A B B A, two passes each
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,18 +59,19 @@ def test_delta_matches_a_welch_interval_on_log_values():
     assert (d.ci_low_pct, d.ci_high_pct) == pytest.approx((low, high), rel=1e-9)
     assert d.change_pct == pytest.approx((np.mean(b) / np.mean(a) - 1) * 100)
     assert (d.n_a, d.n_b) == (4, 3)
-    assert d.ci_high_pct < 0 and d.verdict == WORSE           # throughput fell
+    assert d.ci_high_pct < 0 and d.verdict == "worse (within-launch only)"   # throughput fell, one launch each
+    assert d.variance_levels == ("pass",) and (d.launches_a, d.launches_b) == (1, 1)
 
 
 def test_direction_of_each_metric():
-    up = ([100.0, 101.0, 99.0], [110.0, 111.0, 109.0])
+    up = ([100.0, 101.0, 99.0, 100.5], [110.0, 111.0, 109.0, 110.4])
     down = (up[1], up[0])
-    assert delta("output_tps", *up).verdict == BETTER
-    assert delta("output_tps", *down).verdict == WORSE
-    assert delta("tpot_mean_ms", *up).verdict == WORSE        # latency up: worse
-    assert delta("tpot_mean_ms", *down).verdict == BETTER
-    assert delta("accept_len", *up).verdict == BETTER
-    assert delta("custom", *up, better="lower").verdict == WORSE
+    assert delta("output_tps", *up, **TWO).verdict == BETTER
+    assert delta("output_tps", *down, **TWO).verdict == WORSE
+    assert delta("tpot_mean_ms", *up, **TWO).verdict == WORSE        # latency up: worse
+    assert delta("tpot_mean_ms", *down, **TWO).verdict == BETTER
+    assert delta("accept_len", *up, **TWO).verdict == BETTER
+    assert delta("custom", *up, better="lower", **TWO).verdict == WORSE
     with pytest.raises(ValueError, match="unknown metric"):
         delta("custom", *up)
     with pytest.raises(ValueError, match="better must be"):
@@ -77,7 +80,7 @@ def test_direction_of_each_metric():
 
 
 def test_overlapping_samples_are_no_significant_difference():
-    d = delta("output_tps", [100.0, 103.0, 97.0], [101.0, 98.0, 104.0])
+    d = delta("output_tps", [100.0, 103.0, 97.0, 99.0], [101.0, 98.0, 104.0, 100.0], **TWO)
     assert d.ci_low_pct < 0 < d.ci_high_pct and d.verdict == SAME
 
 
@@ -94,11 +97,15 @@ def test_a_side_without_values_has_no_verdict():
     assert d.a_mean is None and d.change_pct is None and d.verdict is None and d.n_a == 0
 
 
-def test_identical_passes_give_a_point_interval():
-    d = delta("output_tps", [80.0, 80.0], [84.0, 84.0])
-    assert d.ci_low_pct == pytest.approx(5.0) and d.ci_high_pct == pytest.approx(5.0)
-    assert d.verdict == BETTER
-    assert delta("output_tps", [80.0, 80.0], [80.0, 80.0]).verdict == SAME
+def test_no_spread_gives_no_interval_and_no_verdict():
+    """[100, 100] vs [101, 101]: identical values say the noise is below the printed precision, not
+    that the change is exactly +1 %: no zero-width interval, no 'better'."""
+    d = delta("output_tps", [100.0, 100.0], [101.0, 101.0])
+    assert d.change_pct == pytest.approx(1.0) and d.ci_low_pct is None and d.p_value is None
+    assert d.verdict == f"{NO_SPREAD} (within-launch only)"
+    d = delta("output_tps", [80.0, 80.0, 80.0, 80.0], [84.0, 84.0, 84.0, 84.0], **TWO)
+    assert d.verdict == NO_SPREAD and d.ci_low_pct is None
+    assert aggregate([5.0, 5.0]).ci_low is None and aggregate([5.0, 5.0]).sd == 0.0
 
 
 def test_non_positive_values_fall_back_to_the_difference_of_means():
@@ -106,20 +113,21 @@ def test_non_positive_values_fall_back_to_the_difference_of_means():
     d = delta("ttft_mean_s", a, b)
     ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
     assert (d.ci_low_pct, d.ci_high_pct) == pytest.approx((ci.low * 100, ci.high * 100))
-    assert d.verdict == WORSE
+    assert d.verdict == "worse (within-launch only)"
 
 
 def test_json_of_a_delta_has_exactly_the_documented_keys():
     d = delta("output_tps", [85.99, 86.5], [68.2, 67.9])
     keys = ["metric", "a_mean", "b_mean", "change_pct", "ci_low_pct", "ci_high_pct", "n_a", "n_b",
-            "verdict"]
+            "verdict", "launches_a", "launches_b", "variance_levels", "p_value"]
     assert list(d.to_dict()) == keys
-    assert json.loads(json.dumps(d.to_dict()))["verdict"] == WORSE
+    rec = json.loads(json.dumps(d.to_dict()))
+    assert rec["verdict"] == "worse (within-launch only)" and rec["variance_levels"] == ["pass"]
 
 
 def test_deltas_and_aggregates_over_rows():
-    a_rows = [{"output_tps": 86.0, "tpot_mean_ms": 76.0}, {"output_tps": 85.0, "tpot_mean_ms": 75.5}]
-    b_rows = [{"output_tps": 68.0, "tpot_mean_ms": 98.0}, {"output_tps": 69.0, "tpot_mean_ms": 99.0}]
+    a_rows = [{"output_tps": 86.0, "tpot_mean_ms": 76.0, "launch": 1}, {"output_tps": 85.0, "tpot_mean_ms": 75.5, "launch": 4}]
+    b_rows = [{"output_tps": 68.0, "tpot_mean_ms": 98.0, "launch": 2}, {"output_tps": 69.0, "tpot_mean_ms": 99.0, "launch": 3}]
     out = {d.metric: d for d in deltas(a_rows, b_rows)}
     assert [d.metric for d in deltas(a_rows, b_rows)] == [m.name for m in METRICS]
     assert out["output_tps"].verdict == WORSE and out["tpot_mean_ms"].verdict == WORSE

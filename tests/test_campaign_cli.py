@@ -58,7 +58,9 @@ def test_report_and_compare_of_a_campaign(cli, tmp_path):
     code, out, _ = cli("compare", str(root), "--format", "json")
     data = json.loads(out)
     assert list(data["comparisons"][0]["metrics"][0]) == [
-        "metric", "a_mean", "b_mean", "change_pct", "ci_low_pct", "ci_high_pct", "n_a", "n_b", "verdict"]
+        "metric", "a_mean", "b_mean", "change_pct", "ci_low_pct", "ci_high_pct", "n_a", "n_b", "verdict",
+        "launches_a", "launches_b", "variance_levels", "p_value", "label", "role", "p_holm", "same_as"]
+    assert data["comparisons"][0]["metrics"][0]["role"] == "primary"
     code, out, _ = cli("collect", str(root))
     assert code == 0 and "summary files unchanged" in out        # report already wrote them
     assert (root / "summary.md").read_text().startswith("# Campaign camp")

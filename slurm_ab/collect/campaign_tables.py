@@ -11,7 +11,7 @@ import json
 import math
 from typing import Iterable, Mapping, Sequence
 
-from ..ab_stats import (INCONCLUSIVE, METRIC_BY_NAME, METRICS, Aggregate, aggregate, deltas)
+from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, METRICS, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
 
 DASH = "-"
 # Display of each metric: number format (the seed's: 2 decimals; rates 3).
@@ -113,39 +113,76 @@ def curve_table(rows: Sequence[Mapping]) -> str:
     return _tab(body, headers, ("left", "right", "right") + ("right",) * len(CURVE_METRICS))
 
 
-def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping]) -> list[dict]:
-    """Per metric (ok passes only): the JSON records of ab_stats.Delta."""
-    return [d.to_dict() for d in deltas(ok_rows(a_rows), ok_rows(b_rows))]
+def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT) -> list[dict]:
+    """Per printed row (ok passes only): the JSON record of ab_stats.family.Row, the primary first."""
+    from ..ab_stats.family import compare
+    return [r.to_dict() for r in compare(ok_rows(a_rows), ok_rows(b_rows), primary)]
+
+
+def _side_value(rows: Sequence[Mapping], metric: str, by_launch: bool) -> str:
+    """Mean ± 95% half-width over passes, or over launch means when launches are the units."""
+    if not by_launch:
+        return value_pm(aggregate([r.get(metric) for r in rows]), metric)
+    means: dict = {}
+    for r in rows:
+        v = r.get(metric)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            means.setdefault(r.get("launch"), []).append(v)
+    return value_pm(aggregate([sum(xs) / len(xs) for xs in means.values()]), metric)
+
+
+def _design_note(first) -> str:
+    d = first.delta
+    if d.variance_levels == ("launch", "pass"):
+        return (f"variance levels: launch and pass: {d.launches_a} launch(es) of A, {d.launches_b} of B; "
+                "the passes of a launch are averaged and launches are the units (A ± / B ±: over launch means)")
+    return ("within-launch only: one server launch on a side, so launch and mode are confounded: the "
+            "verdicts say how these launches differed, not how the modes do (run 2 or more launches "
+            "per mode: --launches L, counterbalanced order)")
 
 
 def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows: Sequence[Mapping],
-                     variance: str | None = None) -> str:
-    """A, B (mean ± half-width), % change, its 95% CI and the verdict of each metric."""
+                     variance: str | None = None, primary: str = PRIMARY_DEFAULT) -> str:
+    """The primary metric's row first, then the secondary rows: A, B (mean ± half-width), % change,
+    its 95% CI, the p-value (Holm-adjusted for secondaries) and the verdict; notes say which
+    variance the intervals hold, which throughput is primary, and how noisy the percentiles are."""
+    from ..ab_stats.family import compare, primary_note
+    from ..ab_stats.percentiles import percentile_noise
+
     a_ok, b_ok = ok_rows(a_rows), ok_rows(b_rows)
+    rows = compare(a_ok, b_ok, primary)
     body = []
-    for d in deltas(a_ok, b_ok):
-        if d.a_mean is None and d.b_mean is None:
-            continue
-        m = d.metric
+    for row in rows:
+        d = row.delta
+        by_launch = d.variance_levels == ("launch", "pass")
         ci = DASH if d.ci_low_pct is None else f"[{d.ci_low_pct:+.2f}%, {d.ci_high_pct:+.2f}%]"
-        body.append([METRIC_BY_NAME[m].label,
-                     value_pm(aggregate([r.get(m) for r in a_ok]), m),
-                     value_pm(aggregate([r.get(m) for r in b_ok]), m),
-                     _pct(d.change_pct), ci, d.verdict or DASH])
-    headers = ["metric", f"{a_name} (n={len(a_ok)})", f"{b_name} (n={len(b_ok)})", "change",
-               "95% CI", "verdict"]
-    text = _tab(body, headers, ("left", "right", "right", "right", "right", "left"))
-    notes = []
+        p = d.p_value if row.role == "primary" else row.p_holm
+        label = f"**{row.label}** (primary)" if row.role == "primary" else row.label
+        body.append([label, _side_value(a_ok, d.metric, by_launch), _side_value(b_ok, d.metric, by_launch),
+                     _pct(d.change_pct), ci, DASH if p is None else f"{p:.3f}", row.verdict or DASH])
+    first = rows[0].delta
+    headers = ["metric", f"{a_name} (n={len(a_ok)}, {first.launches_a} launch(es))",
+               f"{b_name} (n={len(b_ok)}, {first.launches_b} launch(es))", "change", "95% CI",
+               "p (Holm)", "verdict"]
+    text = _tab(body, headers, ("left", "right", "right", "right", "right", "right", "left"))
+    notes = [primary_note(rows, primary)]
     if len(a_ok) < 2 or len(b_ok) < 2:
         notes.append(f"{INCONCLUSIVE}: with fewer than 2 ok passes per side no interval can be "
-                     "given; the change is one run against one run (use --repeats)")
+                     "given; the change is one run against one run (use --repeats and --launches)")
     else:
-        notes.append("A ± / B ±: 95% t interval of the mean; change: B mean / A mean - 1; 95% CI: "
-                     "Welch's t on log values (docs/statistics.md)")
+        notes.append(_design_note(rows[0]))
+        notes.append("change: B mean / A mean - 1; 95% CI: Welch's t on log values; the primary row is "
+                     "tested alone at 5%, the secondary rows' p-values are Holm-adjusted together "
+                     "(family-wise 5%; their intervals are unadjusted) (docs/statistics.md)")
+    if any((r.verdict or "").startswith(NO_SPREAD) for r in rows):
+        notes.append(f"{NO_SPREAD}: the values of each side are identical to the printed precision, so "
+                     "the noise cannot be estimated; no interval is given (a zero-width one would claim "
+                     "an exact difference)")
+    notes += [w.text() for w in percentile_noise([a_ok, b_ok]) if w.warn]
     if variance:
         notes.append(f"variance included: {variance}")
-    for side, rows, ok in (("A", a_rows, a_ok), ("B", b_rows, b_ok)):
-        bad = len(rows) - len(ok)
+    for side, all_rows, ok in (("A", a_rows, a_ok), ("B", b_rows, b_ok)):
+        bad = len(all_rows) - len(ok)
         if bad:
             notes.append(f"{side}: {bad} pass(es) not ok left out")
     return text + "".join(f"\n> {n}" for n in notes) + "\n"

@@ -1,0 +1,151 @@
+"""The change of one metric from A to B, with the server launch as the experimental unit.
+
+A launch (servers started once, model loaded) is a level of the experiment: its passes share a
+launch-wide speed (clocks, placement, NCCL rings) that the next launch redraws. When each side has
+two or more launches, the passes of a launch are averaged (on the log scale) and the launch means
+are compared: the interval then holds launch-to-launch variance, the variance a user sees on
+another day. With one launch on a side, launch and mode are confounded: the passes can only say
+how the two launches differed, so the verdict says `(within-launch only)` and never a plain
+better/worse. docs/statistics.md gives the reasons and the calibration.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Iterable, Mapping, Optional, Sequence
+
+from .intervals import CONFIDENCE, Interval, difference_interval, finite, log_ratio_interval, no_spread
+from .metrics import HIGHER, LOWER, METRIC_BY_NAME, METRICS, Metric
+
+BETTER, WORSE, SAME = "better", "worse", "no significant difference"
+INCONCLUSIVE = "inconclusive (n=1)"
+NO_SPREAD = "inconclusive (no spread)"
+WITHIN = "within-launch only"
+VERDICTS = (BETTER, WORSE, SAME, INCONCLUSIVE, NO_SPREAD)
+LAUNCH_LEVELS, PASS_LEVELS = ("launch", "pass"), ("pass",)
+
+
+@dataclass(frozen=True)
+class Delta:
+    metric: str
+    a_mean: Optional[float]
+    b_mean: Optional[float]
+    change_pct: Optional[float]         # (b_mean / a_mean - 1) * 100, means over passes
+    ci_low_pct: Optional[float]         # interval of the change, in percent
+    ci_high_pct: Optional[float]
+    n_a: int                            # passes with a value
+    n_b: int
+    verdict: Optional[str]              # VERDICTS, '(within-launch only)' appended; None: no value
+    launches_a: int = 0
+    launches_b: int = 0
+    variance_levels: tuple[str, ...] = PASS_LEVELS   # what the interval includes
+    p_value: Optional[float] = None     # Welch's two-sided p against no change
+
+    @property
+    def tested(self) -> bool:
+        return self.p_value is not None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["variance_levels"] = list(self.variance_levels)
+        return d
+
+
+def direction(low: float, high: float, better: str) -> str:
+    """better / worse / no significant difference of an interval of the change."""
+    if low > 0.0:
+        return BETTER if better == HIGHER else WORSE
+    if high < 0.0:
+        return WORSE if better == HIGHER else BETTER
+    return SAME
+
+
+def qualified(verdict: str, levels: Sequence[str]) -> str:
+    """'worse (within-launch only)' when the interval holds pass variance only."""
+    return verdict if tuple(levels) == LAUNCH_LEVELS else f"{verdict} ({WITHIN})"
+
+
+def _by_launch(values: Sequence[Optional[float]], launches: Optional[Sequence]) -> dict:
+    """launch -> its finite values (unknown launches: one launch)."""
+    out: dict = {}
+    for i, v in enumerate(values):
+        f = finite([v])
+        if f:
+            out.setdefault(launches[i] if launches is not None else None, []).append(f[0])
+    return out
+
+
+def _unit_means(groups: dict, log: bool) -> list[float]:
+    """One number per launch: the mean of its passes (of their logs when `log`)."""
+    import numpy as np
+    return [float(np.mean(np.log(xs))) if log else float(np.mean(xs)) for xs in groups.values()]
+
+
+def _interval(ga: dict, gb: dict, levels: tuple, confidence: float) -> Optional[Interval]:
+    a = [x for xs in ga.values() for x in xs]
+    b = [x for xs in gb.values() for x in xs]
+    positive = min(a) > 0 and min(b) > 0
+    if levels == LAUNCH_LEVELS:
+        ua, ub = _unit_means(ga, positive), _unit_means(gb, positive)
+        if no_spread(ua, ub):
+            return None
+        if positive:    # launch means of logs: Welch on them, exponentiated
+            import numpy as np
+            return log_ratio_interval(np.exp(ua), np.exp(ub), confidence)
+        return difference_interval(ua, ub, confidence)
+    if no_spread(a, b):
+        return None
+    return (log_ratio_interval if positive else difference_interval)(a, b, confidence)
+
+
+def delta(metric: str, a_values: Iterable[Optional[float]], b_values: Iterable[Optional[float]],
+          better: Optional[str] = None, confidence: float = CONFIDENCE,
+          a_launches: Optional[Sequence] = None, b_launches: Optional[Sequence] = None) -> Delta:
+    """The change from A to B of one metric, its interval and verdict.
+
+    `a_launches`/`b_launches` name each value's server launch (None: all values of a side come
+    from one launch). Two or more launches on both sides: launch means are the units; else passes,
+    and the verdict is 'within-launch only'. Fewer than 2 units on a side: 'inconclusive (n=1)'
+    with the point change; no spread at all: 'inconclusive (no spread)' (no zero-width interval)."""
+    if better is None:
+        if metric not in METRIC_BY_NAME:
+            raise ValueError(f"unknown metric {metric!r}: pass better='higher' or 'lower'")
+        better = METRIC_BY_NAME[metric].better
+    if better not in (HIGHER, LOWER):
+        raise ValueError(f"better must be {HIGHER!r} or {LOWER!r}, got {better!r}")
+    a_values, b_values = list(a_values), list(b_values)
+    ga, gb = _by_launch(a_values, a_launches), _by_launch(b_values, b_launches)
+    a = [x for xs in ga.values() for x in xs]
+    b = [x for xs in gb.values() for x in xs]
+    a_mean = math.fsum(a) / len(a) if a else None
+    b_mean = math.fsum(b) / len(b) if b else None
+    levels = LAUNCH_LEVELS if len(ga) >= 2 and len(gb) >= 2 else PASS_LEVELS
+    base = dict(metric=metric, a_mean=a_mean, b_mean=b_mean, n_a=len(a), n_b=len(b),
+                launches_a=len(ga), launches_b=len(gb), variance_levels=levels)
+    if a_mean is None or b_mean is None or a_mean == 0:
+        return Delta(change_pct=None, ci_low_pct=None, ci_high_pct=None, verdict=None, **base)
+    change = (b_mean / a_mean - 1.0) * 100.0
+    if len(a) < 2 or len(b) < 2:
+        return Delta(change_pct=change, ci_low_pct=None, ci_high_pct=None, verdict=INCONCLUSIVE, **base)
+    iv = _interval(ga, gb, levels, confidence)
+    if iv is None:
+        return Delta(change_pct=change, ci_low_pct=None, ci_high_pct=None,
+                     verdict=qualified(NO_SPREAD, levels), **base)
+    return Delta(change_pct=change, ci_low_pct=iv.low_pct, ci_high_pct=iv.high_pct,
+                 verdict=qualified(direction(iv.low_pct, iv.high_pct, better), levels),
+                 p_value=iv.p_value, **base)
+
+
+def column(rows: Sequence[Mapping], name: str) -> tuple[list, list]:
+    """(values, launches) of one metric over pass rows (rows without 'launch': one launch)."""
+    return [r.get(name) for r in rows], [r.get("launch") for r in rows]
+
+
+def deltas(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping],
+           metrics: Sequence[Metric] = METRICS, confidence: float = CONFIDENCE) -> list[Delta]:
+    """One Delta per metric from per-pass rows (numeric_row keys plus 'launch')."""
+    out = []
+    for m in metrics:
+        (va, la), (vb, lb) = column(a_rows, m.name), column(b_rows, m.name)
+        out.append(delta(m.name, va, vb, m.better, confidence, la, lb))
+    return out

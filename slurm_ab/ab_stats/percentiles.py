@@ -1,0 +1,157 @@
+"""How sure a latency percentile is: the noise of a per-pass p95, and pooled request percentiles.
+
+A p95 from 40 requests rests on the two largest values: its pass-to-pass coefficient of variation
+is about sigma * sqrt(q (1 - q) / n) / phi(z_q) for lognormal request times of log-sd sigma
+(the asymptotic variance of a sample quantile, q (1 - q) / (n f(x_q)^2)): ~10 % at sigma 0.3,
+n = 40, against ~2 % for the throughput. The comparison names the request count and this noise,
+and how many requests per pass would bring it to a target. Pooled request-level percentiles (all
+passes of a side together) are more precise and are shown beside the per-pass aggregate; their
+distribution-free interval (binomial order statistics) treats requests as independent, so it holds
+within-launch precision only and carries no verdict.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Mapping, Optional, Sequence
+
+from .intervals import CONFIDENCE, finite
+from .metrics import METRIC_BY_NAME
+
+# percentile column -> (its mean column, the quantile)
+PERCENTILE_OF = {"ttft_p95_s": ("ttft_mean_s", 0.95), "tpot_p95_ms": ("tpot_mean_ms", 0.95),
+                 "e2e_p95_s": ("e2e_mean_s", 0.95)}
+WARN_COV = 0.05       # warn when a per-pass percentile is expected noisier than this
+
+
+def _z(q: float) -> float:
+    from statistics import NormalDist
+    return NormalDist().inv_cdf(q)
+
+
+def percentile_cov(n: int, q: float, sigma: float) -> float:
+    """Expected CoV of the sample q-quantile of n lognormal(., sigma) values (asymptotic)."""
+    if n < 1 or sigma <= 0:
+        return 0.0
+    z = _z(q)
+    phi = math.exp(-z * z / 2.0) / math.sqrt(2.0 * math.pi)
+    return sigma * math.sqrt(q * (1.0 - q) / n) / phi
+
+
+def lognormal_sigma(mean: float, quantile: float, q: float) -> Optional[float]:
+    """The log-sd of a lognormal with this mean and q-quantile (x_q / mean = exp(z sigma -
+    sigma^2 / 2), the smaller root); None when they fit no lognormal."""
+    if not (mean > 0 and quantile > 0):
+        return None
+    r = math.log(quantile / mean)
+    z = _z(q)
+    disc = z * z - 2.0 * r
+    if r <= 0 or disc < 0:
+        return None if disc < 0 else 0.0
+    return z - math.sqrt(disc)
+
+
+def requests_for(n: int, cov: float, target: float) -> int:
+    """Requests per pass that bring an expected CoV `cov` at n requests to `target` (CoV ~ 1/sqrt(n))."""
+    return int(math.ceil(n * (cov / target) ** 2))
+
+
+@dataclass(frozen=True)
+class PercentileNoise:
+    metric: str
+    requests: int                   # requests per pass (median over the passes)
+    sigma: Optional[float]          # lognormal log-sd implied by mean and percentile
+    expected_cov: Optional[float]   # per-pass CoV of the percentile from `requests` requests
+    measured_cov: Optional[float]   # between the passes of this comparison (one side, the larger)
+
+    @property
+    def warn(self) -> bool:
+        return max(self.expected_cov or 0.0, self.measured_cov or 0.0) > WARN_COV
+
+    def text(self) -> str:
+        label = METRIC_BY_NAME[self.metric].label.split(" (")[0]
+        parts = [f"{label} per pass from {self.requests} requests"]
+        if self.expected_cov is not None:
+            parts.append(f"expected noise {self.expected_cov:.0%} per pass (lognormal request "
+                         f"times, sigma {self.sigma:.2f} from mean and p95)")
+        if self.measured_cov is not None:
+            parts.append(f"measured {self.measured_cov:.0%} between passes")
+        need = requests_for(self.requests, max(self.expected_cov or 0, self.measured_cov or 0), WARN_COV)
+        return (", ".join(parts) + f"; {need} requests per pass would bring it to "
+                f"{WARN_COV:.0%} (benchmark.num_prompts, or prompts_per_concurrency x C)")
+
+    def to_dict(self) -> dict:
+        return dict(asdict(self), warn=self.warn)
+
+
+def _cov(xs: list[float]) -> Optional[float]:
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return sd / m if m > 0 else None
+
+
+def percentile_noise(sides: Sequence[Sequence[Mapping]]) -> list[PercentileNoise]:
+    """Per latency percentile of the rows: how noisy a per-pass value is (noisier side)."""
+    out = []
+    for metric, (mean_col, q) in PERCENTILE_OF.items():
+        worst = None
+        for rows in sides:
+            pct = finite(r.get(metric) for r in rows)
+            means = finite(r.get(mean_col) for r in rows)
+            reqs = sorted(int(r["requests_ok"]) for r in rows if isinstance(r.get("requests_ok"), int))
+            if not pct or not means or not reqs:
+                continue
+            n = reqs[len(reqs) // 2]
+            sigma = lognormal_sigma(sum(means) / len(means), sum(pct) / len(pct), q)
+            exp_cov = percentile_cov(n, q, sigma) if sigma is not None else None
+            cand = PercentileNoise(metric, n, sigma, exp_cov, _cov(pct))
+            key = max(cand.expected_cov or 0, cand.measured_cov or 0)
+            if worst is None or key > max(worst.expected_cov or 0, worst.measured_cov or 0):
+                worst = cand
+        if worst is not None:
+            out.append(worst)
+    return out
+
+
+@dataclass(frozen=True)
+class Pooled:
+    q: float
+    value: Optional[float]
+    n: int
+    ci_low: Optional[float]         # distribution-free interval (order statistics), requests i.i.d.
+    ci_high: Optional[float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def pooled_percentile(latencies_by_pass: Sequence[Sequence[Optional[float]]], q: float = 0.95,
+                      confidence: float = CONFIDENCE) -> Pooled:
+    """The q-quantile of all requests of all passes together (numpy's linear percentile, as the
+    per-pass figures) with the distribution-free interval from binomial order statistics
+    (scipy.stats.binom); None ends when n is too small for the interval."""
+    xs = sorted(x for lat in latencies_by_pass for x in finite(lat))
+    n = len(xs)
+    if n == 0:
+        return Pooled(q, None, 0, None, None)
+    import numpy as np
+    from scipy import stats
+    value = float(np.percentile(xs, q * 100.0))
+    tail = (1.0 - confidence) / 2.0
+    # ranks j < k (1-based) with P(X_(j) <= x_q <= X_(k)) >= confidence: Binomial(n, q) quantiles
+    j = int(stats.binom.ppf(tail, n, q))            # P(B < j) <= tail
+    k = int(stats.binom.ppf(1.0 - tail, n, q)) + 1
+    low = xs[j - 1] if j >= 1 else None
+    high = xs[k - 1] if k <= n else None
+    return Pooled(q, value, n, low, high)
+
+
+def pooled_change(a_by_pass: Sequence[Sequence[Optional[float]]], b_by_pass: Sequence[Sequence[Optional[float]]],
+                  q: float = 0.95) -> dict:
+    """Pooled q-quantile of each side and B/A - 1 in percent: descriptive, no verdict (requests of
+    one launch are not independent repeats of the experiment)."""
+    a, b = pooled_percentile(a_by_pass, q), pooled_percentile(b_by_pass, q)
+    change = (b.value / a.value - 1.0) * 100.0 if a.value and b.value is not None else None
+    return {"q": q, "a": a.to_dict(), "b": b.to_dict(), "change_pct": change, "verdict": "descriptive"}
