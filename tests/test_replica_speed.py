@@ -52,7 +52,9 @@ def test_window_of_real_0_5_23_text():
     w = histogram_window(parse_scrape(START), parse_scrape(END), TPOT)
     # 20 requests at 0.098 s: all in (0.08, 0.1]; mean exact, quantiles interpolated there
     assert w == HistogramWindow(TPOT, 20.0, pytest.approx(98.0), pytest.approx(90.0),
-                                pytest.approx(99.0))
+                                pytest.approx(99.0), (80.0, 100.0), (80.0, 100.0))
+    # tables print the bucket a quantile falls in, not a figure finer than the buckets
+    assert w.bucket_text("p50") == w.bucket_text("p95") == "80-100 ms"
     e2e = histogram_window(parse_scrape(START), parse_scrape(END), E2E_HISTOGRAM)
     assert e2e.count == 20 and e2e.mean_ms == pytest.approx(58400.0)
     # the same scrape twice: nothing observed in between
@@ -65,6 +67,17 @@ def test_window_subtracts_what_was_observed_before_it():
     w = histogram_window(parse_scrape(END), parse_scrape(both), TPOT)
     assert w.count == 20 and w.mean_ms == pytest.approx(500.0)
     assert w.p50_ms == pytest.approx(500.0) and w.p95_ms == pytest.approx(590.0)   # in (0.4, 0.6]
+    assert w.p50_bucket == w.p95_bucket == (400.0, 600.0)
+
+
+def test_a_quantile_in_the_first_bucket_prints_the_bucket_not_its_midpoint():
+    """0.5.23's TPOT buckets are 2 ms wide up to 10 ms: at 1.7 ms TPOT every request lands in
+    (0, 2] and the interpolated p50 is 1.0 ms whatever the truth; the table says '<= 2 ms'."""
+    w = histogram_window(parse_scrape(END), parse_scrape(with_tpot(END, 0.098, 20, (0.0017, 30))), TPOT)
+    assert w.p50_ms == pytest.approx(1.0) and w.p50_bucket == (0.0, 2.0)
+    assert w.bucket_text("p50") == "<= 2 ms"
+    inf = histogram_window(parse_scrape(END), parse_scrape(with_tpot(END, 0.098, 20, (9.5, 10))), TPOT)
+    assert inf.bucket_text("p95") == "> 8000 ms"
 
 
 # ---- the collector and the rule ----------------------------------------------------------------
@@ -92,7 +105,7 @@ def test_a_slow_replica_is_named_with_its_nodes_and_both_figures(tmp_path):
     reasons = speed_reasons(reps, sm.replicas)
     assert reasons == [
         "replica 1 (node05, node06, node07, node08) decoded 4.6x slower than replica 0: server TPOT "
-        "mean 450.0 vs 98.0 ms, p95 590.0 vs 99.0 ms over 20 and 20 requests "
+        "mean 450.0 vs 98.0 ms, p95 in 400-600 ms vs 80-100 ms over 20 and 20 requests "
         "(sglang:request_time_per_output_token_seconds); a slow node or link in replica 1: the "
         "pooled latencies mix two speeds"]
 

@@ -153,8 +153,8 @@ def speed_reasons(replicas, replica_metrics: Sequence) -> list[str]:
         if m is fast or ratio < SPEED_RATIO:
             continue
         r = by_id.get(m.replica)
-        p95 = "" if m.tpot.p95_ms is None or fast.tpot.p95_ms is None else \
-            f", p95 {m.tpot.p95_ms:.1f} vs {fast.tpot.p95_ms:.1f} ms"
+        p95 = "" if m.tpot.p95_bucket is None or fast.tpot.p95_bucket is None else \
+            f", p95 in {m.tpot.bucket_text('p95')} vs {fast.tpot.bucket_text('p95')}"
         out.append(f"replica {m.replica}{_nodes(r) if r else ''} decoded {ratio:.1f}x slower than "
                    f"replica {fast.replica}: server TPOT mean {m.tpot.mean_ms:.1f} vs "
                    f"{fast.tpot.mean_ms:.1f} ms{p95} over {m.tpot.count:g} and "
