@@ -45,6 +45,27 @@ def test_two_or_more_launches_per_side_compare_launch_means():
     assert flat.ci_high_pct - flat.ci_low_pct < d.ci_high_pct - d.ci_low_pct
 
 
+def test_six_launches_of_one_job_regress_out_a_drift():
+    """A B B A A B: launch means on mode and run position; the mode coefficient's t interval
+    (reference: least squares and its covariance by hand, quantile from scipy)."""
+    pos_a, pos_b = [1, 4, 5], [2, 3, 6]
+    a = [100.0 * 1.01 ** p * (1 + 0.004 * (-1) ** p) for p in pos_a]
+    b = [97.0 * 1.01 ** p * (1 - 0.003 * (-1) ** p) for p in pos_b]
+    d = delta("output_tps", a, b, a_launches=pos_a, b_launches=pos_b)
+    y = np.log(a + b)
+    x = np.column_stack([np.ones(6), [0, 0, 0, 1, 1, 1], pos_a + pos_b])
+    beta, res, _, _ = np.linalg.lstsq(x, y, rcond=None)
+    s2 = res[0] / 3
+    se = math.sqrt(s2 * np.linalg.inv(x.T @ x)[1, 1])
+    hw = stats.t.ppf(0.975, 3) * se
+    assert d.drift_adjusted and (d.ci_low_pct, d.ci_high_pct) == pytest.approx(
+        (math.expm1(beta[1] - hw) * 100, math.expm1(beta[1] + hw) * 100), rel=1e-6)
+    assert beta[1] == pytest.approx(math.log(0.97), abs=0.01)      # the 1 %/launch drift is gone
+    # two separate campaigns (both start at launch 1): no common run position, plain Welch
+    d2 = delta("output_tps", a, b, a_launches=[1, 2, 3], b_launches=[1, 2, 3])
+    assert not d2.drift_adjusted and d2.variance_levels == ("launch", "pass")
+
+
 def test_one_launch_on_either_side_is_within_launch_only():
     a, b = [100.0, 101.0, 99.5, 100.2], [90.0, 91.0, 90.5, 90.2]
     d = delta("output_tps", a, b, a_launches=[1, 1, 3, 3], b_launches=[2, 2, 2, 2])
@@ -71,7 +92,12 @@ def test_holm_matches_the_step_down_by_hand():
     for rank, i in enumerate(order):
         run = max(run, min(1.0, (4 - rank) * p[i]))
         ref[i] = run
-    assert holm(p, 0.05) == pytest.approx(ref)          # [0.04, 0.09, 0.09, 0.2]
+    assert holm(p) == pytest.approx(ref)          # [0.04, 0.09, 0.09, 0.2]
+    from statsmodels.stats.multitest import multipletests
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        ps = list(rng.uniform(0, 0.2, int(rng.integers(1, 9))))
+        assert holm(ps) == pytest.approx(list(multipletests(ps, method="holm")[1]))
 
 
 def _rows(mode_shift: float, launches, seed: int, steady: bool = False, k: int = 3):

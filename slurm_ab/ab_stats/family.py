@@ -3,8 +3,7 @@
 Nine metrics tested at 5 % each call something 'significant' in an A/A campaign far more often
 than 5 %. The primary metric (benchmark.primary_metric) is tested alone at 5 %; the secondary rows
 form one family whose p-values are Holm-adjusted (family-wise 5 %), so the whole printed table
-errs at most ~10 % of the time under no change. Holm's step-down comes from statsmodels
-(`multipletests(method="holm")`), imported only here.
+errs at most ~10 % of the time under no change.
 """
 from __future__ import annotations
 
@@ -51,12 +50,18 @@ def steady_available(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping]) -> bo
                               and math.isfinite(r[STEADY]) for r in rows)
 
 
-def holm(p_values: Sequence[float], alpha: float) -> list[float]:
-    """Holm-adjusted p-values (statsmodels)."""
-    if not p_values:
-        return []
-    from statsmodels.stats.multitest import multipletests
-    return [float(x) for x in multipletests(list(p_values), alpha=alpha, method="holm")[1]]
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-adjusted p-values: the i-th smallest times (m - i + 1), made monotone, capped at 1.
+
+    The step-down is written here because statsmodels' multipletests runs a full garbage
+    collection on every call (~0.2 s: the calibration makes thousands); tests/test_ab_launches.py
+    checks this against multipletests(method="holm")."""
+    m = len(p_values)
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        out[i] = running
+    return out
 
 
 def compare(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT,
@@ -71,7 +76,7 @@ def compare(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str =
     first = one(head)
     rest = [d for d in (one(n) for n in others) if d.a_mean is not None or d.b_mean is not None]
     tested = [d for d in rest if d.tested]
-    adjusted = dict(zip((d.metric for d in tested), holm([d.p_value for d in tested], 1.0 - confidence)))
+    adjusted = dict(zip((d.metric for d in tested), holm([d.p_value for d in tested])))
     rows = [Row(first, PRIMARY, first.verdict)]
     for d in rest:
         if d.metric not in adjusted:

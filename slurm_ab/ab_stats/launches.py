@@ -39,7 +39,8 @@ class Delta:
     launches_a: int = 0
     launches_b: int = 0
     variance_levels: tuple[str, ...] = PASS_LEVELS   # what the interval includes
-    p_value: Optional[float] = None     # Welch's two-sided p against no change
+    p_value: Optional[float] = None     # two-sided p against no change
+    drift_adjusted: bool = False        # launch means regressed on mode and run position
 
     @property
     def tested(self) -> bool:
@@ -81,21 +82,56 @@ def _unit_means(groups: dict, log: bool) -> list[float]:
     return [float(np.mean(np.log(xs))) if log else float(np.mean(xs)) for xs in groups.values()]
 
 
-def _interval(ga: dict, gb: dict, levels: tuple, confidence: float) -> Optional[Interval]:
+MIN_TREND_UNITS = 6     # launches (both sides) before a run-position term is worth its degree of freedom
+
+
+def _positions(ga: dict, gb: dict) -> Optional[tuple[list, list]]:
+    """Run positions of the launches when both sides come from one job: numeric launch indices,
+    none shared between the sides (two separate campaigns both start at launch 1)."""
+    keys = list(ga) + list(gb)
+    if len(keys) < MIN_TREND_UNITS or set(ga) & set(gb):
+        return None
+    if not all(isinstance(k, (int, float)) and not isinstance(k, bool) for k in keys):
+        return None
+    return [float(k) for k in ga], [float(k) for k in gb]
+
+
+def _trend_interval(ua: list, ub: list, pos: tuple, log: bool, confidence: float) -> Interval:
+    """Launch means on mode and run position (OLS, statsmodels): the mode coefficient's t interval.
+    A slow drift over the job then leaves the residual variance instead of inflating it; with
+    counterbalanced order mode and position are orthogonal, so the estimate is unchanged."""
+    import numpy as np
+    from statsmodels.regression.linear_model import OLS
+    y = np.asarray(ua + ub, dtype=float)
+    x = np.column_stack([np.ones(len(y)), [0.0] * len(ua) + [1.0] * len(ub), pos[0] + pos[1]])
+    fit = OLS(y, x).fit()
+    low, high = (float(v) for v in fit.conf_int(1.0 - confidence)[1])
+    p = float(fit.pvalues[1])
+    if log:
+        return Interval(math.expm1(low) * 100.0, math.expm1(high) * 100.0, p, float(fit.df_resid))
+    scale = 100.0 / abs(sum(ua) / len(ua))
+    return Interval(low * scale, high * scale, p, float(fit.df_resid))
+
+
+def _interval(ga: dict, gb: dict, levels: tuple, confidence: float) -> tuple[Optional[Interval], bool]:
+    """(interval or None when nothing varies, whether it is drift-adjusted)."""
     a = [x for xs in ga.values() for x in xs]
     b = [x for xs in gb.values() for x in xs]
     positive = min(a) > 0 and min(b) > 0
     if levels == LAUNCH_LEVELS:
         ua, ub = _unit_means(ga, positive), _unit_means(gb, positive)
         if no_spread(ua, ub):
-            return None
+            return None, False
+        pos = _positions(ga, gb)
+        if pos is not None:
+            return _trend_interval(ua, ub, pos, positive, confidence), True
         if positive:    # launch means of logs: Welch on them, exponentiated
             import numpy as np
-            return log_ratio_interval(np.exp(ua), np.exp(ub), confidence)
-        return difference_interval(ua, ub, confidence)
+            return log_ratio_interval(np.exp(ua), np.exp(ub), confidence), False
+        return difference_interval(ua, ub, confidence), False
     if no_spread(a, b):
-        return None
-    return (log_ratio_interval if positive else difference_interval)(a, b, confidence)
+        return None, False
+    return (log_ratio_interval if positive else difference_interval)(a, b, confidence), False
 
 
 def delta(metric: str, a_values: Iterable[Optional[float]], b_values: Iterable[Optional[float]],
@@ -104,7 +140,8 @@ def delta(metric: str, a_values: Iterable[Optional[float]], b_values: Iterable[O
     """The change from A to B of one metric, its interval and verdict.
 
     `a_launches`/`b_launches` name each value's server launch (None: all values of a side come
-    from one launch). Two or more launches on both sides: launch means are the units; else passes,
+    from one launch). Two or more launches on both sides: launch means are the units (Welch; with
+    6+ launches of one job, regressed on mode and run position so a drift cancels); else passes,
     and the verdict is 'within-launch only'. Fewer than 2 units on a side: 'inconclusive (n=1)'
     with the point change; no spread at all: 'inconclusive (no spread)' (no zero-width interval)."""
     if better is None:
@@ -127,13 +164,13 @@ def delta(metric: str, a_values: Iterable[Optional[float]], b_values: Iterable[O
     change = (b_mean / a_mean - 1.0) * 100.0
     if len(a) < 2 or len(b) < 2:
         return Delta(change_pct=change, ci_low_pct=None, ci_high_pct=None, verdict=INCONCLUSIVE, **base)
-    iv = _interval(ga, gb, levels, confidence)
+    iv, adjusted = _interval(ga, gb, levels, confidence)
     if iv is None:
         return Delta(change_pct=change, ci_low_pct=None, ci_high_pct=None,
                      verdict=qualified(NO_SPREAD, levels), **base)
     return Delta(change_pct=change, ci_low_pct=iv.low_pct, ci_high_pct=iv.high_pct,
                  verdict=qualified(direction(iv.low_pct, iv.high_pct, better), levels),
-                 p_value=iv.p_value, **base)
+                 p_value=iv.p_value, drift_adjusted=adjusted, **base)
 
 
 def column(rows: Sequence[Mapping], name: str) -> tuple[list, list]:

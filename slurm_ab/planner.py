@@ -1,0 +1,220 @@
+"""The campaign planner: the cheapest design (launches per mode, passes per launch, order) that
+reaches a precision target, priced in node-hours. Pure: numbers in, designs out.
+
+Model (docs/statistics.md): on the log scale a pass of a mode is  mode + launch effect (sd
+launch_cov) + pass noise (sd pass_cov, AR(1) within a launch). The comparison averages the passes
+of each launch and compares launch means (ab_stats.launches), so with L launches per mode and k
+passes per launch the standard error of log(B/A) is
+
+    se = sqrt(2 (launch_cov^2 + pass_cov^2 c(k, rho) / k) / L),  c = 1 + 2 sum_j (1 - j/k) rho^j
+
+with about 2L - 2 degrees of freedom. Power to detect a change d at 95 %: the noncentral t
+(scipy.stats.nct) with noncentrality log(1 + d) / se. Cost of one campaign of M modes on N nodes:
+
+    node-hours = N x M x L x (load + warm-up + k x (pass + gap)) / 60      (minutes)
+
+in one allocation (one queue wait). A candidate is checked by simulating campaigns through the
+same analysis slurm-ab compare runs (`verify`), with drift and correlation when given.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+from typing import Optional
+
+ORDER = "counterbalanced"
+
+
+@dataclass(frozen=True)
+class Noise:
+    launch_cov: float               # launch-to-launch CoV (log-sd)
+    pass_cov: float                 # pass-to-pass CoV within a launch
+    ar1: float = 0.0                # correlation of consecutive passes of a launch
+    drift_pct: float = 0.0          # slow drift per pass over the job, percent
+    cold_pct: float = 0.0           # the first pass of every launch slower by this, percent
+
+
+@dataclass(frozen=True)
+class Costs:
+    load_min: float                 # server start to ready (model load)
+    pass_min: float                 # one timed pass
+    warmup_min: float = 1.0         # direct warm-ups + router
+    gap_min: float = 0.1            # between passes (client start-up, scrapes)
+    nodes: int = 8                  # the job's nodes (replicas x nodes per replica)
+    modes: int = 2
+    time_limit_min: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Design:
+    launches: int                   # per mode
+    repeats: int                    # passes per launch
+    order: str = ORDER
+
+    def wall_min(self, c: Costs) -> float:
+        return c.modes * self.launches * (c.load_min + c.warmup_min + self.repeats * (c.pass_min + c.gap_min))
+
+    def node_hours(self, c: Costs) -> float:
+        return c.nodes * self.wall_min(c) / 60.0
+
+    def df(self) -> int:
+        return 2 * self.launches - 2
+
+    def se(self, n: Noise) -> float:
+        k, rho = self.repeats, n.ar1
+        c = 1.0 + 2.0 * sum((1.0 - j / k) * rho ** j for j in range(1, k))
+        return math.sqrt(2.0 * (n.launch_cov ** 2 + n.pass_cov ** 2 * c / k) / self.launches)
+
+    def power(self, n: Noise, detect_pct: float, confidence: float = 0.95) -> float:
+        if self.launches < 2:
+            return 0.0
+        from scipy import stats
+        se, df = self.se(n), self.df()
+        if se == 0:
+            return 1.0
+        tc = stats.t.ppf(0.5 + confidence / 2.0, df)
+        ncp = math.log1p(detect_pct / 100.0) / se
+        return float(stats.nct.sf(tc, df, ncp) + stats.nct.cdf(-tc, df, ncp))
+
+    def halfwidth_pct(self, n: Noise, confidence: float = 0.95) -> float:
+        """Typical half-width of the interval of the change, percent."""
+        if self.launches < 2:
+            return math.inf
+        from scipy import stats
+        return math.expm1(stats.t.ppf(0.5 + confidence / 2.0, self.df()) * self.se(n)) * 100.0
+
+
+@dataclass(frozen=True)
+class Target:
+    detect_pct: Optional[float] = None     # smallest change to detect ...
+    power: float = 0.8                     # ... this often
+    halfwidth_pct: Optional[float] = None  # or: a typical interval half-width
+
+    def met(self, d: Design, n: Noise) -> bool:
+        if self.halfwidth_pct is not None:
+            return d.halfwidth_pct(n) <= self.halfwidth_pct
+        return d.power(n, self.detect_pct) >= self.power
+
+    def text(self) -> str:
+        if self.halfwidth_pct is not None:
+            return f"95% interval half-width <= {self.halfwidth_pct:g}%"
+        return f"detect a {self.detect_pct:g}% change at {self.power:.0%} power (95%)"
+
+
+@dataclass(frozen=True)
+class Plan:
+    design: Optional[Design]            # None: out of reach
+    target: Target
+    noise: Noise
+    costs: Costs
+    power: Optional[float] = None       # analytic, at the target's change
+    halfwidth_pct: Optional[float] = None
+    sim_power: Optional[float] = None   # simulated through ab_stats (verify)
+    sim_false_positive: Optional[float] = None
+    campaigns: int = 0
+    reason: str = ""
+    alternatives: tuple = ()            # (Design, node-hours) of the next cheapest
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["node_hours"] = self.design.node_hours(self.costs) if self.design else None
+        d["wall_min"] = self.design.wall_min(self.costs) if self.design else None
+        return d
+
+
+def candidates(n: Noise, c: Costs, target: Target, max_launches: int = 30, max_repeats: int = 12) -> list[Design]:
+    """Every design meeting the target (analytically), cheapest first (ties: fewer launches)."""
+    out = [Design(L, k) for L in range(2, max_launches + 1) for k in range(1, max_repeats + 1)
+           if target.met(Design(L, k), n)]
+    return sorted(out, key=lambda d: (d.node_hours(c), d.launches))
+
+
+def verify(d: Design, n: Noise, detect_pct: float, campaigns: int = 2000, seed: int = 1) -> tuple[float, float]:
+    """(share of A/B campaigns with a planted +detect_pct % called better, share of A/A campaigns
+    called significant), simulated under `n` and analysed by ab_stats.delta as compare does."""
+    import numpy as np
+
+    from .ab_stats import BETTER, WORSE, delta
+    from .campaign import launch_order
+
+    rng = np.random.default_rng(seed)
+    seq = launch_order(("A", "B"), d.launches, d.order)
+
+    def one(effect: float) -> str:
+        vals = {"A": [], "B": []}
+        launches = {"A": [], "B": []}
+        t = 0
+        for i, mode in enumerate(seq):
+            u = rng.normal(0.0, n.launch_cov)
+            e = rng.normal(0.0, n.pass_cov, d.repeats)
+            for j in range(1, d.repeats):
+                e[j] = n.ar1 * e[j - 1] + math.sqrt(1.0 - n.ar1 ** 2) * e[j]
+            for j in range(d.repeats):
+                log_time = u + e[j] + math.log1p(n.drift_pct / 100.0) * t
+                if j == 0:
+                    log_time += math.log1p(n.cold_pct / 100.0)
+                t += 1
+                vals[mode].append(100.0 * (1.0 + (effect if mode == "B" else 0.0)) * math.exp(-log_time))
+                launches[mode].append(i)
+        return delta("output_tps", vals["A"], vals["B"], a_launches=launches["A"], b_launches=launches["B"]).verdict
+
+    ab = sum(one(detect_pct / 100.0) == BETTER for _ in range(campaigns)) / campaigns
+    aa = sum(one(0.0) in (BETTER, WORSE) for _ in range(campaigns)) / campaigns
+    return ab, aa
+
+
+def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 1) -> Plan:
+    """The cheapest design meeting the target that fits the time limit, checked by simulation
+    (a candidate whose simulated power falls short gives way to the next)."""
+    cands = candidates(n, c, target)
+    fits = [d for d in cands if c.time_limit_min is None or d.wall_min(c) <= c.time_limit_min]
+    base = Plan(None, target, n, c)
+    if not cands:
+        return replace(base, reason="no design of up to 30 launches x 12 passes per mode reaches the target")
+    if not fits:
+        best = cands[0]
+        return replace(base, reason=(f"out of reach within the time limit {c.time_limit_min:g} min: the "
+                                     f"cheapest design that reaches it ({best.launches} launches x "
+                                     f"{best.repeats} passes per mode) needs {best.wall_min(c):.0f} min in "
+                                     "one job; raise the limit or relax the target"), alternatives=((best, best.node_hours(c)),))
+    detect = target.detect_pct if target.detect_pct is not None else target.halfwidth_pct
+    for i, d in enumerate(fits[:8]):
+        sim_power, sim_fp = verify(d, n, detect, campaigns, seed)
+        if target.halfwidth_pct is not None or sim_power >= target.power:
+            return Plan(d, target, n, c, d.power(n, detect), d.halfwidth_pct(n), sim_power, sim_fp,
+                        campaigns, alternatives=tuple((x, x.node_hours(c)) for x in fits[i + 1:i + 4]))
+    d = fits[0]
+    return replace(base, reason=(f"the analytic candidates fall short in simulation (e.g. {d.launches} x "
+                                 f"{d.repeats}: {sim_power:.0%})"))
+
+
+def text(p: Plan, modes: tuple[str, str] = ("A", "B")) -> str:
+    """The plan as the `slurm-ab plan` command prints it."""
+    n, c = p.noise, p.costs
+    lines = [f"target: {p.target.text()}",
+             f"noise: launch CoV {n.launch_cov:.2%}, pass CoV {n.pass_cov:.2%}"
+             + (f", AR(1) {n.ar1:g}" if n.ar1 else "") + (f", drift {n.drift_pct:g}%/pass" if n.drift_pct else ""),
+             f"costs: model load {c.load_min:g} min, pass {c.pass_min:g} min, warm-ups {c.warmup_min:g} min, "
+             f"{c.nodes} nodes, {c.modes} modes"
+             + (f", time limit {c.time_limit_min:g} min" if c.time_limit_min else "")]
+    if p.design is None:
+        return "\n".join(lines + [f"out of reach: {p.reason}"]) + "\n"
+    d = p.design
+    seq = " ".join((modes[0] if m == "A" else modes[1]) for m in __import__(
+        "slurm_ab.campaign", fromlist=["launch_order"]).launch_order(("A", "B"), d.launches, d.order))
+    lines += ["",
+              f"design: {d.launches} launches per mode x {d.repeats} passes per launch, {d.order} order "
+              f"({2 * d.launches} launches: {seq})",
+              f"node-hours: {d.node_hours(c):.1f} = {c.nodes} nodes x {c.modes} x {d.launches} x "
+              f"({c.load_min:g} + {c.warmup_min:g} + {d.repeats} x ({c.pass_min:g} + {c.gap_min:g})) / 60; "
+              f"wall time {d.wall_min(c) / 60:.1f} h in one job",
+              f"queue waits: 1 (one allocation; as separate jobs: {c.modes * d.launches})",
+              f"expected: power {p.power:.0%} at {p.target.detect_pct or p.target.halfwidth_pct:g}% "
+              f"(simulated {p.sim_power:.1%} of {p.campaigns} campaigns), 95% half-width ~{p.halfwidth_pct:.1f}%",
+              f"A/A false-positive rate: {p.sim_false_positive:.1%} (simulated; nominal 5%)",
+              f"submit: slurm-ab submit {modes[0]} {modes[1]} --launches {d.launches} --repeats {d.repeats} "
+              f"--order {d.order}"]
+    for alt, nh in p.alternatives:
+        lines.append(f"  next: {alt.launches} x {alt.repeats}: {nh:.1f} node-hours, power {alt.power(n, p.target.detect_pct or 0):.0%}"
+                     if p.target.detect_pct else f"  next: {alt.launches} x {alt.repeats}: {nh:.1f} node-hours")
+    return "\n".join(lines) + "\n"
