@@ -13,34 +13,79 @@ import click
 from .errors import UsageError
 
 
+META = "slurm_ab.campaign."      # click ctx.meta keys of the options the commands do not take
+
+
+def _remember(ctx, param, value):
+    """--launches and --plan reach plan() through the click context, so the commands' signatures
+    (dry-run, render, submit) stay as they are."""
+    if value is not None:
+        ctx.meta[META + param.name] = value
+    return value
+
+
 def campaign_options(f):
+    f = click.option("--plan", "plan_from", default=None, metavar="CAMPAIGN", expose_value=False,
+                     callback=_remember,
+                     help="Launches and passes from the planner (slurm-ab plan): variance and times "
+                          "measured in CAMPAIGN, target: detect 5% at 80% power.")(f)
     f = click.option("--burn-in/--no-burn-in", "burn_in", default=None,
                      help="A discarded pass at the start of every launch (default: benchmark.burn_in).")(f)
-    f = click.option("--order", type=click.Choice(["blocked", "interleaved"]), default=None,
-                     help="blocked: each mode launched once (intervals: within one launch); "
-                          "interleaved: A B A B, one launch per repeat (intervals include "
-                          "launch-to-launch variance). Default: benchmark.order (blocked).")(f)
+    f = click.option("--order", type=click.Choice(["counterbalanced", "interleaved", "blocked"]), default=None,
+                     help="counterbalanced: A B B A A B B A (a drift cancels, launch variance measured); "
+                          "interleaved: A B A B; blocked: each mode launched once (verdicts 'within-launch "
+                          "only'). Default: benchmark.order (counterbalanced).")(f)
     f = click.option("--concurrency", "concurrency", default=None, metavar="C[,C...]",
                      help="Concurrency sweep, e.g. 1,8 (default: benchmark.concurrency).")(f)
+    f = click.option("--launches", type=int, default=None, expose_value=False, callback=_remember,
+                     help="Server launches per mode (default: 1 for one mode, benchmark.compare_launches "
+                          "= 4 for a comparison).")(f)
     f = click.option("--repeats", type=int, default=None,
-                     help="Timed passes per (mode, concurrency) (default: 1 for one mode, "
-                          "benchmark.compare_repeats = 5 for a comparison).")(f)
+                     help="Timed passes per (mode, concurrency) in each launch (default: 1 for one mode, "
+                          "benchmark.compare_repeats = 2 for a comparison).")(f)
     return f
 
 
-def wants_campaign(modes, repeats, concurrency, order, burn_in) -> bool:
-    return len(modes) > 1 or any(x is not None for x in (repeats, concurrency, order, burn_in))
+def _meta() -> dict:
+    ctx = click.get_current_context(silent=True)
+    return {k[len(META):]: v for k, v in (ctx.meta.items() if ctx else ()) if k.startswith(META)}
+
+
+def wants_campaign(modes, repeats, concurrency, order, burn_in, launches=None) -> bool:
+    return len(modes) > 1 or any(x is not None for x in (repeats, concurrency, order, burn_in, launches))
 
 
 def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
     """A single run's plan exactly as before for one mode without campaign options; else the
-    campaign's (validated: every mode, shapes, options)."""
+    campaign's (validated: every mode, shapes, options). --plan CAMPAIGN sets launches, repeats
+    and order from the planner."""
     from .campaign_plan import CampaignOptions, plan_campaign
     from .sources import plan_for
 
-    if not wants_campaign(modes, repeats, concurrency, order, burn_in):
+    extra = _meta()
+    launches = extra.get("launches")
+    if extra.get("plan_from"):
+        if launches is not None or repeats is not None:
+            raise UsageError("--plan chooses --launches and --repeats: give one or the other")
+        launches, repeats, order = planned_shape(src, modes, extra["plan_from"])
+    if not wants_campaign(modes, repeats, concurrency, order, burn_in, launches):
         return plan_for(src, modes[0], run_id)
-    return plan_campaign(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in))
+    return plan_campaign(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches))
+
+
+def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
+    """(launches, repeats, order) of the planner's design from a campaign's measurements."""
+    import os
+
+    from . import planner_cli, rundir
+
+    run_dir = rundir.find(ref, Path(os.environ.get("SLURM_AB_RESULTS", "results")))
+    p, _ = planner_cli.plan_for_modes(src, tuple(modes), run_dir, {})
+    if p.design is None:
+        raise UsageError(f"--plan {ref}: {p.reason}")
+    click.echo(f"plan: {p.design.launches} launches per mode x {p.design.repeats} passes, "
+               f"{p.design.order} order ({p.design.node_hours(p.costs):.1f} node-hours)", err=True)
+    return p.design.launches, p.design.repeats, p.design.order
 
 
 def is_campaign(run_dir: Path) -> bool:

@@ -12,9 +12,10 @@ import re
 import time
 from dataclasses import dataclass, replace
 
-from .campaign import MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
+from .campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
 from .errors import ConfigError, ConfigErrors
 from .experiment import Experiment
+from .ab_stats.metrics import PRIMARY_CHOICES
 from .plan import Command, JobPlan, _client, _preflight, check_run_id, make_plan, server_command
 from .shell import Var
 
@@ -45,6 +46,7 @@ class CampaignOptions:
     concurrencies: str | None = None
     order: str | None = None
     burn_in: bool | None = None
+    launches: int | None = None
 
 
 def _shape(exp: Experiment, plan: JobPlan) -> tuple:
@@ -87,6 +89,11 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
     if order not in ORDERS:
         errors.append(ConfigError("--order" if opts.order is not None else "benchmark.order", order,
                                   "unknown order", ", ".join(ORDERS)))
+    launches = _launches(opts, bench, len(modes), order, errors)
+    primary = bench.primary_metric
+    if primary not in PRIMARY_CHOICES:
+        errors.append(ConfigError("benchmark.primary_metric", primary, "not a metric a comparison can lead with",
+                                  ", ".join(PRIMARY_CHOICES)))
     burn_in = opts.burn_in if opts.burn_in is not None else bench.burn_in
     ppc = bench.prompts_per_concurrency
     if not isinstance(ppc, int) or isinstance(ppc, bool) or ppc < 0:
@@ -109,7 +116,26 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
                                   "replica and component options; submit the others separately"))
     if errors:
         raise ConfigErrors(errors)
-    return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc)
+    return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
+                    launches, primary)
+
+
+def _launches(opts: CampaignOptions, bench, n_modes: int, order: str, errors: list) -> int:
+    """Launches per mode: --launches, else benchmark.launches (one mode) / compare_launches;
+    blocked order launches each mode once."""
+    key = "--launches" if opts.launches is not None else ("benchmark.launches" if n_modes == 1
+                                                          else "benchmark.compare_launches")
+    value = opts.launches if opts.launches is not None else (bench.launches if n_modes == 1 else bench.compare_launches)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_LAUNCHES:
+        errors.append(ConfigError(key, value, "not a number of launches per mode", f"1..{MAX_LAUNCHES}"))
+        return 1
+    if order == "blocked":
+        if opts.launches is not None and value > 1:
+            errors.append(ConfigError("--launches", value, "blocked order launches each mode once",
+                                      "--order counterbalanced or interleaved for several launches"))
+        return 1
+    return value
+
 
 
 def default_campaign_id(exps: list[Experiment], now: float | None = None) -> str:

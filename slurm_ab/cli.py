@@ -363,5 +363,35 @@ def cancel(run):
     click.echo(f"cancelled job {jid}; evidence stays in {run_dir} (slurm-ab collect {jid})")
 
 
+@main.command("plan")
+@click.argument("modes", nargs=2)
+@click.option("--from", "from_campaign", default=None, metavar="CAMPAIGN",
+              help="Estimate launch and pass variance, load and pass times from this collected campaign.")
+@click.option("--launch-cov", type=float, default=None, metavar="PCT", help="Launch-to-launch CoV, percent.")
+@click.option("--pass-cov", type=float, default=None, metavar="PCT", help="Pass-to-pass CoV, percent.")
+@click.option("--load-min", type=float, default=None, help="Model load (server start to ready), minutes.")
+@click.option("--pass-min", type=float, default=None, help="One timed pass, minutes.")
+@click.option("--detect", default=None, metavar="PCT", help="Smallest change to detect (default 5%).")
+@click.option("--power", type=float, default=0.8, show_default=True, help="... detected this often.")
+@click.option("--halfwidth", default=None, metavar="PCT", help="Or: a 95%% interval half-width to reach.")
+@click.option("--time-limit-min", type=float, default=None, help="Job time limit (default: cluster.time_limit).")
+@_config_options
+def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, detect, power, halfwidth,
+             time_limit_min, site, configs, sets):
+    """The cheapest campaign design (launches per mode, passes per launch, order) comparing two
+    MODES to a target, its node-hours, queue waits and A/A false-positive rate."""
+    from . import planner, planner_cli
+
+    opts = {"launch_cov": None if launch_cov is None else launch_cov / 100.0,
+            "pass_cov": None if pass_cov is None else pass_cov / 100.0, "load_min": load_min,
+            "pass_min": pass_min, "detect": detect, "power": power, "halfwidth": halfwidth,
+            "time_limit_min": time_limit_min}
+    src = _find_run(from_campaign) if from_campaign else None
+    p, notes = planner_cli.plan_for_modes(_sources(site, configs, sets), tuple(modes), src, opts)
+    click.echo("".join(f"{n}\n" for n in notes) + planner.text(p, tuple(modes)), nl=False)
+    if p.design is None:
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

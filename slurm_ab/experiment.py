@@ -39,10 +39,13 @@ class Benchmark:
     # Campaigns (several modes, repeats, a concurrency sweep in one allocation): the defaults the
     # CLI's options override (campaign_plan.resolve_options reads these, never the raw table).
     repeats: int = 1
-    compare_repeats: int = 5
-    order: str = "blocked"
+    compare_repeats: int = 2
+    order: str = "counterbalanced"
     burn_in: bool = False
     prompts_per_concurrency: int = 0
+    launches: int = 1
+    compare_launches: int = 4
+    primary_metric: str = "output_tps"
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ def text(p: Plan, modes: tuple[str, str] = ("A", "B")) -> str:
              f"{c.nodes} nodes, {c.modes} modes"
              + (f", time limit {c.time_limit_min:g} min" if c.time_limit_min else "")]
     if p.design is None:
-        return "\n".join(lines + [f"out of reach: {p.reason}"]) + "\n"
+        return "\n".join(lines + [p.reason if p.reason.startswith("out of reach") else f"out of reach: {p.reason}"]) + "\n"
     d = p.design
     seq = " ".join((modes[0] if m == "A" else modes[1]) for m in __import__(
         "slurm_ab.campaign", fromlist=["launch_order"]).launch_order(("A", "B"), d.launches, d.order))

@@ -24,7 +24,7 @@ def test_blocked_launches_each_mode_once():
 
 
 def test_interleaved_relaunches_per_repeat():
-    c = schedule(("a", "b"), 3, (8,), "interleaved", False, 40)
+    c = schedule(("a", "b"), 1, (8,), "interleaved", False, 40, launches=3)
     assert [(x.mode, [p.repeat for p in x.passes]) for x in c.launches] == [
         ("a", [1]), ("b", [1]), ("a", [2]), ("b", [2]), ("a", [3]), ("b", [3])]
     assert "across launches" in c.variance
@@ -81,11 +81,30 @@ def test_comparison_table_says_change_interval_verdict_and_variance():
     a = [r for r in rows if r["mode"] == "tp32"]
     b = [r for r in rows if r["mode"] == "tp32-dflash"]
     text = ct.comparison_table("tp32", "tp32-dflash", a, b, variance="within one launch only")
-    line = next(x for x in text.splitlines() if x.startswith("| Output TPS"))
-    assert "worse" in line and "[-" in line and "%" in line
+    line = next(x for x in text.splitlines() if x.startswith("| **Output TPS"))
+    assert "worse (within-launch only)" in line and "[-" in line and "%" in line and "(primary)" in line
     assert "variance included: within one launch only" in text and "B: 1 pass(es) not ok" in text
+    assert "launch and mode are confounded" in text
     js = ct.comparison(a, b)
-    assert js[1]["metric"] == "output_tps" and js[1]["n_b"] == 3 and js[1]["verdict"] == "worse"
+    assert js[0]["metric"] == "output_tps" and js[0]["role"] == "primary" and js[0]["n_b"] == 3
+    assert js[0]["verdict"] == "worse (within-launch only)" and js[0]["variance_levels"] == ["pass"]
+    assert all(not r["verdict"] or r["verdict"].endswith("(within-launch only)") for r in js)
+
+
+def test_comparison_with_launches_as_units_has_plain_verdicts_and_holm():
+    rows = [{"mode": m, "concurrency": 8, "repeat": k, "launch": launch, "verdict": "ok",
+             "output_tps": base * (1 + 0.004 * k) * (1 + 0.01 * (launch % 2)),
+             "tpot_mean_ms": 76.0 * (1 + 0.003 * k + 0.01 * launch), "requests_ok": 40}
+            for m, base, launches in (("a", 86.0, (1, 4)), ("b", 78.0, (2, 3))) for launch in launches
+            for k in (1, 2)]
+    a, b = [r for r in rows if r["mode"] == "a"], [r for r in rows if r["mode"] == "b"]
+    js = ct.comparison(a, b)
+    assert js[0]["verdict"] == "worse" and js[0]["variance_levels"] == ["launch", "pass"]
+    assert (js[0]["launches_a"], js[0]["launches_b"]) == (2, 2) and js[0]["p_holm"] is None
+    assert js[1]["role"] == "secondary" and js[1]["p_holm"] >= js[1]["p_value"]
+    text = ct.comparison_table("a", "b", a, b)
+    assert "a (n=4, 2 launch(es))" in text and "launches are the units" in text
+    assert "Holm-adjusted" in text and "within-launch" not in text
 
 
 def test_comparison_of_single_passes_is_inconclusive_and_says_why():

@@ -52,3 +52,51 @@ def test_out_of_reach_within_a_time_limit_is_said():
     p = plan(EMU, Costs(15, 5, time_limit_min=60), Target(detect_pct=5), campaigns=50)
     assert p.design is None and "out of reach within the time limit 60 min" in p.reason
     assert "out of reach" in text(p)
+
+
+def _campaign_dir(tmp_path):
+    """A collected campaign: summary.json with ok passes of 2 x 3 launches (A B B A A B) and each
+    launch's events.log (load 60 s, warm-up 30 s, passes of 120 s)."""
+    import json
+    import random
+    rng = random.Random(4)
+    root = tmp_path / "camp"
+    rows = []
+    for i, mode in enumerate(["a", "b", "b", "a", "a", "b"], 1):
+        u = rng.gauss(0, 0.02)
+        d = root / f"launch{i}-{mode}"
+        d.mkdir(parents=True)
+        t0 = 1_700_000_000.0 + 1000 * i
+        lines = [f"{t0:.3f} 2026-12-01 10:00:00.000 server_launch replica=0",
+                 f"{t0 + 60:.3f} 2026-12-01 10:01:00.000 ready replica=0 seconds=60"]
+        for r in (1, 2, 3):
+            s = t0 + 90 + (r - 1) * 130
+            lines += [f"{s:.3f} 2026-12-01 10:01:30.000 bench_start pass=c8-r{r}",
+                      f"{s + 120:.3f} 2026-12-01 10:03:30.000 bench_end pass=c8-r{r} rc=0"]
+            rows.append({"mode": mode, "concurrency": 8, "launch": i, "repeat": r, "verdict": "ok",
+                         "output_tps": 85.0 * (1.1 if mode == "b" else 1.0) * (1 + u + rng.gauss(0, 0.01))})
+        (d / "events.log").write_text("\n".join(lines) + "\n")
+    (root / "summary.json").write_text(json.dumps({"passes": rows}))
+    return root
+
+
+def test_inputs_measured_from_a_campaign(tmp_path):
+    from slurm_ab.planner_cli import from_campaign, inputs
+    m = from_campaign(_campaign_dir(tmp_path))
+    assert m["load_min"] == pytest.approx(1.0) and m["warmup_min"] == pytest.approx(0.5)
+    assert m["pass_min"] == pytest.approx(2.0)
+    assert m["components"].launches == 6 and m["components"].pass_cov > 0
+    noise, minutes, notes = inputs(_campaign_dir(tmp_path / "x"), 0.03, None, None, 4.0, "output_tps")
+    assert noise.launch_cov == 0.03 and minutes["pass_min"] == 4.0 and "first pass" in notes[1]
+
+
+def test_plan_command_prints_a_design_and_its_node_hours(cli):
+    code, out, err = cli("plan", "tp32", "tp32-dflash", "--launch-cov", "1.5", "--pass-cov", "1.5",
+                         "--load-min", "15", "--pass-min", "5", "--detect", "5%", "--time-limit-min", "600")
+    assert code == 0, err
+    assert "design:" in out and "node-hours:" in out and "8 nodes x 2 x" in out and "--launches" in out
+    code, out, _ = cli("plan", "tp32", "tp32-dflash", "--launch-cov", "1.5", "--pass-cov", "1.5",
+                       "--load-min", "15", "--pass-min", "5")          # the example site's 2 h limit
+    assert code == 1 and "out of reach within the time limit 120 min" in out
+    code, _, err = cli("plan", "tp32", "tp32-dflash", "--load-min", "15", "--pass-min", "5")
+    assert code == 2 and "--launch-cov" in err
