@@ -349,16 +349,47 @@ wait_preflight() {
   event preflight_done "nodes=$nodes" "seconds=$(( SECONDS - start ))"
 }
 
-# ---- /metrics scrapes: every replica head and the router, over the benchmark window ------------
+# ---- /metrics scrapes: every node of every replica and the router, over the benchmark window ---
 # Raw text goes to metrics/<target>-<stamp>.prom (never modified), one "metrics_scrape target=..
-# phase=start|during|end ok=1|0" line in events.log per scrape. A failed scrape keeps its evidence
-# (metrics/<target>-<stamp>.err: HTTP body and curl's message) and is never fatal. Only node
-# rank 0 serves the replica's HTTP API; its /metrics covers the schedulers on that node.
+# phase=start|during|end round=.. ok=1|0" line in events.log per scrape. A failed scrape keeps its
+# evidence (metrics/<target>-<stamp>.err: HTTP body and curl's message) and is never fatal.
+# Targets: r<G>n<R> = replica G's node rank R, on the server port. Node rank 0 serves the HTTP API
+# (tokenizer-side counters and histograms) and the gauges of its own schedulers; SGLang's non-zero
+# node ranks serve their own schedulers' metrics from the dummy health server on the same port
+# (launch_dummy_health_check_server(host, port, enable_metrics), sglang/srt/utils/common.py), so
+# with PP the later stages' gauges, with DP attention the other DP ranks', are read there.
 METRICS_LOOP_PID=""
+declare -A METRICS_URLS=()   # target -> URL, resolved at each pass's start (metrics_targets)
+declare -A METRICS_NODES=()  # target -> node name
 
-# scrape_one TARGET URL PHASE ROUND
+# Fill METRICS_URLS/METRICS_NODES: each replica node's address (the head's is ADDRS[g]; the others'
+# by cluster.address, else the node name), then the router.
+metrics_targets() {
+  local g r node addr
+  (( ${#METRICS_URLS[@]} )) && return 0
+  if (( METRICS_SERVERS )); then
+    for g in "${!HEADS[@]}"; do
+      local -n nodes_ref="R${g}_NODES"
+      for r in "${!nodes_ref[@]}"; do
+        node=${nodes_ref[r]}
+        if (( r == 0 )); then
+          addr=${ADDRS[g]:-${HEADS[g]}}
+        else
+          addr=$(head_address "$node") || addr=$node
+        fi
+        METRICS_URLS["r${g}n$r"]="http://$addr:${PORTS[g]}/metrics"
+        METRICS_NODES["r${g}n$r"]=$node
+      done
+      unset -n nodes_ref
+    done
+  fi
+  METRICS_URLS[router]="http://${ROUTER_ADDR:-$ROUTER_HOST}:$ROUTER_METRICS_PORT/metrics"
+  METRICS_NODES[router]=$ROUTER_HOST
+}
+
+# scrape_one TARGET URL PHASE ROUND [NODE]
 scrape_one() {
-  local target=$1 url=$2 phase=$3 round=$4 stamp file code rc
+  local target=$1 url=$2 phase=$3 round=$4 node=${5:-} stamp file code rc
   stamp=$(date '+%Y%m%d-%H%M%S.%3N')
   file="metrics/$target-$stamp"
   code=$(curl -sS -m "$METRICS_TIMEOUT" -o "$RUN_DIR/$file.part" -w '%{http_code}' "$url" 2>"$RUN_DIR/$file.curl")
@@ -366,32 +397,30 @@ scrape_one() {
   if (( rc == 0 )) && [[ "$code" == 200 ]]; then
     mv -f -- "$RUN_DIR/$file.part" "$RUN_DIR/$file.prom"
     rm -f -- "$RUN_DIR/$file.curl"
-    event metrics_scrape "target=$target" "phase=$phase" "round=$round" ok=1 http=200 "file=$file.prom"
+    event metrics_scrape "target=$target" "phase=$phase" "round=$round" "node=$node" ok=1 http=200 "file=$file.prom"
   else
     cat -- "$RUN_DIR/$file.curl" >>"$RUN_DIR/$file.part" 2>/dev/null
     mv -f -- "$RUN_DIR/$file.part" "$RUN_DIR/$file.err" 2>/dev/null
     rm -f -- "$RUN_DIR/$file.curl"
-    event metrics_scrape "target=$target" "phase=$phase" "round=$round" ok=0 "http=${code:-000}" "curl_rc=$rc" "file=$file.err"
+    event metrics_scrape "target=$target" "phase=$phase" "round=$round" "node=$node" ok=0 "http=${code:-000}" "curl_rc=$rc" "file=$file.err"
   fi
 }
 
 # scrape_metrics start|during|end [ROUND]: every target at once; at "end", after the loop stopped.
 scrape_metrics() {
-  local phase=$1 round=${2:-$1} g
+  local phase=$1 round=${2:-$1} target
   local -a pids=()
   if [[ "$phase" == end && -n "$METRICS_LOOP_PID" ]]; then
     wait "$METRICS_LOOP_PID" 2>/dev/null
     METRICS_LOOP_PID=""
   fi
   mkdir -p "$RUN_DIR/metrics" || return 0
-  if (( METRICS_SERVERS )); then
-    for g in "${!HEADS[@]}"; do
-      scrape_one "r$g" "http://${ADDRS[g]:-${HEADS[g]}}:${PORTS[g]}/metrics" "$phase" "$round" &
-      pids+=($!)
-    done
-  fi
-  scrape_one router "http://${ROUTER_ADDR:-$ROUTER_HOST}:$ROUTER_METRICS_PORT/metrics" "$phase" "$round" &
-  pids+=($!)
+  [[ "$phase" == start ]] && METRICS_URLS=()   # per pass: a launch may change METRICS_SERVERS
+  metrics_targets
+  for target in "${!METRICS_URLS[@]}"; do
+    scrape_one "$target" "${METRICS_URLS[$target]}" "$phase" "$round" "${METRICS_NODES[$target]:-}" &
+    pids+=($!)
+  done
   wait "${pids[@]}" 2>/dev/null
   return 0
 }

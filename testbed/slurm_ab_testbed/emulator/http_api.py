@@ -20,7 +20,7 @@ from typing import Callable, Optional
 from urllib.parse import urlsplit
 
 from .engine import Engine, RequestStream
-from .metrics import render
+from .metrics import HttpMetrics, render
 from .scheduler import Req
 
 HEALTH_CHECK_TIMEOUT = 20.0
@@ -60,6 +60,8 @@ class App:
         self.stopping = False
         self.spec = args.speculative_algorithm
         self.stats_stages: list[int] = []      # PP stages reporting on this node (node sets it)
+        self.metric_groups = None              # topology.MetricGroups of node rank 0 (node sets it)
+        self.http_metrics = HttpMetrics() if args.enable_metrics else None
 
     # ---- info bodies ---------------------------------------------------------------------------
     def get_model_info(self) -> dict:
@@ -102,8 +104,10 @@ class App:
         the PP stages whose TP0 scheduler runs on node rank 0 are served here, as SGLang serves
         each node's own schedulers' metrics."""
         name = self.args.served_model_name or self.args.model_path
-        stages = self.stats_stages or [0]
-        return self.engine.snapshot(lambda core: render(core.metrics, name, stages))
+        g = self.metric_groups
+        stages = list(g.stages) if g is not None else (self.stats_stages or [0])
+        kw = g.kwargs() if g is not None else {}
+        return self.engine.snapshot(lambda core: render(core.metrics, name, stages, http=self.http_metrics, **kw))
 
     # ---- request building ----------------------------------------------------------------------
     def new_req(self, ids: list[int], max_new: int, rid: Optional[str] = None, kind: str = "user",
@@ -215,8 +219,26 @@ class Handler(BaseHTTPRequestHandler):
     def _sse(self, obj) -> None:
         self._chunk(b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n")
 
+    def send_response(self, code, message=None) -> None:
+        self._status = code
+        super().send_response(code, message)
+
     def _dispatch(self, method: str) -> None:
+        """Route a request, counted as SGLang's HTTP middleware counts it (http_request_metrics.py:
+        the route's path template, else the raw path; active until the body is sent)."""
         path = urlsplit(self.path).path
+        m = self.app.http_metrics
+        endpoint = "/v1/models/{model}" if path.startswith("/v1/models/") else path
+        if m is None:
+            return self._route(method, path)
+        m.begin(endpoint, method)
+        self._status = 500
+        try:
+            self._route(method, path)
+        finally:
+            m.end(endpoint, method, self._status)
+
+    def _route(self, method: str, path: str) -> None:
         route = ROUTES.get(path)
         if route is None and path.startswith("/v1/models/"):
             route = ROUTES["/v1/models/{model}"]
@@ -484,7 +506,9 @@ def serve(server: Server) -> threading.Thread:
 
 
 class DummyHandler(BaseHTTPRequestHandler):
-    """Ranks >= 1: /health, /health_generate and /ping always 200 (SGLang's dummy server)."""
+    """Ranks >= 1: /health, /health_generate and /ping always 200 (SGLang's dummy server); with
+    --enable-metrics, /metrics serves this node's own schedulers' series (launch_dummy_health_
+    check_server adds the same prometheus route as node rank 0's app, over this node's processes)."""
     protocol_version = "HTTP/1.1"
 
     def log_message(self, fmt, *args) -> None:
@@ -492,12 +516,16 @@ class DummyHandler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = urlsplit(self.path).path
-        if path in ("/health", "/health_generate", "/ping") or (path == "/metrics" and self.server.enable_metrics):
-            body = b"" if path != "/metrics" else b"# no metrics on non-zero ranks\n"
-            code = 200
+        ctype = "application/json"
+        if path in ("/health", "/health_generate", "/ping"):
+            body, code = b"", 200
+        elif path == "/metrics" and self.server.metrics is not None:
+            body, code = self.server.metrics().encode(), 200
+            ctype = "text/plain; version=0.0.4; charset=utf-8"
         else:
             body, code = b'{"detail":"Not Found"}', 404
         self.send_response(code)
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -506,6 +534,6 @@ class DummyHandler(BaseHTTPRequestHandler):
 class DummyServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, addr, enable_metrics: bool):
-        self.enable_metrics = enable_metrics
+    def __init__(self, addr, metrics: Optional[Callable[[], str]] = None):
+        self.metrics = metrics          # None: no --enable-metrics (404)
         super().__init__(addr, DummyHandler)

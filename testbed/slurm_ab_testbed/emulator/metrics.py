@@ -9,13 +9,22 @@ Which process updates what, as in SGLang 0.5.23 (shared/research/sglang-0.5.23-m
   until its first increment, so a fresh server lists none of them.
 - scheduler side, at each statistics report (a Prefill or Decode batch line): the gauges
   (running/queued requests, token usage, gen throughput, last interval's accept length/rate).
+- HTTP side (node rank 0, ``observability/http_request_metrics.py``): requests and responses per
+  endpoint and ``sglang:http_requests_active`` (multiprocess livesum), counted from arrival to the
+  end of the (streamed) response body, the scrape's own GET /metrics included.
+Every node serves its own schedulers' series: node rank 0 adds the tokenizer and HTTP families;
+a node rank >= 1 (SGLang's dummy health server, same port) only its schedulers' (``render(...,
+tokenizer=False)``). With DP attention each DP rank's scheduler reports under ``dp_rank``; the
+emulator deals running/queued requests over the DP ranks evenly (the DP controller's round robin).
 Families the emulator does not model are exported with their real names and value 0.
 """
 from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 from .metrics_spec import FAMILIES
 
@@ -39,8 +48,62 @@ class Finished:
 
 
 @dataclass
+class HttpMetrics:
+    """SGLang's HTTP middleware counters (node rank 0, with --enable-metrics)."""
+    requests: dict = field(default_factory=dict)        # (endpoint, method) -> count
+    responses: dict = field(default_factory=dict)       # (endpoint, method, status) -> count
+    active: dict = field(default_factory=dict)          # (endpoint, method) -> open requests
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def begin(self, endpoint: str, method: str) -> None:
+        with self.lock:
+            k = (endpoint, method)
+            self.requests[k] = self.requests.get(k, 0) + 1
+            self.active[k] = self.active.get(k, 0) + 1
+
+    def end(self, endpoint: str, method: str, status: int) -> None:
+        with self.lock:
+            k = (endpoint, method)
+            self.active[k] = self.active.get(k, 1) - 1
+            r = (endpoint, method, str(status))
+            self.responses[r] = self.responses.get(r, 0) + 1
+
+    def render(self) -> list[str]:
+        with self.lock:
+            req, resp, act = dict(self.requests), dict(self.responses), dict(self.active)
+        out = []
+        for name, help_, kind, rows in (
+                ("sglang:http_requests_total", "Total number of HTTP requests by endpoint and method",
+                 "counter", [({"endpoint": e, "method": m}, v) for (e, m), v in sorted(req.items())]),
+                ("sglang:http_responses_total", "Total number of HTTP responses by endpoint and status code",
+                 "counter", [({"endpoint": e, "method": m, "status_code": c}, v)
+                             for (e, m, c), v in sorted(resp.items())]),
+                ("sglang:http_requests_active", "Number of currently active HTTP requests", "gauge",
+                 [({"endpoint": e, "method": m}, v) for (e, m), v in sorted(act.items())])):
+            if rows:
+                out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"]
+                out += [f"{name}{_labels(lab)} {_num(v)}" for lab, v in rows]
+        out += ["# HELP sglang:routing_keys_active Number of unique routing keys with active requests",
+                "# TYPE sglang:routing_keys_active gauge", "sglang:routing_keys_active 0.0"]
+        return out
+
+
+# Scheduler counters every scheduler (any TP rank) creates with its labels at start-up.
+_PRECREATED = ("sglang:scheduler_idle_seconds_total", "sglang:scheduler_process_cpu_seconds_total",
+               "sglang:scheduler_stage_seconds_total")
+# Gauges that count requests: dealt over the DP ranks (the others are each rank's own pool figures).
+_DP_DEALT = ("num_running_reqs", "num_queue_reqs")
+
+
+def _dp_share(value: float, dp: int, n: int) -> float:
+    total = int(round(value))
+    return float(total // n + (1 if dp < total % n else 0))
+
+
+@dataclass
 class MetricsState:
     finished: dict = field(default_factory=dict)        # "true"/"false" -> Finished
+    listener: Optional[Callable[[dict], None]] = None   # told every report (other nodes' schedulers)
     verify_calls: int = 0
     any_verify: bool = False
     gauges: dict = field(default_factory=dict)          # scheduler gauge name -> value
@@ -64,6 +127,8 @@ class MetricsState:
     def on_report(self, **values: float) -> None:
         """A scheduler statistics report: gauge name (without 'sglang:') -> value."""
         self.gauges.update(values)
+        if self.listener is not None:
+            self.listener(dict(values))
 
 
 def _labels(d: dict) -> str:
@@ -83,20 +148,34 @@ def _le(text: str) -> float:
     return math.inf if text == "+Inf" else float(text)
 
 
-def render(state: MetricsState, model_name: str, stages: list[int], pid: int | None = None) -> str:
-    """The /metrics body. stages: the PP stages whose TP0 scheduler reports on this node."""
+def render(state: MetricsState, model_name: str, stages: list[int], pid: int | None = None, *,
+           dps: Optional[list[int]] = None, dp_size: int = 1, attn_tp: int = 1,
+           tokenizer: bool = True, http: Optional[HttpMetrics] = None,
+           counter_ranks: Optional[list[tuple[int, int]]] = None) -> str:
+    """The /metrics body. stages: the PP stages whose TP0 scheduler reports on this node; dps: with
+    DP attention, the DP ranks whose leader (tp_rank dp * attn_tp) runs here (of dp_size);
+    tokenizer: node rank 0 (the tokenizer's families, and the HTTP side's when given);
+    counter_ranks: (pp, tp) of every scheduler here, for the counters each pre-creates at 0."""
     pid = os.getpid() if pid is None else pid
     tok = {"model_name": model_name, "engine_type": "unified"}
-    out: list[str] = []
+    out: list[str] = http.render() if tokenizer and http is not None else []
     for name, kind, help_, side, has_pid, has_stream, samples in FAMILIES:
         lines: list[str] = []
         if side == "scheduler":
             short = name.split(":", 1)[1]
-            for pp in stages:
-                base = dict(tok, tp_rank="0", pp_rank=str(pp), moe_ep_rank="0")
+            groups = [(d, k, 0 if d is None else d * attn_tp) for d in (dps if dps else [None]) for k in stages]
+            if counter_ranks is not None and name in _PRECREATED:
+                groups = [(tp // attn_tp if dps else None, pp, tp)
+                          for pp, tp in counter_ranks]
+            for dp, pp, tp in groups:
+                base = dict(tok, tp_rank=str(tp), pp_rank=str(pp), moe_ep_rank="0")
+                if dp is not None:
+                    base["dp_rank"] = str(dp)
                 if has_pid:
                     base["pid"] = str(pid)
                 value = state.gauges.get(short, 0.0)
+                if dp is not None and short in _DP_DEALT:
+                    value = _dp_share(value, dp, dp_size)
                 if name == "sglang:prefill_effective_tokens_total":
                     lines += [f"{name}{suffix}{_labels(dict(base, **dict(extra)))} "
                               f"{_num(state.prefill_input_tokens if dict(extra).get('mode') == 'input' else 0)}"
@@ -105,6 +184,8 @@ def render(state: MetricsState, model_name: str, stages: list[int], pid: int | N
                 for suffix, extra in samples:
                     v = value if not extra and not suffix else 0.0
                     lines.append(f"{name}{suffix}{_labels(dict(base, **dict(extra)))} {_num(v)}")
+        elif not tokenizer:
+            continue
         elif name == "sglang:spec_verify_calls_total":
             if state.any_verify:
                 lines.append(f"{name}{_labels(tok)} {_num(state.verify_calls)}")

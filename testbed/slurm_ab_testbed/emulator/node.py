@@ -26,6 +26,7 @@ from .engine import Engine, Exchange
 from .http_api import WARMUP_HEADER, App, DummyServer, Handler, Server, serve
 from .knobs import Knobs
 from .logfmt import LogSink, dummy_health_line
+from .metrics import MetricsState, render
 from .rendezvous import SILENT, Hub, Link, RendezvousError
 from .scheduler import EngineFault
 from .tokenizer import EmuTokenizer, TokenizerNotFound
@@ -279,6 +280,7 @@ class Node:
             self.sink.uvicorn(f"[Errno {e.errno}] error while attempting to bind on address "
                               f"({a.host!r}, {a.port}): {(e.strerror or str(e)).lower()}", "ERROR")
             return 1
+        self._share_gauges(core)
         self.engine.start()
         serve(self.http)
         self._serving = True
@@ -294,6 +296,14 @@ class Node:
         self.sink.log("The server is fired up and ready to roll!")
         self.stop.wait()
         return 0
+
+    def _share_gauges(self, core) -> None:
+        """Node rank 0's metrics groups; every statistics report also goes to the nodes hosting
+        other stats-logging schedulers (PP stages, DP ranks), which serve them on their /metrics."""
+        self.app.metric_groups = self.topo.metric_groups(0)
+        hub = self.hub
+        if hub is not None and any(self.topo.metric_groups(n).stages for n in range(1, self.args.nnodes)):
+            core.metrics.listener = lambda values: hub.broadcast({"t": "gauges", "v": values})
 
     def _on_head_message(self, rank: int, msg: dict) -> None:
         pass  # phases are tracked by the hub itself
@@ -357,6 +367,9 @@ class Node:
 
     def _on_worker_message(self, rank: int, msg: dict) -> None:
         kind = msg.get("t")
+        if kind == "gauges":
+            self._node_metrics().on_report(**msg.get("v", {}))
+            return
         if kind == "joined":
             self.joined.set()
         elif kind == "ready":
@@ -369,10 +382,22 @@ class Node:
             self.sink.log(f"Rendezvous rejected by node rank 0: {msg.get('reason')}")
             self.die(peer_lost_traceback("node rank 0"))
 
+    def _node_metrics(self) -> MetricsState:
+        """The gauges of this node's stats-logging schedulers (rank >= 1; fed by node rank 0)."""
+        if getattr(self, "_metrics", None) is None:
+            self._metrics = MetricsState()
+        return self._metrics
+
+    def _metrics_text(self) -> str:
+        g = self.topo.metric_groups(self.rank)
+        state = self._node_metrics()
+        return render(state, self.args.served_model_name or self.args.model_path, list(g.stages),
+                      tokenizer=False, **g.kwargs())
+
     def _start_dummy(self) -> None:
         a = self.args
         try:
-            self.http = DummyServer((a.host, a.port), a.enable_metrics)
+            self.http = DummyServer((a.host, a.port), self._metrics_text if a.enable_metrics else None)
         except OSError as e:
             self.sink.log(f"WARNING: dummy health check server not started at {a.host}:{a.port}: {e} "
                           "(port taken, e.g. by another emulated node on this host); continuing without it")

@@ -74,6 +74,7 @@ class SchedConfig:
     cuda_graph_max_bs: int                 # 0: CUDA graphs disabled
     num_draft_tokens: int                  # 1 without speculative decoding
     log_version: str = "0.5.23"
+    pp_micro_batches: int = 1              # PP: pp_size + pp_async_batch_depth running micro-batches
 
 
 @dataclass
@@ -127,6 +128,9 @@ class SchedulerCore:
         self._last_prefill_tokens = 0
         self._last_prefill_log: Optional[float] = None
         self._n_added = 0
+        self._mb: dict[str, int] = {}      # PP: request -> the micro-batch it runs in
+        self._mb_next = 0
+        self._mb_reports = 0
 
     # ---- intake --------------------------------------------------------------------------------
     def add(self, req: Req, now: float) -> None:
@@ -238,7 +242,8 @@ class SchedulerCore:
         used = sum(r.kv_tokens for r in self.running) + sum(r.prefilled + t for r, t in items)
         stats = PrefillStats(
             new_seq=len(items), new_token=tokens, cached_token=0,
-            token_usage=used / max(1, self.cfg.max_total_num_tokens), running_req=len(self.running),
+            token_usage=used / max(1, self.cfg.max_total_num_tokens),
+            running_req=self._reported_running(self.running, [r for r, _ in items]),
             queue_req=len(self.waiting), pending_token=max(0, pending), cuda_graph=False,
             input_throughput=throughput)
         self.emit(prefill_line(self.cfg.log_version, stats))
@@ -246,6 +251,35 @@ class SchedulerCore:
                                token_usage=stats.token_usage, full_token_usage=stats.token_usage,
                                num_used_tokens=used, kv_used_tokens=used,
                                kv_available_tokens=max(0, self.cfg.max_total_num_tokens - used))
+
+    # ---- PP micro-batches -----------------------------------------------------------------------
+    # SGLang's event_loop_pp (scheduler_pp_mixin.py) cycles pp_size + pp_async_batch_depth
+    # micro-batches, each with its own running batch; a new request joins the micro-batch being
+    # scheduled, and each report ("Prefill/Decode batch" line and its gauges) counts the micro-batch
+    # just processed (report_decode_stats(running_batch=batch)), not the replica's running requests.
+    # The emulator runs all micro-batches as one forward and reports one occupied micro-batch per
+    # report, in turn.
+    def _micro_batch(self, req: Req) -> int:
+        if req.rid not in self._mb:
+            self._mb[req.rid] = self._mb_next % self.cfg.pp_micro_batches
+            self._mb_next += 1
+        return self._mb[req.rid]
+
+    def _reported_running(self, reqs, joining=()) -> int:
+        """#running-req of a report: every running request without PP; with PP, the requests of
+        the micro-batch the report is about (the one new requests join, else the next occupied)."""
+        if self.cfg.pp_micro_batches <= 1:
+            return len(reqs)
+        mbs = [self._micro_batch(r) for r in reqs]
+        if joining:
+            mb = self._micro_batch(joining[0])
+        else:
+            occupied = sorted(set(mbs))
+            if not occupied:
+                return 0
+            mb = occupied[self._mb_reports % len(occupied)]
+            self._mb_reports += 1
+        return sum(1 for m in mbs if m == mb)
 
     # ---- completion ----------------------------------------------------------------------------
     def complete(self, fwd: Forward, now: float) -> None:
@@ -327,7 +361,7 @@ class SchedulerCore:
             c.last_accept_len = self._win_accepted / self._win_verify
         ctx = sum(r.kv_tokens for r in fwd.reqs)
         stats = DecodeStats(
-            running_req=len(fwd.reqs), num_token=ctx, token_usage=ctx / max(1, self.cfg.max_total_num_tokens),
+            running_req=self._reported_running(fwd.reqs), num_token=ctx, token_usage=ctx / max(1, self.cfg.max_total_num_tokens),
             cuda_graph=0 < len(fwd.reqs) <= self.cfg.cuda_graph_max_bs, gen_throughput=c.last_gen_throughput,
             queue_req=len(self.waiting),
             accepted_tokens=self._win_accepted if spec else None, verify_ct=self._win_verify if spec else None,
@@ -357,6 +391,7 @@ class SchedulerCore:
 
     def _finish(self, req: Req, ids: list[int], now: float) -> None:
         req.finish_time = now
+        self._mb.pop(req.rid, None)
         if req.kind != "health":
             self.counters.num_requests += 1
             self.counters.generation_tokens += len(req.output_ids)

@@ -45,6 +45,18 @@ class Topology:
         """PP stages whose TP0 scheduler runs on `node` (they print the batch statistics)."""
         return [k for k in range(self.pp) if self.node_of(k, 0) == node]
 
+    def metric_groups(self, node: int) -> "MetricGroups":
+        """The schedulers on `node` that set SGLang's gauges (is_stats_logging_rank: attn_tp_rank
+        0, one per DP rank with DP attention, per PP stage) and every local rank (each scheduler
+        pre-creates its time-accounting counters: SchedulerMetricsCollector.__init__)."""
+        ranks = tuple((r.pp_rank, r.tp_rank) for r in self.ranks_on(node))
+        if not (self.dp_attention and self.dp > 1):
+            return MetricGroups(tuple(self.stats_stages(node)), None, 1, 1, ranks)
+        attn = max(1, self.tp // self.dp)
+        leaders = [(k, d) for k in range(self.pp) for d in range(self.dp) if self.node_of(k, d * attn) == node]
+        return MetricGroups(tuple(sorted({k for k, _ in leaders})), tuple(sorted({d for _, d in leaders})),
+                            self.dp, attn, ranks)
+
     def prefix(self, r: Rank) -> str:
         """The rank suffix of SGLang's scheduler log prefix, e.g. ``" PP1 TP0 EP0"``."""
         s = ""
@@ -58,3 +70,17 @@ class Topology:
         if self.ep > 1:
             s += f" EP{r.tp_rank // max(1, self.tp // self.ep)}"
         return s
+
+
+@dataclass(frozen=True)
+class MetricGroups:
+    """Whose scheduler series a node's /metrics holds (metrics.render's arguments)."""
+    stages: tuple
+    dps: tuple | None
+    dp_size: int
+    attn_tp: int
+    ranks: tuple = ()              # (pp_rank, tp_rank) of every scheduler on the node
+
+    def kwargs(self) -> dict:
+        return {"dps": list(self.dps) if self.dps else None, "dp_size": self.dp_size,
+                "attn_tp": self.attn_tp, "counter_ranks": list(self.ranks) or None}
