@@ -10,7 +10,9 @@ next time). Sources:
   bench.jsonl only at the end, so the live source is node rank 0's uvicorn access lines: one per
   generation POST, logged on arrival. While requests remain to be sent the client keeps exactly C
   in flight (its semaphore refills at once), so done = arrived - C; once all have arrived, done =
-  total - (running + queued) of each replica's latest Decode/Prefill sample; bench_end = all done.
+  total - (running + queued) of each replica's latest Decode/Prefill sample, or the HTTP requests
+  in flight of its latest /metrics scrape (the file the job wrote) when that is newer, and always
+  under PP, where a sample's #running-req is one micro-batch; bench_end = all done.
 - output tok/s: the sum over replicas of the latest decode sample's gen throughput (if it is
   recent); req/s = done / time since bench_start; ETA = remaining / req/s.
 """
@@ -29,6 +31,7 @@ from .parse.server_log import parse_access_line, parse_batch_line
 from .rundir import Layout, read_manifest
 
 _SERVER0 = re.compile(r"server-r(\d+)-n0\.log$")
+_HEAD_SCRAPE = re.compile(r"^r(\d+)(?:n0)?$")       # node rank 0 of a replica (older jobs: r<G>)
 RECENT_S = 10.0
 
 
@@ -56,6 +59,7 @@ class _Replica:
     arrivals: list = field(default_factory=list)    # times of generation POSTs (all)
     last_sample: object = None                      # latest Decode/Prefill BatchSample
     last_decode: object = None
+    last_scrape: object = None                      # latest usable metrics_scrape event of node rank 0
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ class Tracker:
         self._launches: dict[int, Tracker] = {}   # a campaign's launches, by launch_start line
         m = read_manifest(self.run_dir)
         self.campaign = m.campaign if m is not None else None
+        mode = getattr(getattr(m, "config", None), "mode", None)
+        self.pp = getattr(mode, "pp", None) or 1      # PP > 1: '#running-req' is one micro-batch
 
     # -- reading ----------------------------------------------------------------------------------
     def _read(self) -> None:
@@ -122,6 +128,9 @@ class Tracker:
             ev = parse_event_line(text, no)
             if ev is not None:
                 self.events.append(ev)
+                m = _HEAD_SCRAPE.match(ev.fields.get("target", "")) if ev.name == "metrics_scrape" else None
+                if m and ev.fields.get("ok") == "1" and ev.fields.get("file"):
+                    self.replicas.setdefault(int(m.group(1)), _Replica()).last_scrape = ev
         for p in Layout(self.run_dir).server_logs():
             m = _SERVER0.search(p.name)
             if m and int(m.group(1)) not in self._tails:
@@ -258,16 +267,33 @@ class Tracker:
             d = max(arrived - c, 0)
             return d if total is None else min(d, total)
         # every request has arrived: in flight = running + queued of each replica's latest sample,
-        # plus its arrivals after that sample (the sample does not know them yet)
+        # plus its arrivals after that sample (the sample does not know them yet); or, when newer
+        # (and always under PP, where a sample's #running-req is one micro-batch), the HTTP
+        # requests in flight of the replica's latest /metrics scrape (docs/metrics.md)
         in_flight = 0
         for r in self.replicas.values():
-            s = r.last_sample
             mine = [t for t in r.arrivals if since is None or t >= since]
-            if s is None:
-                in_flight += len(mine)
-                continue
-            in_flight += int(s.running_req or 0) + int(s.queue_req or 0) + sum(1 for t in mine if t > s.ts)
+            s, scraped = r.last_sample, self._scraped_in_flight(r, since)
+            if scraped is not None and (self.pp > 1 or s is None or scraped[0] >= s.ts):
+                in_flight += scraped[1] + sum(1 for t in mine if t > scraped[0])
+            elif s is None or self.pp > 1:
+                in_flight += len(mine) if s is None else c
+            else:
+                in_flight += int(s.running_req or 0) + int(s.queue_req or 0) + sum(1 for t in mine if t > s.ts)
         return max(total - min(in_flight, c), 0)
+
+    def _scraped_in_flight(self, r: _Replica, since: datetime | None) -> tuple[datetime, int] | None:
+        """(time, HTTP requests in flight) of the replica's latest head scrape in this pass."""
+        ev = r.last_scrape
+        if ev is None or ev.local is None or (since is not None and ev.local < since):
+            return None
+        from .collect.gauges import in_flight
+        from .parse.prometheus import ScrapeError, read_scrape
+        try:
+            n = in_flight(read_scrape(self.run_dir / ev.fields["file"]))
+        except (OSError, ScrapeError):
+            return None
+        return (ev.local, int(n)) if n is not None else None
 
 
 def _int(v) -> int | None:
@@ -344,9 +370,10 @@ class Display:
             self._bar = None
 
 
-def follow_live(job_id: str, run_dir: str | Path, *, out: TextIO | None = None) -> str:
-    """watch.follow with live progress: a bar on a terminal, plain lines otherwise; the job's
-    event lines print above it. Returns the job's final Slurm state."""
+def follow_live(job_id: str, run_dir: str | Path, *, out: TextIO | None = None,
+                verbose: bool = False) -> str:
+    """watch.follow with live progress: a bar on a terminal, plain phase lines otherwise; above it
+    the job's failures (every event line with verbose). Returns the job's final Slurm state."""
     from .watch import follow
 
     display, trackers = Display(out), {}
@@ -357,7 +384,7 @@ def follow_live(job_id: str, run_dir: str | Path, *, out: TextIO | None = None) 
         trackers["last"] = tracker
 
     try:
-        state = follow(job_id, Path(run_dir), echo=display.write, on_poll=on_poll)
+        state = follow(job_id, Path(run_dir), echo=display.write, on_poll=on_poll, verbose=verbose)
         if "last" in trackers:                  # the job's last lines, after its teardown
             display.update(trackers["last"].poll(state))
     finally:

@@ -30,10 +30,23 @@ def _settle(job_id: str, events: Path, timeout_s: float = 30.0) -> None:
         time.sleep(0.5)
 
 
+# Events worth a line of their own while following a job (the phase line or bar says the rest):
+# why it fails, which node Slurm lost, how a campaign's launch ended.
+NOTABLE = ("fail", "node_state", "launch_end")
+
+
+def shown(line: str, verbose: bool) -> bool:
+    """Whether an events.log line is echoed: all with verbose, else the NOTABLE ones."""
+    parts = line.split(" ", 4)          # epoch, date, time, event, fields
+    return verbose or (len(parts) >= 4 and parts[3] in NOTABLE)
+
+
 def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float | None = None,
            echo: Callable[[str], None] = print,
-           on_poll: Callable[[str, Path], None] | None = None) -> str:
-    """Block until the job ends; echo each new event line; return the final Slurm state.
+           on_poll: Callable[[str, Path], None] | None = None, verbose: bool = False) -> str:
+    """Block until the job ends; echo new event lines (every one with verbose, else failures, lost
+    nodes and launch ends: a metrics_scrape every few seconds would bury the progress); return the
+    final Slurm state.
 
     on_poll(state, directory the job writes) runs after every poll (live progress)."""
     from .hetjob import HetSlurmJob
@@ -52,6 +65,8 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
                 whole = chunk[: chunk.rfind("\n") + 1]
                 offset += len(whole.encode())
             for line in whole.splitlines():
+                if not shown(line, verbose):
+                    continue
                 parts = line.split(" ", 3)
                 echo("  " + (f"{parts[2]} {parts[3]}" if len(parts) == 4 else line))
         state = job.watcher.get_state(job_id, mode="force")

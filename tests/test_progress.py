@@ -184,3 +184,44 @@ def test_a_campaign_is_followed_launch_by_launch(tmp_path):
     mid = [s.done for s in seen if s.phase == "launch 2 of 2 (tp32-dflash): benchmark pass 2 of 3"]
     assert mid == sorted(mid) and 0 < max(mid) <= 40
     assert (seen[-1].done, seen[-1].total) == (40, 40)
+
+
+# ---- what submit --wait / watch print ----------------------------------------------------------
+
+def test_scrape_events_are_shown_only_verbose():
+    from slurm_ab.watch import shown
+    scrape = ("1796126965.5 2026-12-01 12:09:25.500 metrics_scrape target=r0n0 phase=start "
+              "round=start node=node01 ok=1 http=200 file=metrics/r0n0-x.prom")
+    fail = "1796126966.0 2026-12-01 12:09:26.000 fail kind=step_exited step=router rc=1"
+    hosts = "1796126960.0 2026-12-01 12:09:20.000 hosts replica=0 head=node01"
+    assert not shown(scrape, verbose=False) and shown(scrape, verbose=True)
+    assert shown(fail, verbose=False)
+    assert not shown(hosts, verbose=False) and shown(hosts, verbose=True)
+
+
+def test_pp_progress_counts_in_flight_from_the_scrape_not_the_micro_batch(tmp_path):
+    """pp8: a Decode batch line's #running-req is the micro-batch just processed (1), not the
+    replica's 4 running requests; the replica's latest /metrics scrape says 4 are in flight."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "metrics").mkdir()
+    ev = ["1796126965.391 2026-12-01 12:09:25.391 bench_start prompts=8 concurrency=8"]
+    access = [f'[2026-12-01 12:09:40.{100 + k}] INFO:     10.77.0.11:{36000 + k} - '
+              f'"POST /v1/completions HTTP/1.1" 200 OK\n' for k in range(4)]
+    for g in (0, 1):
+        (tmp_path / "logs" / f"server-r{g}-n0.log").write_text(
+            "".join(access) + "[2026-12-01 12:09:41.626 PP0 TP0 EP0] Decode batch, #running-req: 1, "
+            "#token: 65672, token usage: 0.00, cuda graph: True, gen throughput (token/s): 5.03, "
+            "#queue-req: 0\n")
+        (tmp_path / "metrics" / f"r{g}n0-a.prom").write_text(
+            "# TYPE sglang:http_requests_active gauge\n"
+            'sglang:http_requests_active{endpoint="/v1/completions",method="POST"} 4.0\n'
+            'sglang:http_requests_active{endpoint="/metrics",method="GET"} 1.0\n')
+        ev.append(f"1796126981.0 2026-12-01 12:09:41.000 metrics_scrape target=r{g}n0 phase=during "
+                  f"round=1 node=node0{1 + 4 * g} ok=1 http=200 file=metrics/r{g}n0-a.prom")
+    (tmp_path / "events.log").write_text("\n".join(ev) + "\n")
+    tr = Tracker(tmp_path, clock=lambda: 1796126983.0)
+    tr.pp = 8
+    assert tr.poll("RUNNING").done == 0            # 8 in flight of 8: none done yet
+    tr2 = Tracker(tmp_path, clock=lambda: 1796126983.0)
+    tr2.pp = 1                                    # without PP the newer sample is believed
+    assert tr2.poll("RUNNING").done == 8 - 2
