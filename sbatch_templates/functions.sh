@@ -166,11 +166,15 @@ record_server_info() {
 # _copy_job_tres_to_step). Without them, --gres=none really asks for no GPU, which matters where
 # --overlap does not share GRES (before 22.05). exec: the caller's $! stays srun's pid.
 side_srun() {
+  drop_gpu_request
+  exec srun "$@"
+}
+
+drop_gpu_request() {
   local v
   for v in $(compgen -v SLURM_GPUS) $(compgen -v SLURM_GRES) $(compgen -v SLURM_STEP_GRES); do
     unset "$v"
   done
-  exec srun "$@"
 }
 
 # The address other nodes use for head node $1 (cluster.address).
@@ -207,9 +211,20 @@ preflight_node() {
   local node=${SLURMD_NODENAME:-${HOSTNAME:-unknown}} rank=${SLURM_NODEID:-0} start=$SECONDS
   local dir="$RUN_DIR/preflight" out rc line mod ver what path i n=0 name driver="" addr="" taken
   local -a problems=() checks=() mods=("${PF_MODULES[@]}") names=() jmods=()
-  local router_node=0
+  local router_node=0 tok_pid="" tok_out="$dir/$node.tokenizer"
   [[ "$g" == 0 && "$rank" == 0 ]] && router_node=1
   problem() { checks+=("$1"); problems+=("$2"); }
+  # the client's tokenizer, loaded as the client will load it (in the background: it overlaps the
+  # other checks); before anything, the cache directory every step writes to
+  if [[ -n "${CACHE_DIR:-}" ]]; then
+    out=$( { mkdir -p -- "$CACHE_DIR" && : >"$CACHE_DIR/.slurm-ab-write-test.$node" \
+             && rm -f -- "$CACHE_DIR/.slurm-ab-write-test.$node"; } 2>&1 ) \
+      || problem cache "cache directory $CACHE_DIR is not writable: $(tail -n 1 <<<"$out")"
+  fi
+  if (( router_node && ${#PF_TOKENIZER[@]} )) && [[ -n "${PF_TOKENIZER_PATH:-}" ]]; then
+    "${PF_TOKENIZER[@]}" "$PF_TOKENIZER_PATH" >"$tok_out" 2>&1 &
+    tok_pid=$!
+  fi
   (( router_node )) && for i in "${PF_CLIENT_MODULES[@]}"; do
     [[ " ${mods[*]} " == *" $i "* ]] || mods+=("$i")
   done
@@ -274,6 +289,14 @@ preflight_node() {
       addr=""
     fi
   fi
+  preflight_fabric
+  if [[ -n "$tok_pid" ]]; then
+    wait "$tok_pid"; rc=$?
+    if (( rc != 0 )); then
+      line=$(grep -v '^[[:space:]]*$' "$tok_out" | tail -n 1)
+      problem tokenizer "tokenizer $PF_TOKENIZER_PATH does not load (status $rc): $line"
+    fi
+  fi
   : >"$dir/$node.problems"
   local jprob=""
   for i in "${!problems[@]}"; do
@@ -290,6 +313,93 @@ preflight_node() {
   } >"$dir/$node.json.tmp" && mv -f "$dir/$node.json.tmp" "$dir/$node.json"
 }
 
+# The fabric as NCCL and Gloo will see it on this node, inside the container: the interfaces of
+# NCCL_SOCKET_IFNAME (a list of prefixes; "=" exact names, "^" names to leave out) and
+# GLOO_SOCKET_IFNAME (exact names), the RDMA devices of NCCL_IB_HCA (NAME[:PORT] prefixes, "="
+# and "^" as above) with an ACTIVE port: NCCL uses only those (ncclIbInit, src/transport/net_ib*),
+# and without one it falls back to sockets. Runs inside preflight_node (its problem()).
+# shellcheck disable=SC2317,SC2153  # runs on the nodes, through check.sh (which sets PF_*)
+preflight_fabric() {
+  local out rc spec var entry dev port state rest ok any name
+  local -a ifaces=() ports=() entries=()
+  if (( ${#PF_IFACES[@]} )); then
+    out=$("${PF_IFACES[@]}" 2>&1); rc=$?
+    if (( rc != 0 )); then
+      problem fabric "interface listing failed (status $rc): $(head -n 1 <<<"$out")"
+    else
+      mapfile -t ifaces < <(grep -v '^[[:space:]]*$' <<<"$out")
+      for var in NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME; do
+        spec=${!var:-}
+        [[ -n "$spec" ]] || continue
+        if [[ $var == GLOO_SOCKET_IFNAME ]]; then
+          IFS=, read -ra entries <<<"$spec"
+          for entry in "${entries[@]}"; do
+            [[ " ${ifaces[*]} " == *" $entry "* ]] || \
+              problem fabric "$var=$spec: interface $entry does not exist here (interfaces: $(IFS=,; echo "${ifaces[*]}"))"
+          done
+        elif ! iface_matches "$spec" "${ifaces[@]}"; then
+          problem fabric "$var=$spec matches no interface here (interfaces: $(IFS=,; echo "${ifaces[*]}"))"
+        fi
+      done
+    fi
+  fi
+  (( ${#PF_HCA[@]} )) || return 0
+  out=$("${PF_HCA[@]}" 2>&1); rc=$?
+  if (( rc != 0 )); then
+    problem fabric "RDMA device listing failed (status $rc): $(head -n 1 <<<"$out")"
+    return 0
+  fi
+  mapfile -t ports < <(grep -v '^[[:space:]]*$' <<<"$out")     # "DEVICE PORT STATE"
+  spec=${NCCL_IB_HCA:-}
+  if [[ -n "$spec" && $spec != ^* ]]; then
+    IFS=, read -ra entries <<<"${spec#=}"
+    for entry in "${entries[@]}"; do
+      name=${entry%%:*}; ok=0; any=0
+      for line in "${ports[@]}"; do
+        read -r dev port rest <<<"$line"
+        if [[ $spec == =* ]]; then [[ $dev == "$name" ]] || continue; else [[ $dev == "$name"* ]] || continue; fi
+        [[ $entry == *:* && $port != "${entry#*:}" ]] && continue
+        any=1; state=$rest
+        [[ $rest == *ACTIVE* ]] && ok=1
+      done
+      if (( ! any )); then
+        problem fabric "NCCL_IB_HCA=$spec: no RDMA device $entry here (devices: $(for line in "${ports[@]}"; do printf '%s ' "${line%% *}"; done | tr ' ' '\n' | sort -u | paste -sd, -))"
+      elif (( ! ok )); then
+        problem fabric "NCCL_IB_HCA=$spec: $entry has no ACTIVE port (state $state): NCCL would fall back to sockets"
+      fi
+    done
+  elif [[ ${PF_NCCL_NETWORK:-} == IB ]]; then
+    ok=0
+    for line in "${ports[@]}"; do
+      read -r dev port rest <<<"$line"
+      [[ $spec == ^* ]] && iface_matches "${spec#^}" "$dev" && continue
+      [[ $rest == *ACTIVE* ]] && ok=1
+    done
+    (( ok )) || problem fabric "no ACTIVE RDMA port here${spec:+ outside NCCL_IB_HCA=$spec}, and cluster.nccl_network is IB"
+  fi
+}
+
+# iface_matches SPEC NAME...: some NAME is selected by an NCCL interface list (prefixes; "=" exact;
+# "^" for a list of names to leave out), as ncclFindInterfaces / matchIfList do.
+# shellcheck disable=SC2317  # runs on the nodes, through check.sh
+iface_matches() {
+  local spec=$1 name entry exclude=0 exact=0 hit
+  local -a entries=()
+  shift
+  [[ $spec == ^* ]] && exclude=1 && spec=${spec#^}
+  [[ $spec == =* ]] && exact=1 && spec=${spec#=}
+  IFS=, read -ra entries <<<"$spec"
+  for name in "$@"; do
+    hit=0
+    for entry in "${entries[@]}"; do
+      entry=${entry%%:*}
+      if (( exact )); then [[ $name == "$entry" ]] && hit=1; else [[ $name == "$entry"* ]] && hit=1; fi
+    done
+    if (( exclude )); then (( hit )) || [[ $name == lo ]] || return 0; else (( hit )) && return 0; fi
+  done
+  return 1
+}
+
 # The node-side script: the preflight's settings and functions, run by each preflight task.
 # shellcheck disable=SC2317  # not called when preflight.enabled = false
 write_preflight_script() {
@@ -298,7 +408,9 @@ write_preflight_script() {
     echo '#!/bin/bash'
     echo '# slurm-ab preflight, run on every node by the job'"'"'s first steps (written by the job script).'
     declare -p RUN_DIR PF_MODULES PF_CLIENT_MODULES PF_IMPORT PF_GPU PF_GPUS PF_PORT PF_ADDRESS PF_IFACE PF_PATHS PF_CLIENT_PATHS
-    declare -f json_str preflight_node
+    # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
+    declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR 2>/dev/null
+    declare -f json_str preflight_node preflight_fabric iface_matches
     echo 'preflight_node "$@"'
   } >"$RUN_DIR/preflight/check.sh"
 }
@@ -465,26 +577,64 @@ record_node_states() {
   done < <(timeout 10 sinfo -h -N -n "$nodes" -o '%N|%T|%E' 2>/dev/null)
 }
 
-# Stop every step: SIGTERM (srun forwards it to the tasks), SIGKILL after the grace period, then
-# cancel any step that is still known to Slurm. Runs once, on every exit path.
+# The job's steps still known to Slurm, batch and extern left out. A het job's component G has a
+# job id of its own (SLURM_JOB_ID_HET_GROUP_<G>) and squeue lists its steps under that id only
+# ("<component id>.<step>", e.g. 6.8 for component 1 of job 5+1).
+# shellcheck disable=SC2317  # runs from a trap
+job_steps() {
+  local var ids=""
+  for var in $(compgen -v SLURM_JOB_ID_HET_GROUP_); do ids+="${ids:+,}${!var}"; done
+  timeout 10 squeue -h -s -j "${ids:-$SLURM_JOB_ID}" -o %i 2>/dev/null | grep -Ev '\.(batch|extern|interactive)$'
+  return 0
+}
+
+# signal_steps SIG: SIG to the tasks of every step still running, through Slurm: scancel(1)
+# --signal "is sent directly to the slurmd where the job is running" (its example: scancel
+# --signal=TERM 1234.1 1234.3). Recorded as "steps_signal signal=SIG steps=...".
+# shellcheck disable=SC2317  # runs from a trap
+signal_steps() {
+  local sig=$1
+  local -a steps=()
+  mapfile -t steps < <(job_steps)
+  (( ${#steps[@]} )) || return 0
+  event steps_signal "signal=$sig" "steps=$(IFS=,; echo "${steps[*]}")"
+  timeout 10 scancel --signal="$sig" "${steps[@]}" 2>/dev/null
+  return 0
+}
+
+# Stop every step: SIGTERM to its tasks through Slurm, then SIGKILL to what still runs after the
+# grace period (cluster.teardown_grace_s). Never SIGTERM to an srun: srun answers SIGTERM with
+# SIGKILL to its tasks ("forcing job termination": _srun_signal_mgr in src/srun/libsrun/srun_job.c
+# of Slurm 22.05.8, src/srun/srun_job.c of 24.11.6), which would leave SGLang no grace at all. A
+# campaign launch (a subshell of this script) gets SIGTERM itself and tears its own steps down.
+# Runs once, on every exit path.
 # shellcheck disable=SC2317  # runs from a trap
 teardown() {
-  local reason=$1 pid step deadline
+  local reason=$1 pid deadline alive
   (( TORN_DOWN )) && return 0
   TORN_DOWN=1
   event teardown "reason=$reason"
   local -a pids=()
   [[ -n "${CLIENT_PID:-}" ]] && pids+=("$CLIENT_PID")
   for pid in "${STEP_PIDS[@]}"; do pids+=("$pid"); done
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
-  deadline=$(( SECONDS + GRACE ))
+  signal_steps TERM
   for pid in "${pids[@]}"; do
-    while kill -0 "$pid" 2>/dev/null && (( SECONDS < deadline )); do sleep 0.2; done
+    [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == srun ]] || kill -TERM "$pid" 2>/dev/null
   done
+  deadline=$(( SECONDS + GRACE ))
+  while (( SECONDS < deadline )); do
+    alive=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    if (( alive )); then
+      sleep 0.2
+    elif [[ -n "$(job_steps)" ]]; then
+      sleep 0.5             # srun has gone; Slurm still completes the step
+    else
+      break
+    fi
+  done
+  signal_steps KILL
   for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null; done
-  while read -r step; do
-    case $step in *.batch | *.extern | "") ;; *) scancel --signal=KILL "$step" 2>/dev/null ;; esac
-  done < <(squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null)
   wait 2>/dev/null
   record_node_states
   log "teardown ($reason) done"

@@ -20,6 +20,25 @@ def _config_options(f):
     return f
 
 
+def _time_option(f):
+    return click.option("--time", "time_limit", default=None, metavar="[D-]HH:MM:SS|auto",
+                        help="The job's time limit (cluster.time_limit). auto: sized by the job's estimated "
+                             "duration (shown by dry-run); a limit shorter than the estimate is refused.")(f)
+
+
+def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in):
+    """The validated plan of a single run or a campaign, its time limit fitted to its estimate."""
+    import json
+
+    from . import campaign_cli
+    from .duration import fit_time_limit
+
+    if time_limit is not None:
+        sets = (*sets, f"cluster.time_limit={json.dumps(time_limit)}")
+    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
+    return fit_time_limit(plan)
+
+
 def _sources(site, configs, sets):
     from .sources import Sources
 
@@ -70,8 +89,9 @@ def modes(site, configs, sets):
 @click.argument("modes", nargs=-1, required=True)
 @click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
 @campaign_options
+@_time_option
 @_config_options
-def dry_run(modes, run_id, repeats, concurrency, order, burn_in, site, configs, sets):
+def dry_run(modes, run_id, repeats, concurrency, order, burn_in, time_limit, site, configs, sets):
     """Print the complete job script (stdout) and a resolved summary (stderr); submit nothing.
 
     Several MODES (or --repeats/--concurrency/--order/--burn-in): a campaign in one allocation."""
@@ -79,7 +99,7 @@ def dry_run(modes, run_id, repeats, concurrency, order, burn_in, site, configs, 
     from .campaign_plan import campaign_summary
     from .render import render_script, summary
 
-    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
+    plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     script = render_script(plan)
     click.echo(summary(plan) + campaign_summary(plan), err=True, nl=False)
     click.echo(script, nl=False)
@@ -91,8 +111,9 @@ def dry_run(modes, run_id, repeats, concurrency, order, burn_in, site, configs, 
               help="Also write a copy here ('-' for stdout).")
 @click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
 @campaign_options
+@_time_option
 @_config_options
-def render(modes, output, run_id, repeats, concurrency, order, burn_in, site, configs, sets):
+def render(modes, output, run_id, repeats, concurrency, order, burn_in, time_limit, site, configs, sets):
     """Prepare results/<RUN_ID>/ with job.sbatch and a manifest, without submitting.
 
     `sbatch results/<RUN_ID>/job.sbatch` then runs it on its own.
@@ -101,7 +122,7 @@ def render(modes, output, run_id, repeats, concurrency, order, burn_in, site, co
     from .render import render_script
     from .submit import prepare
 
-    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
+    plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     out = Path(output) if output and output != "-" else None
     if out is not None and out.exists():
         raise UsageError(f"{out} exists; slurm-ab does not overwrite files (choose another -o)")
@@ -122,8 +143,9 @@ def render(modes, output, run_id, repeats, concurrency, order, burn_in, site, co
 @click.option("--wait", is_flag=True, help="Follow the job to its end, then collect it.")
 @click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
 @campaign_options
+@_time_option
 @_config_options
-def submit(modes, run_id, wait, no_collector, repeats, concurrency, order, burn_in, site, configs, sets):
+def submit(modes, run_id, wait, no_collector, repeats, concurrency, order, burn_in, time_limit, site, configs, sets):
     """Submit MODE as a heterogeneous job into a new results/<RUN_ID>/.
 
     Several MODES (e.g. tp32 tp32-dflash --repeats 3): a campaign, every mode in turn in one
@@ -131,7 +153,7 @@ def submit(modes, run_id, wait, no_collector, repeats, concurrency, order, burn_
     from . import campaign_cli
     from .submit import submit as do_submit
 
-    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
+    plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     s = do_submit(plan, collector=not no_collector)
     what = f"mode {modes[0]}" if plan.campaign is None else \
         f"campaign of {', '.join(modes)}: {len(plan.campaign.campaign.passes)} passes"

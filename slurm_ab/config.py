@@ -26,7 +26,7 @@ from .errors import ConfigError, ConfigErrors
 Tree = dict[str, Any]
 
 # Tables whose keys are the user's own (flag names, variable names, mode and dataset names).
-FREE_TABLES = ("server.args", "server.env", "router.args", "env", "modes", "datasets", "router_profiles")
+FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "modes", "datasets", "router_profiles")
 MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict}
 DATASET_KEYS = {"args": list}
 PROFILE_KEYS = {"description": str, "command": list, "module": str, "distribution": str,
@@ -193,7 +193,7 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
         if not (isinstance(value, SCALAR) or (isinstance(value, list) and all(isinstance(v, SCALAR) for v in value))):
             return [ConfigError(full, value, "flag value must be a string, number, true/false or a list of them")]
         return []
-    if table in ("env", "server.env"):
+    if table in ("env", "server.env", "cache.env"):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             return [ConfigError(full, value, "not a valid environment variable name")]
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):

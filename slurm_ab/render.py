@@ -41,7 +41,7 @@ def summary(plan: JobPlan) -> str:
         f"experiment {e.name}, mode {m.name}: {m.description}",
         f"run id {plan.run_id}, run directory {plan.run_dir}, job name {plan.job_name}",
         f"components: {e.replicas} (one per replica) x {e.nodes_per_replica} nodes, "
-        f"{e.cluster.gpus_per_node} GPUs per node, partition {e.cluster.partition}, time {e.cluster.time_limit}",
+        f"{e.cluster.gpus_per_node} GPUs per node, partition {e.cluster.partition}, time {_time(plan)}",
         f"parallelism per replica: TP{m.tp} / PP{m.pp} / EP{m.ep} over {e.nodes_per_replica * e.cluster.gpus_per_node} GPUs",
         f"benchmark: {e.benchmark.dataset} ({e.benchmark.dataset_config}) {e.benchmark.input_len} -> {e.benchmark.output_len}, "
         f"C={e.benchmark.concurrency}, {e.benchmark.num_prompts} prompts; warm-up {e.warmup.input_len} -> {e.warmup.output_len} per replica",
@@ -69,6 +69,7 @@ def summary(plan: JobPlan) -> str:
         lines.append(f"preflight (first step, every node, {pf.timeout_s} s at most): " + "; ".join(checks))
     else:
         lines.append("preflight: disabled")
+    lines += site_lines(plan)
     prologue = e.cluster.prologue.strip("\n")
     if prologue.strip():
         lines.append("prologue (cluster.prologue, site shell code run verbatim by the batch script before any step):")
@@ -92,3 +93,44 @@ def summary(plan: JobPlan) -> str:
     for n in notices(e):
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
+
+
+def _time(plan: JobPlan) -> str:
+    """The job's --time as submitted (fitted to the estimate with cluster.time_limit = "auto")."""
+    return next((o.split("=", 1)[1] for o in plan.sbatch_component if o.startswith("--time=")),
+                plan.exp.cluster.time_limit)
+
+
+def site_lines(plan: JobPlan) -> list[str]:
+    """Dry-run lines of what makes the job survive a real site: steps, container, cache, fabric,
+    duration and watchdog (issue 20)."""
+    e = plan.exp
+    out = [f"every srun step: {' '.join(plan.srun_extra) or '(no extra options)'}"
+           + (" (cluster.mpi: no PMIx set-up per step)" if e.cluster.mpi else "")]
+    if e.container.image:
+        name = plan.container_name
+        how = (f"one container per node and job: --container-name={name.replace('${SLURM_JOB_ID}', '$SLURM_JOB_ID')}, "
+               "created by each node's first step (the preflight) and reused by its later steps"
+               + (f", removed at the end ({' '.join(e.container.remove_command)} on every node)"
+                  if e.container.scope == "global" and e.container.remove_command else
+                  ", removed by pyxis' epilog (container_scope=job)")
+               if name else "a new container for every step (container.name = \"\")")
+        out.append(f"container {e.container.image}: {how}")
+        mounts = next((str(f).split("=", 1)[1] for f in plan.container_flags
+                       if str(f).startswith("--container-mounts=")), "")
+        out.append(f"  mounts: {mounts.replace(',', ', ')}")
+    if plan.cache:
+        where = f"{plan.cache.base}/slurm-ab-$SLURM_JOB_ID" if plan.cache.per_job else plan.cache.base
+        out.append(f"cache directory {where} on every node (preflight: created and written; "
+                   f"{'removed at the end' if plan.cache.per_job else 'kept'}); every step runs with "
+                   + " ".join(v.text.replace("${CACHE_DIR}", "$CACHE_DIR") for v in plan.cache.env))
+    if e.cluster.nccl_network:
+        out.append(f"fabric: every rank's NCCL must use network {e.cluster.nccl_network} (cluster.nccl_network); "
+                   "the job checks NCCL's 'Using network' lines once the servers are ready")
+    d = plan.duration
+    out.append(f"duration estimate: {d.text}; time limit {_time(plan)}")
+    wd = e.watchdog
+    out.append(f"watchdog: a pass fails when it runs longer than {wd.pass_factor:g} x its estimate"
+               + (f", or when a replica finishes no request for {plan.watch_stall_s} s while requests are in "
+                  f"flight ({wd.progress_metric} in its /metrics)" if plan.watch_stall_s else ""))
+    return out

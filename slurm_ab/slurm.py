@@ -18,7 +18,8 @@ def _run(cmd: list[str]) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "Start", "End", "NodeList", "Reason")
+SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "Start", "End", "NodeList", "Reason",
+                "Submit", "Cluster")
 
 
 def sacct(job_id: str) -> dict | None:
@@ -40,6 +41,10 @@ def sacct(job_id: str) -> dict | None:
         "elapsed": head["Elapsed"],
         "start": head["Start"],
         "end": head["End"],
+        # who the job is (collect checks them against the run: job ids wrap and differ per cluster)
+        "job_name": head["JobName"],
+        "submit": head["Submit"],
+        "cluster": head["Cluster"],
         "components": {k: {"state": v["State"], "nodes": v["NodeList"], "exit_code": v["ExitCode"]} for k, v in comps.items()},
         "steps": [{"id": s["JobID"], "name": s["JobName"], "state": s["State"], "exit_code": s["ExitCode"],
                    "nodes": s["NodeList"]} for s in steps],

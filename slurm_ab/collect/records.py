@@ -15,7 +15,8 @@ class JobInfo:
     elapsed_s: float | None = None
     exit_code: str | None = None
     node_lists: dict = field(default_factory=dict)   # replica (str) -> [host of node rank 0, ...]
-    source: str = "none"                # where state came from: sacct | none
+    source: str = "none"                # where state came from: sacct | none | ignored
+    note: str | None = None             # why sacct's answer was ignored (another job's record)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
     Returns the summary and the summary files that changed. final=False skips asking Slurm.
     """
     jid = job_id or rundir.job_id_of(run_dir)
-    facts = slurm_facts(str(jid) if jid else None) if final else None
+    facts = slurm_facts(str(jid) if jid else None, run_dir=run_dir) if final else None
     summary = collect_run(run_dir, all_samples=all_samples, sacct=facts)
     written = write_summary(summary, run_dir)
     written += write_report(run_dir, changed=bool(written), running=summary.verdict == "running")
@@ -53,6 +53,8 @@ def summary_text(summary: RunSummary) -> str:
 
     lines = [report([summary], "md"), f"verdict: {summary.verdict}"]
     lines += [f"  - {r}" for r in summary.reasons]
+    if summary.job.note:
+        lines.append(f"note: {summary.job.note}")
     if summary.accept and summary.accept.samples:
         lines.append(f"accept length {summary.accept.accept_len:.2f}, rate "
                      f"{summary.accept.accept_rate or 0:.3f} over {summary.accept.samples} decode "

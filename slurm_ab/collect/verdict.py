@@ -278,7 +278,8 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
             other_sruns.append(finding_reason(f, node_lists))
 
     seen, out = set(), []
-    texts = preflight_reasons(events) + node_reasons(lost, events, node_lists) \
+    texts = preflight_reasons(events) + guard_reasons(events, findings, node_lists) \
+        + node_reasons(lost, events, node_lists) \
         + [finding_reason(f, node_lists) for f in roots] + task_lines \
         + [finding_reason(f, node_lists) for f in fatal] \
         + other_sruns
@@ -287,3 +288,109 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
             seen.add(text)
             out.append(text)
     return out
+
+
+# ---- the job's own guards (issue 20): fabric, hung replicas, pass time limits, router retries ---
+
+def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dict) -> list[str]:
+    """Why the job stopped itself: NCCL on a node chose another network than the site declares
+    (fail kind=nccl_network; the log line saying why, when diagnose found one), a replica stalled
+    (kind=stalled: no request finished for N s while requests were in flight, from its /metrics),
+    a pass ran past its time limit (kind=pass_timeout)."""
+    out = []
+    for e in events.failures():
+        f = e.fields
+        kind = f.get("kind")
+        if kind == "nccl_network":
+            where = f"{f.get('node', '?')} (replica {f.get('replica', '?')} node rank {f.get('node_rank', '?')})"
+            log = f"logs/server-r{f.get('replica')}-n{f.get('node_rank')}.log"
+            why = next((x for x in findings if x.kind == "nccl_net" and PurePath(x.file).as_posix() == log
+                        and "Using network" not in x.excerpt), None) or \
+                next((x for x in findings if x.kind == "nccl_net" and PurePath(x.file).as_posix() == log), None)
+            out.append(f"NCCL on {where} used network {f.get('network', '?')}, not {f.get('expected', '?')} "
+                       f"(cluster.nccl_network): every collective of replica {f.get('replica', '?')} "
+                       "crossed the fallback, so the job stopped before the benchmark"
+                       + (f": {why.excerpt} [{why.file}:{why.line}]" if why else f" [{log}]"))
+        elif kind == "stalled":
+            g = f.get("replica", "?")
+            head = f.get("node") or (node_lists.get(str(g)) or ["?"])[0]
+            out.append(f"replica {g} (head {head}) stalled in pass {f.get('pass', '?')}: no request "
+                       f"finished for {f.get('seconds', '?')} s while {f.get('inflight', '?')} were in "
+                       f"flight ({f.get('finished', '?')} finished before; its /metrics "
+                       f"{'answered' if f.get('metrics') == 'answered' else 'did not answer'}); the "
+                       "job stopped the pass (watchdog.stall_s)")
+        elif kind == "pass_timeout":
+            out.append(f"pass {f.get('pass', '?')} ran {f.get('seconds', '?')} s, past its limit of "
+                       f"{f.get('limit', '?')} s (watchdog.pass_factor x its estimated duration); the "
+                       "job stopped it")
+    return out
+
+
+def nccl_network_reasons(server_logs: Sequence, expected: str, node_lists: dict,
+                         root=None) -> list[str]:
+    """Nodes whose NCCL ranks used another network than the site declares (cluster.nccl_network,
+    e.g. Socket on an IB site: no usable HCA in the container): that replica's collectives crossed
+    TCP, so the run measured the fallback, not the configuration ('invalid'). Reads NCCL's init
+    lines (parse.nccl); logs without any (NCCL_DEBUG not INFO) say nothing."""
+    from ..parse.diagnose import server_log_identity
+    from ..parse.nccl import nccl_network
+
+    if not expected:
+        return []
+    out = []
+    for path in server_logs:
+        got = nccl_network(path)
+        ident = server_log_identity(path)
+        if got is None or ident is None or not got.other_than(expected):
+            continue
+        g, r = ident
+        hosts = node_lists.get(str(g)) or []
+        host = f" ({hosts[r]})" if r < len(hosts) else ""
+        shown = PurePath(path).relative_to(root).as_posix() if root and PurePath(path).is_relative_to(root) \
+            else PurePath(path).as_posix()
+        why = f"{got.cause} [{shown}:{got.cause_line}]" if got.cause else f"{got.excerpt} [{shown}:{got.line}]"
+        out.append(f"replica {g} node rank {r}{host}: NCCL used network {', '.join(got.networks)}, not "
+                   f"{expected} (cluster.nccl_network): {why}")
+    return out
+
+
+# The router's retry counters (smg 1.x; sglang-router 0.3.x is smg inside): attempts retried on
+# another worker, requests that ran out of retries, and failed attempts per worker.
+ROUTER_RETRIES = ("smg_worker_retries_total", "smg_worker_retries_exhausted_total")
+ROUTER_OUTCOMES = "smg_worker_cb_outcomes_total"
+
+
+def router_retry_reasons(run_dir, events: EventLog) -> list[str]:
+    """Requests the router retried during the benchmark (its /metrics at bench_start and
+    bench_end, metrics/router-*.prom): a retried request's latency includes a failed attempt on
+    another replica, and the replicas' shares are no longer what the policy chose."""
+    from pathlib import Path
+
+    from ..parse.prometheus import ScrapeError, read_scrape
+
+    window = events.bench_window()
+    scrapes = [e for e in events.named("metrics_scrape") if e.fields.get("target") == "router"
+               and e.fields.get("ok") == "1" and e.fields.get("file")]
+    if window is None or len(scrapes) < 2:
+        return []
+    try:
+        first, last = (read_scrape(Path(run_dir) / scrapes[i].fields["file"]) for i in (0, -1))
+    except (OSError, ScrapeError):
+        return []
+
+    def delta(name, where=None):
+        return (last.total(name, where) or 0) - (first.total(name, where) or 0)
+
+    retried = {n: delta(n) for n in ROUTER_RETRIES}
+    failed = {}
+    for w in sorted(last.label_values("worker", [ROUTER_OUTCOMES])):
+        n = delta(ROUTER_OUTCOMES, lambda s, w=w: s.label("worker") == w and s.label("outcome") == "failure")
+        if n > 0:
+            failed[w] = n
+    if not any(v > 0 for v in retried.values()) and not failed:
+        return []
+    parts = [f"{n:g} x {name}" for name, n in retried.items() if n > 0]
+    parts += [f"{n:g} failed attempt(s) at {w}" for w, n in failed.items()]
+    return [f"the router retried requests during the benchmark ({'; '.join(parts)}; router "
+            "/metrics): their latencies include a failed attempt, and the replicas' shares are not "
+            "the policy's"]

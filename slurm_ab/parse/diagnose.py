@@ -74,6 +74,11 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
     ("kv_capped", "max_total_tokens capped to the profiled KV cache size",
      rb"max_total_tokens=\d+ is larger than the profiled value \d+\b"),
     ("connection_refused", "connection refused", rb"[Cc]onnection refused"),
+    # NCCL's init lines when a rank does not use InfiniBand (NCCL_DEBUG=INFO; parse/nccl.py reads
+    # which network each node chose): evidence for the job's nccl_network failure, no root cause
+    # by itself (a site without IB uses sockets on purpose).
+    ("nccl_net", "NCCL did not use InfiniBand",
+     rb"NCCL INFO (?:NET/IB : No device found|Using network Socket)|Failed to open libibverbs"),
 )
 # Kinds that explain a failure by themselves, most specific first. 'connection_refused',
 # 'kv_pressure' and 'kv_capped' are left out: they also occur in healthy runs (start-up retries,
@@ -89,7 +94,8 @@ _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
 ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ailed",
            b"xception", b"FATAL", b"CANCELLED", b"DUE TO NODE", b"sigquit", b"No available",
            b"pool is full", b"refused", b"loo", b"Watchdog", b"okenizer", b"nccl",
-           b"profiled value", b"Dist", b"Uvicorn running on http://")
+           b"profiled value", b"Dist", b"Uvicorn running on http://", b"No device found",
+           b"Using network Socket", b"libibverbs")
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
 _SERVER_LOG = re.compile(r"server-r(\d+)-n(\d+)\.log$")
 _FAILED_NODE = re.compile(r"Node failure on (\S+)")

@@ -49,7 +49,8 @@ class Exchange:
 
 class Engine:
     def __init__(self, core: SchedulerCore, time_scale: float, on_fatal: Callable[[EngineFault], None],
-                 die_after_requests: Optional[int] = None, exchange: Optional[Exchange] = None):
+                 die_after_requests: Optional[int] = None, exchange: Optional[Exchange] = None,
+                 hang_after_requests: Optional[int] = None):
         self.core = core
         self.exchange = exchange
         self.scale = time_scale
@@ -60,6 +61,8 @@ class Engine:
         self.forwards_done = 0
         self.dead = False
         self._die_at: Optional[float] = None
+        self.hang_after = hang_after_requests
+        self.hung = False        # stuck (a collective that never completes): alive, no progress
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 
     def start(self) -> None:
@@ -76,8 +79,17 @@ class Engine:
             self.cond.notify_all()
 
     def abort(self, rid: str) -> None:
+        if self.hung:            # the stuck scheduler never receives the abort
+            return
         with self.cond:
             self.core.abort(rid)
+
+    def request_ids(self) -> list[str]:
+        """Requests the server still holds (queued, prefilling, decoding)."""
+        def ids(core):
+            reqs = list(core.waiting) + list(core.running) + ([core.chunked] if core.chunked else [])
+            return [r.rid for r in reqs]
+        return self.snapshot(ids)
 
     def snapshot(self, fn):
         """Run fn(core) under the scheduler lock (for /metrics, /server_info)."""
@@ -116,6 +128,12 @@ class Engine:
     def _loop(self) -> None:
         core = self.core
         while not self.stop_event.is_set():
+            if self.hang_after is not None and core.counters.finished_user >= self.hang_after:
+                # hang_after_requests: stuck for good, silently (a collective that never returns);
+                # the process, its HTTP server and /metrics stay up, nothing finishes any more.
+                self.hung = True
+                self.stop_event.wait()
+                return
             with self.cond:
                 if self._crash_due():
                     self.dead = True

@@ -9,6 +9,10 @@ with and without them. Items:
 - ``oom_first_prefill``     the first user prefill OOMs whatever ``--mem-fraction-static`` is
 - ``bind_loopback``         the HTTP servers bind 127.0.0.1 whatever ``--host`` says (a wrapper
                             that pins the host: reachable on its own node only)
+- ``hang_after_requests=N`` rank 0's scheduler gets stuck for good once N user requests have
+                            finished (a collective that never returns): the process stays alive,
+                            its HTTP server and /metrics answer, nothing finishes any more and
+                            /health times out
 
 ``SLURM_AB_EMU_FAULT_NODES=node05,...`` limits them to the processes on those Slurm nodes.
 """
@@ -29,6 +33,7 @@ class Faults:
     crash_rank: Optional[int] = None
     oom_first_prefill: bool = False
     bind_loopback: bool = False
+    hang_after_requests: Optional[int] = None
 
 
 def parse_faults(spec: Optional[str]) -> Faults:
@@ -42,9 +47,10 @@ def parse_faults(spec: Optional[str]) -> Faults:
         name = name.strip()
         if name in ("hang_startup", "oom_first_prefill", "bind_loopback") and not value:
             kw[name] = True
-        elif name in ("die_after_requests", "crash_rank") and value.strip().isdigit():
+        elif name in ("die_after_requests", "crash_rank", "hang_after_requests") and value.strip().isdigit():
             kw[name] = int(value)
         else:
             raise FaultSpecError(f"unknown SLURM_AB_EMU_FAULT item {item!r} (expected hang_startup, "
-                                 "die_after_requests=N, crash_rank=R, oom_first_prefill or bind_loopback)")
+                                 "die_after_requests=N, crash_rank=R, oom_first_prefill, bind_loopback or "
+                                 "hang_after_requests=N)")
     return Faults(**kw)

@@ -34,10 +34,12 @@ from .topology import Rank, Topology
 from .tracebacks import SIGQUIT, load_crash_traceback, oom_traceback, peer_lost_traceback, \
     scheduler_crash_traceback, watchdog_lines
 from .memory import oom_message
+from .nccl import host_name, init_error_traceback, nccl_init
 from .noise import Noise, launch_seed
 
 DEFAULT_DIST_TIMEOUT = 600
 LOSS_GRACE = 0.3  # a peer vanishing during a job-wide SIGTERM is not a crash
+SIGTERM_POLL_S = 5.0  # SGLang's sigterm_watchdog: asyncio.sleep(5) between checks
 
 
 def read_model_config(model_path: str) -> dict:
@@ -78,6 +80,7 @@ class Node:
         self.joined = threading.Event()
         self.ready = threading.Event()
         self._serving = False
+        self._draining = False
 
     # ---- logging helpers -----------------------------------------------------------------------
     def log_gpus(self, msg: str) -> None:
@@ -120,7 +123,7 @@ class Node:
         self.die(text, self.stats_prefixes[0] if self.stats_prefixes else None)
 
     def on_peer_lost(self, rank: int, reason: str) -> None:
-        if self.stop.wait(LOSS_GRACE):
+        if self.stop.wait(LOSS_GRACE) or self._draining:   # the job's SIGTERM reached the peers too
             return
         host = (self.args.dist_init_addr or "").rsplit(":", 1)[0] or "?"
         who = f"node rank {rank}" + (f" ({host})" if rank == 0 else "")
@@ -141,7 +144,32 @@ class Node:
                     self.sink.write(line)
 
     def request_stop(self, signum=None, frame=None) -> None:
+        if signum == signal.SIGTERM and self.rank == 0 and self.app is not None and self.app.status == "up":
+            self._sigterm()
+            return
         self.stop.set()
+
+    def _sigterm(self) -> None:
+        """SGLang's answer to SIGTERM once it serves (tokenizer_manager.py: SignalHandler's
+        sigterm_handler, then sigterm_watchdog): a warning, then every 5 s (the emulator's clock)
+        "Gracefully exiting... Remaining number of requests N" until none is left, then exit. A
+        stuck scheduler never finishes or aborts its requests, so only SIGKILL ends it then."""
+        if self._draining:
+            return
+        self._draining = True
+        self.sink.log(f"SIGTERM received. signum={int(signal.SIGTERM)} frame=<frame at 0x7f{os.getpid():010x}, "
+                      "file '/usr/lib/python3.12/selectors.py', line 468, code select>. "
+                      "Draining requests and shutting down...")
+
+        def drain() -> None:
+            while not self.stop.wait(SIGTERM_POLL_S * self.knobs.time_scale):
+                rids = self.engine.request_ids() if self.engine is not None else []
+                self.sink.log(f"Gracefully exiting... Remaining number of requests {len(rids)}. "
+                              f"Remaining requests remaining_rids={rids!r}.")
+                if not rids:
+                    self.stop.set()
+        threading.Thread(target=drain, name="sigterm_watchdog", daemon=True).start()
+
 
     def fail_startup(self, message: str) -> int:
         self.sink.log(message)
@@ -183,6 +211,7 @@ class Node:
         s, mem = self.costs.startup, self.replica.memory
         if not self.sleep(s.dist_init_s):
             return False
+        self._nccl_init()
         self.log_gpus("Init torch distributed ends. mem usage=0.95 GB")
         self.log_gpus(f"Load weight begin. avail mem={mem.avail_before_load_gib:.2f} GB")
         if self.knobs.faults.crash_rank == self.rank:
@@ -221,6 +250,21 @@ class Node:
                           f"mem usage={mem.cuda_graph_gib:.2f} GB. "
                           f"avail mem={mem.avail_after_pool_gib - mem.cuda_graph_gib:.2f} GB.")
         return True
+
+    def _nccl_init(self) -> None:
+        """NCCL's init lines of every GPU rank of this node, to stdout as NCCL prints them
+        (emulator/nccl.py: the network NCCL picks from the NCCL_* environment and the node's
+        fabric); a communicator that cannot start kills the ranks, as torch's error does. One
+        GPU in all has no communicator."""
+        if self.topo.tp * self.topo.pp <= 1:
+            return
+        init = nccl_init()
+        host = host_name()
+        for i, _ in enumerate(self.local):
+            for line in init.printed(os.environ, host, os.getpid() + 1 + i, i):
+                self.sink.write(line, self.sink.out)
+        if init.network is None:
+            self.die(init_error_traceback(init.error or "unknown"))
 
     def _log_scheduler_ready(self) -> None:
         mem, rep = self.replica.memory, self.replica
@@ -270,7 +314,8 @@ class Node:
         noise = Noise(self.costs.noise, launch_seed(seed, os.environ, a.port))
         core = build_core(self.replica, tok.output_ids, self.emit_stats, seed, k.faults.oom_first_prefill, noise)
         exchange = Exchange(self.hub, k.collective_bytes) if self.hub is not None and k.collective_bytes else None
-        self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests, exchange)
+        self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests, exchange,
+                             k.faults.hang_after_requests)
         model_info = {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
         self.app = App(a, k, tok, self.engine, self.sink, self.replica, model_info, self.context_len)
         self.app.stats_stages = self.topo.stats_stages(0)

@@ -1,0 +1,125 @@
+{% raw %}
+# ---- guards of a real site (static): the fabric NCCL chose, hung passes, clean-up of the nodes ---
+
+# NCCL's choice of network on every node of every replica: with NCCL_DEBUG=INFO each rank logs
+# "NCCL INFO Using network <name>" when its communicator starts (src/init.cc, NVIDIA/nccl 2.18-2.29;
+# "IB" covers InfiniBand and RoCE, "Socket" is the TCP fallback). Recorded per node
+# ("nccl_network replica=G node_rank=R node=N network=IB"); a node whose ranks chose another network
+# than cluster.nccl_network (NCCL_NETWORK) fails the launch before the benchmark, naming the node.
+check_nccl_network() {
+  local g r node f nets bad="" any=0
+  for g in "${!HEADS[@]}"; do
+    local -n nodes_ref="R${g}_NODES"
+    for r in "${!nodes_ref[@]}"; do
+      node=${nodes_ref[r]}
+      f="$RUN_DIR/logs/server-r$g-n$r.log"
+      nets=$(grep -ao 'NCCL INFO Using network [A-Za-z0-9_]*' "$f" 2>/dev/null | awk '{print $NF}' | sort -u | paste -sd, -)
+      [[ -n "$nets" ]] && any=1
+      event nccl_network "replica=$g" "node_rank=$r" "node=$node" "network=${nets:-unknown}"
+      if [[ -n "$NCCL_NETWORK" && -n "$nets" && "$nets" != "$NCCL_NETWORK" && -z "$bad" ]]; then
+        bad="$g|$r|$node|$nets"
+      fi
+    done
+    unset -n nodes_ref
+  done
+  if [[ -n "$NCCL_NETWORK" && $any == 0 ]]; then
+    log "no NCCL 'Using network' line in the server logs (NCCL_DEBUG=INFO not in effect?): the fabric is unchecked" >&2
+  fi
+  [[ -n "$bad" ]] || return 0
+  IFS='|' read -r g r node nets <<<"$bad"
+  tail_log "$RUN_DIR/logs/server-r$g-n$r.log"
+  fatal nccl_network "node=$node" "replica=$g" "node_rank=$r" "network=$nets" "expected=$NCCL_NETWORK" \
+    "NCCL on $node (replica $g node rank $r) uses network $nets, not $NCCL_NETWORK (cluster.nccl_network): see logs/server-r$g-n$r.log"
+}
+
+# metric_sum NAME: the sum of every sample of NAME in Prometheus text on stdin (0 when absent).
+metric_sum() {
+  awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $NF } END { printf "%d", s }'
+}
+
+# stall_check G: replica G's progress counter (WATCH_PROGRESS) and requests in flight
+# (WATCH_INFLIGHT) from its /metrics; fails the pass when the counter has not moved for
+# WATCH_STALL_S while requests were in flight (or the replica no longer answers /metrics). Reads
+# and updates watch_pass's prog / prog_at / inflight.
+stall_check() {
+  local g=$1 text count n=0 m state=answered
+  if text=$(curl -sS -m "$METRICS_TIMEOUT" "http://${ADDRS[g]}:${PORTS[g]}/metrics" 2>&1); then
+    count=$(metric_sum "$WATCH_PROGRESS" <<<"$text")
+    for m in "${WATCH_INFLIGHT[@]}"; do n=$(( n + $(metric_sum "$m" <<<"$text") )); done
+    # the clock runs from the last finished request, or from when requests arrived at an idle replica
+    if [[ "${prog[$g]:-}" != "$count" || "${inflight[$g]:-0}" == 0 ]]; then
+      prog[$g]=$count
+      prog_at[$g]=$SECONDS
+      inflight[$g]=$n
+      return 0
+    fi
+    inflight[$g]=$n
+  else
+    state="did not answer ($(tail -n 1 <<<"$text"))"
+  fi
+  (( SECONDS - prog_at[$g] >= WATCH_STALL_S )) || return 0
+  [[ "${inflight[$g]:-?}" == 0 ]] && return 0          # idle, not hung
+  tail_log "$RUN_DIR/logs/server-r$g-n0.log"
+  fatal stalled "replica=$g" "node=${HEADS[g]}" "pass=${PASS_KEY:-bench}" "seconds=$(( SECONDS - prog_at[$g] ))" \
+    "inflight=${inflight[$g]:-?}" "finished=${prog[$g]:-?}" "metrics=${state%% *}" \
+    "replica $g (head ${HEADS[g]}) is stalled: no request finished for $(( SECONDS - prog_at[$g] )) s while ${inflight[$g]:-some} were in flight ($WATCH_PROGRESS stayed at ${prog[$g]:-?}; its /metrics $state)"
+}
+
+# pass_limit PROMPTS CONCURRENCY MODE: seconds a pass may take, WATCH_FACTOR_PCT % of its estimate
+# (ceil(PROMPTS / CONCURRENCY) requests of REQUEST_MS[MODE] each, plus PASS_OVERHEAD_S); 0: none.
+pass_limit() {
+  local prompts=$1 conc=$2 mode=$3 ms rounds
+  ms=${REQUEST_MS[$mode]:-0}
+  (( ms > 0 && conc > 0 )) || { echo 0; return 0; }
+  rounds=$(( (prompts + conc - 1) / conc ))
+  echo $(( (rounds * ms / 1000 + PASS_OVERHEAD_S) * WATCH_FACTOR_PCT / 100 ))
+}
+
+# watch_pass PID LIMIT_S: watch_pid for the benchmark client, and the pass fails (the job's
+# teardown stops the client and the servers) when it runs longer than LIMIT_S (0: no limit), or
+# a replica stalls (stall_check, every WATCH_EVERY s). Returns the client's exit status.
+watch_pass() {
+  local pid=$1 limit=$2 start=$SECONDS next=0 g
+  local -A prog=() prog_at=() inflight=()
+  for g in "${!HEADS[@]}"; do prog_at[$g]=$SECONDS; done
+  while kill -0 "$pid" 2>/dev/null; do
+    alive_or_die
+    if (( limit > 0 && SECONDS - start >= limit )); then
+      fatal pass_timeout "pass=${PASS_KEY:-bench}" "limit=$limit" "seconds=$(( SECONDS - start ))" \
+        "pass ${PASS_KEY:-bench} ran $(( SECONDS - start )) s, past its limit of $limit s (watchdog.pass_factor x its estimate)"
+    fi
+    if (( METRICS_SERVERS && WATCH_STALL_S > 0 && SECONDS >= next )); then
+      next=$(( SECONDS + WATCH_EVERY ))
+      for g in "${!HEADS[@]}"; do stall_check "$g"; done
+    fi
+    nap
+  done
+  wait "$pid"
+}
+
+# At the job's end, on every node, outside any container: remove the job's named container
+# (CLEANUP_CONTAINER: pyxis keeps named containers in its default container_scope=global) and the
+# per-job cache directory (CLEANUP_CACHE). One step per component, bounded in time; recorded as
+# "cleanup ok=1|0".
+# shellcheck disable=SC2317  # runs from a trap
+cleanup_nodes() {
+  local g rc=0
+  local -a pids=()
+  [[ -n "${CLEANUP_CONTAINER:-}${CLEANUP_CACHE:-}" ]] || return 0
+  for g in "${!HEADS[@]}"; do
+    local -n nodes_ref="R${g}_NODES"
+    ( drop_gpu_request
+      # shellcheck disable=SC2016  # expands on the node
+      exec timeout 60 srun --het-group="$g" --nodes="${#nodes_ref[@]}" "${NODE_STEP[@]}" "${SRUN_EXTRA[@]}" \
+        --output="$RUN_DIR/logs/cleanup-r$g-n%t.log" bash -c \
+        'rc=0; if [ -n "$1" ]; then "${@:3}" "$1" || rc=1; fi; if [ -n "$2" ]; then rm -rf -- "$2" || rc=1; fi; exit $rc' \
+        cleanup "${CLEANUP_CONTAINER:-}" "${CLEANUP_CACHE:-}" "${REMOVE_CMD[@]}" ) &
+    pids+=($!)
+    unset -n nodes_ref
+  done
+  for g in "${pids[@]}"; do wait "$g" || rc=1; done
+  event cleanup "container=${CLEANUP_CONTAINER:-none}" "cache=${CLEANUP_CACHE:-none}" "ok=$(( rc == 0 ))"
+  (( rc == 0 )) || log "clean-up of the nodes failed (see logs/cleanup-r*-n*.log): a container or cache directory may remain" >&2
+  return 0
+}
+{% endraw %}

@@ -1,0 +1,118 @@
+"""A job sized to its time limit (issue 20): the estimate, --time auto, a limit too short refused
+with exit 2 naming both figures, and figures measured by earlier runs of the same model."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from slurm_ab.duration import History, estimate, fit_time_limit, format_time, parse_time, read_history
+from slurm_ab.errors import ConfigErrors
+from slurm_ab.sources import Sources, plan_for
+
+
+@pytest.mark.parametrize("text,seconds", [("30", 1800), ("10:30", 630), ("02:00:00", 7200),
+                                          ("1-00", 86400), ("1-02:30", 95400), ("2-01:00:05", 176405),
+                                          ("UNLIMITED", None), ("auto", None)])
+def test_slurm_time_formats(text, seconds):
+    assert parse_time(text) == seconds
+
+
+def test_format_rounds_up_to_minutes_and_days():
+    assert format_time(61) == "00:02:00" and format_time(3600) == "01:00:00"
+    assert format_time(90000) == "1-01:00:00"
+
+
+def _plan(*sets, site="example"):
+    return plan_for(Sources(site, (), ("paths.results=/nonexistent-results",) + sets), "tp32", "R")
+
+
+def test_estimate_of_one_run_from_the_site_figures():
+    p = _plan()
+    e = estimate(p)
+    # 120 overhead + (900 load + 60 warm-ups + 20 grace) + ceil(40/8)=5 x 60 + 30 = 1430 s, +15 %
+    assert e.launches == 1 and e.passes == 1
+    assert e.seconds == pytest.approx(1430 * 1.15)
+    assert e.limit_s == 1645 + 120 + 60          # ceil(1644.5) + the early stop + Slurm's early warning
+    assert e.pass_seconds("tp32", 40, 8) == 330
+    assert "model load 900 s (site default [estimate] model_load_s)" in e.text
+    assert "needs --time 00:31:00" in e.text
+
+
+def test_the_seed_campaign_is_too_long_for_two_hours_and_auto_sizes_it(cli):
+    # the issue's example: an A/B of 5 repeats, relaunched per repeat, against the default 02:00:00
+    ab = ("dry-run", "tp32", "tp32-dflash", "--repeats", "5", "--order", "interleaved")
+    code, out, err = cli(*ab, "--time", "auto")
+    assert code == 0 and "--time=auto" not in out
+    needed = re.search(r"#SBATCH --time=(\S+)", out).group(1)
+    assert out.count(f"#SBATCH --time={needed}") == 2 and parse_time(needed) > 7200
+    launches = int(re.search(r"duration estimate: (\d+) server launch\(es\)", err).group(1))
+    assert launches >= 4 and f"time {needed}" in err
+    code, out, err = cli(*ab)
+    assert code == 2 and out == ""
+    # exit 2, naming both figures and the way out
+    assert f"cluster.time_limit (--time) = '02:00:00': too short for this job: it needs {needed}" in err
+    assert f"{launches} server launch(es)" in err and f"--time auto, or at least {needed}" in err
+    code, out, err = cli(*ab, "--time", "1-00:00:00")
+    assert code == 0 and out.count("#SBATCH --time=1-00:00:00") == 2
+
+
+def test_an_explicit_limit_that_fits_is_kept(cli):
+    code, out, err = cli("dry-run", "tp32", "--time", "00:45:00")
+    assert code == 0 and "#SBATCH --time=00:45:00" in out
+    code, out, err = cli("dry-run", "tp32", "--time", "00:20:00")
+    assert code == 2 and "needs 00:31:00" in err and "'00:20:00'" in err
+
+
+def test_an_unparseable_time_is_a_config_error(cli):
+    code, _, err = cli("dry-run", "tp32", "--time", "soon")
+    assert code == 2 and "cluster.time_limit" in err and "auto" in err
+
+
+def _write_run(root, run_id, mode, load_s, pass_s, model="/shared/models/Kimi-K3", prompts=40, conc=8,
+               campaign=False):
+    d = root / run_id
+    d.mkdir(parents=True)
+    cfg = {"paths": {"model": model}, "nodes_per_replica": 4,
+           "benchmark": {"input_len": 16384, "output_len": 512, "num_prompts": prompts, "concurrency": conc}}
+    (d / "manifest.json").write_text(json.dumps({"run_id": run_id, "mode": mode, "config": cfg}))
+    t0 = 1_800_000_000.0
+    lines = [f"{t0:.3f} 2027-01-15 08:00:00.000 server_launch replica=0",
+             f"{t0:.3f} 2027-01-15 08:00:00.000 server_launch replica=1",
+             f"{t0 + load_s - 5:.3f} 2027-01-15 08:00:00.000 ready replica=0 seconds=1",
+             f"{t0 + load_s:.3f} 2027-01-15 08:00:00.000 ready replica=1 seconds=1",
+             f"{t0 + load_s + 10:.3f} 2027-01-15 08:00:00.000 bench_start",
+             f"{t0 + load_s + 10 + pass_s:.3f} 2027-01-15 08:00:00.000 bench_end rc=0"]
+    (d / "events.log").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def test_measured_figures_of_earlier_runs_replace_the_defaults(tmp_path):
+    results = tmp_path / "results"
+    _write_run(results, "a", "tp32", load_s=600, pass_s=230)        # (230 - 30) / 5 = 40 s a request
+    _write_run(results, "b", "tp32", load_s=700, pass_s=180)        # 30 s a request
+    _write_run(results, "other-model", "tp32", load_s=5000, pass_s=5000, model="/other")
+    _write_run(results, "other-mode", "pp8", load_s=100, pass_s=1000)
+    p = _plan(f"paths.results={results}")
+    h = read_history(p.exp)
+    assert sorted(s for s, _ in h.loads) == [100, 600, 700]        # every launch of the model on 4 nodes
+    e = estimate(p, h)
+    assert e.load.seconds == 700 and "measured" in e.load.source and "run b" in e.load.source
+    assert e.request["tp32"].seconds == pytest.approx(40) and "run a" in e.request["tp32"].source
+    assert e.seconds == pytest.approx((120 + 700 + 60 + 20 + 5 * 40 + 30) * 1.15)
+
+
+def test_from_results_off_keeps_the_site_figures(tmp_path):
+    results = tmp_path / "results"
+    _write_run(results, "a", "tp32", load_s=50, pass_s=40)
+    p = fit_time_limit(_plan(f"paths.results={results}", "estimate.from_results=false"))
+    assert p.estimate.load.seconds == 900
+
+
+def test_fit_replaces_auto_and_records_the_estimate():
+    p = fit_time_limit(_plan('cluster.time_limit="auto"'), History())
+    assert "--time=00:31:00" in p.sbatch_component and p.estimate.limit_s == 1825
+    with pytest.raises(ConfigErrors) as e:
+        fit_time_limit(_plan('cluster.time_limit="00:10:00"'), History())
+    assert "needs 00:31:00" in str(e.value.errors[0])

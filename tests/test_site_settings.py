@@ -1,0 +1,141 @@
+"""Settings that make a job survive a real site (issue 20): the container image path, one
+container per node and job, mounts of what a mode uses, --mpi=none, the cache directory, the
+collector job's request, and what dry-run says about them."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from slurm_ab.errors import ConfigErrors
+from slurm_ab.render import summary
+from slurm_ab.site_checks import image_path
+from slurm_ab.sources import Sources, load_experiment, plan_for
+from slurm_ab.shell import Var
+
+
+def _plan(mode="tp32", *sets, site="example"):
+    return plan_for(Sources(site, (), ("paths.results=/results",) + sets), mode, "R")
+
+
+def _errors(*sets, mode="tp32"):
+    with pytest.raises(ConfigErrors) as e:
+        load_experiment(Sources("example", (), sets), mode)
+    return [str(x) for x in e.value.errors]
+
+
+def test_relative_images_are_resolved_or_refused(tmp_path):
+    sq = tmp_path / "images" / "sglang.sqsh"
+    sq.parent.mkdir()
+    sq.write_bytes(b"hsqs")
+    # pyxis: an image not starting with '/' or '.' is a registry image (pyxis_slurmstepd.c strspn)
+    assert image_path("images/sglang.sqsh", str(tmp_path)) == (str(sq), None)
+    assert image_path("./images/sglang.sqsh", str(tmp_path)) == (str(sq), None)
+    assert image_path("../x.sqsh", str(tmp_path / "images")) == (str(tmp_path / "x.sqsh"), None)
+    assert image_path("nvcr.io#nvidia/pytorch:24.01-py3", str(tmp_path)) == ("nvcr.io#nvidia/pytorch:24.01-py3", None)
+    assert image_path("/abs/x.sqsh", str(tmp_path)) == ("/abs/x.sqsh", None)
+    img, problem = image_path("missing/sglang.sqsh", str(tmp_path))
+    assert "does not exist" in problem and "registry image" in problem
+
+
+def test_a_relative_image_reaches_the_script_absolute(tmp_path, monkeypatch):
+    (tmp_path / "sglang.sqsh").write_bytes(b"hsqs")
+    monkeypatch.chdir(tmp_path)
+    p = _plan("tp32", "container.image=sglang.sqsh")
+    assert p.container_flags[0] == f"--container-image={tmp_path}/sglang.sqsh"
+    errs = _errors("container.image=nothere.sqsh")
+    assert errs[0].startswith("container.image = 'nothere.sqsh': a relative squashfs path that does not exist")
+
+
+@pytest.mark.parametrize("sets,key", [
+    (["container.name=a:b"], "container.name"),
+    (["container.scope=node"], "container.scope"),
+    (["cache.dir=relative/dir"], "cache.dir"),
+    (["cache.dir=/a,b"], "cache.dir"),
+    (["cache.env.HF_HOME=../up"], "cache.env.HF_HOME"),
+    (["cluster.mpi=pm ix"], "cluster.mpi"),
+    (["estimate.request_s=-1"], "estimate.request_s"),
+    (["estimate.margin=9"], "estimate.margin"),
+    (["watchdog.pass_factor=0.5"], "watchdog.pass_factor"),
+    (["watchdog.progress_metric=not a metric"], "watchdog.progress_metric"),
+    (["collector.mem=lots"], "collector.mem"),
+    (["collector.sbatch_extra=['--x y']"], "collector.sbatch_extra[0]"),
+])
+def test_each_bad_survival_setting_is_named(sets, key):
+    errs = _errors(*sets)
+    assert any(e.startswith(f"{key} = ") for e in errs), errs
+
+
+def test_one_named_container_per_node_and_job():
+    p = _plan()
+    assert Var("--container-name=slurm-ab-${SLURM_JOB_ID}") in p.container_flags
+    assert p.container_name == "slurm-ab-${SLURM_JOB_ID}"
+    assert _plan("tp32", 'container.name=""').container_name == ""
+    assert not any(isinstance(f, Var) for f in _plan("tp32", 'container.name=""').container_flags)
+    assert _plan("tp32", 'container.image=""').container_flags == ()
+
+
+def _mounts(p):
+    flag = next(f for f in p.container_flags if str(f).startswith("--container-mounts="))
+    return flag.split("=", 1)[1].split(",")
+
+
+def test_only_the_paths_a_mode_uses_are_mounted():
+    tp32, dflash = _mounts(_plan("tp32")), _mounts(_plan("tp32-dflash"))
+    draft = "/shared/models/Kimi-K3-DFlash:/shared/models/Kimi-K3-DFlash"
+    assert draft not in tp32 and draft in dflash
+    assert "/shared/models/Kimi-K3:/shared/models/Kimi-K3" in tp32
+    # a dataset that reads no file is not mounted; a separate tokenizer is
+    m = _mounts(_plan("tp32", 'benchmark.dataset="random-ids"', 'paths.tokenizer="/tok/k3"'))
+    assert not any("speed_bench" in x for x in m) and "/tok/k3:/tok/k3" in m
+
+
+def test_every_step_runs_with_mpi_none_unless_the_site_says_otherwise():
+    assert _plan().srun_extra == ("--mpi=none",)
+    assert _plan("tp32", 'cluster.mpi="pmix"', 'cluster.srun_extra=["--network=x"]').srun_extra == \
+        ("--mpi=pmix", "--network=x")
+    assert _plan("tp32", 'cluster.mpi=""').srun_extra == ()
+
+
+def test_the_cache_environment_of_every_step():
+    p = _plan("tp32", "cache.dir=/scratch/cache")
+    assert p.cache.base == "/scratch/cache" and p.cache.per_job
+    env = [v.text for v in p.cache.env]
+    assert env[:3] == ["HOME=${CACHE_DIR}", "XDG_CACHE_HOME=${CACHE_DIR}/.cache",
+                       "HF_HOME=${CACHE_DIR}/.cache/huggingface"]
+    assert "TRITON_CACHE_DIR=${CACHE_DIR}/.triton/cache" in env
+    assert "/scratch/cache:/scratch/cache" in _mounts(p)
+    assert _plan().cache is None
+    p = _plan("tp32", "cache.dir=/scratch/cache", "cache.env.SGLANG_DG_CACHE_DIR=.cache/deep_gemm")
+    assert "SGLANG_DG_CACHE_DIR=${CACHE_DIR}/.cache/deep_gemm" in [v.text for v in p.cache.env]
+
+
+def test_dry_run_summary_of_a_pyxis_site():
+    text = summary(_plan("tp32", "cache.dir=/scratch/cache"))
+    assert "every srun step: --mpi=none (cluster.mpi: no PMIx set-up per step)" in text
+    assert ("one container per node and job: --container-name=slurm-ab-$SLURM_JOB_ID, created by each "
+            "node's first step (the preflight) and reused by its later steps, removed at the end") in text
+    assert "cache directory /scratch/cache/slurm-ab-$SLURM_JOB_ID on every node" in text
+    assert "HOME=$CACHE_DIR XDG_CACHE_HOME=$CACHE_DIR/.cache HF_HOME=$CACHE_DIR/.cache/huggingface" in text
+    assert "duration estimate: 1 server launch(es)" in text and "time limit 02:00:00" in text
+    assert "watchdog: a pass fails when it runs longer than 3 x its estimate, or when a replica " \
+           "finishes no request for 180 s" in text
+    assert "note: heterogeneous jobs are scheduled by the backfill scheduler only" in text
+    assert "MaxJobsPerUser" in text
+    plain = summary(_plan())
+    assert "note: container.image without cache.dir: HOME inside the container is not writable" in plain
+
+
+def test_the_collector_job_asks_for_what_it_needs(tmp_path):
+    from slurm_ab.submit import collector_python, collector_request
+
+    p = _plan("tp32", 'collector.partition="cpu"', 'collector.qos="short"', 'collector.sbatch_extra=["--reservation=x", "--requeue"]')
+    r = collector_request(p, "123", tmp_path)
+    assert r["partition"] == "cpu" and r["qos"] == "short" and r["mem"] == "4G" and r["time"] == 15
+    assert r["cpus_per_task"] == 1 and r["nodes"] == 1 and not r["use_srun"]
+    extra = r["additional_parameters"]
+    assert extra["gres"] == "none" and extra["dependency"] == "afterany:123" and extra["chdir"] == str(tmp_path)
+    assert extra["reservation"] == "x" and extra["requeue"] is True
+    assert "gpus_per_node" not in r and "num_gpus" not in r
+    assert collector_request(_plan(), "1", tmp_path)["partition"] == "gpu"
+    assert os.path.isabs(collector_python())
