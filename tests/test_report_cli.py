@@ -59,7 +59,7 @@ def test_collect_writes_report_html_and_plots_once(cli, results):
     code, out, _ = cli("collect", str(run))
     assert code == 0 and "report.html" in out
     assert sorted(p.name for p in (run / "plots").iterdir()) == [
-        "decode.png", "latency-cdf.png", "phases.png", "request-timeline.png"]
+        "decode-cdf.png", "decode.png", "latency-cdf.png", "phases.png", "request-timeline.png"]
     before = (run / "report.html").read_bytes()
     code, out, _ = cli("collect", str(run))
     assert "summary files unchanged" in out and (run / "report.html").read_bytes() == before

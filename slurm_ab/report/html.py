@@ -173,48 +173,78 @@ def diagnosis(run: RunFiles, base_dir: Path) -> str:
 def cdf_curve(run: RunFiles, label: str | None = None) -> dict:
     lat = series.request_latencies(run.record)
     bench = run.summary.get("bench") or {}
+    dec = series.tpot_itl(run.record)
+    from ..parse.stats import percentile
     return {"label": label or run.mode, "ttft": series.cdf_points(lat["ttft"]),
             "e2e": series.cdf_points(lat["e2e"]), "ttft_p": bench.get("ttft") or {},
-            "e2e_p": bench.get("e2e") or {}}
+            "e2e_p": bench.get("e2e") or {}, "tpot": series.cdf_points(dec["tpot"]),
+            "tpot_p": bench.get("tpot") or {}, "itl": series.cdf_points(dec["itl"]),
+            "itl_p": {q: percentile(sorted(dec["itl"]), n) for q, n in (("p50", 50), ("p95", 95))}
+            if dec["itl"] else {}}
 
 
 def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
-    """(file name, caption, PNG) of every plot of one run."""
+    """(file name, caption, PNG) of every plot of one run. Time axes start at the first request
+    (series.clock); the client's measured benchmark is the dark band, its step's window light."""
     from . import plots
 
     out = []
+    ctx = series.run_context(run)
     curve = cdf_curve(run)
     if curve["ttft"][0]:
         out.append(("latency-cdf.png", "Per-request TTFT and E2E CDFs; markers at the table's p50 "
-                    "(circle) and p95 (diamond)", plots.png(plots.fig_cdfs([curve]))))
+                    "(circle) and p95 (diamond)", plots.png(plots.fig_cdfs([curve], context=ctx))))
+    if curve["tpot"][0]:
+        out.append(("decode-cdf.png", "TPOT per request and every inter-token latency (ms), CDFs; "
+                    "markers at p50 (circle) and p95 (diamond)",
+                    plots.png(plots.fig_cdfs([curve], plots.DECODE_PANELS, context=ctx))))
     tl = series.timeline(run)
-    win = series.windows(run)
+    clk = series.clock(run, tl)
+    win = series.shift_windows(series.windows(run), clk)
+    span = series.bench_span(run, clk)
+    stl = series.shift_timeline(tl, clk)
     if tl.requests:
         cap = (f"Request timeline ({len(tl.requests)} requests; {tl.method}"
                + (f"; largest start residual {tl.residual_ms:.0f} ms" if tl.residual_ms is not None else "")
                + "). Black ticks: arrival at the server. Below: requests in flight.")
         out.append(("request-timeline.png", cap,
-                    plots.png(plots.fig_timeline(tl, title=f"Request timeline: {run.run_id}",
-                                                 windows={"benchmark": win["benchmark"]},
-                                                 xlabel=run.origin_label))))
+                    plots.png(plots.fig_timeline(stl, title=f"Request timeline: {run.run_id}",
+                                                 windows={"benchmark": win["benchmark"], "failed": win["failed"]},
+                                                 bench=span, xlabel=clk.label, context=ctx))))
+    mt = series.metrics_over_time(run, clk)
+    if mt:
+        out.append(("server-metrics.png", "Per replica over the benchmark, from its /metrics scrapes: "
+                    "requests in flight (HTTP), running and queued, and the fullest stage's KV-cache "
+                    "usage (docs/metrics.md)",
+                    plots.png(plots.fig_metrics_time(mt, windows={"benchmark": win["benchmark"],
+                                                                  "failed": win["failed"]},
+                                                     bench=span, failure=stl.failure, xlabel=clk.label,
+                                                     context=ctx))))
     rt = series.replica_tpot(run)
     if rt:
         out.append(("replica-tpot.png", "Per replica: TPOT over the benchmark window from each "
-                    f"replica's own /metrics ({rt[0].metric}); dashed/dotted: the client's pooled "
-                    "TPOT mean/p95, which mixes the replicas",
-                    plots.png(plots.fig_replica_tpot(rt, (run.summary.get("bench") or {}).get("tpot")))))
+                    f"replica's own /metrics ({rt[0].metric}): the mean (exact) and the buckets its "
+                    "p50 and p95 fall in; dashed/dotted: the client's pooled TPOT mean/p95, which "
+                    "mixes the replicas",
+                    plots.png(plots.fig_replica_tpot(rt, (run.summary.get("bench") or {}).get("tpot"),
+                                                     context=ctx))))
     dec = series.decode_series(run)
     if any(d["t"] for d in dec.values()):
+        dec = {g: dict(d, t=[clk.at(t) for t in d["t"]]) for g, d in dec.items()}
         out.append(("decode.png", "Per replica: decode throughput" +
                     (" and accept length" if any(v is not None for d in dec.values() for v in d["accept"]) else "")
-                    + " over time from the Decode batch samples of node rank 0",
-                    plots.png(plots.fig_decode(dec, win, failure=tl.failure, xlabel=run.origin_label))))
+                    + " over time from the Decode batch samples of node rank 0, one y scale for all "
+                    "replicas; lines break where samples pause",
+                    plots.png(plots.fig_decode(dec, win, failure=stl.failure, bench=span,
+                                               xlabel=clk.label, context=ctx))))
     lanes = series.phases(run)
     if lanes:
+        lanes = [(n, [(ph, clk.at(s), clk.at(e)) for ph, s, e in spans]) for n, spans in lanes]
         cap = "Job phases from events.log" + (" up to the failure (red)" if tl.failure is not None else "")
-        xl = run.origin_label + (" (negative: before it)" if "benchmark" in run.origin_label else "")
-        out.append(("phases.png", cap, plots.png(plots.fig_phases(lanes, failure=tl.failure,
-                                                                 end=series.job_end(run), xlabel=xl))))
+        end = series.job_end(run)
+        out.append(("phases.png", cap, plots.png(plots.fig_phases(
+            lanes, failure=stl.failure, end=clk.at(end), failed=tuple(win["failed"]),
+            xlabel=clk.label + " (negative: before it)", context=ctx))))
     return out
 
 

@@ -1,22 +1,36 @@
-"""matplotlib figures of runs and comparisons (Agg backend; this module is imported lazily).
+"""matplotlib figures of one run (Agg backend; this module is imported lazily).
 
 Each fig_* function takes plain data (slurm_ab.report.series) and returns a Figure, so tests can
-inspect the artists; png() turns one into deterministic PNG bytes (no timestamp metadata).
+inspect the artists; png() turns one into deterministic PNG bytes (no timestamp metadata). Figures
+are drawn for slides: 150 dpi, 10-12 pt text at 11 in wide, the run's context (mode, ISL -> OSL,
+C, prompts, model) as a header line, legends beside the axes (never over the curves), panels that
+are compared sharing their y scale, lines broken at gaps. Comparison charts: charts.py.
 """
 from __future__ import annotations
 
+import functools
 import io
+import math
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-DPI = 100
+DPI = 150
+WIDTH = 11.0
+RC = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10,
+      "ytick.labelsize": 10, "legend.fontsize": 9.5, "figure.titlesize": 10,
+      "axes.spines.top": False, "axes.spines.right": False}
 UNATTRIBUTED = "#9e9e9e"
+FAILED = "#c62828"
 _PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+PHASE_COLORS = {"preflight": "#bdbdbd", "loading": "#90caf9", "warm-up": "#ffcc80",
+                "router": "#ce93d8", "benchmark": "#a5d6a7"}
 
 
 def replica_color(g: int | None) -> str:
@@ -34,57 +48,131 @@ def png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _fig(w: float, h: float, rows: int = 1, **kw):
-    fig, axes = plt.subplots(rows, 1, figsize=(w, h), squeeze=False, **kw)
+def styled(fn):
+    """Draw inside the slide style; `context=` adds the run's context as the figure's header."""
+    @functools.wraps(fn)
+    def wrap(*args, context: str = "", **kw):
+        with plt.rc_context(RC):
+            fig = fn(*args, **kw)
+            if context:
+                fig.suptitle(context, x=0.01, ha="left", fontsize=9.5, color="#444444")
+            return fig
+    return wrap
+
+
+def _fig(h: float, rows: int = 1, cols: int = 1, w: float = WIDTH, **kw):
+    fig, axes = plt.subplots(rows, cols, figsize=(w, h), squeeze=False, **kw)
     fig.set_layout_engine("constrained")
-    return fig, [a[0] for a in axes]
+    return fig, [a for row in axes for a in row]
 
 
-# ---- latency CDFs --------------------------------------------------------------------------------
+def _nan(xs):
+    return [math.nan if x is None else x for x in xs]
 
-def fig_cdfs(curves: list[dict]) -> Figure:
-    """curves: {label, ttft: (xs_ms, ys), e2e: (xs_ms, ys), ttft_p: {p50, p95}, e2e_p: {...}}.
 
-    One panel per metric, one line per run; the tables' p50 and p95 are marked on each line.
-    """
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), squeeze=True)
-    fig.set_layout_engine("constrained")
-    for ax, key, title in ((axes[0], "ttft", "TTFT"), (axes[1], "e2e", "E2E latency")):
+def legend_beside(fig: Figure, handles, **kw) -> None:
+    """One legend for the figure, right of the axes (constrained layout makes room for it)."""
+    if handles:
+        fig.legend(handles=handles, loc="outside right upper", frameon=False, **kw)
+
+
+def _shade(ax, windows: dict | None, bench: tuple | None = None) -> None:
+    """Warm-ups, each pass's client step (bench_start..bench_end), the benchmark as the client
+    measured it, failed passes (red hatch)."""
+    if not windows:
+        windows = {}
+    for s, e in windows.get("warmup", ()):
+        if s is not None:
+            ax.axvspan(s, e if e is not None else s, color=PHASE_COLORS["warm-up"], alpha=0.35, lw=0)
+    for s, e in windows.get("benchmark", ()):
+        if s is not None:
+            ax.axvspan(s, e if e is not None else ax.get_xlim()[1], color="#e8f5e9", alpha=0.8, lw=0)
+    if bench is not None:
+        ax.axvspan(bench[0], bench[1], color=PHASE_COLORS["benchmark"], alpha=0.45, lw=0)
+    for s, e in windows.get("failed", ()):
+        if s is not None:
+            ax.axvspan(s, e if e is not None else ax.get_xlim()[1], facecolor="none", edgecolor=FAILED,
+                       hatch="///", lw=0.0, alpha=0.6, gid="failed-pass")
+
+
+def _window_handles(windows: dict | None, bench: tuple | None, failure: float | None) -> list:
+    windows = windows or {}
+    out = []
+    if windows.get("warmup"):
+        out.append(Patch(color=PHASE_COLORS["warm-up"], alpha=0.35, label="warm-up"))
+    if windows.get("benchmark"):
+        out.append(Patch(color="#e8f5e9", label="client step"))
+    if bench is not None:
+        out.append(Patch(color=PHASE_COLORS["benchmark"], alpha=0.45,
+                         label=f"benchmark ({bench[1] - bench[0]:.2f} s, client)"))
+    if windows.get("failed"):
+        out.append(Patch(facecolor="none", edgecolor=FAILED, hatch="///", label="failed pass"))
+    if failure is not None:
+        out.append(Line2D([], [], color=FAILED, lw=1.5, ls="--", label="job failure"))
+    return out
+
+
+# ---- latency distributions --------------------------------------------------------------------
+
+LATENCY_PANELS = (("ttft", "TTFT (per request)", "s"), ("e2e", "E2E latency (per request)", "s"))
+DECODE_PANELS = (("tpot", "TPOT (per request)", "ms"), ("itl", "Inter-token latency (every gap)", "ms"))
+LOG_TAIL = 20.0     # a panel whose largest value exceeds its median that many times: log x axis
+
+
+@styled
+def fig_cdfs(curves: list[dict], panels=LATENCY_PANELS) -> Figure:
+    """curves: {label, <key>: (xs_ms, ys), <key>_p: {p50, p95}} for each panel key.
+
+    One panel per metric, one line per run; p50 and p95 marked on each line (the tables'
+    figures). Panels in s or ms (values come in ms). Legend below the panels."""
+    fig, axes = _fig(4.6, 1, len(panels))
+    handles = []
+    for ax, (key, title, unit) in zip(axes, panels):
+        k = 1000.0 if unit == "s" else 1.0
         for i, c in enumerate(curves):
-            xs, ys = c[key]
+            xs, ys = c.get(key) or ([], [])
             if not xs:
                 continue
             col = series_color(i)
             ps = c.get(f"{key}_p") or {}
-            marks = ", ".join(f"{q} {ps[q] / 1000:.2f}s" for q in ("p50", "p95") if ps.get(q) is not None)
-            ax.plot([x / 1000 for x in xs], ys, color=col, lw=1.6,
-                    label=f"{c['label']} ({marks})" if marks else c["label"])
+            line, = ax.plot([x / k for x in xs], ys, color=col, lw=1.8)
             for q, marker in (("p50", "o"), ("p95", "D")):
                 v = ps.get(q)
                 if v is not None:
-                    ax.plot([v / 1000], [0.5 if q == "p50" else 0.95], marker=marker, color=col,
+                    ax.plot([v / k], [0.5 if q == "p50" else 0.95], marker=marker, color=col,
                             ms=7, mec="black", mew=0.6, ls="none", gid=f"{key}-{q}-{i}")
+            if ax is axes[0]:
+                handles.append(Line2D([], [], color=col, lw=1.8, label=c["label"]))
         for y in (0.5, 0.95):
             ax.axhline(y, color="#bbbbbb", lw=0.8, ls=":")
-        ax.set_title(f"{title} CDF (per request)")
-        ax.set_xlabel("seconds")
-        ax.set_ylabel("fraction of requests")
+        ax.set_title(title)
+        tails = [c.get(key)[0] for c in curves if c.get(key) and c.get(key)[0]]
+        if tails and all(x[0] > 0 for x in tails) and \
+                max(x[-1] / x[len(x) // 2] for x in tails if x[len(x) // 2] > 0) > LOG_TAIL:
+            ax.set_xscale("log")
+            unit += ", log scale"
+        ax.set_xlabel(unit)
+        ax.set_ylabel("fraction")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
+    handles += [Line2D([], [], marker="o", color="#555555", mec="black", ls="none", label="p50"),
+                Line2D([], [], marker="D", color="#555555", mec="black", ls="none", label="p95")]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), frameon=False)
     return fig
 
 
 # ---- request timeline ---------------------------------------------------------------------------
 
-def fig_timeline(tl, *, title: str = "", windows: dict | None = None,
-                 xlabel: str = "seconds since the benchmark started") -> Figure:
+@styled
+def fig_timeline(tl, *, title: str = "", windows: dict | None = None, bench: tuple | None = None,
+                 xlabel: str = "seconds since the first request") -> Figure:
     """One bar per request (start -> first token light, first token -> end solid), coloured by
-    replica, arrival ticks from the access lines; concurrency over time below."""
+    replica, arrival ticks from the access lines; requests in flight below."""
     n = len(tl.requests)
-    fig, (ax, axc) = plt.subplots(2, 1, figsize=(10, 3.2 + min(n, 200) * 0.06), sharex=True,
-                                  gridspec_kw={"height_ratios": [3, 1]})
-    fig.set_layout_engine("constrained")
+    fig, (ax, axc) = _fig(3.6 + min(n, 160) * 0.055, 2, sharex=True,
+                          gridspec_kw={"height_ratios": [3, 1]})
+    for a in (ax, axc):
+        _shade(a, windows, bench)
     for y, r in enumerate(tl.requests):
         col = replica_color(r.replica)
         if r.first_token is not None:
@@ -97,205 +185,197 @@ def fig_timeline(tl, *, title: str = "", windows: dict | None = None,
             ax.plot([r.start], [y], marker=">", color=col, ls="none", gid=f"req-{r.index}")
         if r.arrival is not None:
             ax.plot([r.arrival, r.arrival], [y - 0.45, y + 0.45], color="black", lw=0.8)
-    reps = sorted({r.replica for r in tl.requests}, key=lambda g: (g is None, g))
-    handles = [Patch(color=replica_color(g), label=f"replica {g}" if g is not None else "unattributed")
-               for g in reps]
-    handles.append(Patch(facecolor="#888888", alpha=0.35, label="waiting + prefill (to first token)"))
-    _shade(ax, windows, with_labels=False)
     for a in (ax, axc):
         if tl.failure is not None:
-            a.axvline(tl.failure, color="red", lw=1.5, ls="--")
-        if tl.bench_end is not None:
-            a.axvline(tl.bench_end, color="#555555", lw=0.8, ls=":")
-    if tl.failure is not None:
-        handles.append(Patch(color="red", label="job failure"))
-    ax.legend(handles=handles, loc="upper left", fontsize=7, ncol=4)
+            a.axvline(tl.failure, color=FAILED, lw=1.5, ls="--")
+    reps = sorted({r.replica for r in tl.requests}, key=lambda g: (g is None, g))
+    handles = [Patch(color=replica_color(g), label=f"replica {g}" if g is not None else "replica unknown")
+               for g in reps]
+    handles.append(Patch(facecolor="#888888", alpha=0.35, label="to first token"))
+    handles.append(Line2D([], [], color="black", lw=0.8, label="arrival (server)"))
+    legend_beside(fig, handles + _window_handles(windows, bench, tl.failure))
     ax.set_ylabel("request (by start)")
-    ax.set_ylim(-1, max(n, 1) + 2 + n * 0.12)
+    ax.set_ylim(-1, max(n, 1))
     ax.set_title(title or "Request timeline")
     ax.grid(axis="x", alpha=0.3)
     if tl.concurrency:
-        xs = [t for t, _ in tl.concurrency]
-        ys = [c for _, c in tl.concurrency]
-        axc.step(xs, ys, where="post", color="black", lw=1.2, gid="concurrency")
+        axc.step([t for t, _ in tl.concurrency], [c for _, c in tl.concurrency], where="post",
+                 color="black", lw=1.4, gid="concurrency")
     axc.set_ylabel("in flight")
+    axc.set_ylim(bottom=0)
+    axc.yaxis.set_major_locator(MaxNLocator(integer=True))
     axc.set_xlabel(xlabel)
     axc.grid(alpha=0.3)
     return fig
 
 
-def _shade(ax, windows: dict | None, with_labels: bool = True) -> None:
-    if not windows:
-        return
-    for i, (s, e) in enumerate(windows.get("warmup", ())):
-        if s is not None:
-            ax.axvspan(s, e if e is not None else s, color="#ffcc80", alpha=0.35,
-                       label="warm-up" if with_labels and i == 0 else None)
-    for i, (s, e) in enumerate(windows.get("benchmark", ())):
-        if s is not None:
-            ax.axvspan(s, e if e is not None else ax.get_xlim()[1], color="#a5d6a7", alpha=0.25,
-                       label="benchmark" if with_labels and i == 0 else None)
-
-
 # ---- decode samples -----------------------------------------------------------------------------
 
-def fig_decode(series: dict, windows: dict, *, failure: float | None = None,
-               xlabel: str = "seconds since the benchmark started") -> Figure:
-    """Per replica: decode throughput (and accept length for speculative modes) over time."""
+@styled
+def fig_decode(series: dict, windows: dict, *, failure: float | None = None, bench: tuple | None = None,
+               xlabel: str = "seconds since the first request") -> Figure:
+    """Per replica: decode throughput (and accept length for speculative modes) over time, on one
+    shared y scale per quantity (a slower replica shows as lower, not as an alike curve), lines
+    broken where samples pause (prefill, between passes)."""
+    from .series import split_gaps
+
     spec = any(v is not None for s in series.values() for v in s["accept"])
-    rows = max(len(series), 1) * (2 if spec else 1)
-    fig, axes = _fig(10, 1.9 * rows + 0.6, rows, sharex=True)
+    panels = [("gen", "decode tok/s")] + ([("accept", "accept len")] if spec else [])
+    rows = max(len(series), 1) * len(panels)
+    fig, axes = _fig(1.75 * rows + 1.2, rows, sharex=True)
+    breaks = tuple(s for s, _ in (windows or {}).get("benchmark", ()) if s is not None)
+    first: dict = {}
     i = 0
     for g, s in sorted(series.items()):
-        panels = [("gen", "decode tok/s")] + ([("accept", "accept len")] if spec else [])
         for key, label in panels:
             ax = axes[i]
             i += 1
-            pts = [(t, v) for t, v in zip(s["t"], s[key]) if t is not None and v is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=replica_color(g), lw=1.2,
-                    marker=".", ms=3, label=f"replica {g}", gid=f"{key}-{g}")
-            _shade(ax, windows, with_labels=(i == 1))
+            if key in first:
+                ax.sharey(first[key])
+            else:
+                first[key] = ax
+            _shade(ax, windows, bench)
+            xs, ys = split_gaps(s["t"], s[key], breaks=breaks)
+            ax.plot(_nan(xs), _nan(ys), color=replica_color(g), lw=1.4, marker=".", ms=4,
+                    gid=f"{key}-{g}")
             if failure is not None:
-                ax.axvline(failure, color="red", lw=1.5, ls="--", label="job failure" if i == 1 else None)
-            ax.set_ylabel(f"r{g} {label}", fontsize=8)
+                ax.axvline(failure, color=FAILED, lw=1.5, ls="--")
+            ax.set_ylabel(f"replica {g}\n{label}")
             ax.grid(alpha=0.3)
+    for key, ax in first.items():
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(0 if key == "gen" else min(lo, 1.0), hi)
     if not series:
         axes[0].text(0.5, 0.5, "no decode samples in the server logs", ha="center", va="center",
                      transform=axes[0].transAxes)
-    axes[0].legend(loc="upper left", fontsize=7, ncol=3)
-    axes[0].set_title("Decode samples of node rank 0 (warm-up and benchmark windows shaded)")
+    handles = [Line2D([], [], color=replica_color(g), lw=1.4, marker=".", label=f"replica {g}")
+               for g in sorted(series)]
+    legend_beside(fig, handles + _window_handles(windows, bench, failure))
+    axes[0].set_title("Decode samples of node rank 0 (same y scale for every replica)")
+    axes[-1].set_xlabel(xlabel)
+    return fig
+
+
+# ---- server metrics over time ---------------------------------------------------------------------
+
+@styled
+def fig_metrics_time(per_replica: dict, *, windows: dict | None = None, bench: tuple | None = None,
+                     failure: float | None = None, xlabel: str = "seconds since the first request") -> Figure:
+    """Per replica, from its /metrics scrapes: requests in flight, running and queued (left axis,
+    one scale for all replicas) and KV-cache usage of the fullest stage (right axis)."""
+    rows = max(len(per_replica), 1)
+    fig, axes = _fig(1.9 * rows + 1.2, rows, sharex=True, sharey=True)
+    kv_axes = []
+    styles = (("in_flight", "in flight (HTTP)", "#9e9e9e", 4.0, "s"), ("running", "running", "#1f77b4", 1.6, "o"),
+              ("queued", "queued", "#ff7f0e", 1.6, "^"))
+    for ax, (g, d) in zip(axes, sorted(per_replica.items())):
+        _shade(ax, windows, bench)
+        for key, _, col, lw, mk in styles:       # samples at the scrapes, joined (not held)
+            pts = [(t, v) for t, v in zip(d["t"], d[key]) if t is not None and v is not None]
+            ax.plot([t for t, _ in pts], [v for _, v in pts], color=col, lw=lw, marker=mk, ms=5,
+                    alpha=0.8 if key == "in_flight" else 1.0, gid=f"{key}-{g}")
+        kv = ax.twinx()
+        kv_axes.append(kv)
+        pts = [(t, v) for t, v in zip(d["t"], d["kv_usage"]) if t is not None and v is not None]
+        kv.plot([t for t, _ in pts], [v for _, v in pts], color="#9467bd", ls="--", lw=1.3,
+                marker=".", ms=4, gid=f"kv-{g}")
+        kv.set_ylabel("KV usage", color="#9467bd")
+        kv.spines["right"].set_visible(True)
+        if failure is not None:
+            ax.axvline(failure, color=FAILED, lw=1.5, ls="--")
+        ax.set_ylabel(f"replica {g}\nrequests")
+        ax.grid(alpha=0.3)
+    if kv_axes:
+        top = max(max(a.get_ylim()[1] for a in kv_axes), 1e-3)
+        for a in kv_axes:
+            a.set_ylim(0, top * 1.1)
+    axes[0].set_ylim(bottom=0)
+    if not per_replica:
+        axes[0].text(0.5, 0.5, "no /metrics scrapes", ha="center", va="center", transform=axes[0].transAxes)
+    handles = [Line2D([], [], color=c, lw=lw, marker=mk, label=lab) for _, lab, c, lw, mk in styles]
+    handles.append(Line2D([], [], color="#9467bd", ls="--", marker=".", label="KV usage (fullest stage)"))
+    legend_beside(fig, handles + _window_handles(windows, bench, failure))
+    axes[0].set_title("Server metrics at each /metrics scrape, per replica")
     axes[-1].set_xlabel(xlabel)
     return fig
 
 
 # ---- per-replica TPOT ---------------------------------------------------------------------------
 
+@styled
 def fig_replica_tpot(rows, client: dict | None = None) -> Figure:
-    """rows: series.ReplicaTpot. One bar per replica (its server-side TPOT mean) with a line from
-    its p50 to its p95; the client's pooled TPOT mean (and p95) as vertical lines, for scale."""
-    fig, (ax,) = _fig(10, 0.9 + 0.55 * max(len(rows), 1))
+    """rows: series.ReplicaTpot. One bar per replica (its server-side TPOT mean, exact) and the
+    histogram buckets its p50 and p95 fall in (the histogram knows nothing finer); the client's
+    pooled TPOT mean (and p95) as vertical lines, for scale."""
+    fig, (ax,) = _fig(1.4 + 0.7 * max(len(rows), 1))
     for y, r in enumerate(rows):
-        ax.barh(y, r.mean_ms, height=0.55, color=replica_color(r.replica), alpha=0.85,
+        ax.barh(y, r.mean_ms, height=0.5, color=replica_color(r.replica), alpha=0.85,
                 gid=f"tpot-{r.replica}")
-        if r.p50_ms is not None and r.p95_ms is not None:
-            ax.plot([r.p50_ms, r.p95_ms], [y, y], color="black", lw=1.4, marker="|", ms=12)
-        ax.text(r.mean_ms, y + 0.33, f" mean {r.mean_ms:.1f} ms ({r.count:g} requests)",
-                va="center", fontsize=8)
+        for q, bk, lw, col in (("p50", r.p50_bucket, 5, "#9e9e9e"), ("p95", r.p95_bucket, 9, "#424242")):
+            if bk and math.isfinite(bk[1]):
+                ax.plot([bk[0], bk[1]], [y - 0.36, y - 0.36] if q == "p50" else [y + 0.36, y + 0.36],
+                        color=col, lw=lw, solid_capstyle="butt", gid=f"{q}-{r.replica}")
+        txt = f" mean {r.mean_ms:.1f} ms ({r.count:g} requests)"
+        if r.p95_bucket:
+            from ..collect.histograms import bucket_text
+            txt += f"; p50 {bucket_text(r.p50_bucket)}, p95 {bucket_text(r.p95_bucket)}"
+        ax.text(r.mean_ms, y, txt, va="center", fontsize=9.5)
     client = client or {}
+    handles = [Line2D([], [], color="#9e9e9e", lw=5, label="p50 bucket"),
+               Line2D([], [], color="#424242", lw=9, label="p95 bucket")]
     if client.get("mean") is not None:
-        ax.axvline(client["mean"], color="#555555", ls="--", lw=1.2,
-                   label=f"client pooled mean {client['mean']:.1f} ms")
+        ax.axvline(client["mean"], color="#555555", ls="--", lw=1.2)
+        handles.append(Line2D([], [], color="#555555", ls="--", label=f"client pooled mean {client['mean']:.1f} ms"))
     if client.get("p95") is not None:
-        ax.axvline(client["p95"], color="#555555", ls=":", lw=1.2,
-                   label=f"client pooled p95 {client['p95']:.1f} ms")
+        ax.axvline(client["p95"], color="#555555", ls=":", lw=1.2)
+        handles.append(Line2D([], [], color="#555555", ls=":", label=f"client pooled p95 {client['p95']:.1f} ms"))
     ax.set_yticks(range(len(rows)), [f"replica {r.replica}" for r in rows])
     ax.invert_yaxis()
-    ax.set_ylim(len(rows) - 0.3, -0.7)
-    right = max([r.p95_ms or r.mean_ms for r in rows] + [client.get("p95") or 0.0, 1e-9])
-    ax.set_xlim(0, right * 1.35)
+    ax.set_ylim(len(rows) - 0.4, -0.6)
+    right = max([b[1] for r in rows for b in (r.p95_bucket,) if b and math.isfinite(b[1])]
+                + [r.mean_ms for r in rows] + [client.get("p95") or 0.0, 1e-9])
+    ax.set_xlim(0, right * 1.9)
     ax.set_xlabel("TPOT (ms)")
-    ax.set_title("TPOT per replica (server /metrics; bar: mean, line: p50 to p95)")
+    ax.set_title("TPOT per replica (server /metrics histogram; bar: mean)")
     ax.grid(axis="x", alpha=0.3)
-    if client:
-        ax.legend(loc="lower right", fontsize=7)
+    legend_beside(fig, handles)
     return fig
 
 
 # ---- job phases ---------------------------------------------------------------------------------
 
+@styled
 def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *,
-               failure: float | None = None, end: float | None = None,
-               xlabel: str = "seconds since the benchmark started (negative: before it)") -> Figure:
-    """lanes: (name, [(phase, start, end|None)]); None = never finished (drawn to the job's end)."""
-    colors = {"preflight": "#bdbdbd", "loading": "#90caf9", "warm-up": "#ffcc80", "router": "#ce93d8",
-              "benchmark": "#a5d6a7"}
-    fig, (ax,) = _fig(10, 0.6 + 0.45 * max(len(lanes), 1))
+               failure: float | None = None, end: float | None = None, failed: tuple = (),
+               xlabel: str = "seconds since the first request (negative: before it)") -> Figure:
+    """lanes: (name, [(phase, start, end|None)]); None = never finished (drawn to the job's end);
+    failed: (start, end) of failed passes, drawn red."""
+    fig, (ax,) = _fig(0.9 + 0.5 * max(len(lanes), 1))
     stop = end if end is not None else max([e or s for _, ph in lanes for _, s, e in ph] + [0.0])
+    bad = [(s, e) for s, e in failed if s is not None]
     for y, (name, phases) in enumerate(lanes):
         for phase, s, e in phases:
+            fails = phase == "benchmark" and any(abs(s - b[0]) < 1e-6 for b in bad)
             ax.barh(y, (e if e is not None else stop) - s, left=s, height=0.6,
-                    color=colors.get(phase, "#cccccc"), hatch=None if e is not None else "//",
-                    edgecolor="#555555", lw=0.5)
-    ax.set_yticks(range(len(lanes)), [n for n, _ in lanes], fontsize=8)
+                    color=FAILED if fails else PHASE_COLORS.get(phase, "#cccccc"),
+                    hatch=None if e is not None else "//", edgecolor="#555555", lw=0.5,
+                    gid="failed-pass" if fails else None)
+    ax.set_yticks(range(len(lanes)), [n for n, _ in lanes])
     ax.invert_yaxis()
     if failure is not None:
-        ax.axvline(failure, color="red", lw=1.5, ls="--")
-    handles = [Patch(color=c, label=p) for p, c in colors.items()]
+        ax.axvline(failure, color=FAILED, lw=1.5, ls="--")
+    handles = [Patch(color=c, label=p) for p, c in PHASE_COLORS.items()]
     handles.append(Patch(facecolor="white", edgecolor="#555555", hatch="//", label="unfinished"))
+    if bad:
+        handles.append(Patch(color=FAILED, label="failed pass"))
     if failure is not None:
-        handles.append(Patch(color="red", label="failure"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+        handles.append(Line2D([], [], color=FAILED, lw=1.5, ls="--", label="job failure"))
+    legend_beside(fig, handles)
     ax.set_xlabel(xlabel)
     ax.set_title("Job phases (events.log)")
     ax.grid(axis="x", alpha=0.3)
     return fig
 
 
-# ---- comparisons --------------------------------------------------------------------------------
-
-def fig_forest(rows: list[dict], *, title: str = "") -> Figure:
-    """rows: {metric, change_pct, ci_low_pct, ci_high_pct, verdict}; one line per metric."""
-    fig, (ax,) = _fig(8, 0.8 + 0.42 * max(len(rows), 1))
-    for y, r in enumerate(rows):
-        c = r.get("change_pct")
-        lo, hi = r.get("ci_low_pct"), r.get("ci_high_pct")
-        v = str(r.get("verdict") or "")
-        col = {"better": "#2e7d32", "worse": "#c62828"}.get(v, "#424242")
-        if lo is not None and hi is not None:
-            ax.plot([lo, hi], [y, y], color=col, lw=2.2, solid_capstyle="butt", gid=f"ci-{y}")
-        if c is not None:
-            ax.plot([c], [y], marker="s", color=col, ms=7, gid=f"pt-{y}")
-        ax.annotate(v, (1.01, y), xycoords=("axes fraction", "data"), fontsize=8, va="center", color=col)
-    ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(range(len(rows)), [str(r.get("label") or r.get("metric")) for r in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("% change of B against A (confidence interval)")
-    ax.set_title(title or "Change per metric")
-    ax.grid(axis="x", alpha=0.3)
-    return fig
-
-
-def pareto_front(points: list[tuple[float, float]]) -> list[int]:
-    """Indices of points not dominated by another (lower latency x, higher throughput y)."""
-    front = []
-    for i, (x, y) in enumerate(points):
-        if not any((x2 <= x and y2 >= y) and (x2 < x or y2 > y) for j, (x2, y2) in enumerate(points) if j != i):
-            front.append(i)
-    return sorted(front, key=lambda i: points[i][0])
-
-
-def fig_sweep(points: list[dict]) -> Figure:
-    """points: {mode, concurrency, output_tps, output_tps_lo/hi?, tpot_ms, tpot_ms_lo/hi?, ttft_s,
-    ttft_s_lo/hi?}: throughput against TPOT and TTFT per mode, intervals as bars, Pareto front."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    fig.set_layout_engine("constrained")
-    modes = sorted({p["mode"] for p in points})
-    for ax, key, label in ((axes[0], "tpot_ms", "TPOT mean (ms)"), (axes[1], "ttft_s", "TTFT mean (s)")):
-        for i, m in enumerate(modes):
-            pts = sorted((p for p in points if p["mode"] == m and p.get(key) is not None),
-                         key=lambda p: p.get("concurrency") or 0)
-            xs = [p[key] for p in pts]
-            ys = [p["output_tps"] for p in pts]
-            xerr = [[max(p[key] - p.get(f"{key}_lo", p[key]), 0) for p in pts],
-                    [max(p.get(f"{key}_hi", p[key]) - p[key], 0) for p in pts]]
-            yerr = [[max(p["output_tps"] - p.get("output_tps_lo", p["output_tps"]), 0) for p in pts],
-                    [max(p.get("output_tps_hi", p["output_tps"]) - p["output_tps"], 0) for p in pts]]
-            ax.errorbar(xs, ys, xerr=xerr, yerr=yerr, color=series_color(i), marker="o", ms=4,
-                        lw=1.2, capsize=2, label=m)
-            for p in pts:
-                if p.get("concurrency") is not None:
-                    ax.annotate(f"C={p['concurrency']}", (p[key], p["output_tps"]), fontsize=6,
-                                textcoords="offset points", xytext=(3, 3))
-        allp = [(p[key], p["output_tps"]) for p in points if p.get(key) is not None]
-        front = pareto_front(allp)
-        if front:
-            ax.plot([allp[i][0] for i in front], [allp[i][1] for i in front], color="black",
-                    ls="--", lw=1, marker="o", ms=11, mfc="none", zorder=5, label="Pareto front",
-                    gid=f"pareto-{key}")
-        ax.set_xlabel(label)
-        ax.set_ylabel("output tok/s")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0].set_title("Throughput vs TPOT")
-    axes[1].set_title("Throughput vs TTFT")
-    return fig
+from .charts import (fig_forest, fig_interactivity, fig_pass_strips, fig_sweep,  # noqa: E402,F401
+                     pareto_front)

@@ -255,6 +255,8 @@ class ReplicaTpot:
     p95_ms: float | None
     count: float
     metric: str
+    p50_bucket: tuple | None = None     # (lower, upper) ms of the histogram bucket holding p50
+    p95_bucket: tuple | None = None
 
 
 def replica_tpot(run: RunFiles) -> list[ReplicaTpot]:
@@ -266,22 +268,40 @@ def replica_tpot(run: RunFiles) -> list[ReplicaTpot]:
         t = r.get("tpot") if isinstance(r, dict) else None
         if isinstance(t, dict) and isinstance(t.get("mean_ms"), (int, float)):
             out.append(ReplicaTpot(int(r.get("replica", len(out))), float(t["mean_ms"]), t.get("p50_ms"),
-                                   t.get("p95_ms"), float(t.get("count") or 0), str(t.get("metric", ""))))
+                                   t.get("p95_ms"), float(t.get("count") or 0), str(t.get("metric", "")),
+                                   _bucket(t.get("p50_bucket")), _bucket(t.get("p95_bucket"))))
     return sorted(out, key=lambda x: x.replica)
 
 
+def _bucket(b) -> tuple | None:
+    """A bucket as summary.json has it ([lower, upper]; the +Inf bound as the string 'inf')."""
+    try:
+        return (float(b[0]), float(b[1])) if b else None
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
 def windows(run: RunFiles) -> dict[str, list[tuple[float, float | None]]]:
-    """'warmup': each replica's direct warm-up; 'benchmark': bench_start..bench_end (s since origin)."""
-    out = {"warmup": [], "benchmark": []}
+    """'warmup': each replica's direct warm-up; 'benchmark': bench_start..bench_end of every pass
+    (the client step's window); 'failed': those passes that failed (the client exited non-zero,
+    or a 'fail' event fell inside; an unfinished one ends at the failure). Seconds since origin."""
+    out = {"warmup": [], "benchmark": [], "failed": []}
     for w in run.events.warmups().values():
         if w.start is not None:
             out["warmup"].append((run.seconds(w.start), run.seconds(w.done) if w.done else None))
     ends = run.events.named("bench_end")
-    for s in run.events.named("bench_start"):          # one window per pass
-        if s.local is None:
-            continue
-        e = next((x for x in ends if x.line > s.line and x.local is not None), None)
-        out["benchmark"].append((run.seconds(s.local), run.seconds(e.local) if e else None))
+    fails = [f for f in run.events.named("fail") if f.local is not None]
+    starts = [s for s in run.events.named("bench_start") if s.local is not None]
+    for k, s in enumerate(starts):                      # one window per pass
+        nxt = starts[k + 1].line if k + 1 < len(starts) else None
+        e = next((x for x in ends if x.line > s.line and (nxt is None or x.line < nxt)
+                  and x.local is not None), None)
+        win = (run.seconds(s.local), run.seconds(e.local) if e else None)
+        out["benchmark"].append(win)
+        failed = [f for f in fails if f.line > s.line and (e is None or f.line < e.line)]
+        if (e is not None and e.get_int("rc") not in (0, None)) or failed:
+            out["failed"].append((win[0], win[1] if win[1] is not None else
+                                  (run.seconds(failed[0].local) if failed else None)))
     return out
 
 
@@ -316,3 +336,218 @@ def job_end(run: RunFiles) -> float | None:
         if t is not None:
             return run.seconds(t)
     return None
+
+
+# ---- time axes ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Clock:
+    """Time zero of a run's plots: the first request's start (the client step starts seconds
+    earlier: srun, imports, its own warm-up), in seconds since the run's origin (bench_start)."""
+    t0: float = 0.0
+    label: str = "seconds since the benchmark started"
+
+    def at(self, x: float | None) -> float | None:
+        return None if x is None else x - self.t0
+
+    def span(self, w: tuple) -> tuple:
+        return tuple(self.at(x) for x in w)
+
+
+def clock(run: RunFiles, tl: Timeline | None = None) -> Clock:
+    """Zero at the first request's start: the timeline's earliest start, else the first access
+    line of the benchmark window; the origin's own label when the run sent no request."""
+    tl = tl if tl is not None else timeline(run)
+    starts = [r.start for r in tl.requests if r.start is not None]
+    if starts:
+        return Clock(min(starts), "seconds since the first request")
+    return Clock(0.0, run.origin_label)
+
+
+def shift_timeline(tl: Timeline, c: Clock) -> Timeline:
+    """The timeline on the clock's axis."""
+    from dataclasses import replace
+    reqs = tuple(replace(r, start=c.at(r.start), first_token=c.at(r.first_token), end=c.at(r.end),
+                         arrival=c.at(r.arrival)) for r in tl.requests)
+    return replace(tl, requests=reqs, concurrency=tuple((c.at(t), n) for t, n in tl.concurrency),
+                   failure=c.at(tl.failure), bench_end=c.at(tl.bench_end))
+
+
+def shift_windows(win: dict, c: Clock) -> dict:
+    return {k: [c.span(w) for w in v] for k, v in win.items()}
+
+
+def bench_span(run: RunFiles, c: Clock) -> tuple[float, float] | None:
+    """The benchmark as the client measured it: from the first request, its 'duration' long."""
+    rec = run.record or {}
+    d = rec.get("duration")
+    return (0.0, float(d)) if isinstance(d, (int, float)) and c.label.endswith("first request") else None
+
+
+def split_gaps(ts: list, vs: list, *, factor: float = 3.0, breaks: tuple = ()) -> tuple[list, list]:
+    """Points with a None between two samples further apart than `factor` times the median
+    interval, or on both sides of a break (a pass boundary), so a line is never drawn across a
+    pause (prefill, between passes) as if the value had ramped through it."""
+    pts = [(t, v) for t, v in zip(ts, vs) if t is not None and v is not None]
+    if len(pts) < 2:
+        return [t for t, _ in pts], [v for _, v in pts]
+    gaps = sorted(b[0] - a[0] for a, b in zip(pts, pts[1:]))
+    limit = factor * gaps[len(gaps) // 2] if gaps[len(gaps) // 2] > 0 else float("inf")
+    xs, ys = [pts[0][0]], [pts[0][1]]
+    for (t0, _), (t1, v1) in zip(pts, pts[1:]):
+        if t1 - t0 > limit or any(t0 < b <= t1 for b in breaks):
+            xs.append(None)
+            ys.append(None)
+        xs.append(t1)
+        ys.append(v1)
+    return xs, ys
+
+
+# ---- run context --------------------------------------------------------------------------------
+
+def run_context(run: RunFiles) -> str:
+    """'tp32 · 16384 -> 512 tokens · C=8 · 40 prompts · Kimi-K3 · run <id>' for a figure's
+    header, from the manifest's resolved experiment (dict or typed)."""
+    cfg = run.manifest.get("config")
+    cfg = cfg if isinstance(cfg, dict) else {}
+    bench, paths = cfg.get("benchmark") or {}, cfg.get("paths") or {}
+    parts = [run.mode]
+    if bench.get("input_len") and bench.get("output_len"):
+        parts.append(f"{bench['input_len']} -> {bench['output_len']} tokens")
+    if bench.get("concurrency"):
+        parts.append(f"C={bench['concurrency']}")
+    if bench.get("num_prompts"):
+        parts.append(f"{bench['num_prompts']} prompts")
+    model = paths.get("model") or cfg.get("model")
+    if model:
+        parts.append(str(model).rstrip("/").rsplit("/", 1)[-1])
+    parts.append(f"run {run.run_id}")
+    return " · ".join(str(p) for p in parts)
+
+
+# ---- TPOT / ITL distributions -------------------------------------------------------------------
+
+def tpot_itl(record: dict | None) -> dict[str, list[float]]:
+    """Per successful request its TPOT ((E2E - TTFT) / (output tokens - 1), ms, bench_serving's
+    definition), and every inter-token latency of every successful request (ms)."""
+    out = {"tpot": [], "itl": []}
+    if not record or not isinstance(record.get("itls"), list):
+        return out
+    outs, errs = record.get("output_lens") or [], record.get("errors") or []
+    for i, req in enumerate(record["itls"]):
+        if (i < len(errs) and errs[i]) or not isinstance(req, list):
+            continue
+        gaps = [x for x in req if isinstance(x, (int, float))]
+        n = outs[i] if i < len(outs) and isinstance(outs[i], int) else len(gaps) + 1
+        if n > 1 and gaps:
+            out["tpot"].append(math.fsum(gaps) / (n - 1) * 1000.0)
+        out["itl"] += [x * 1000.0 for x in gaps]
+    return out
+
+
+# ---- server metrics over time -------------------------------------------------------------------
+
+def metrics_over_time(run: RunFiles, c: Clock | None = None) -> dict[int, dict[str, list]]:
+    """replica -> {'t', 'in_flight', 'running', 'queued', 'kv_usage'} per scrape round, from the
+    collector's server_metrics.replicas[].series (docs/metrics.md), on the clock's axis."""
+    c = c or Clock()
+    sm = run.summary.get("server_metrics") or {}
+    out = {}
+    for r in sm.get("replicas") or ():
+        pts = r.get("series") or [] if isinstance(r, dict) else []
+        if not pts:
+            continue
+        d = {k: [] for k in ("t", "in_flight", "running", "queued", "kv_usage")}
+        for p in pts:
+            ts = _parse_local(p.get("local"))
+            d["t"].append(c.at(run.seconds(ts)) if ts is not None else None)
+            for k in ("in_flight", "running", "queued", "kv_usage"):
+                d[k].append(p.get(k))
+        out[int(r.get("replica", len(out)))] = d
+    return out
+
+
+def _parse_local(text):
+    from ..parse.text import parse_ts
+    return parse_ts(text) if isinstance(text, str) else None
+
+
+# ---- throughput per GPU against interactivity -----------------------------------------------------
+
+@dataclass(frozen=True)
+class Interactivity:
+    label: str                  # mode (or run)
+    concurrency: int | None
+    tok_s_user: float           # 1000 / TPOT mean (ms): one user's decode speed
+    tok_s_gpu: float            # output tok/s over every GPU of the run
+    verdict: str = "ok"
+
+
+def interactivity_points(rows: list[dict]) -> list[Interactivity]:
+    """rows: {label, concurrency, output_tps, tpot_ms, gpus[, verdict]} -> the points of the
+    throughput-per-GPU against interactivity chart (InferenceX, srt-slurm, AIPerf): x = tok/s per
+    user = 1000 / TPOT, y = output tok/s / GPUs. Rows without TPOT or GPU count are left out."""
+    out = []
+    for r in rows:
+        tpot, tps, gpus = r.get("tpot_ms"), r.get("output_tps"), r.get("gpus")
+        if not tpot or tps is None or not gpus:
+            continue
+        out.append(Interactivity(str(r.get("label")), r.get("concurrency"), 1000.0 / float(tpot),
+                                 float(tps) / float(gpus), str(r.get("verdict") or "ok")))
+    return out
+
+
+def upper_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of points no other point beats on both x and y (higher is better on both), by x."""
+    front = [i for i, (x, y) in enumerate(points)
+             if not any(x2 >= x and y2 >= y and (x2 > x or y2 > y) for j, (x2, y2) in enumerate(points) if j != i)]
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def gpus_of(run: RunFiles) -> int | None:
+    """GPUs the run held: replicas x nodes per replica x GPUs per node (the resolved experiment)."""
+    cfg = run.manifest.get("config")
+    if not isinstance(cfg, dict):
+        return None
+    try:
+        return int(cfg["replicas"]) * int(cfg["nodes_per_replica"]) * int(cfg["cluster"]["gpus_per_node"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+# ---- passes of a campaign -------------------------------------------------------------------------
+
+PASS_METRICS = (("output_tps", "output tok/s"), ("tpot_mean_ms", "TPOT mean (ms)"),
+                ("ttft_mean_s", "TTFT mean (s)"))
+
+
+def pass_strips(passes: list[dict], metrics=PASS_METRICS) -> dict[str, list[dict]]:
+    """metric -> per (mode, concurrency) group {label, values: [(repeat, value, ok)], mean}: every
+    timed pass of a campaign as a dot, the failed ones marked, the mean of the ok ones."""
+    out = {}
+    groups: dict = {}
+    for p in passes:
+        groups.setdefault((p.get("mode"), p.get("concurrency")), []).append(p)
+    multi_c = len({c for _, c in groups}) > 1
+    for key, _ in metrics:
+        rows = []
+        for (mode, c), ps in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+            vals = [(p.get("repeat"), p.get(key), p.get("verdict") == "ok") for p in ps]
+            ok = [v for _, v, good in vals if good and isinstance(v, (int, float))]
+            rows.append({"label": f"{mode} C={c}" if multi_c else str(mode), "values": vals,
+                         "mean": sum(ok) / len(ok) if ok else None})
+        out[key] = rows
+    return out
+
+
+# ---- configuration side by side -----------------------------------------------------------------
+
+def config_diff(sides: dict[str, dict]) -> list[tuple[str, list, bool]]:
+    """sides: name -> {setting: value} (server flags, topology, benchmark). Rows (setting, values
+    per side, differs), differing settings first, then the shared ones, each group by name."""
+    keys = sorted({k for d in sides.values() for k in d})
+    rows = []
+    for k in keys:
+        vals = [d.get(k) for d in sides.values()]
+        rows.append((k, vals, len({repr(v) for v in vals}) > 1))
+    return sorted(rows, key=lambda r: (not r[2], r[0]))

@@ -1,0 +1,201 @@
+"""The data behind the report's charts, and what the figures draw from it (artists, not pixels):
+time axes from the first request with the client's measured benchmark as the band, lines broken at
+pauses, one y scale for every replica, failed passes marked, TPOT/ITL distributions, server metrics
+over time, throughput per GPU against interactivity with its Pareto front, every pass per mode, a
+config diff. Runs: tests/fixtures/report and report-campaign (real local-cluster runs)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from datetime import datetime, timedelta
+
+import pytest
+
+from helpers import ROOT
+from slurm_ab.parse.events import parse_event_line, EventLog
+from slurm_ab.report import plots, rundata, series
+
+FIX = ROOT / "tests" / "fixtures" / "report"
+CAMP = ROOT / "tests" / "fixtures" / "report-campaign"
+
+
+def _summary(path) -> dict:
+    return json.loads((path / "summary.json").read_text())
+
+
+# ---- time axes ----------------------------------------------------------------------------------
+
+def test_time_starts_at_the_first_request_and_the_band_is_the_clients_duration():
+    run = rundata.load(FIX / "dev-tp32")
+    tl = series.timeline(run)
+    clk = series.clock(run, tl)
+    assert clk.label == "seconds since the first request"
+    assert clk.t0 == min(r.start for r in tl.requests) > 1.0       # the client step started earlier
+    shifted = series.shift_timeline(tl, clk)
+    assert min(r.start for r in shifted.requests) == 0.0
+    span = series.bench_span(run, clk)
+    assert span == (0.0, run.record["duration"])
+    # the last request ends at the client's duration (+ its stream close), not at bench_end
+    assert max(r.end for r in shifted.requests) == pytest.approx(span[1], abs=0.05)
+    win = series.shift_windows(series.windows(run), clk)
+    assert win["benchmark"][0][0] == pytest.approx(-clk.t0)
+    fig = plots.fig_timeline(shifted, windows=win, bench=span)
+    bands = [p for p in fig.axes[0].patches if p.get_facecolor()[:3] == pytest.approx(
+        tuple(int(plots.PHASE_COLORS["benchmark"][i:i + 2], 16) / 255 for i in (1, 3, 5)))]
+    assert bands and bands[0].get_x() == 0.0
+
+
+def test_lines_break_at_pauses_and_pass_boundaries():
+    xs, ys = series.split_gaps([0, 1, 2, 3, 10, 11, 12], [5, 5, 5, 5, 6, 6, 6])
+    assert xs == [0, 1, 2, 3, None, 10, 11, 12] and ys[4] is None
+    xs, _ = series.split_gaps([0, 1, 2, 3, 4], [1, 1, 1, 1, 1], breaks=(2.5,))
+    assert xs == [0, 1, 2, None, 3, 4]
+
+
+def test_decode_panels_share_one_y_scale_and_gaps_stay_gaps():
+    run = rundata.load(FIX / "dev-tp32-dflash")
+    dec = series.decode_series(run)
+    slow = {g: dict(d, gen=[v / (3 if g == 1 else 1) for v in d["gen"]]) for g, d in dec.items()}
+    slow[1]["t"] = slow[1]["t"][:5] + [t + 30 for t in slow[1]["t"][5:]]      # a 30 s pause
+    fig = plots.fig_decode(slow, series.windows(run))
+    gen = [ax for ax in fig.axes if any(ln.get_gid() and ln.get_gid().startswith("gen-") for ln in ax.lines)]
+    assert len(gen) == 2 and gen[0].get_ylim() == gen[1].get_ylim()          # 3x slower looks 3x lower
+    line = next(ln for ln in gen[1].lines if ln.get_gid() == "gen-1")
+    assert sum(math.isnan(x) for x in line.get_xdata()) == 1                 # broken once, at the pause
+
+
+def test_a_failed_pass_is_marked_in_phases_and_decode():
+    run_dir = ROOT / "tests" / "fixtures" / "report" / "dev-tp32"
+    run = rundata.load(run_dir)
+    lines = (run_dir / "events.log").read_text().replace("bench_end rc=0", "bench_end rc=1").splitlines()
+    ev = EventLog(tuple(e for e in (parse_event_line(t, i + 1) for i, t in enumerate(lines)) if e))
+    from dataclasses import replace
+    bad = replace(run, events=ev)
+    win = series.windows(bad)
+    assert win["failed"] == win["benchmark"] != []
+    fig = plots.fig_phases(series.phases(bad), failed=tuple(win["failed"]))
+    assert [p for p in fig.axes[0].patches if p.get_gid() == "failed-pass"]
+    fig = plots.fig_decode(series.decode_series(bad), win)
+    assert all(any(p.get_gid() == "failed-pass" for p in ax.patches) for ax in fig.axes)
+
+
+def test_slide_quality_and_run_context():
+    run = rundata.load(FIX / "dev-tp32")
+    ctx = series.run_context(run)
+    assert ctx == "tp32 · 16384 -> 512 tokens · C=8 · 40 prompts · Kimi-K3 · run dev-tp32"
+    fig = plots.fig_cdfs([{"label": "x", "ttft": ([1.0, 2.0], [0, 1]), "e2e": ([1.0, 2.0], [0, 1])}],
+                         context=ctx)
+    assert fig._suptitle.get_text() == ctx
+    assert min(t.get_fontsize() for ax in fig.axes for t in ax.get_xticklabels()) >= 10
+    assert not any(ax.get_legend() for ax in fig.axes) and fig.legends      # beside, never over
+    data = plots.png(fig)
+    import struct
+    w, h = struct.unpack(">II", data[16:24])
+    assert w >= 1600 and plots.DPI >= 150
+
+
+# ---- distributions ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ("dev-tp32", "dev-tp32-dflash"))
+def test_tpot_and_itl_distributions_are_the_clients_numbers(name):
+    run = rundata.load(FIX / name)
+    d = series.tpot_itl(run.record)
+    s = _summary(FIX / name)["bench"]
+    assert len(d["tpot"]) == s["completed"]
+    assert sum(d["tpot"]) / len(d["tpot"]) == pytest.approx(s["tpot"]["mean"], rel=1e-9)
+    assert len(d["itl"]) == sum(len(x) for x in run.record["itls"])
+    xs, ys = series.cdf_points(d["tpot"])
+    assert series.cdf_at(xs, ys, s["tpot"]["p95"]) == pytest.approx(0.95, abs=1e-9)
+    from slurm_ab.report import html
+    fig = plots.fig_cdfs([html.cdf_curve(run)], plots.DECODE_PANELS)
+    marks = {ln.get_gid(): ln.get_xydata()[0] for ax in fig.axes for ln in ax.lines if ln.get_gid()}
+    assert marks["tpot-p95-0"] == pytest.approx([s["tpot"]["p95"], 0.95])
+
+
+# ---- server metrics over time -------------------------------------------------------------------
+
+def test_metrics_over_time_from_the_collected_series():
+    run = rundata.load(FIX / "dev-tp32")
+    t0 = run.origin
+    pts = [{"round": r, "local": (t0 + timedelta(seconds=k * 2)).isoformat(sep=" ", timespec="milliseconds"),
+            "in_flight": f, "running": f - q, "queued": q, "kv_usage": 0.1 * f}
+           for k, (r, f, q) in enumerate((("start", 0, 0), ("1", 4, 1), ("2", 4, 0), ("end", 0, 0)))]
+    summary = dict(run.summary, server_metrics={"replicas": [{"replica": 0, "series": pts},
+                                                             {"replica": 1, "series": pts[:2]}]})
+    from dataclasses import replace
+    r2 = replace(run, summary=summary)
+    clk = series.Clock(1.0, "x")
+    m = series.metrics_over_time(r2, clk)
+    assert m[0]["t"] == [-1.0, 1.0, 3.0, 5.0] and m[0]["running"] == [0, 3, 4, 0]
+    assert m[1]["in_flight"] == [0, 4]
+    fig = plots.fig_metrics_time(m)
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.lines if ln.get_gid()}
+    assert list(lines["running-0"].get_ydata()) == [0, 3, 4, 0]
+    assert list(lines["kv-1"].get_ydata()) == pytest.approx([0.0, 0.4])
+    req_axes = [ax for ax in fig.axes if any((ln.get_gid() or "").startswith("running") for ln in ax.lines)]
+    assert req_axes[0].get_ylim() == req_axes[1].get_ylim()
+
+
+# ---- throughput per GPU against interactivity ---------------------------------------------------
+
+def test_interactivity_points_and_their_pareto_front():
+    rows = [{"label": "tp32", "concurrency": 1, "output_tps": 320.0, "tpot_ms": 2.5, "gpus": 64},
+            {"label": "tp32", "concurrency": 8, "output_tps": 1500.0, "tpot_ms": 4.0, "gpus": 64},
+            {"label": "pp8", "concurrency": 8, "output_tps": 800.0, "tpot_ms": 8.0, "gpus": 64},
+            {"label": "pp8", "concurrency": 16, "output_tps": 1600.0, "tpot_ms": 9.0, "gpus": 64},
+            {"label": "x", "concurrency": 1, "output_tps": 100.0, "tpot_ms": None, "gpus": 64}]
+    pts = series.interactivity_points(rows)
+    assert len(pts) == 4                                   # no TPOT: no point
+    assert pts[0].tok_s_user == pytest.approx(400.0) and pts[0].tok_s_gpu == pytest.approx(5.0)
+    xy = [(p.tok_s_user, p.tok_s_gpu) for p in pts]
+    front = series.upper_front(xy)
+    assert front == [3, 1, 0]                              # pp8 C=8 is beaten on both axes
+    fig = plots.fig_interactivity(pts)
+    line = next(ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "pareto")
+    assert list(line.get_xdata()) == [xy[i][0] for i in front]
+
+
+def test_interactivity_of_a_sweep_campaign():
+    s = _summary(CAMP / "camp-sweep")
+    rows = [{"label": a["mode"], "concurrency": a["concurrency"], "gpus": 64,
+             "output_tps": a["metrics"]["output_tps"]["mean"], "tpot_ms": a["metrics"]["tpot_mean_ms"]["mean"]}
+            for a in s["aggregates"]]
+    pts = series.interactivity_points(rows)
+    assert {p.concurrency for p in pts} == {1, 8}
+    by_c = {p.concurrency: p for p in pts}
+    assert by_c[1].tok_s_user > by_c[8].tok_s_user and by_c[8].tok_s_gpu > by_c[1].tok_s_gpu
+
+
+def test_gpus_of_a_run():
+    assert series.gpus_of(rundata.load(FIX / "dev-tp32")) == 2 * 4 * 8
+
+
+# ---- passes of a campaign -----------------------------------------------------------------------
+
+def test_every_pass_per_mode_and_the_failed_ones():
+    s = _summary(CAMP / "camp-sweep")
+    passes = [dict(p) for p in s["passes"]]
+    passes[0]["verdict"] = "failed"
+    strips = series.pass_strips(passes)
+    groups = {g["label"]: g for g in strips["output_tps"]}
+    assert set(groups) == {"tp32 C=1", "tp32 C=8"}
+    c1 = groups["tp32 C=1"]
+    assert len(c1["values"]) == 2 and [ok for _, _, ok in c1["values"]] == [False, True]
+    assert c1["mean"] == pytest.approx(passes[1]["output_tps"])              # ok passes only
+    agg = {a["concurrency"]: a["metrics"]["output_tps"]["mean"] for a in s["aggregates"]}
+    assert groups["tp32 C=8"]["mean"] == pytest.approx(agg[8])
+    fig = plots.fig_pass_strips(strips, dict(series.PASS_METRICS))
+    gids = {ln.get_gid() for ax in fig.axes for ln in ax.lines}
+    assert "output_tps-failed-0" in gids and "output_tps-mean-1" in gids
+
+
+# ---- configuration side by side -----------------------------------------------------------------
+
+def test_config_diff_puts_what_differs_first():
+    rows = series.config_diff({"A": {"tp-size": 32, "mem-fraction-static": 0.86, "enable-metrics": True},
+                               "B": {"tp-size": 32, "mem-fraction-static": 0.83,
+                                     "speculative-algorithm": "DFLASH", "enable-metrics": True}})
+    assert [r[0] for r in rows] == ["mem-fraction-static", "speculative-algorithm", "enable-metrics", "tp-size"]
+    assert rows[0] == ("mem-fraction-static", [0.86, 0.83], True)
+    assert rows[1][1] == [None, "DFLASH"] and rows[-1][2] is False
