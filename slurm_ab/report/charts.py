@@ -8,7 +8,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from .plots import FAILED, _fig, legend_beside, series_color, styled
+from .figstyle import FAILED, fig_axes as _fig, legend_beside, series_color, styled
 
 
 @styled

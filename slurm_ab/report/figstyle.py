@@ -1,0 +1,109 @@
+"""The figures' common style and helpers (Agg backend; imported lazily with plots/charts): slide
+quality (150 dpi, 10-12 pt at 11 in wide), the run's context as a header, one legend beside the
+axes, the shaded windows of a run (warm-ups, client step, the client's benchmark, failed passes).
+"""
+from __future__ import annotations
+
+import functools
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+
+DPI = 150
+WIDTH = 11.0
+RC = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10,
+      "ytick.labelsize": 10, "legend.fontsize": 9.5, "figure.titlesize": 10,
+      "axes.spines.top": False, "axes.spines.right": False}
+UNATTRIBUTED = "#9e9e9e"
+FAILED = "#c62828"
+_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+PHASE_COLORS = {"preflight": "#bdbdbd", "loading": "#90caf9", "warm-up": "#ffcc80",
+                "router": "#ce93d8", "benchmark": "#a5d6a7"}
+
+
+def replica_color(g: int | None) -> str:
+    return UNATTRIBUTED if g is None else _PALETTE[g % len(_PALETTE)]
+
+
+def series_color(i: int) -> str:
+    return _PALETTE[i % len(_PALETTE)]
+
+
+def png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def styled(fn):
+    """Draw inside the slide style; `context=` adds the run's context as the figure's header."""
+    @functools.wraps(fn)
+    def wrap(*args, context: str = "", **kw):
+        with plt.rc_context(RC):
+            fig = fn(*args, **kw)
+            if context:
+                fig.suptitle(context, x=0.01, ha="left", fontsize=9.5, color="#444444")
+            return fig
+    return wrap
+
+
+def fig_axes(h: float, rows: int = 1, cols: int = 1, w: float = WIDTH, **kw):
+    fig, axes = plt.subplots(rows, cols, figsize=(w, h), squeeze=False, **kw)
+    fig.set_layout_engine("constrained")
+    return fig, [a for row in axes for a in row]
+
+
+def nan_gaps(xs):
+    return [math.nan if x is None else x for x in xs]
+
+
+def legend_beside(fig: Figure, handles, **kw) -> None:
+    """One legend for the figure, right of the axes (constrained layout makes room for it)."""
+    if handles:
+        fig.legend(handles=handles, loc="outside right upper", frameon=False, **kw)
+
+
+def shade(ax, windows: dict | None, bench: tuple | None = None) -> None:
+    """Warm-ups, each pass's client step (bench_start..bench_end), the benchmark as the client
+    measured it, failed passes (red hatch)."""
+    if not windows:
+        windows = {}
+    for s, e in windows.get("warmup", ()):
+        if s is not None:
+            ax.axvspan(s, e if e is not None else s, color=PHASE_COLORS["warm-up"], alpha=0.35, lw=0)
+    for s, e in windows.get("benchmark", ()):
+        if s is not None:
+            ax.axvspan(s, e if e is not None else ax.get_xlim()[1], color="#e8f5e9", alpha=0.8, lw=0)
+    if bench is not None:
+        ax.axvspan(bench[0], bench[1], color=PHASE_COLORS["benchmark"], alpha=0.45, lw=0)
+    for s, e in windows.get("failed", ()):
+        if s is not None:
+            ax.axvspan(s, e if e is not None else ax.get_xlim()[1], facecolor="none", edgecolor=FAILED,
+                       hatch="///", lw=0.0, alpha=0.6, gid="failed-pass")
+
+
+def window_handles(windows: dict | None, bench: tuple | None, failure: float | None) -> list:
+    windows = windows or {}
+    out = []
+    if windows.get("warmup"):
+        out.append(Patch(color=PHASE_COLORS["warm-up"], alpha=0.35, label="warm-up"))
+    if windows.get("benchmark"):
+        out.append(Patch(color="#e8f5e9", label="client step"))
+    if bench is not None:
+        out.append(Patch(color=PHASE_COLORS["benchmark"], alpha=0.45,
+                         label=f"benchmark ({bench[1] - bench[0]:.2f} s, client)"))
+    if windows.get("failed"):
+        out.append(Patch(facecolor="none", edgecolor=FAILED, hatch="///", label="failed pass"))
+    if failure is not None:
+        out.append(Line2D([], [], color=FAILED, lw=1.5, ls="--", label="job failure"))
+    return out
+
+
