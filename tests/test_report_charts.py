@@ -199,3 +199,26 @@ def test_config_diff_puts_what_differs_first():
     assert [r[0] for r in rows] == ["mem-fraction-static", "speculative-algorithm", "enable-metrics", "tp-size"]
     assert rows[0] == ("mem-fraction-static", [0.86, 0.83], True)
     assert rows[1][1] == [None, "DFLASH"] and rows[-1][2] is False
+
+
+# ---- goodput against SLOs -----------------------------------------------------------------------
+
+def test_goodput_rows_and_chart():
+    g = {"slo_ms": {"ttft": 500.0, "tpot": 50.0}, "requests": 40, "good": 30, "goodput_rps": 1.5,
+         "attainment": 0.75, "attainment_by_metric": {"ttft": 0.8, "tpot": 0.95}}
+    rows = series.goodput_rows([("tp32 C=8", g), ("no slo", None), ("pp8 C=8", dict(g, good=20, attainment=0.5))])
+    assert [r["label"] for r in rows] == ["tp32 C=8", "pp8 C=8"]
+    fig = plots.fig_goodput(rows)
+    bars = [p for p in fig.axes[0].patches]
+    assert [b.get_width() for b in bars] == pytest.approx([75.0, 50.0])
+    marks = {ln.get_gid(): list(ln.get_xdata()) for ln in fig.axes[0].lines}
+    assert marks["slo-ttft"] == pytest.approx([80.0, 80.0]) and "slo-e2el" not in marks
+    assert [b.get_width() for b in fig.axes[1].patches] == pytest.approx([1.5, 1.5])
+
+
+def test_slo_thresholds_on_the_latency_cdfs():
+    curve = {"label": "x", "ttft": ([100.0, 900.0], [0, 1]), "e2e": ([1000.0, 2000.0], [0, 1]),
+             "slo": {"ttft": 500.0, "e2el": 1500.0}}
+    fig = plots.fig_cdfs([curve])
+    lines = {ln.get_gid(): ln.get_xdata()[0] for ax in fig.axes for ln in ax.lines if ln.get_gid()}
+    assert lines["slo-ttft"] == pytest.approx(0.5) and lines["slo-e2e"] == pytest.approx(1.5)

@@ -155,4 +155,44 @@ def fig_pass_strips(strips: dict, titles: dict) -> Figure:
     return fig
 
 
-__all__ = ["fig_forest", "fig_sweep", "fig_interactivity", "fig_pass_strips", "pareto_front"]
+@styled
+def fig_goodput(rows: list[dict]) -> Figure:
+    """rows: series.goodput_rows. Left: the share of requests meeting every SLO (bar) and each SLO
+    alone (markers); right: good requests per second. One row per run or (mode, C)."""
+    from .series import SLO_KEYS
+
+    fig, axes = _fig(1.5 + 0.55 * max(len(rows), 1), 1, 2)
+    ax, axr = axes
+    ys = list(range(len(rows)))
+    ax.barh(ys, [100 * r["attainment"] for r in rows], height=0.55, color="#2e7d32", alpha=0.8, gid="attainment")
+    markers = {"ttft": "o", "tpot": "s", "e2el": "D"}
+    for key, name in SLO_KEYS:
+        pts = [(100 * r["by_metric"][key], y) for y, r in zip(ys, rows) if key in r["by_metric"]]
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], ls="none", marker=markers[key], ms=7,
+                    mfc="white", mec="black", gid=f"slo-{key}")
+    for y, r in zip(ys, rows):
+        ax.text(100 * r["attainment"] + 1, y, f"{100 * r['attainment']:.0f}% ({r['good']}/{r['requests']})",
+                va="center", fontsize=9.5)
+    ax.set_xlim(0, 118)
+    ax.set_xlabel("% of requests meeting the SLOs")
+    ax.set_yticks(ys, [r["label"] for r in rows])
+    ax.invert_yaxis()
+    axr.barh(ys, [r["goodput_rps"] or 0.0 for r in rows], height=0.55, color="#1565c0", alpha=0.8, gid="goodput")
+    axr.set_yticks(ys, [""] * len(rows))
+    axr.invert_yaxis()
+    axr.set_xlabel("goodput (good requests / s)")
+    for a in axes:
+        a.grid(axis="x", alpha=0.3)
+    slo = rows[0]["slo_ms"] if rows else {}
+    ax.set_title("SLO attainment: " + ", ".join(f"{n} <= {slo[k]:g} ms" for k, n in SLO_KEYS if k in slo))
+    axr.set_title("Goodput")
+    handles = [Line2D([], [], color="#2e7d32", lw=8, alpha=0.8, label="all SLOs")]
+    handles += [Line2D([], [], ls="none", marker=markers[k], mfc="white", mec="black", label=f"{n} only")
+                for k, n in SLO_KEYS if any(k in r["by_metric"] for r in rows)]
+    legend_beside(fig, handles)
+    return fig
+
+
+__all__ = ["fig_forest", "fig_sweep", "fig_interactivity", "fig_pass_strips", "fig_goodput",
+           "pareto_front"]

@@ -180,7 +180,7 @@ def cdf_curve(run: RunFiles, label: str | None = None) -> dict:
             "e2e_p": bench.get("e2e") or {}, "tpot": series.cdf_points(dec["tpot"]),
             "tpot_p": bench.get("tpot") or {}, "itl": series.cdf_points(dec["itl"]),
             "itl_p": {q: percentile(sorted(dec["itl"]), n) for q, n in (("p50", 50), ("p95", 95))}
-            if dec["itl"] else {}}
+            if dec["itl"] else {}, "slo": (bench.get("goodput") or {}).get("slo_ms") or {}}
 
 
 def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:

@@ -24,6 +24,7 @@ from .figstyle import (DPI, FAILED, PHASE_COLORS, fig_axes as _fig, legend_besid
 LATENCY_PANELS = (("ttft", "TTFT (per request)", "s"), ("e2e", "E2E latency (per request)", "s"))
 DECODE_PANELS = (("tpot", "TPOT (per request)", "ms"), ("itl", "Inter-token latency (every gap)", "ms"))
 LOG_TAIL = 20.0     # a panel whose largest value exceeds its median that many times: log x axis
+SLO_OF = {"e2e": "e2el"}   # a panel's key -> its benchmark.slo key (sglang's --goodput names)
 
 
 @styled
@@ -52,6 +53,12 @@ def fig_cdfs(curves: list[dict], panels=LATENCY_PANELS) -> Figure:
                 handles.append(Line2D([], [], color=col, lw=1.8, label=c["label"]))
         for y in (0.5, 0.95):
             ax.axhline(y, color="#bbbbbb", lw=0.8, ls=":")
+        slo = next((c["slo"][SLO_OF.get(key, key)] for c in curves
+                    if (c.get("slo") or {}).get(SLO_OF.get(key, key)) is not None), None)
+        if slo is not None:
+            ax.axvline(slo / k, color="#2e7d32", lw=1.4, ls="--", gid=f"slo-{key}")
+            if not any(h.get_label() == "SLO" for h in handles):
+                handles.append(Line2D([], [], color="#2e7d32", ls="--", label="SLO"))
         ax.set_title(title)
         tails = [c.get(key)[0] for c in curves if c.get(key) and c.get(key)[0]]
         if tails and all(x[0] > 0 for x in tails) and \
@@ -284,5 +291,5 @@ def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *
     return fig
 
 
-from .charts import (fig_forest, fig_interactivity, fig_pass_strips, fig_sweep,  # noqa: E402,F401
-                     pareto_front)
+from .charts import (fig_forest, fig_goodput, fig_interactivity, fig_pass_strips,  # noqa: E402,F401
+                     fig_sweep, pareto_front)

@@ -551,3 +551,24 @@ def config_diff(sides: dict[str, dict]) -> list[tuple[str, list, bool]]:
         vals = [d.get(k) for d in sides.values()]
         rows.append((k, vals, len({repr(v) for v in vals}) > 1))
     return sorted(rows, key=lambda r: (not r[2], r[0]))
+
+
+# ---- goodput against SLOs -------------------------------------------------------------------------
+
+SLO_KEYS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"))
+
+
+def goodput_rows(items: list[tuple[str, dict | None]]) -> list[dict]:
+    """items: (label, the collector's goodput record: bench.goodput of summary.json, or a
+    campaign pass's/aggregate's) -> {label, attainment, by_metric, goodput_rps, slo_ms, good,
+    requests}; items without one are left out (no SLO configured)."""
+    out = []
+    for label, g in items:
+        if not isinstance(g, dict) or g.get("attainment") is None:
+            continue
+        out.append({"label": label, "attainment": float(g["attainment"]),
+                    "by_metric": {k: float(v) for k, v in (g.get("attainment_by_metric") or {}).items()
+                                  if isinstance(v, (int, float))},
+                    "goodput_rps": g.get("goodput_rps"), "slo_ms": dict(g.get("slo_ms") or {}),
+                    "good": g.get("good"), "requests": g.get("requests")})
+    return out
