@@ -23,9 +23,16 @@ variable                                meaning
                                         are 404 before 0.5.23, as are their meta_info spec extras)
 ``SLURM_AB_EMU_FAULT``                  comma list: ``hang_startup`` (rank 0 stops after "Load weight begin",
                                         never healthy), ``die_after_requests=N`` (rank 0 scheduler crashes once
-                                        N user requests finished), ``crash_rank=R`` (node rank R dies while
-                                        loading), ``oom_first_prefill`` (first user prefill OOMs regardless of
-                                        memory)
+                                        N user requests finished; on a PD prefill's nodes: its decode loses it),
+                                        ``crash_rank=R`` (node rank R dies while loading), ``oom_first_prefill``
+                                        (first user prefill OOMs regardless of memory), ``bind_loopback``;
+                                        PD (faults.py, pd.py): ``pd_role=null|prefill|decode`` (serves as that
+                                        role whatever --disaggregation-mode says: a role mismatch),
+                                        ``pd_engine_init_fail`` (KV transfer engine fails to start on every
+                                        GPU rank), ``pd_no_transfer_module`` (its module is missing),
+                                        ``pd_bootstrap_timeout`` (decode -> prefill KV metadata is lost: the
+                                        prefill times out bootstrapping, the decode waiting), and
+                                        ``kv_pool_tokens=N`` (KV pool of N tokens: decode KV exhaustion)
 ``SLURM_AB_EMU_FAULT_NODES``            comma list of Slurm node names (``SLURMD_NODENAME``): faults apply
                                         only to the processes on these nodes (break one replica of a job)
 ``SLURM_AB_EMU_SEED``                   RNG seed (acceptance draws, step jitter, output tokens); default
@@ -35,6 +42,11 @@ variable                                meaning
                                         4096, 0: none): the stand-in for NCCL's per-step collectives, so a
                                         slow or rate-limited link of any node slows its whole replica
 ``SGLANG_LOG_MS``                       SGLang's own switch: millisecond timestamps ``[... HH:MM:SS.mmm ...]``
+``SGLANG_DISAGGREGATION_*``             SGLang's own PD timeouts, real seconds: ``BOOTSTRAP_TIMEOUT`` (300),
+                                        ``WAITING_TIMEOUT`` (300), ``HEARTBEAT_INTERVAL`` (5, >= 2),
+                                        ``HEARTBEAT_MAX_FAILURE`` (2); ``SGLANG_HOST_IP`` / ``HOST_IP``: the
+                                        address a PD rank advertises (else the route to 8.8.8.8, else the
+                                        hostname, as get_local_ip_auto)
 ======================================  ======================================================================
 
 Cost model (``costs.py``, defaults and per-key documentation in ``costs.toml``; all at scale 1):
@@ -60,6 +72,19 @@ what a benchmark would give. Defaults, 2 replicas x 4 nodes, 40 prompts 16K -> 5
 brackets): tp32 235 s, TPOT 77 ms (238 s, 76 ms); TP4 PP8 365 s, TPOT 127 ms (370 s, 127 ms);
 tp32 + DFLASH 315 s, TPOT 96 ms, accept len 3.7 (300 s, 98 ms, 3.76).
 
+Prefill/decode disaggregation (``--disaggregation-mode prefill|decode`` and SGLang 0.5.23's other PD
+flags and rules, pd_args.py): the prefill leader runs the bootstrap server on
+``--disaggregation-bootstrap-port`` and every prefill node registers its ranks with it; the router's
+``bootstrap_host/port/room`` (in /generate and the OpenAI bodies) pair a request's two halves; the
+decode fetches the prefill's layout (page size and KV dtype must match), reserves KV, announces its
+destination; the prefill computes the prompt and the first token and pushes
+``[pd] kv_transfer_bytes_per_token`` x prompt tokens over TCP to the decode (really across the
+nodes' link: a tbf-limited link slows TTFT), answers once acknowledged; the decode streams that
+first token and decodes the rest (speculative decoding included). Both roles print SGLang's PD
+fields in their batch lines (version-aware), export its PD metrics (``engine_type`` label) and stay
+healthy while transfers fail (/health and the warm-up use the fake bootstrap host). Only node rank 0
+of each role takes part in the transfer. Module docstrings of pd*.py name the SGLang sources.
+
 Logs: SGLang-logger lines on stderr as ``[YYYY-mm-dd HH:MM:SS{.mmm}{ ranks}] msg`` with ranks
 `` DPd PPk TPt EPe`` as in SGLang; uvicorn access lines on stdout. Startup lines are printed for every
 GPU of the node; "Prefill batch"/"Decode batch" and ``max_total_num_tokens=...`` only by the TP0 of
@@ -70,7 +95,9 @@ server runs a 1-token generation, which logs ``Prefill batch ... #new-token: 1``
 Modules: ``cli_args`` (flags and rules), ``knobs``/``faults`` (environment), ``costs`` + ``costs.toml``,
 ``memory``, ``topology`` (ranks -> nodes, prefixes), ``logfmt`` (exact line formats), ``tracebacks``,
 ``tokenizer``, ``scheduler`` (pure batching state machine), ``engine`` (real-time driver), ``http_api``,
-``rendezvous`` (TCP + heartbeats + the per-forward exchange), ``node`` (startup/shutdown per rank), ``build``, ``simulate``.
+``rendezvous`` (TCP + heartbeats + the per-forward exchange), ``node`` (startup/shutdown per rank), ``build``, ``simulate``;
+PD: ``pd`` (shared), ``pd_args``, ``pd_node`` (start-up), ``pd_bootstrap``, ``pd_transfer``, ``pd_prefill``,
+``pd_decode``, ``pd_core``, ``pd_metrics``.
 Beside it in ``slurm_ab_testbed``: ``make_model`` (tokenizer-only model dir), ``testing`` (subprocess
 helpers for tests), ``cluster`` + ``cluster.sh`` (the local Slurm cluster).
 """

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         print("Traceback (most recent call last):\n"
               '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/server_args.py", line 701, in __post_init__\n'
               "    self._handle_speculative_decoding()\n"
-              f"ValueError: {e}", file=sys.stderr)
+              f"{e.exc_type}: {e}", file=sys.stderr)
         return 1
     from .node import Node  # after parsing: --help and flag errors stay fast
     return Node(resolved.args, resolved.warnings, knobs, costs).run()

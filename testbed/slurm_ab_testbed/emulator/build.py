@@ -5,6 +5,7 @@ same model with the same defaults (auto values of SGLang flags come from costs.t
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -43,8 +44,14 @@ def plan_replica(args: ServerArgs, costs: Costs, gpus_per_node: int, log_version
     return Replica(cfg, model, memory, chunk, max_running)
 
 
+def with_kv_pool(rep: Replica, tokens: int) -> Replica:
+    """The replica with a KV pool of ``tokens`` tokens whatever memory allows (fault kv_pool_tokens)."""
+    return dataclasses.replace(rep, memory=dataclasses.replace(rep.memory, max_total_num_tokens=tokens),
+                               config=dataclasses.replace(rep.config, max_total_num_tokens=tokens))
+
+
 def build_core(rep: Replica, sample_ids: Callable[[random.Random, int], list[int]],
                emit: Callable[[str], None], seed: int, oom_first_user_prefill: bool = False,
-               noise: Optional[Noise] = None) -> SchedulerCore:
-    return SchedulerCore(rep.config, rep.model, rep.memory, sample_ids, emit, seed, oom_first_user_prefill,
-                         noise)
+               noise: Optional[Noise] = None, core_cls: type = SchedulerCore) -> SchedulerCore:
+    """core_cls: SchedulerCore, or a PD role's core (pd_core)."""
+    return core_cls(rep.config, rep.model, rep.memory, sample_ids, emit, seed, oom_first_user_prefill, noise)

@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .pd_args import PdArgsError, add_pd_flags, resolve_pd
+
 KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
 DRAFT_KV_CACHE_DTYPES = ("auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16")
 MOE_RUNNER_BACKENDS = (
@@ -37,7 +39,12 @@ DFLASH_DEFAULT_BLOCK_WARNING = "speculative_num_draft_tokens is not set; default
 
 
 class ServerArgsError(ValueError):
-    """A rule of ServerArgs.__post_init__ failed (SGLang raises ValueError, exit status 1)."""
+    """A rule of ServerArgs.__post_init__ failed (SGLang raises ValueError, exit status 1; ``exc_type``
+    names the exception a PD rule raises instead)."""
+
+    def __init__(self, message: str, exc_type: str = "ValueError"):
+        super().__init__(message)
+        self.exc_type = exc_type
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,19 @@ class ServerArgs:
     enable_dp_lm_head: bool = False
     stream_interval: int = 1
     api_key: Optional[str] = None
+    # PD disaggregation (pd_args.py): role, transfer, bootstrap, decode admission
+    disaggregation_mode: str = "null"
+    disaggregation_transfer_backend: str = "mooncake"
+    disaggregation_bootstrap_port: int = 8998
+    disaggregation_ib_device: Optional[str] = None
+    disaggregation_decode_allocation_policy: str = "early"
+    disaggregation_decode_enable_radix_cache: bool = False
+    disaggregation_decode_extra_slots: Optional[int] = None
+    disaggregation_decode_host_receive_threshold: float = 1.0
+    num_reserved_decode_tokens: int = 512
+    optimistic_prefill_attempts: int = 0
+    page_size: Optional[int] = None
+    load_balance_method: str = "auto"
     extra: dict = field(default_factory=dict)  # accepted SGLang flags the emulator does not model
 
     @property
@@ -192,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(p, "--speculative-draft-window-size", type=int)
     _add(p, "--speculative-draft-model-quantization", type=str)
     _add(p, "--speculative-attention-mode", type=str, choices=["prefill", "decode"])
+    add_pd_flags(p)
     return p
 
 
@@ -271,6 +292,10 @@ def resolve(a: ServerArgs, gpus_per_node: int = 8, draft_block_size: Optional[in
         raise ServerArgsError(f"--dist-init-addr must be HOST:PORT, got {a.dist_init_addr!r}.")
     if a.mem_fraction_static is not None and not 0 < a.mem_fraction_static < 1:
         raise ServerArgsError(f"mem_fraction_static must be in (0, 1), got {a.mem_fraction_static}.")
+    try:
+        changes.update(resolve_pd(dataclasses.replace(a, **changes), warnings))
+    except PdArgsError as e:
+        raise ServerArgsError(str(e), e.exc_type) from None
     resolved = dataclasses.replace(a, **changes)
     gpus = a.nnodes * gpus_per_node
     if resolved.world_size != gpus:

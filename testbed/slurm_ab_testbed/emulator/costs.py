@@ -88,6 +88,11 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Pd:
+    kv_transfer_bytes_per_token: float
+
+
+@dataclass(frozen=True)
 class Costs:
     startup: Startup
     prefill: Prefill
@@ -95,10 +100,11 @@ class Costs:
     speculative: Speculative
     memory: Memory
     noise: NoiseConfig
+    pd: Pd
 
 
 _SECTIONS = {"startup": Startup, "prefill": Prefill, "decode": Decode, "speculative": Speculative,
-             "memory": Memory, "noise": NoiseConfig}
+             "memory": Memory, "noise": NoiseConfig, "pd": Pd}
 
 
 def _merge(base: dict, override: dict, where: str = "") -> dict:

@@ -20,6 +20,7 @@ class TokenEvent:
     new_ids: list[int]
     now: float
     finished: bool
+    abort: Optional[dict] = None       # SGLang's FINISH_ABORT json (message, status_code): the request failed
 
 
 class RequestStream:
@@ -30,6 +31,11 @@ class RequestStream:
 
     def on_tokens(self, req: Req, new_ids: list[int], now: float, finished: bool) -> None:
         self.q.put(TokenEvent(list(new_ids), now, finished))
+
+    def on_abort(self, message: str, status_code: int, now: float) -> None:
+        """prepare_abort(req, message, status_code): the request ends with an error (PD failures)."""
+        self.q.put(TokenEvent([], now, True, {"type": "abort", "message": message, "status_code": status_code,
+                                              "err_type": None}))
 
 
 class Exchange:

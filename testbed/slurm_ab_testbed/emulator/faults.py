@@ -14,6 +14,21 @@ with and without them. Items:
                             its HTTP server and /metrics answer, nothing finishes any more and
                             /health times out
 
+PD disaggregation (pd.py; each prints what SGLang 0.5.23 prints for the real failure):
+
+- ``pd_role=ROLE``          the process serves as ``--disaggregation-mode ROLE`` (null, prefill or
+                            decode) whatever the flag says: a role mismatch behind the PD router
+- ``pd_engine_init_fail``   the KV transfer engine fails to initialise on every GPU rank at startup
+                            (Mooncake: "Mooncake Transfer Engine initialization failed.")
+- ``pd_no_transfer_module`` the transfer backend's Python module is missing (SGLang's ImportError)
+- ``pd_bootstrap_timeout``  KV metadata between decode and prefill is lost (set on either role):
+                            the prefill times out in KVPoll.Bootstrapping, the decode in
+                            KVPoll.WaitingForInput (SGLANG_DISAGGREGATION_*_TIMEOUT, seconds)
+- ``kv_pool_tokens=N``      the KV pool holds N tokens whatever the memory plan says (decode KV
+                            exhaustion: preallocation waits, retraction, oversized requests refused)
+
+A decode that loses its prefill is ``die_after_requests=N`` on the prefill's nodes.
+
 ``SLURM_AB_EMU_FAULT_NODES=node05,...`` limits them to the processes on those Slurm nodes.
 """
 from __future__ import annotations
@@ -34,6 +49,11 @@ class Faults:
     oom_first_prefill: bool = False
     bind_loopback: bool = False
     hang_after_requests: Optional[int] = None
+    pd_role: Optional[str] = None
+    pd_engine_init_fail: bool = False
+    pd_no_transfer_module: bool = False
+    pd_bootstrap_timeout: bool = False
+    kv_pool_tokens: Optional[int] = None
 
 
 def parse_faults(spec: Optional[str]) -> Faults:
@@ -45,12 +65,17 @@ def parse_faults(spec: Optional[str]) -> Faults:
             continue
         name, _, value = item.partition("=")
         name = name.strip()
-        if name in ("hang_startup", "oom_first_prefill", "bind_loopback") and not value:
+        if name in ("hang_startup", "oom_first_prefill", "bind_loopback", "pd_engine_init_fail",
+                    "pd_no_transfer_module", "pd_bootstrap_timeout") and not value:
             kw[name] = True
-        elif name in ("die_after_requests", "crash_rank", "hang_after_requests") and value.strip().isdigit():
+        elif name in ("die_after_requests", "crash_rank", "kv_pool_tokens", "hang_after_requests") \
+                and value.strip().isdigit():
             kw[name] = int(value)
+        elif name == "pd_role" and value.strip() in ("null", "prefill", "decode"):
+            kw[name] = value.strip()
         else:
             raise FaultSpecError(f"unknown SLURM_AB_EMU_FAULT item {item!r} (expected hang_startup, "
-                                 "die_after_requests=N, crash_rank=R, oom_first_prefill, bind_loopback or "
-                                 "hang_after_requests=N)")
+                                 "die_after_requests=N, crash_rank=R, oom_first_prefill, bind_loopback, "
+                                 "pd_role=null|prefill|decode, pd_engine_init_fail, pd_no_transfer_module, "
+                                 "pd_bootstrap_timeout, kv_pool_tokens=N or hang_after_requests=N)")
     return Faults(**kw)

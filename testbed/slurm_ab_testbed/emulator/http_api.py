@@ -15,6 +15,7 @@ import queue
 import threading
 import time
 import uuid
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
 from urllib.parse import urlsplit
@@ -33,6 +34,14 @@ class HTTPError(Exception):
         super().__init__(code)
         self.code = code
         self.body = body
+
+
+def _abort_error(abort: dict) -> HTTPError:
+    """A non-streamed request that ended in FINISH_ABORT (tokenizer_manager._handle_abort_finish_reason):
+    400 is a ValueError ({"error": {"message"}}), other codes an HTTPException ({"detail"})."""
+    if abort["status_code"] == 400:
+        return HTTPError(400, {"error": {"message": abort["message"]}})
+    return HTTPError(abort["status_code"], {"detail": abort["message"]})
 
 
 def _bad_request(message: str, code: int = 400) -> HTTPError:
@@ -62,6 +71,15 @@ class App:
         self.stats_stages: list[int] = []      # PP stages reporting on this node (node sets it)
         self.metric_groups = None              # topology.MetricGroups of node rank 0 (node sets it)
         self.http_metrics = HttpMetrics() if args.enable_metrics else None
+        self.pd = None                         # PD role (pd_prefill / pd_decode): bootstrap and KV first
+
+    def submit(self, req: Req, body: dict) -> None:
+        """Hand a request to the engine; a PD role first bootstraps it with its peer (pd.py)."""
+        if self.pd is None:
+            self.engine.submit(req)
+        else:
+            from .pd import Bootstrap
+            self.pd.submit(req, Bootstrap.from_body(body, self.args.disaggregation_bootstrap_port))
 
     # ---- info bodies ---------------------------------------------------------------------------
     def get_model_info(self) -> dict:
@@ -71,7 +89,7 @@ class App:
         if self.new_api:
             info.update({"served_model_name": a.served_model_name, "load_format": "auto",
                          "reasoning_parser": a.reasoning_parser, "tool_call_parser": a.tool_call_parser,
-                         "disaggregation_mode": "null", "has_image_understanding": False,
+                         "disaggregation_mode": a.disaggregation_mode, "has_image_understanding": False,
                          "has_audio_understanding": False, **self.model_info})
         return info
 
@@ -352,7 +370,7 @@ class Handler(BaseHTTPRequestHandler):
         prompt_ids = self._prompt_ids(text, ids)
         if not stream:
             try:
-                return self._send(200, self._run_one(None, prompt_ids, max_new, body.get("rid"), self._kind()))
+                return self._send(200, self._run_one(None, prompt_ids, max_new, body.get("rid"), self._kind(), body))
             except ValueError as e:
                 app.sink.log(f"[http_server] Error: {e}")
                 raise HTTPError(400, {"error": {"message": str(e)}}) from None
@@ -366,13 +384,15 @@ class Handler(BaseHTTPRequestHandler):
             self._sse(b"[DONE]")
             return self._end_stream()
         self._start_stream()
-        app.engine.submit(req)
+        app.submit(req, body)
         out_ids: list[int] = []
         try:
             for ev in app.events(req, rs):
                 out_ids.extend(ev.new_ids)
-                self._sse({"text": app.tok.decode(out_ids), "output_ids": ev.new_ids,
-                           "meta_info": app.meta(req, created, ev.now, len(out_ids), ev.finished)})
+                meta = app.meta(req, created, ev.now, len(out_ids), ev.finished)
+                if ev.abort:                   # SGLang streams the aborted output, finish_reason "abort"
+                    meta["finish_reason"] = ev.abort
+                self._sse({"text": app.tok.decode(out_ids), "output_ids": ev.new_ids, "meta_info": meta})
             self._sse(b"[DONE]")
             self._end_stream()
         except (BrokenPipeError, ConnectionResetError):
@@ -383,16 +403,18 @@ class Handler(BaseHTTPRequestHandler):
         """The node's own SGLang-style warm-up does not count as a user request (faults, counters)."""
         return "warmup" if self.headers.get(WARMUP_HEADER) else "user"
 
-    def _run_one(self, text, ids, max_new: int, rid, kind: str = "user") -> dict:
+    def _run_one(self, text, ids, max_new: int, rid, kind: str = "user", body: Optional[dict] = None) -> dict:
         app = self.app
         created = time.time()
         req, rs = app.new_req(self._prompt_ids(text, ids), max_new, rid, kind)
-        app.engine.submit(req)
+        app.submit(req, body or {})
         out_ids: list[int] = []
         last = None
         for ev in app.events(req, rs):
             out_ids.extend(ev.new_ids)
             last = ev
+        if last is not None and last.abort:
+            raise _abort_error(last.abort)
         if last is None or not last.finished:
             raise HTTPError(500, {"error": {"message": "Internal Server Error"}})
         return {"text": app.tok.decode(out_ids), "output_ids": out_ids,
@@ -433,7 +455,7 @@ class Handler(BaseHTTPRequestHandler):
             req, rs = app.new_req(ids, int(max_new), streaming=bool(body.get("stream", False)))
         except ValueError as e:
             raise _bad_request(str(e)) from None
-        app.engine.submit(req)
+        app.submit(req, body)
 
         def choice(text: str, finish: Optional[str]) -> dict:
             if chat:
@@ -449,6 +471,8 @@ class Handler(BaseHTTPRequestHandler):
         if not stream:
             for ev in app.events(req, rs):
                 out_ids.extend(ev.new_ids)
+                if ev.abort:
+                    raise _abort_error(ev.abort)
             return self._send(200, {"id": req.rid, "object": kind, "created": created, "model": model,
                                     "choices": [choice(app.tok.decode(out_ids), "length")],
                                     "usage": usage(len(out_ids))})
@@ -456,6 +480,11 @@ class Handler(BaseHTTPRequestHandler):
         try:
             sent = ""
             for ev in app.events(req, rs):
+                if ev.abort:                   # serving_completions: a streaming error chunk, then [DONE]
+                    code = ev.abort["status_code"]
+                    self._sse({"error": {"object": "error", "message": ev.abort["message"],
+                                         "type": HTTPStatus(code).name, "param": None, "code": code}})
+                    break
                 out_ids.extend(ev.new_ids)
                 text = app.tok.decode(out_ids)
                 delta, sent = text[len(sent):], text

@@ -14,6 +14,23 @@ from typing import Optional, TextIO
 
 
 @dataclass(frozen=True)
+class PrefillPD:
+    """The queues of a PD prefill server (SGLang's bootstrap and inflight queues)."""
+    bootstrap_req: int
+    inflight_req: int
+    optimistic_req: int = 0
+
+
+@dataclass(frozen=True)
+class DecodePD:
+    """The queues of a PD decode server (preallocation, transfer, retracted requests)."""
+    prealloc_usage: float
+    prealloc_req: int
+    transfer_req: int
+    retracted_req: int
+
+
+@dataclass(frozen=True)
 class PrefillStats:
     new_seq: int
     new_token: int
@@ -24,6 +41,7 @@ class PrefillStats:
     pending_token: int
     cuda_graph: bool
     input_throughput: float
+    pd: Optional[PrefillPD] = None          # a PD prefill server's queues
 
 
 @dataclass(frozen=True)
@@ -37,18 +55,40 @@ class DecodeStats:
     accepted_tokens: Optional[int] = None   # window totals, only with a speculative algorithm
     verify_ct: Optional[int] = None
     num_draft_tokens: Optional[int] = None
+    pd: Optional[DecodePD] = None           # a PD decode server's queues
 
 
 def prefill_line(version: str, s: PrefillStats) -> str:
-    """The body (after the prefix) of a Prefill batch line."""
+    """The body (after the prefix) of a Prefill batch line. A PD prefill server adds its queues
+    (0.5.23 metrics_reporter.report_prefill_stats; 0.5.6 "#prealloc-req/#inflight-req" and 0.4.10
+    "#unbootstrapped-req/#transferring-req" in scheduler_metrics_mixin, 0.4.10 without #running-req)."""
     sep = "." if version == "0.4.10" else ","
-    body = (f"Prefill batch{sep} #new-seq: {s.new_seq}, #new-token: {s.new_token}, "
-            f"#cached-token: {s.cached_token}, token usage: {s.token_usage:.2f}, "
-            f"#running-req: {s.running_req}, #queue-req: {s.queue_req}, ")
+    head = (f"Prefill batch{sep} #new-seq: {s.new_seq}, #new-token: {s.new_token}, "
+            f"#cached-token: {s.cached_token}, token usage: {s.token_usage:.2f}, ")
+    pd, tput = s.pd, f"input throughput (token/s): {s.input_throughput:.2f}"
+    if pd is not None and version == "0.4.10":
+        return (head + f"#unbootstrapped-req: {pd.bootstrap_req}, #queue-req: {s.queue_req}, "
+                f"#transferring-req: {pd.inflight_req}, {tput}, ")
+    body = head + f"#running-req: {s.running_req}, #queue-req: {s.queue_req}, "
     if version in ("0.4.10", "0.5.6"):
-        return body  # these versions end the line with ", "
-    return (body + f"#pending-token: {s.pending_token}, cuda graph: {s.cuda_graph}, "
-            f"input throughput (token/s): {s.input_throughput:.2f}")
+        # these versions end the line with ", "
+        return body + (f"#prealloc-req: {pd.bootstrap_req}, #inflight-req: {pd.inflight_req}, {tput}, " if pd else "")
+    if pd is not None:
+        body += (f"#pending-token: {s.pending_token}, #bootstrap-req: {pd.bootstrap_req}, "
+                 f"#inflight-req: {pd.inflight_req}, #optimistic-req: {pd.optimistic_req}, ")
+    else:
+        body += f"#pending-token: {s.pending_token}, "
+    return body + f"cuda graph: {s.cuda_graph}, {tput}"
+
+
+def decode_pd_fields(version: str, pd: Optional[DecodePD]) -> str:
+    if pd is None:
+        return ""
+    usage = f"pre-allocated usage: {pd.prealloc_usage:.2f}, "
+    if version == "0.4.10":
+        return usage + f"#retracted-req: {pd.retracted_req}, "
+    return usage + (f"#prealloc-req: {pd.prealloc_req}, #transfer-req: {pd.transfer_req}, "
+                    f"#retracted-req: {pd.retracted_req}, ")
 
 
 def accept_fields(version: str, s: DecodeStats) -> str:
@@ -69,7 +109,7 @@ def decode_line(version: str, s: DecodeStats) -> str:
     """The body (after the prefix) of a Decode batch line."""
     sep = "." if version == "0.4.10" else ","
     body = (f"Decode batch{sep} #running-req: {s.running_req}, #token: {s.num_token}, "
-            f"token usage: {s.token_usage:.2f}, {accept_fields(version, s)}"
+            f"token usage: {s.token_usage:.2f}, {accept_fields(version, s)}{decode_pd_fields(version, s.pd)}"
             f"cuda graph: {s.cuda_graph}, gen throughput (token/s): {s.gen_throughput:.2f}, "
             f"#queue-req: {s.queue_req}")
     return body + (", " if version in ("0.4.10", "0.5.6") else "")

@@ -108,6 +108,8 @@ class MetricsState:
     any_verify: bool = False
     gauges: dict = field(default_factory=dict)          # scheduler gauge name -> value
     prefill_input_tokens: int = 0
+    engine_type: str = "unified"                        # "prefill" | "decode" on a PD server
+    extra: Optional[Callable[[dict], list[str]]] = None  # more families (pd_metrics), given scheduler labels
 
     def on_finish(self, streaming: bool, prompt: int, gen: int, verify_ct: int,
                   e2e: float, tpot: float | None) -> None:
@@ -157,7 +159,7 @@ def render(state: MetricsState, model_name: str, stages: list[int], pid: int | N
     tokenizer: node rank 0 (the tokenizer's families, and the HTTP side's when given);
     counter_ranks: (pp, tp) of every scheduler here, for the counters each pre-creates at 0."""
     pid = os.getpid() if pid is None else pid
-    tok = {"model_name": model_name, "engine_type": "unified"}
+    tok = {"model_name": model_name, "engine_type": state.engine_type}
     out: list[str] = http.render() if tokenizer and http is not None else []
     for name, kind, help_, side, has_pid, has_stream, samples in FAMILIES:
         lines: list[str] = []
@@ -210,6 +212,8 @@ def render(state: MetricsState, model_name: str, stages: list[int], pid: int | N
                     lines.append(f"{name}{suffix}{_labels(dict(lab, **e))} {_num(v)}")
         if lines:
             out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"] + lines
+    if state.extra is not None:
+        out += state.extra(dict(tok, tp_rank="0", pp_rank=str(stages[0] if stages else 0), moe_ep_rank="0"))
     return "\n".join(out) + "\n"
 
 

@@ -19,7 +19,8 @@ import time
 import urllib.request
 from typing import Optional
 
-from .build import Replica, build_core, plan_replica
+from . import pd_node
+from .build import Replica, build_core, plan_replica, with_kv_pool
 from .cli_args import ServerArgs
 from .costs import Costs
 from .engine import Engine, Exchange
@@ -36,6 +37,7 @@ from .tracebacks import SIGQUIT, load_crash_traceback, oom_traceback, peer_lost_
 from .memory import oom_message
 from .nccl import host_name, init_error_traceback, nccl_init
 from .noise import Noise, launch_seed
+from .pd import warmup as pd_warmup
 
 DEFAULT_DIST_TIMEOUT = 600
 LOSS_GRACE = 0.3  # a peer vanishing during a job-wide SIGTERM is not a crash
@@ -59,6 +61,8 @@ class Node:
     def __init__(self, args: ServerArgs, warnings: tuple[str, ...], knobs: Knobs, costs: Costs):
         if knobs.faults.bind_loopback:
             args = dataclasses.replace(args, host="127.0.0.1")
+        if knobs.faults.pd_role:
+            args = dataclasses.replace(args, disaggregation_mode=knobs.faults.pd_role)
         self.args = args
         self.warnings = warnings
         self.knobs = knobs
@@ -69,6 +73,8 @@ class Node:
         self.local = self.topo.ranks_on(self.rank)
         self.stats_prefixes = [self.topo.prefix(Rank(k, 0)) for k in self.topo.stats_stages(self.rank)]
         self.replica: Replica = plan_replica(args, costs, knobs.gpus_per_node, knobs.log_version)
+        if knobs.faults.kv_pool_tokens is not None:
+            self.replica = with_kv_pool(self.replica, knobs.faults.kv_pool_tokens)
         self.config = read_model_config(args.model_path)
         self.stop = threading.Event()
         self.dying = threading.Lock()
@@ -81,6 +87,8 @@ class Node:
         self.ready = threading.Event()
         self._serving = False
         self._draining = False
+        self.pd = None           # the PD role of a prefill/decode leader (pd_prefill, pd_decode)
+        self.pd_servers: list = []   # its bootstrap server / side channel (pd_node)
 
     # ---- logging helpers -----------------------------------------------------------------------
     def log_gpus(self, msg: str) -> None:
@@ -197,7 +205,7 @@ class Node:
             if self._serving:
                 self.http.shutdown()
             self.http.server_close()
-        for x in (self.hub, self.link):
+        for x in (self.hub, self.link, self.pd, *self.pd_servers):
             if x is not None:
                 x.close()
 
@@ -209,6 +217,7 @@ class Node:
     def _load(self) -> bool:
         """Init distributed, load weights, memory pool, CUDA graphs (returns False if stopped)."""
         s, mem = self.costs.startup, self.replica.memory
+        pd_node.check_transfer_engine(self)
         if not self.sleep(s.dist_init_s):
             return False
         self._nccl_init()
@@ -291,6 +300,7 @@ class Node:
             tok = EmuTokenizer(a.tokenizer_path or a.model_path)
         except TokenizerNotFound as e:
             return self.fail_startup(f"OSError: {e}")
+        self.pd_servers = [x for x in [pd_node.start_bootstrap(self)] if x is not None]
         if a.nnodes > 1:
             self.hub = Hub(self._dist_addr()[1], a.nnodes, self._on_head_message, self.on_peer_lost,
                            self._dist_timeout())
@@ -312,13 +322,17 @@ class Node:
         self._log_scheduler_ready()
         seed = k.seed if k.seed is not None else (a.random_seed or 0)
         noise = Noise(self.costs.noise, launch_seed(seed, os.environ, a.port))
-        core = build_core(self.replica, tok.output_ids, self.emit_stats, seed, k.faults.oom_first_prefill, noise)
+        core = build_core(self.replica, tok.output_ids, self.emit_stats, seed, k.faults.oom_first_prefill, noise,
+                          pd_node.core_class(a.disaggregation_mode))
         exchange = Exchange(self.hub, k.collective_bytes) if self.hub is not None and k.collective_bytes else None
         self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests, exchange,
                              k.faults.hang_after_requests)
+        if pd_node.is_pd(a):
+            self.pd = pd_node.start_role(self, core, self.engine)
         model_info = {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
         self.app = App(a, k, tok, self.engine, self.sink, self.replica, model_info, self.context_len)
         self.app.stats_stages = self.topo.stats_stages(0)
+        self.app.pd = self.pd
         try:
             self.http = Server((a.host, a.port), Handler, self.app)
         except OSError as e:
@@ -369,6 +383,8 @@ class Node:
         else:
             self.sink.log(f"Initialization failed. warmup error: {err}")
             return False
+        if self.pd is not None:
+            return pd_warmup(url, self.args.disaggregation_mode, self.args.dp_size, self.sink.log, {WARMUP_HEADER: "1"})
         body = json.dumps({"sampling_params": {"temperature": 0, "max_new_tokens": 8},
                            "text": "The capital city of France is"}).encode()
         req = urllib.request.Request(url + "/generate", data=body, headers={"Content-Type": "application/json", WARMUP_HEADER: "1"})
@@ -402,6 +418,7 @@ class Node:
         if not self._load():
             return 0
         self._log_scheduler_ready()
+        self.pd_servers = [x for x in [pd_node.register_worker(self)] if x is not None]
         self.link.send({"t": "phase", "phase": "loaded"})
         while not self.ready.wait(0.2):
             if self.stop.is_set():

@@ -54,6 +54,7 @@ class Req:
     first_token_time: Optional[float] = None
     finish_time: Optional[float] = None
     rng: random.Random = field(default_factory=random.Random)
+    pd: Optional[object] = None        # PD disaggregation state of the request (pd_prefill / pd_decode)
 
     @property
     def kv_tokens(self) -> int:
@@ -135,7 +136,7 @@ class SchedulerCore:
     # ---- intake --------------------------------------------------------------------------------
     def add(self, req: Req, now: float) -> None:
         self._n_added += 1
-        req.arrival = now
+        req.arrival = req.arrival or now   # a PD decode request arrived before its KV did
         req.rng = random.Random(zlib.crc32(f"{self.seed}/{self._n_added}".encode()))
         if self.model.spec:
             req.accept_mean = self.model.request_accept_mean(req.rng)
@@ -245,7 +246,7 @@ class SchedulerCore:
             token_usage=used / max(1, self.cfg.max_total_num_tokens),
             running_req=self._reported_running(self.running, [r for r, _ in items]),
             queue_req=len(self.waiting), pending_token=max(0, pending), cuda_graph=False,
-            input_throughput=throughput)
+            input_throughput=throughput, pd=self._prefill_pd())
         self.emit(prefill_line(self.cfg.log_version, stats))
         self.metrics.on_report(num_running_reqs=stats.running_req, num_queue_reqs=stats.queue_req,
                                token_usage=stats.token_usage, full_token_usage=stats.token_usage,
@@ -316,11 +317,15 @@ class SchedulerCore:
             ids = self.sample_ids(req.rng, 1)
             req.output_ids.extend(ids)
             req.first_token_time = now
-            if len(req.output_ids) >= req.max_new_tokens:
-                self._finish(req, ids, now)
-            else:
-                self.running.append(req)
-                self._notify(req, ids, now)
+            self._prefilled(req, ids, now)
+
+    def _prefilled(self, req: Req, ids: list[int], now: float) -> None:
+        """A prompt is computed and its first token sampled (a PD prefill server holds it here)."""
+        if len(req.output_ids) >= req.max_new_tokens:
+            self._finish(req, ids, now)
+        else:
+            self.running.append(req)
+            self._notify(req, ids, now)
 
     def _complete_decode(self, fwd: Forward, now: float) -> None:
         spec = self.model.spec is not None
@@ -365,7 +370,7 @@ class SchedulerCore:
             cuda_graph=0 < len(fwd.reqs) <= self.cfg.cuda_graph_max_bs, gen_throughput=c.last_gen_throughput,
             queue_req=len(self.waiting),
             accepted_tokens=self._win_accepted if spec else None, verify_ct=self._win_verify if spec else None,
-            num_draft_tokens=self.cfg.num_draft_tokens if spec else None)
+            num_draft_tokens=self.cfg.num_draft_tokens if spec else None, pd=self._decode_pd())
         self.emit(decode_line(self.cfg.log_version, stats))
         self._report_decode(stats, ctx)
         self._win_start, self._win_tokens, self._win_accepted, self._win_verify = now, 0, 0, 0
@@ -384,6 +389,14 @@ class SchedulerCore:
                      / (stats.verify_ct * (n - 1)) if n > 1 else 0.0,
                      spec_num_draft_tokens=n, spec_num_steps=1)
         self.metrics.on_report(**g)
+
+    def _prefill_pd(self):
+        """The PD queue fields of a Prefill batch line (pd_core.PrefillCore); None when not PD."""
+        return None
+
+    def _decode_pd(self):
+        """The PD queue fields of a Decode batch line (pd_core.DecodeCore); None when not PD."""
+        return None
 
     def _notify(self, req: Req, ids: list[int], now: float) -> None:
         if req.listener is not None:
