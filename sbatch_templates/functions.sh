@@ -621,8 +621,8 @@ teardown() {
   for pid in "${pids[@]}"; do
     [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == srun ]] || kill -TERM "$pid" 2>/dev/null
   done
-  deadline=$(( SECONDS + GRACE ))
-  while (( SECONDS < deadline )); do
+  deadline=$(( ${EPOCHREALTIME/./} + GRACE * 1000000 ))    # microseconds: the whole grace, not less
+  while (( ${EPOCHREALTIME/./} < deadline )); do
     alive=0
     for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
     if (( alive )); then
