@@ -18,13 +18,15 @@ def slurm_facts(job_id: str | None, *, settle_s: float = 5.0, run_dir: Path | No
     """
     if not job_id:
         return None
+    expected = _expected(run_dir) if run_dir is not None else {}
     deadline = time.monotonic() + settle_s
     info = sacct(job_id)
+    # (a record of another job, by its name, is not waited for: collect.job ignores it anyway)
     while info and f"{job_id}+0" not in info["components"] and not is_active(info["state"]) \
+            and info.get("job_name") in (None, expected.get("job_name") or info.get("job_name")) \
             and time.monotonic() < deadline:
         time.sleep(0.5)
         info = sacct(job_id)
-    expected = _expected(run_dir) if run_dir is not None else {}
     if not info:
         state = squeue_state(job_id)
         return {"job_id": job_id, "state": state, "expected": expected} if state else None
