@@ -73,6 +73,7 @@ def test_one_named_container_per_node_and_job():
     assert _plan("tp32", 'container.name=""').container_name == ""
     assert not any(isinstance(f, Var) for f in _plan("tp32", 'container.name=""').container_flags)
     assert _plan("tp32", 'container.image=""').container_flags == ()
+    assert "fabric: every rank's NCCL must use network IB" in summary(_plan())
 
 
 def _mounts(p):
@@ -105,7 +106,8 @@ def test_the_cache_environment_of_every_step():
                        "HF_HOME=${CACHE_DIR}/.cache/huggingface"]
     assert "TRITON_CACHE_DIR=${CACHE_DIR}/.triton/cache" in env
     assert "/scratch/cache:/scratch/cache" in _mounts(p)
-    assert _plan().cache is None
+    assert _plan("tp32", 'cache.dir=""').cache is None
+    assert _plan().cache.base == "/scratch/slurm-ab-cache"              # the example site sets one
     p = _plan("tp32", "cache.dir=/scratch/cache", "cache.env.SGLANG_DG_CACHE_DIR=.cache/deep_gemm")
     assert "SGLANG_DG_CACHE_DIR=${CACHE_DIR}/.cache/deep_gemm" in [v.text for v in p.cache.env]
 
@@ -122,7 +124,7 @@ def test_dry_run_summary_of_a_pyxis_site():
            "finishes no request for 180 s" in text
     assert "note: heterogeneous jobs are scheduled by the backfill scheduler only" in text
     assert "MaxJobsPerUser" in text
-    plain = summary(_plan())
+    plain = summary(_plan("tp32", 'cache.dir=""'))
     assert "note: container.image without cache.dir: HOME inside the container is not writable" in plain
 
 
