@@ -11,9 +11,21 @@ This is the hot path of `collect` (logs can reach GiBs). Design:
 - sum whole blocks at once (bytes.split/count, no per-line Python) when their first and last
   batch lines lie at least MARGIN inside or outside every time range, all samples belong to
   one stream (no DP/PP tags) and every count agrees (each decode line has one 'gen throughput',
-  ...); otherwise the block is parsed line by line. This relies on batch lines being written in
-  time order (one scheduler process, line-buffered stderr), give or take MARGIN.
+  ...); otherwise the block is halved at a line end and the halves are tried again, down to
+  SPLIT_MIN bytes, and only what is left is parsed line by line. This relies on batch lines
+  being written in time order (one scheduler process, line-buffered stderr), give or take
+  MARGIN. Sums are the same whichever way a line is taken: a whole block adds its sum (as
+  before), the parts of a split block add their values one by one as the per-line path does.
 Memory is O(1) in the log size: only per-stream sums are kept.
+
+Several benchmark windows (the timed passes of one server launch) are served by one read: the
+windows are in time order and do not overlap, so the windows holding a stamp are found by
+bisecting their starts (a whole block lies inside at most one of them). Each window gets what a
+single-window scan gives it, to the last digit. A whole-second stamp ('HH:MM:SS', no
+SGLANG_LOG_MS) stands for that whole second (text.in_window): when one pass ends and the next
+starts within the same second, a line stamped with that second may belong to either and is
+counted in both, as two single-window scans count it; `shared_lines` says how many there were.
+Millisecond stamps are never ambiguous.
 
 Streams: SGLang tags scheduler lines with ' DP<k>' when attention-DP is on and ' PP<k>' when
 pipeline parallelism is; each DP group leader logs its own batches (distinct samples, they pool),
@@ -23,16 +35,21 @@ prefill counts are therefore kept per (DP, PP) stream and pooled with `lowest_st
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import reduce
+from operator import add
 from pathlib import Path
-from typing import Iterable, Mapping, TypeVar
+from typing import Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .server_log import GENERATE_PATHS, parse_batch_line, parse_head, parse_ranks
 from .text import BLOCK, decode, in_window, iter_blocks, line_stamp, line_timestamp, parse_ts
 
-__all__ = ["Interval", "DecodeAgg", "Prefill", "Counts", "Retractions", "ServerLogScan",
-           "scan_server_log", "lowest_stage"]
+__all__ = ["Interval", "DecodeAgg", "Prefill", "Counts", "Retractions", "WindowScan",
+           "ServerLogScan", "scan_server_log", "counting_scans", "lowest_stage"]
 
 _FOREVER = (None, None)
 MARGIN = timedelta(seconds=5)
@@ -150,6 +167,20 @@ class Retractions:
 
 
 @dataclass(frozen=True)
+class WindowScan:
+    """One benchmark window of a multi-window scan: what a single-window scan puts in
+    ServerLogScan's decode, window and retractions."""
+
+    decode: dict = field(default_factory=dict)      # (dp, pp) -> DecodeAgg (window or all)
+    counts: Counts = Counts()                       # prefill lines and POSTs in the window
+    retractions: dict = field(default_factory=dict)  # as ServerLogScan.retractions
+
+    def primary_stream(self) -> DecodeAgg:
+        """Samples of the lowest PP stage, pooled over DP ranks (see the module docstring)."""
+        return lowest_stage(self.decode, DecodeAgg())
+
+
+@dataclass(frozen=True)
 class ServerLogScan:
     path: str
     size: int
@@ -165,11 +196,16 @@ class ServerLogScan:
     posts: int = 0                                  # generation POSTs in the whole file
     posts_untimed: int = 0                          # ... without a timestamp (not windowable)
     slow_lines: int = 0                             # lines that needed the general parser
+    #                                                 (work: blocks summed at once skip it)
     tagged: bool = False                            # batch lines carry DP/PP rank tags
     untimed_batch_lines: int = 0                    # batch lines whose time could not be read
     # retractions in the decode range (window, or all), by the rank tags of the logging
     # scheduler: {(dp, pp, other rank items): Retractions}; every TP rank logs each one
     retractions: dict = field(default_factory=dict)
+    # scan_server_log(windows=...): name -> WindowScan; decode, window and retractions above
+    # stay empty then
+    windows: dict = field(default_factory=dict)
+    shared_lines: int = 0                           # lines counted in two windows (see above)
 
     def primary_stream(self) -> DecodeAgg:
         """Samples of the lowest PP stage, pooled over DP ranks (see the module docstring)."""
@@ -242,44 +278,88 @@ def _is_gen_path(buf: bytes, i: int) -> bool:
 # ---- the scan ----------------------------------------------------------------------------------
 
 class _Ranges:
-    """What the caller asked to count, as byte bounds, plus the running sums."""
+    """What the caller asked to count, as byte bounds, plus the running sums.
 
-    __slots__ = ("start", "end", "dec_start", "dec_end", "intervals", "win", "ivs", "ranges",
-                 "hull", "dec", "disjoint")
+    Windows are time-ordered and do not overlap, so their starts and ends both ascend and the
+    windows holding a stamp are a run ending at the last one that starts at or before it
+    (`_in_windows`). Intervals (warm-ups) are few and tried one by one.
+    """
 
-    def __init__(self, window, all_samples: bool, intervals: tuple):
-        self.start, self.end = window if window else _FOREVER
-        self.dec_start, self.dec_end = (None, None) if all_samples else (self.start, self.end)
-        self.intervals = intervals
+    __slots__ = ("windows", "intervals", "counts", "ivs", "iv_ranges", "w19", "w23",
+                 "dec_spans", "dec_sums", "retractions", "d19", "d23", "dec", "hull", "disjoint")
+
+    def __init__(self, windows: tuple, all_samples: bool, intervals: tuple):
+        self.windows, self.intervals = windows, intervals
         # per range: [{stream: [lines, tokens, new_seq]}, posts]
-        self.win: list = [{}, 0]
+        self.counts = [[{}, 0] for _ in windows]
         self.ivs = {iv.name: [{}, 0] for iv in intervals}
-        self.ranges = [(self.win, _bounds(self.start, self.end), False)] + \
-            [(self.ivs[iv.name], _bounds(iv.start, iv.end), True) for iv in intervals]
-        # hull of all ranges: most lines fall outside it or only in the window
-        b = [r[1] for r in self.ranges]
-        self.hull = (min(x[0] for x in b), max(x[1] for x in b),
-                     min(x[2] for x in b), max(x[3] for x in b))
-        self.dec = _bounds(self.dec_start, self.dec_end)
-        spans = sorted((iv.start or datetime.min, iv.end or datetime.max) for iv in
-                       [Interval("w", self.start, self.end), *intervals])
+        self.iv_ranges = [(self.ivs[iv.name], _bounds(iv.start, iv.end)) for iv in intervals]
+        wb = [_bounds(w.start, w.end) for w in windows]
+        self.w19, self.w23 = _columns(wb)
+        # decode samples and retractions: per window, or one set for the whole file
+        self.dec_spans = [_FOREVER] if all_samples else [(w.start, w.end) for w in windows]
+        self.dec_sums = [{} for _ in self.dec_spans]      # (dp, pp) -> [7 sums as in DecodeAgg]
+        self.retractions = [{} for _ in self.dec_spans]   # (dp, pp, rest) -> [events, requests]
+        db = [_bounds(*span) for span in self.dec_spans]
+        self.d19, self.d23 = _columns(db)
+        # hulls: most lines fall outside them or in one window
+        self.dec = _hull(db)
+        self.hull = _hull(wb + [b for _, b in self.iv_ranges])
+        spans = sorted((r.start or datetime.min, r.end or datetime.max)
+                       for r in (*windows, *intervals))
         # a whole-second stamp may fall in two ranges less than a second apart
         self.disjoint = all((b2[0] - a[1]).total_seconds() > 1 for a, b2 in zip(spans, spans[1:]))
+
+
+def _columns(bounds: list) -> tuple[tuple[list, list], tuple[list, list]]:
+    """((starts, ends) of whole-second bounds, (starts, ends) of millisecond bounds)."""
+    return ([b[0] for b in bounds], [b[1] for b in bounds]), \
+        ([b[2] for b in bounds], [b[3] for b in bounds])
+
+
+def _hull(bounds: list) -> tuple[bytes, bytes, bytes, bytes]:
+    return (min(x[0] for x in bounds), max(x[1] for x in bounds),
+            min(x[2] for x in bounds), max(x[3] for x in bounds))
+
+
+def _in_windows(cols: tuple[list, list], tsk: bytes) -> range:
+    """Indices of the windows whose (starts, ends) bounds hold the stamp tsk; more than one
+    only for a whole-second stamp of a second two windows share."""
+    starts, ends = cols
+    i = j = bisect_right(starts, tsk)
+    while j and tsk <= ends[j - 1]:
+        j -= 1
+    return range(j, i)
+
+
+def _ordered(windows: tuple) -> tuple:
+    """The windows, checked: distinct names, each in time order after the one before (one may
+    end where the next starts)."""
+    names = Counter(w.name for w in windows)
+    if max(names.values()) > 1:
+        raise ValueError("scan windows need distinct names; repeated: "
+                         + ", ".join(sorted(repr(n) for n, c in names.items() if c > 1)))
+    for w in windows:
+        if w.start is not None and w.end is not None and w.end < w.start:
+            raise ValueError(f"scan window {w.name!r} ends ({w.end}) before it starts ({w.start})")
+    for a, b in zip(windows, windows[1:]):
+        if a.end is None or b.start is None or b.start < a.end:
+            raise ValueError(f"scan windows must be in time order without overlap: {a.name!r} "
+                             f"({a.start} .. {a.end}) then {b.name!r} ({b.start} .. {b.end})")
+    return windows
 
 
 class _Acc:
     """Running totals of one file."""
 
-    __slots__ = ("decode", "decode_lines", "prefill_lines", "first_prefill", "first_decode",
-                 "posts", "posts_untimed", "slow", "tagged", "untimed", "retractions", "streams")
+    __slots__ = ("decode_lines", "prefill_lines", "first_prefill", "first_decode", "posts",
+                 "posts_untimed", "slow", "tagged", "untimed", "shared", "streams")
 
     def __init__(self):
-        self.decode: dict = {}                 # (dp, pp) -> [7 sums as in DecodeAgg]
         self.decode_lines = self.prefill_lines = self.posts = self.posts_untimed = 0
-        self.slow = self.untimed = 0
+        self.slow = self.untimed = self.shared = 0
         self.first_prefill = self.first_decode = None
         self.tagged = False
-        self.retractions: dict = {}            # (dp, pp, rest) -> [events, requests]
         self.streams: dict = {}                # rank bytes -> (dp, pp)
 
     def stream(self, rk: bytes) -> tuple[int, int]:
@@ -291,25 +371,50 @@ class _Acc:
         return key
 
 
+_scan_counters: list[Counter] = []
+
+
+@contextmanager
+def counting_scans() -> Iterator[Counter]:
+    """Count the scans of each file (by path as given) while the block runs, so that a test can
+    assert that a collector reads each server log once. Scans in forked worker processes are
+    not seen: collect with one worker (small test logs already scan in-process)."""
+    counter: Counter = Counter()
+    _scan_counters.append(counter)
+    try:
+        yield counter
+    finally:
+        _scan_counters.remove(counter)
+
+
 def scan_server_log(path: str | Path, *, window: tuple | None = None,
-                    intervals: Iterable[Interval] = (), all_samples: bool = False,
-                    access_log: bool = True, block: int = BLOCK, bulk: bool = True
-                    ) -> ServerLogScan:
+                    windows: Sequence[Interval] = (), intervals: Iterable[Interval] = (),
+                    all_samples: bool = False, access_log: bool = True, block: int = BLOCK,
+                    bulk: bool = True) -> ServerLogScan:
     """Scan one server log.
 
     window: (start, end) of the benchmark (end None = open); decode samples, prefill lines,
     generation POSTs and retractions are counted inside it (decode samples and retractions
     everywhere with all_samples=True).
+    windows: instead of window, several benchmark windows (the passes of one server launch) in
+    time order and not overlapping (one may end where the next starts; ValueError otherwise):
+    each gets in `windows[name]` a WindowScan with what `window` gets, from this one read; the
+    single-window fields (decode, window, retractions) then stay empty.
     intervals: extra ranges (the warm-ups) whose prefill tokens and POSTs are counted.
     access_log: look for uvicorn access lines (only node rank 0 runs the HTTP server).
     bulk: allow block-at-once summing (see module docstring); False parses every line.
     """
     path = Path(path)
-    rg = _Ranges(window, all_samples, tuple(intervals))
+    for counter in _scan_counters:
+        counter[str(path)] += 1
+    if windows and window is not None:
+        raise ValueError("scan_server_log takes window or windows, not both")
+    spans = _ordered(tuple(windows)) if windows else \
+        (Interval("window", *(window or _FOREVER)),)
+    rg = _Ranges(spans, all_samples, tuple(intervals))
     acc = _Acc()
     # bulk needs every range strictly inside or outside a block, with MARGIN to spare
-    plan = _BulkPlan(window or _FOREVER, (rg.dec_start, rg.dec_end), rg.intervals) \
-        if bulk else None
+    plan = _BulkPlan(rg) if bulk else None
     first_ts = None
     size = 0
     tail = b""
@@ -318,20 +423,34 @@ def scan_server_log(path: str | Path, *, window: tuple | None = None,
         if first_ts is None:
             first_ts = _first_ts(buf, lo, hi)
         tail = buf[max(lo, hi - 4096):hi]
-        if plan is None or not _bulk_block(buf, lo, hi, plan, acc, rg):
+        if plan is None:
             _batch_lines(buf, lo, hi, rg, acc)
+        else:
+            _bulk_or_lines(buf, lo, hi, plan, acc, rg)
         if access_log:
             _post_lines(buf, lo, hi, rg, acc)
         _retraction_lines(buf, lo, hi, rg, acc)
+    per_window = [_window_scan(rg, k) for k in range(len(spans))]
+    single = per_window[0] if not windows else WindowScan()
     return ServerLogScan(
         str(path), size, first_ts, _last_ts(tail),
-        decode={k: DecodeAgg(*v) for k, v in sorted(acc.decode.items())},
-        decode_lines=acc.decode_lines, prefill_lines=acc.prefill_lines,
+        decode=single.decode, decode_lines=acc.decode_lines, prefill_lines=acc.prefill_lines,
         first_prefill_ts=_to_dt(acc.first_prefill), first_decode_ts=_to_dt(acc.first_decode),
-        window=_counts(rg.win), intervals={n: _counts(c) for n, c in rg.ivs.items()},
+        window=single.counts, intervals={n: _counts(c) for n, c in rg.ivs.items()},
         posts=acc.posts, posts_untimed=acc.posts_untimed, slow_lines=acc.slow,
         tagged=acc.tagged or bool(plan and plan.tagged), untimed_batch_lines=acc.untimed,
-        retractions={k: Retractions(*v) for k, v in sorted(acc.retractions.items())})
+        retractions=single.retractions,
+        windows={w.name: ws for w, ws in zip(spans, per_window)} if windows else {},
+        shared_lines=acc.shared)
+
+
+def _window_scan(rg: _Ranges, k: int) -> WindowScan:
+    """Window k's sums (decode and retractions are one set for all windows with all_samples)."""
+    d = k if len(rg.dec_sums) > 1 else 0
+    return WindowScan(
+        decode={key: DecodeAgg(*v) for key, v in sorted(rg.dec_sums[d].items())},
+        counts=_counts(rg.counts[k]),
+        retractions={key: Retractions(*v) for key, v in sorted(rg.retractions[d].items())})
 
 
 def _counts(c: list) -> Counts:
@@ -352,7 +471,9 @@ def _batch_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
     complete_end = buf[hi - 1: hi] == b"\n"
     d_lo19, d_hi19, d_lo23, d_hi23 = rg.dec
     h_lo19, h_hi19, h_lo23, h_hi23 = rg.hull
-    streams, decode = acc.streams, acc.decode
+    streams = acc.streams
+    # one decode range (one window, or all samples): its hull is the range itself
+    decode = rg.dec_sums[0] if len(rg.dec_sums) == 1 else None
     p = find(BATCH, lo, hi)
     while p >= 0:
         c = buf[p - 1]
@@ -383,23 +504,43 @@ def _batch_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
                 continue
         else:
             tsk, rk, ms = buf[ls + 1: ls + AFTER_STAMP], buf[ls + AFTER_STAMP: ks - 2], False
+        if not acc.tagged and rk not in streams:
+            acc.stream(rk)             # the file's tags, whatever the ranges
         if is_dec:
             acc.decode_lines += 1
             if acc.first_decode is None:
                 acc.first_decode = tsk
             if (d_lo23 <= tsk <= d_hi23) if ms else (d_lo19 <= tsk <= d_hi19):
                 key = streams.get(rk) or acc.stream(rk)
-                a = decode.get(key)
-                if a is None:
-                    a = decode[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0]
-                _decode_fields(buf, p, le, a)
+                if decode is None:
+                    _decode_in_windows(buf, p, le, tsk, ms, key, rg, acc)
+                else:
+                    a = decode.get(key)
+                    if a is None:
+                        a = decode[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0]
+                    _decode_fields(buf, p, le, a)
         else:
             acc.prefill_lines += 1
             if acc.first_prefill is None:
                 acc.first_prefill = tsk
             if (h_lo23 <= tsk <= h_hi23) if ms else (h_lo19 <= tsk <= h_hi19):
-                _prefill_in_ranges(buf, p, le, tsk, ms, streams.get(rk) or acc.stream(rk), rg)
+                _prefill_in_ranges(buf, p, le, tsk, ms, streams.get(rk) or acc.stream(rk), rg,
+                                   acc)
         p = find(BATCH, le, hi)
+
+
+def _decode_in_windows(buf: bytes, p: int, le: int, tsk: bytes, ms: bool, key: tuple,
+                       rg: _Ranges, acc: _Acc) -> None:
+    """Add one decode line's sample to the window(s) its stamp falls in."""
+    hits = _in_windows(rg.d23 if ms else rg.d19, tsk)
+    for k in hits:
+        sums = rg.dec_sums[k]
+        a = sums.get(key)
+        if a is None:
+            a = sums[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0]
+        _decode_fields(buf, p, le, a)
+    if len(hits) > 1:
+        acc.shared += 1
 
 
 def _decode_fields(buf: bytes, p: int, le: int, a: list) -> None:
@@ -436,23 +577,27 @@ def _decode_fields(buf: bytes, p: int, le: int, a: list) -> None:
 
 
 def _prefill_in_ranges(buf: bytes, p: int, le: int, tsk: bytes, ms: bool, key: tuple,
-                       rg: _Ranges) -> None:
+                       rg: _Ranges, acc: _Acc) -> None:
     """Add one prefill line to every range its stamp falls in (tokens for warm-ups only, so
     they are read only for those)."""
     seq = tokens = None
-    for target, b, warmup in rg.ranges:
+    hits = _in_windows(rg.w23 if ms else rg.w19, tsk)
+    for k in hits:
+        if seq is None:
+            seq = int(_num(buf, NEW_SEQ, p, le) or 0)
+        _add_prefill(rg.counts[k], key, seq, 0)
+        if rg.disjoint:
+            return
+    if len(hits) > 1:
+        acc.shared += 1
+    for target, b in rg.iv_ranges:
         if not ((b[2] <= tsk <= b[3]) if ms else (b[0] <= tsk <= b[1])):
             continue
         if seq is None:
             seq = int(_num(buf, NEW_SEQ, p, le) or 0)
-        if warmup and tokens is None:
+        if tokens is None:
             tokens = int((_num(buf, NEW_TOKEN, p, le) or 0) + (_num(buf, CACHED_TOKEN, p, le) or 0))
-        c = target[0].get(key)
-        if c is None:
-            c = target[0][key] = [0, 0, 0]
-        c[0] += 1
-        c[1] += tokens if warmup else 0
-        c[2] += seq
+        _add_prefill(target, key, seq, tokens)
         if rg.disjoint:
             break
 
@@ -483,21 +628,23 @@ def _slow_batch(raw: bytes, complete: bool, rg: _Ranges, acc: _Acc) -> None:
         acc.decode_lines += 1
         if acc.first_decode is None and ts is not None:
             acc.first_decode = ts
-        if ts is None and (rg.dec_start or rg.dec_end):
-            return
-        if ts is not None and not in_window(ts, rg.dec_start, rg.dec_end, whole_seconds=whole):
-            return
-        a = acc.decode.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
-        a[0] += 1
-        if s.accept_len is not None:
-            a[1] += 1
-            a[2] += s.accept_len
-            if s.accept_rate is not None:
-                a[3] += 1
-                a[4] += s.accept_rate
-        if s.gen_throughput is not None:
-            a[5] += 1
-            a[6] += s.gen_throughput
+        # a sample whose time is unknown counts only where the decode range is everything
+        hits = [k for k, (start, end) in enumerate(rg.dec_spans)
+                if (start is None and end is None if ts is None
+                    else in_window(ts, start, end, whole_seconds=whole))]
+        for k in hits:
+            a = rg.dec_sums[k].setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
+            a[0] += 1
+            if s.accept_len is not None:
+                a[1] += 1
+                a[2] += s.accept_len
+                if s.accept_rate is not None:
+                    a[3] += 1
+                    a[4] += s.accept_rate
+            if s.gen_throughput is not None:
+                a[5] += 1
+                a[6] += s.gen_throughput
+        acc.shared += len(hits) > 1
         return
     acc.prefill_lines += 1
     if acc.first_prefill is None and ts is not None:
@@ -506,11 +653,19 @@ def _slow_batch(raw: bytes, complete: bool, rg: _Ranges, acc: _Acc) -> None:
         return
     tokens = int((s.new_token or 0) + (s.cached_token or 0))
     seq = int(s.new_seq or 0)
-    if in_window(ts, rg.start, rg.end, whole_seconds=whole):
-        _add_prefill(rg.win, s.stream, seq, 0)
+    hits = _windows_at(ts, whole, rg)
+    for k in hits:
+        _add_prefill(rg.counts[k], s.stream, seq, 0)
+    acc.shared += len(hits) > 1
     for iv in rg.intervals:
         if in_window(ts, iv.start, iv.end, whole_seconds=whole):
             _add_prefill(rg.ivs[iv.name], s.stream, seq, tokens)
+
+
+def _windows_at(ts: datetime, whole: bool, rg: _Ranges) -> list[int]:
+    """Indices of the windows holding a parsed stamp (the general path's `_in_windows`)."""
+    return [k for k, w in enumerate(rg.windows)
+            if in_window(ts, w.start, w.end, whole_seconds=whole)]
 
 
 # ---- generation POSTs (uvicorn access lines) -----------------------------------------------------
@@ -533,11 +688,11 @@ def _post_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
         if buf[ls] == OPEN and buf[ls + DATE_DASH] == DASH and sep in (CLOSE, SPACE):
             tsk = buf[ls + 1: ls + AFTER_STAMP]
             if lo19 <= tsk <= hi19:
-                _post_in_ranges(rg, tsk, False)
+                _post_in_ranges(rg, acc, tsk, False)
         elif buf[ls] == OPEN and buf[ls + DATE_DASH] == DASH and sep == DOT:
             tsk = buf[ls + 1: ls + 1 + STAMP_MS]
             if lo23 <= tsk <= hi23:
-                _post_in_ranges(rg, tsk, True)
+                _post_in_ranges(rg, acc, tsk, True)
         else:
             acc.slow += 1
             le = find(b"\n", p, hi)
@@ -545,21 +700,30 @@ def _post_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
             if ts is None:
                 acc.posts_untimed += 1
             else:
-                _count_post_dt(ts, not has_ms, rg)
+                _count_post_dt(ts, not has_ms, rg, acc)
         p = find(POST, path_at, hi)
 
 
-def _post_in_ranges(rg: _Ranges, tsk: bytes, ms: bool) -> None:
-    for target, b, _ in rg.ranges:
+def _post_in_ranges(rg: _Ranges, acc: _Acc, tsk: bytes, ms: bool) -> None:
+    hits = _in_windows(rg.w23 if ms else rg.w19, tsk)
+    for k in hits:
+        rg.counts[k][1] += 1
+        if rg.disjoint:
+            return
+    if len(hits) > 1:
+        acc.shared += 1
+    for target, b in rg.iv_ranges:
         if (b[2] <= tsk <= b[3]) if ms else (b[0] <= tsk <= b[1]):
             target[1] += 1
             if rg.disjoint:
                 break
 
 
-def _count_post_dt(ts: datetime, whole: bool, rg: _Ranges) -> None:
-    if in_window(ts, rg.start, rg.end, whole_seconds=whole):
-        rg.win[1] += 1
+def _count_post_dt(ts: datetime, whole: bool, rg: _Ranges, acc: _Acc) -> None:
+    hits = _windows_at(ts, whole, rg)
+    for k in hits:
+        rg.counts[k][1] += 1
+    acc.shared += len(hits) > 1
     for iv in rg.intervals:
         if in_window(ts, iv.start, iv.end, whole_seconds=whole):
             rg.ivs[iv.name][1] += 1
@@ -575,13 +739,18 @@ def _retraction_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> N
         le = buf.find(b"\n", p, hi)
         le = hi if le < 0 else le
         ts, ranks, has_ms = parse_head(decode(buf[ls:p]))
-        if ts is None or in_window(ts, rg.dec_start, rg.dec_end, whole_seconds=not has_ms):
+        # one whose time is unknown counts in every decode range
+        hits = [k for k, (start, end) in enumerate(rg.dec_spans)
+                if ts is None or in_window(ts, start, end, whole_seconds=not has_ms)]
+        if hits:
             key = (ranks.get("DP", 0), ranks.get("PP", 0),
                    tuple(sorted((k, v) for k, v in ranks.items() if k not in ("DP", "PP"))))
-            r = acc.retractions.setdefault(key, [0, 0])
-            r[0] += 1
             n = _num(buf, RETRACTED, p, le)
-            r[1] += int(n) if n is not None else 0
+            for k in hits:
+                r = rg.retractions[k].setdefault(key, [0, 0])
+                r[0] += 1
+                r[1] += int(n) if n is not None else 0
+            acc.shared += ts is not None and len(hits) > 1
         p = buf.find(RETRACTED, le, hi)
 
 
@@ -624,18 +793,18 @@ def _b19(t: datetime | None, shift: timedelta, default: bytes) -> bytes:
 class _BulkPlan:
     """Byte bounds telling whether a block lies wholly inside/outside each range (+- MARGIN)."""
 
-    __slots__ = ("win", "dec", "ivs", "tagged")
+    __slots__ = ("wins", "decs", "ivs", "tagged")
 
-    def __init__(self, window, dec_window, intervals):
+    def __init__(self, rg: _Ranges):
         def rng(a, b):
             # (inside_lo, inside_hi, outside_before, outside_after): a block [f, l] is inside
             # if inside_lo <= f and l <= inside_hi; outside if l < outside_before or
             # f > outside_after.
             return (_b19(a, MARGIN, b""), _b19(b, -MARGIN, b"\xff"),
                     _b19(a, -MARGIN, b""), _b19(b, MARGIN, b"\xff"))
-        self.win = rng(*window)
-        self.dec = rng(*dec_window)
-        self.ivs = [rng(iv.start, iv.end) for iv in intervals]
+        self.wins = [rng(w.start, w.end) for w in rg.windows]
+        self.decs = [rng(*span) for span in rg.dec_spans]
+        self.ivs = [rng(iv.start, iv.end) for iv in rg.intervals]
         self.tagged: bool | None = None
 
 
@@ -646,6 +815,23 @@ def _where(r, first: bytes, last: bytes) -> int:
     if last < r[2] or first > r[3]:
         return 0
     return -1
+
+
+STRADDLES = -2
+
+
+def _inside(rngs: list, first: bytes, last: bytes) -> int:
+    """Index of the range (of non-overlapping ones) the block lies in, -1 if it lies outside
+    all of them, else STRADDLES. A block inside one range holds no line of another, whatever
+    its margins to them: so the blocks that hold a window's lines are summed the same way
+    (at once or line by line) however many windows a scan has, and so are its sums."""
+    straddles = False
+    for k, r in enumerate(rngs):
+        w = _where(r, first, last)
+        if w > 0:
+            return k
+        straddles = straddles or w < 0
+    return STRADDLES if straddles else -1
 
 
 DECODE_TAGGED = b"] " + DECODE + BATCH
@@ -670,8 +856,41 @@ def _tag_before(buf: bytes, k: int, lo: int) -> tuple[bytes, bytes] | None:
     return ts, rk
 
 
-def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _Ranges) -> bool:
-    """Account for every batch line of buf[lo:hi] at once; False if the block needs lines."""
+SPLIT_MIN = 1 << 16                  # halves of a block that straddles a range bound, down to
+
+
+def _bulk_or_lines(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _Ranges,
+                   part: bool = False) -> None:
+    """Sum a block at once, or else its halves (split at a line end) down to SPLIT_MIN bytes,
+    and parse what is left line by line: only the lines near a range bound (a window's start
+    or end, a pass boundary) cost Python work. Parts of a block add their values one by one,
+    as the per-line path does, so the sums do not depend on where blocks were split."""
+    if _bulk_block(buf, lo, hi, plan, acc, rg, part):
+        return
+    mid = buf.find(b"\n", (lo + hi) // 2, hi) + 1 \
+        if hi - lo >= 2 * SPLIT_MIN and not plan.tagged else 0
+    if lo < mid < hi:
+        _bulk_or_lines(buf, lo, mid, plan, acc, rg, True)
+        _bulk_or_lines(buf, mid, hi, plan, acc, rg, True)
+    else:
+        _batch_lines(buf, lo, hi, rg, acc)
+
+
+def _stamp_before(buf: bytes, k: int, lo: int) -> bytes | None:
+    """The stamp of the '[ts ranks]' group ending right before buf[k], with its milliseconds
+    when it has them (as the per-line path keeps it), or None."""
+    tag = _tag_before(buf, k, lo)
+    if tag is None:
+        return None
+    ob = buf.rfind(b"[", max(lo, k - 120), k)
+    return buf[ob + 1: ob + 1 + STAMP_MS] if buf[ob + 1 + STAMP] == DOT else tag[0]
+
+
+def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _Ranges,
+                exact: bool = False) -> bool:
+    """Account for every batch line of buf[lo:hi] at once; False if the block needs lines.
+    exact: add the decode values one by one (in C), in line order, as the per-line path does;
+    else add their block sum."""
     f_dec = buf.find(DECODE_TAGGED, lo, hi)
     f_pre = buf.find(PREFILL_TAGGED, lo, hi)
     if f_dec < 0 and f_pre < 0:
@@ -690,47 +909,65 @@ def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _R
     if plan.tagged:
         return False
     f, l_ = first[0], last[0]
-    in_win = _where(plan.win, f, l_)
-    in_dec = _where(plan.dec, f, l_)
-    if in_win < 0 or in_dec < 0 or any(_where(r, f, l_) != 0 for r in plan.ivs):
+    win = _inside(plan.wins, f, l_)
+    dec = _inside(plan.decs, f, l_)
+    if win == STRADDLES or dec == STRADDLES or any(_where(r, f, l_) != 0 for r in plan.ivs):
         return False
     n_dec = buf.count(DECODE_TAGGED, lo, hi)
     n_pre = buf.count(PREFILL_TAGGED, lo, hi)
     if n_dec + n_pre != buf.count(BATCH, lo, hi):
         return False                                  # odd 'batch' lines: per line
+    first_dec = first_pre = None             # the file's first stamps, as the per-line path
+    if acc.first_decode is None and f_dec >= 0:
+        first_dec = _stamp_before(buf, f_dec, lo)
+        if first_dec is None:
+            return False
+    if acc.first_prefill is None and f_pre >= 0:
+        first_pre = _stamp_before(buf, f_pre, lo)
+        if first_pre is None:
+            return False
     sums = None
     seq = 0
     try:
-        if in_dec and n_dec:
-            sums = _bulk_decode(buf, lo, hi, n_dec)
+        if dec >= 0 and n_dec:
+            sums = _bulk_decode(buf, lo, hi, n_dec, _floats if exact else _sum)
             if sums is None:
                 return False
-        if in_win and n_pre:
+        if win >= 0 and n_pre:
             seq = _bulk_new_seq(buf, lo, hi, n_pre)
             if seq is None:
                 return False
     except ValueError:
         return False
     # commit
-    if acc.first_decode is None and f_dec >= 0:
-        acc.first_decode = _tag_before(buf, f_dec, lo)[0]
-    if acc.first_prefill is None and f_pre >= 0:
-        acc.first_prefill = _tag_before(buf, f_pre, lo)[0]
+    if first_dec is not None:
+        acc.first_decode = first_dec
+    if first_pre is not None:
+        acc.first_prefill = first_pre
     acc.decode_lines += n_dec
     acc.prefill_lines += n_pre
     if sums is not None:
-        a = acc.decode.setdefault((0, 0), [0, 0, 0.0, 0, 0.0, 0, 0.0])
+        a = rg.dec_sums[dec].setdefault((0, 0), [0, 0, 0.0, 0, 0.0, 0, 0.0])
         for i, v in enumerate(sums):
-            a[i] += v
-    if in_win and n_pre:
-        c = rg.win[0].setdefault((0, 0), [0, 0, 0])
+            a[i] = reduce(add, v, a[i]) if exact and i in (2, 4, 6) else a[i] + v
+    if win >= 0 and n_pre:
+        c = rg.counts[win][0].setdefault((0, 0), [0, 0, 0])
         c[0] += n_pre
         c[2] += seq
     return True
 
 
-def _bulk_decode(buf: bytes, lo: int, hi: int, n_dec: int) -> tuple | None:
-    """The DecodeAgg sums of n_dec decode lines, or None if a line is odd (go per line).
+def _sum(values: list) -> float:
+    return sum(map(float, values))
+
+
+def _floats(values: list) -> list[float]:
+    return list(map(float, values))
+
+
+def _bulk_decode(buf: bytes, lo: int, hi: int, n_dec: int, total) -> tuple | None:
+    """The DecodeAgg fields of n_dec decode lines, each sum as total(its values) (the sum, or
+    the values to add one by one), or None if a line is odd (go per line).
 
     findall + map(float) keep the per-value work in C; a rate only counts right after its
     accept len (the per-line rule), which is what _ACC_RATE matches. Speculative decoding puts
@@ -739,18 +976,17 @@ def _bulk_decode(buf: bytes, lo: int, hi: int, n_dec: int) -> tuple | None:
     if len(gens) != n_dec:
         return None
     if buf.find(ACCEPT_LEN, lo, hi) < 0:
-        return (n_dec, 0, 0.0, 0, 0.0, n_dec, sum(map(float, gens)))
+        return (n_dec, 0, total(()), 0, total(()), n_dec, total(gens))
     pairs = _ACC_RATE.findall(buf, lo, hi)
     if len(pairs) == n_dec:
         lens, rates = zip(*pairs)
-        return (n_dec, n_dec, sum(map(float, lens)), n_dec, sum(map(float, rates)), n_dec,
-                sum(map(float, gens)))
+        return (n_dec, n_dec, total(lens), n_dec, total(rates), n_dec, total(gens))
     if pairs:                                 # some lines with a rate, some without
         return None
     lens = _ACC.findall(buf, lo, hi)          # 0.4.x: accept len, no rate
     if len(lens) != n_dec or buf.count(ACCEPT_LEN, lo, hi) != n_dec:
         return None
-    return (n_dec, n_dec, sum(map(float, lens)), 0, 0.0, n_dec, sum(map(float, gens)))
+    return (n_dec, n_dec, total(lens), 0, total(()), n_dec, total(gens))
 
 
 def _bulk_new_seq(buf: bytes, lo: int, hi: int, n_pre: int) -> int | None:
