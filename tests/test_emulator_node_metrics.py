@@ -149,3 +149,14 @@ def test_dummy_server_without_metrics_answers_404():
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_idle_server_publishes_its_idle_gauges():
+    """SGLang refreshes a running-requests gauge that disagrees with the (empty) running batch
+    once the scheduler is fully idle (metrics_reporter._maybe_log_idle_metrics): after a run the
+    gauge reads 0, not the last batch's size."""
+    core, _ = core_for("--tp-size", "8")
+    run(core, [Req(f"r{i}", 512, 200) for i in range(4)])
+    assert core.metrics.gauges["num_running_reqs"] > 0          # the last report's, stale
+    core.note_idle()
+    assert core.metrics.gauges["num_running_reqs"] == 0 and core.metrics.gauges["gen_throughput"] == 0

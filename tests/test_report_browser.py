@@ -49,6 +49,13 @@ def pages(tmp_path_factory):
         shutil.copytree(d, res / d.name)
         write_run_report(res / d.name)
         out[d.name] = res / d.name / "report.html"
+    # a slow node in replica 1 (tests/fixtures/runs/slow-node, stored as the job wrote it): the
+    # collector's verdict names it; the page shows each replica's TPOT and server metrics
+    from slurm_ab.collect import collect_and_write
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "slow-node", res / "slow-node", symlinks=True)
+    collect_and_write(res / "slow-node")
+    write_run_report(res / "slow-node")
+    out["slow-node"] = res / "slow-node" / "report.html"
     return out
 
 
@@ -58,7 +65,8 @@ def shots(tmp_path_factory):
     return Path(d) if d else tmp_path_factory.mktemp("screenshots")
 
 
-NAMES = ("dev-tp32", "dev-pp8", "dev-tp32-dflash", "dev-oom", "compare", "runs", "camp-ab", "camp-sweep")
+NAMES = ("dev-tp32", "dev-pp8", "dev-tp32-dflash", "dev-oom", "slow-node", "compare", "runs", "camp-ab",
+         "camp-sweep")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -81,6 +89,12 @@ def test_page_renders_in_chromium(name, pages, shots):
             m = a["metrics"]["output_tps"]
             hw = m["half_width"]
             assert row[4] == (f"{m['mean']:.2f} ± {hw:.2f}" if hw is not None else f"{m['mean']:.2f}")
+    if name == "slow-node":
+        summary = json.loads((page.parent / "summary.json").read_text())
+        assert summary["verdict"] == "invalid" and "replica 1" in summary["reasons"][0]
+        text = page.read_text()
+        for plot in ("replica-tpot", "server-metrics", "decode-cdf", "request-timeline"):
+            assert f'data-plot="{plot}.png"' in text, plot
     if name.startswith("dev-"):
         summary = json.loads((page.parent / "summary.json").read_text())
         row = main_row(dom)                                            # the browser's DOM

@@ -117,7 +117,7 @@ def fig_timeline(tl, *, title: str = "", windows: dict | None = None, bench: tup
                  color="black", lw=1.4, gid="concurrency")
     axc.set_ylabel("in flight")
     axc.set_ylim(bottom=0)
-    axc.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axc.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
     axc.set_xlabel(xlabel)
     axc.grid(alpha=0.3)
     return fig

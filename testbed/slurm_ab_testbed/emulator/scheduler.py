@@ -165,7 +165,18 @@ class SchedulerCore:
         return bool(self.running or self.chunked)
 
     def note_idle(self) -> None:
+        """Nothing to run. As SGLang's scheduler when fully idle (on_idle ->
+        metrics_reporter._maybe_log_idle_metrics): a running-requests gauge that disagrees with
+        the running batch (the last report's, now stale) is published again with the idle values."""
         self._drained = True
+        g = self.metrics.gauges
+        if g.get("num_running_reqs", 0) != len(self.running) or g.get("num_queue_reqs", 0) != len(self.waiting):
+            used = self.used_tokens
+            self.metrics.on_report(num_running_reqs=len(self.running), num_queue_reqs=len(self.waiting),
+                                   gen_throughput=0.0, token_usage=used / max(1, self.cfg.max_total_num_tokens),
+                                   full_token_usage=used / max(1, self.cfg.max_total_num_tokens),
+                                   num_used_tokens=used, kv_used_tokens=used,
+                                   kv_available_tokens=max(0, self.cfg.max_total_num_tokens - used))
 
     @property
     def used_tokens(self) -> int:
