@@ -40,8 +40,8 @@ nap() {
 
 step_logs() {
   case $1 in
-    server-r*) printf '%s\n' "$RUN_DIR/logs/$1"-n*.log ;;
-    *) printf '%s\n' "$RUN_DIR/logs/$1.log" ;;
+    server-r*) printf '%s\n' "$RUN_DIR/logs/server-r${1#server-r}"-n*.log ;;
+    router) printf '%s\n' "$RUN_DIR/logs/router.log" ;;
   esac
 }
 

@@ -58,14 +58,8 @@ class Launch:
     mode: str
     passes: tuple[Pass, ...]
 
-    @property
-    def dirname(self) -> str:
-        """Its sub-directory of the campaign's run directory (logs, events, bench files)."""
-        return f"launch{self.index}-{self.mode}"
-
     def to_dict(self) -> dict:
-        return {"index": self.index, "mode": self.mode, "dir": self.dirname,
-                "passes": [p.to_dict() for p in self.passes]}
+        return {"index": self.index, "mode": self.mode, "passes": [p.to_dict() for p in self.passes]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Launch":

@@ -106,7 +106,7 @@ def passes_ok(result: dict) -> bool:
 
 def follow_and_collect(job_id: str, run_dir: Path) -> None:
     """`submit --wait` / `watch` of a campaign: follow the job, collect, print the tables."""
-    from .collect.campaign import collect_campaign_and_write
+    from .collect.run import collect_campaign_and_write
     from .progress import follow_live
     from .rundir import Layout
 
@@ -121,7 +121,7 @@ def follow_and_collect(job_id: str, run_dir: Path) -> None:
 
 
 def collect(run_dir: Path, passes: bool = False) -> None:
-    from .collect.campaign import collect_campaign_and_write
+    from .collect.run import collect_campaign_and_write
 
     result, written = collect_campaign_and_write(run_dir)
     click.echo(collect_text(result, passes=passes))
@@ -135,7 +135,8 @@ def report(run_dir: Path, passes: bool, fmt: str) -> str:
     """`report CAMPAIGN [--passes]`: the aggregate table (or every pass) in md, csv or json."""
     import json
 
-    from .collect.campaign import campaign_csv, collect_campaign_and_write
+    from .collect.campaign import campaign_csv
+    from .collect.run import collect_campaign_and_write
 
     result, _ = collect_campaign_and_write(run_dir)
     if fmt == "md":
@@ -155,7 +156,7 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
     """(name, ok pass rows, variance) of one side of a comparison: a campaign of one mode or a
     single run (a run = one pass)."""
     from .collect import collect_and_write
-    from .collect.campaign import collect_campaign_and_write
+    from .collect.run import collect_campaign_and_write
     from .collect.tables import numeric_row
 
     run_dir = find(ref)
@@ -166,7 +167,7 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
             raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
                              f"(slurm-ab compare {ref}) or name campaigns of one mode each")
         return modes[0], result["passes"], result["variance"]
-    s, _ = collect_and_write(run_dir)
+    s = collect_and_write(run_dir)[0].only
     row = dict(numeric_row(s), concurrency=s.spec.max_concurrency or 0, repeat=1, launch=1)
     return s.mode or s.run_id, [row], None
 
@@ -174,7 +175,8 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
 def compare(refs: list[str], fmt: str, find) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
     `compare A B` (runs or one-mode campaigns; runs count as one pass each)."""
-    from .collect.campaign import collect_campaign_and_write, comparison_json, comparison_section
+    from .collect.campaign import comparison_json, comparison_section
+    from .collect.run import collect_campaign_and_write
 
     if len(refs) == 1:
         result, _ = collect_campaign_and_write(find(refs[0]))

@@ -1,41 +1,23 @@
-"""The JobPlan of a campaign: several validated modes of one shape in one allocation.
+"""A campaign's options and checks: several validated modes of one shape in one allocation.
 
 Every mode is resolved and validated as for a single run; modes whose allocation differs
 (replicas, nodes per replica, the #SBATCH options of a component) cannot share one job. The
-plan is the first mode's JobPlan plus a CampaignPlan: each mode's server command, the client
-command with per-pass run-time words, and the schedule. A single run (one mode, one
-concurrency, one repeat, no burn-in) gets no CampaignPlan at all, so its script is unchanged.
+schedule (campaign.schedule) becomes the JobPlan's launches and passes in plan.make_plan, the
+same way a single run's one launch and one pass does.
 """
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
 from .errors import ConfigError, ConfigErrors
 from .experiment import Experiment
 from .ab_stats.metrics import PRIMARY_CHOICES
-from .plan import Command, JobPlan, _client, _preflight, check_run_id, make_plan, server_command
-from .shell import Var
+from .plan import JobPlan, check_run_id, make_plan
 
 MODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-# Per-pass values the job sets before it builds the client command (campaign.sh.j2, run_pass).
-PASS_WORDS = {"--num-prompts": Var("${PASS_PROMPTS}"), "--max-concurrency": Var("${PASS_C}"),
-              "--output-file": Var("${RUN_DIR}/bench-${PASS_KEY}.jsonl")}
-
-
-@dataclass(frozen=True)
-class CampaignPlan:
-    campaign: Campaign
-    servers: tuple[Command, ...]         # per mode, in campaign.modes order
-    descriptions: tuple[str, ...]
-    client: Command                      # with ${PASS_C}, ${PASS_PROMPTS}, ${PASS_KEY}
-    experiments: tuple[Experiment, ...] = ()   # per mode (launch manifests)
-
-    @property
-    def launch_server(self) -> tuple[int, ...]:
-        return tuple(self.campaign.modes.index(x.mode) for x in self.campaign.launches)
 
 
 @dataclass(frozen=True)
@@ -55,15 +37,6 @@ def _shape(exp: Experiment, plan: JobPlan) -> tuple:
 
 def _describe_shape(exp: Experiment) -> str:
     return f"{exp.replicas} replicas x {exp.nodes_per_replica} nodes x {exp.cluster.gpus_per_node} GPUs"
-
-
-def campaign_client(exp: Experiment) -> Command:
-    """The single run's client command with per-pass run-time words for prompts, concurrency and
-    output file."""
-    base = _client(exp)
-    lines = tuple((line[0], PASS_WORDS[line[0]]) if line and line[0] in PASS_WORDS else line
-                  for line in base.lines)
-    return Command(base.env, lines)
 
 
 def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
@@ -137,43 +110,28 @@ def _launches(opts: CampaignOptions, bench, n_modes: int, order: str, errors: li
     return value
 
 
-
 def default_campaign_id(exps: list[Experiment], now: float | None = None) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     return f"{exps[0].name}-{'-vs-'.join(e.mode.name for e in exps)}-{stamp}"[:100]
 
 
 def make_campaign_plan(exps: list[Experiment], campaign: Campaign, run_id: str, run_dir: str) -> JobPlan:
-    """The first mode's plan with the campaign attached (a single run: the plain plan)."""
-    check_run_id(run_id)
-    base = make_plan(exps[0], run_id, run_dir)
-    if campaign.single:
-        return base
-    servers = tuple(server_command(e) for e in exps)
-    client = campaign_client(exps[0])
-    pf = base.preflight
-    if pf is not None:   # every mode's paths (a draft model used by one mode only)
-        paths = list(pf.paths)
-        for e, s in zip(exps[1:], servers[1:]):
-            other = _preflight(e, s, client)
-            paths += [x for x in (other.paths if other else ()) if x not in paths]
-        pf = replace(pf, paths=tuple(paths))
-    cp = CampaignPlan(campaign, servers, tuple(e.mode.description for e in exps), client, tuple(exps))
-    return replace(base, campaign=cp, preflight=pf)
+    """The job's plan: every mode's server command, the schedule's launches and passes."""
+    return make_plan(exps, run_id, run_dir, campaign)
 
 
 def campaign_summary(plan: JobPlan) -> str:
     """What a campaign runs, for dry-run (after the single-run summary of its first mode)."""
     cp = plan.campaign
-    if cp is None:
+    if plan.single:
         return ""
     c = cp.campaign
     lines = [f"campaign: modes {', '.join(c.modes)}; {c.repeats} repeat(s) x concurrency "
              f"{', '.join(map(str, c.concurrencies))}; order {c.order}; burn-in "
              f"{'on' if c.burn_in else 'off'}; {len(c.launches)} server launch(es), "
              f"{len(c.passes)} timed pass(es) in one allocation"]
-    for launch in c.launches:
-        lines.append(f"  launch {launch.index} ({launch.mode}) -> {launch.dirname}/: "
+    for launch in cp.launches:
+        lines.append(f"  launch {launch.index} ({launch.mode}) -> {launch.dir}/: "
                      + ", ".join(f"{p.key} ({p.prompts} prompts)" for p in launch.passes))
     lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
     for mode, cmd in zip(c.modes, cp.servers):
@@ -181,7 +139,7 @@ def campaign_summary(plan: JobPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["CampaignOptions", "CampaignPlan", "campaign_summary", "default_campaign_id", "plan_campaign",
+__all__ = ["CampaignOptions", "campaign_summary", "default_campaign_id", "plan_campaign",
            "make_campaign_plan", "resolve_options"]
 
 

@@ -1,27 +1,25 @@
 """The run directory of a campaign: one sub-directory per server launch, each with the manifest of
-its mode (so the single-run collector reads it as a run), written at submission."""
+its mode (its resolved experiment), written at submission. A single run has none."""
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
 from . import rundir
-from .plan import JobPlan, make_plan
+from .plan import JobPlan
 
 
 def launch_manifests(plan: JobPlan, root: rundir.Manifest) -> dict[str, rundir.Manifest]:
     """dirname -> manifest of each launch: its mode's resolved experiment, the campaign's job."""
-    cp = plan.campaign
-    if cp is None:
+    if plan.single:
         return {}
-    exps = {e.mode.name: e for e in cp.experiments}
+    cp = plan.campaign
     out = {}
-    for launch in cp.campaign.launches:
-        exp = exps[launch.mode]
-        sub = make_plan(exp, plan.run_id, str(Path(plan.run_dir) / launch.dirname))
-        out[launch.dirname] = replace(
-            root, mode=exp.mode.name, mode_description=exp.mode.description, run_dir=sub.run_dir,
-            config=exp, campaign=None, launch=launch)
+    for step, launch in zip(cp.launches, cp.campaign.launches):
+        exp = cp.experiments[step.server]
+        out[step.dir] = replace(
+            root, mode=exp.mode.name, mode_description=exp.mode.description,
+            run_dir=str(Path(plan.run_dir) / step.dir), config=exp, campaign=None, launch=launch)
     return out
 
 
@@ -34,11 +32,10 @@ def write_launch_manifests(plan: JobPlan, run_dir: Path, root: rundir.Manifest) 
 
 def campaign_manifest(plan: JobPlan, m: rundir.Manifest) -> rundir.Manifest:
     """The root manifest of a campaign: its modes and schedule (manifest key "campaign")."""
-    cp = plan.campaign
-    if cp is None:
+    if plan.single:
         return m
-    modes = cp.campaign.modes
-    return replace(m, mode="+".join(modes),
+    cp = plan.campaign
+    return replace(m, mode="+".join(cp.modes),
                    mode_description="campaign: " + " vs ".join(
-                       f"{x} ({d})" for x, d in zip(modes, cp.descriptions)),
+                       f"{x} ({d})" for x, d in zip(cp.modes, cp.descriptions)),
                    campaign=cp.campaign)

@@ -155,13 +155,13 @@ def submit(modes, run_id, wait, no_collector, repeats, concurrency, order, burn_
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     s = do_submit(plan, collector=not no_collector)
-    what = f"mode {modes[0]}" if plan.campaign is None else \
+    what = f"mode {modes[0]}" if plan.single else \
         f"campaign of {', '.join(modes)}: {len(plan.campaign.campaign.passes)} passes"
     click.echo(f"submitted job {s.job_id} ({what}, run {plan.run_id})")
     click.echo(f"run directory: {s.run_dir}")
     if s.collector_job_id:
         click.echo(f"collector job {s.collector_job_id} runs after it (afterany)")
-    if wait and plan.campaign is not None:
+    if wait and not plan.single:
         campaign_cli.follow_and_collect(s.job_id, s.run_dir)
     elif wait:
         _follow_and_collect(s.job_id, s.run_dir)
@@ -198,7 +198,8 @@ def _follow_and_collect(job_id: str, run_dir: Path) -> None:
     click.echo(f"job {job_id} ended: {state}")
     from .collect import collect_and_write, summary_text
 
-    summary, written = collect_and_write(run_dir, job_id=job_id)
+    cs, written = collect_and_write(run_dir, job_id=job_id)
+    summary = cs.only
     click.echo(summary_text(summary))
     md = rundir.Layout(run_dir).summary("summary.md")
     click.echo(f"summary: {md}" if md.exists() else "no summary written")
@@ -238,7 +239,8 @@ def collect(run, all_samples):
 
     if campaign_cli.is_campaign(run_dir):
         return campaign_cli.collect(run_dir)
-    summary, written = collect_and_write(run_dir, all_samples=all_samples)
+    cs, written = collect_and_write(run_dir, all_samples=all_samples)
+    summary = cs.only
     click.echo(summary_text(summary))
     if summary.verdict == "running":
         click.echo(f"{run_dir}: the job is still running; nothing final written")
@@ -251,7 +253,7 @@ def _summaries(refs):
     from .collect import collect_and_write
 
     dirs = [_find_run(r) for r in refs] if refs else rundir.all_runs(_results_dir())
-    return [collect_and_write(d)[0] for d in dirs]
+    return [collect_and_write(d)[0].only for d in dirs]
 
 
 def _html_option(f):
@@ -295,7 +297,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     if campaigns:
         click.echo("campaigns (slurm-ab report CAMPAIGN): " + ", ".join(d.name for d in campaigns), err=True)
         dirs = [d for d in dirs if d not in campaigns]
-    pairs = [(d, collect_and_write(d)[0]) for d in dirs]
+    pairs = [(d, collect_and_write(d)[0].only) for d in dirs]
     pairs = [(d, s) for d, s in pairs if by_verdict([s], verdicts)]
     if not pairs:
         filt = " matching the filters" if since or modes or verdicts else ""

@@ -9,6 +9,9 @@ import re
 from pathlib import Path
 from dataclasses import dataclass
 
+from typing import Sequence
+
+from .campaign import Campaign, Launch, Pass
 from .experiment import Experiment
 from .shell import Var, flag_words
 
@@ -48,7 +51,7 @@ class JobPlan:
     server_step: tuple[str, ...]           # srun options of the server steps (besides group/nodes)
     side_step: tuple[str, ...]             # srun options of router/client (pinned with --nodelist)
     preflight: "Preflight | None"          # None: disabled
-    campaign: "object | None" = None       # campaign_plan.CampaignPlan; None: a single run
+    campaign: "CampaignPlan | None" = None  # what the job runs: every launch and pass (make_plan)
     # Site survival (issue 20): options of every srun step (--mpi=... then cluster.srun_extra), the
     # writable cache directory and its environment, the job's expected duration (duration.py).
     srun_extra: tuple[str, ...] = ()
@@ -77,6 +80,148 @@ class JobPlan:
         """The pyxis --container-name of every step on a node (per job), "" when none is used."""
         ct = self.exp.container
         return f"{ct.name}-${{SLURM_JOB_ID}}" if ct.image and ct.name else ""
+
+
+    @property
+    def single(self) -> bool:
+        return self.campaign is None or self.campaign.campaign.single
+
+    @property
+    def title(self) -> str:
+        """What the job runs, in a few words (the script's first comment)."""
+        if self.single:
+            return f"mode {self.exp.mode.name} ({self.exp.mode.description})"
+        return "campaign of " + ", ".join(self.campaign.modes)
+
+    @property
+    def mode_label(self) -> str:
+        """MODE of the job's own job_start: the mode, or a campaign's modes joined by '+'."""
+        return "+".join(self.campaign.modes) if self.campaign else self.exp.mode.name
+
+    @property
+    def prologue(self) -> str:
+        text = self.exp.cluster.prologue
+        return text.rstrip("\n") if text.strip() else ""
+
+    @property
+    def variables(self) -> tuple[tuple[str, object], ...]:
+        """The job script's settings (NAME=value lines; the static flow reads them)."""
+        e = self.exp
+        return (
+            ("RUN_ID", self.run_id), ("MODE", self.mode_label), ("RUN_DIR", self.run_dir),
+            ("SINGLE", int(self.single)), ("REPLICAS", len(self.replicas)),
+            ("READY_TIMEOUT", e.cluster.ready_timeout_s),
+            ("ROUTER_PROFILE", e.router.profile),
+            ("ROUTER_READY_TIMEOUT", e.router.ready_timeout_s),
+            ("ROUTER_READY_PATH", e.router.ready_path), ("ROUTER_READY_FIELD", e.router.ready_field),
+            ("POLL", e.cluster.poll_interval_s), ("GRACE", e.cluster.teardown_grace_s),
+            ("WARMUP_INPUT_LEN", e.warmup.input_len), ("WARMUP_OUTPUT_LEN", e.warmup.output_len),
+            ("WARMUP_TOKEN_ID", e.warmup.token_id), ("WARMUP_TIMEOUT", e.warmup.timeout_s),
+            ("METRICS_INTERVAL", e.metrics.interval_s), ("METRICS_TIMEOUT", e.metrics.timeout_s),
+            ("ADDRESS_MODE", e.cluster.address), ("PREFLIGHT", int(self.preflight is not None)),
+            ("JOB_SLOTS", e.ports.job_slots), ("JOB_SLOT_SIZE", self.job_slot_size),
+            ("REPLICA_STRIDE", e.ports.replica_stride), ("SERVER_PORT_BASE", e.ports.server),
+            ("DIST_PORT_BASE", e.ports.dist_init), ("ROUTER_PORT_BASE", e.ports.router),
+            ("ROUTER_METRICS_PORT_BASE", e.ports.router_metrics),
+        )
+
+    @property
+    def router_profile(self) -> str:
+        return self.exp.router.profile
+
+    def client_of(self, step: "PassStep") -> Command:
+        """The client command of one pass with the pass's values in place (what dry-run shows)."""
+        values = {"${PASS_PROMPTS}": str(step.prompts), "${PASS_C}": str(step.concurrency),
+                  "${PASS_BENCH}": step.bench}
+
+        def resolve(w):
+            if not isinstance(w, Var):
+                return w
+            text = w.text
+            for k, v in values.items():
+                text = text.replace(k, v)
+            return text if "$" not in text else Var(text)
+        return Command(self.client.env, tuple(tuple(resolve(w) for w in line)
+                                              for line in self.client.lines))
+
+
+@dataclass(frozen=True)
+class PassStep:
+    """One timed pass as the job runs it; its files are relative to its launch directory."""
+
+    concurrency: int
+    repeat: int                            # 0: the launch's discarded burn-in pass
+    prompts: int
+    key: str
+    bench: str
+    client_log: str
+
+    @property
+    def spec(self) -> str:
+        """CONCURRENCY:REPEAT:PROMPTS:KEY:BENCH:CLIENT_LOG, as LAUNCH_PASSES lists it."""
+        return ":".join(str(x) for x in (self.concurrency, self.repeat, self.prompts, self.key,
+                                         self.bench, self.client_log))
+
+
+@dataclass(frozen=True)
+class LaunchStep:
+    index: int
+    mode: str
+    server: int                            # index of its mode's server command
+    dir: str                               # relative to the run directory; "." = the run's own
+    passes: tuple[PassStep, ...]
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    """Every server launch of the job and the passes each runs (one of each for a single run)."""
+
+    campaign: Campaign
+    experiments: tuple[Experiment, ...]   # per mode, in campaign.modes order
+    servers: tuple[Command, ...]           # per mode
+    launches: tuple[LaunchStep, ...]
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return self.campaign.modes
+
+    @property
+    def descriptions(self) -> tuple[str, ...]:
+        return tuple(e.mode.description for e in self.experiments)
+
+    @property
+    def metrics(self) -> tuple[int, ...]:
+        """Per mode: 1 when its servers run with --enable-metrics (the job scrapes them)."""
+        return tuple(int(e.server_metrics) for e in self.experiments)
+
+    @property
+    def launch_server(self) -> tuple[int, ...]:
+        return tuple(x.server for x in self.launches)
+
+
+def single_campaign(exp: Experiment) -> Campaign:
+    """The campaign a single run is: one launch of its mode, one pass."""
+    b = exp.benchmark
+    p = Pass(1, exp.mode.name, b.concurrency, 1, b.num_prompts)
+    return Campaign((exp.mode.name,), 1, (b.concurrency,), "blocked", False,
+                    (Launch(1, exp.mode.name, (p,)),))
+
+
+def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignPlan:
+    """The launches and passes with their directories and files (rundir.Layout's names)."""
+    from .rundir import PATHS, launch_dirname
+    single = campaign.single
+    modes = tuple(e.mode.name for e in exps)
+    steps = []
+    for launch in campaign.launches:
+        passes = tuple(PassStep(
+            p.concurrency, p.repeat, p.prompts, p.key,
+            PATHS["bench"] if single else PATHS["bench_pass"].format(key=p.key),
+            PATHS["client_log"] if single else PATHS["client_log_pass"].format(key=p.key))
+            for p in launch.passes)
+        steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
+                                "." if single else launch_dirname(launch), passes))
+    return CampaignPlan(campaign, exps, tuple(server_command(e) for e in exps), tuple(steps))
 
 
 @dataclass(frozen=True)
@@ -193,10 +338,6 @@ def container_flags_for(exps, run_dir: str) -> tuple:
     return tuple(flags)
 
 
-def _container_flags(exp: Experiment, run_dir: str) -> tuple:
-    return container_flags_for([exp], run_dir)
-
-
 def srun_extra(exp: Experiment) -> tuple[str, ...]:
     """Options of every srun step: --mpi (cluster.mpi; no PMIx set-up for SGLang, which needs
     none) and the site's cluster.srun_extra."""
@@ -255,25 +396,37 @@ def _router(exp: Experiment) -> Command:
 
 
 def _client(exp: Experiment) -> Command:
+    """The client of one pass: prompts, concurrency and output file are the pass's (run_pass)."""
     b = exp.benchmark
     lines = [
-        tuple(exp.commands.client),
+        tuple(exp.client.command),
+        *(tuple(w) for w in flag_words(exp.client.args)),
         ("--backend", b.backend),
         ("--base-url", Var("http://${ROUTER_ADDR}:${ROUTER_PORT}")),
         ("--model", exp.paths.model),
         ("--tokenizer", exp.paths.tokenizer),
         tuple(b.dataset_args),
-        ("--num-prompts", str(b.num_prompts)),
-        ("--max-concurrency", str(b.concurrency)),
+        ("--num-prompts", Var("${PASS_PROMPTS}")),
+        ("--max-concurrency", Var("${PASS_C}")),
         ("--request-rate", "inf"),
         ("--seed", str(b.seed)),
         ("--warmup-requests", str(b.warmup_requests)),
-        ("--output-file", Var("${RUN_DIR}/bench.jsonl")),
+        ("--output-file", Var("${RUN_DIR}/${PASS_BENCH}")),
         ("--output-details",),
     ]
+    slo = goodput_words(exp)
+    if slo:
+        lines.append(("--goodput", *slo))
     if b.extra_args:
         lines.append(tuple(b.extra_args))
     return Command(_env(exp.env), tuple(lines))
+
+
+def goodput_words(exp: Experiment) -> tuple[str, ...]:
+    """--goodput's KEY:MS values for the SLOs that are set, when the client has --goodput."""
+    if not exp.client.goodput:
+        return ()
+    return tuple(f"{k}:{v:g}" for k, v in exp.benchmark.slo_ms)
 
 
 def _server_step(exp: Experiment) -> tuple[str, ...]:
@@ -286,18 +439,22 @@ def _side_step(exp: Experiment) -> tuple[str, ...]:
     return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args)
 
 
-def _preflight(exp: Experiment, server: Command, client: Command) -> Preflight | None:
+def _preflight(exps: Sequence[Experiment], server: Command, client: Command) -> Preflight | None:
+    """The preflight of the job's first mode's settings, checking the paths every mode reads
+    (a draft model that one mode of a campaign uses)."""
+    exp = exps[0]
     pf = exp.preflight
     if not pf.enabled:
         return None
-    used = used_paths(exp)
+    used = list(dict.fromkeys(x for e in exps for x in used_paths(e)))
     paths = [x for x in used if x[0] in ("model", "draft model")]
     client_paths = [x for x in used if x[0] not in ("model", "draft model")]
     router = exp.router.module + (f"={exp.router.distribution}" if exp.router.distribution else "")
     interface = exp.cluster.address == "interface"
     return Preflight(
         modules=tuple(m for m in (pf.server_module, router) if m),
-        client_modules=(pf.client_module,) if pf.client_module else (),
+        client_modules=(exp.client.module + (f"={exp.client.distribution}" if exp.client.distribution
+                                             else ""),) if exp.client.module else (),
         import_command=pf.import_command, gpu_command=pf.gpu_command,
         gpus=exp.cluster.gpus_per_node, port_command=pf.port_command,
         address_command=pf.address_command if interface else (),
@@ -307,7 +464,12 @@ def _preflight(exp: Experiment, server: Command, client: Command) -> Preflight |
         tokenizer_command=pf.tokenizer_command, tokenizer=exp.paths.tokenizer)
 
 
-def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
+def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
+              campaign: Campaign | None = None) -> JobPlan:
+    """The plan of a job: one mode's single run, or the campaign of several validated modes of
+    one shape (campaign_plan.plan_campaign checks that)."""
+    exps = (exp,) if isinstance(exp, Experiment) else tuple(exp)
+    exp = exps[0]
     check_run_id(run_id)
     stride = exp.ports.replica_stride
     c = exp.cluster
@@ -326,7 +488,7 @@ def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
         sbatch_job=sbatch_job,
         sbatch_component=_sbatch_component(exp),
         replicas=tuple(Replica(g, exp.nodes_per_replica, g * stride) for g in range(exp.replicas)),
-        container_flags=_container_flags(exp, run_dir),
+        container_flags=container_flags_for(exps, run_dir),
         server=server,
         router=_router(exp),
         client=client,
@@ -334,7 +496,8 @@ def make_plan(exp: Experiment, run_id: str, run_dir: str) -> JobPlan:
         secret_env=c.secret_env,
         server_step=_server_step(exp),
         side_step=_side_step(exp),
-        preflight=_preflight(exp, server, client),
+        preflight=_preflight(exps, server, client),
+        campaign=campaign_plan(exps, campaign or single_campaign(exp)),
         srun_extra=srun_extra(exp),
         cache=cache_plan(exp),
     )

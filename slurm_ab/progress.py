@@ -29,8 +29,8 @@ from typing import Callable, TextIO
 from .parse.events import Event, parse_event_line
 from .parse.server_log import parse_access_line, parse_batch_line
 from .rundir import Layout, read_manifest
+from .slurm import PENDING_STATES, base_state
 
-_SERVER0 = re.compile(r"server-r(\d+)-n0\.log$")
 _HEAD_SCRAPE = re.compile(r"^r(\d+)(?:n0)?$")       # node rank 0 of a replica (older jobs: r<G>)
 RECENT_S = 10.0
 
@@ -131,10 +131,9 @@ class Tracker:
                 m = _HEAD_SCRAPE.match(ev.fields.get("target", "")) if ev.name == "metrics_scrape" else None
                 if m and ev.fields.get("ok") == "1" and ev.fields.get("file"):
                     self.replicas.setdefault(int(m.group(1)), _Replica()).last_scrape = ev
-        for p in Layout(self.run_dir).server_logs():
-            m = _SERVER0.search(p.name)
-            if m and int(m.group(1)) not in self._tails:
-                self._tails[int(m.group(1))] = _Tail(p)
+        for g, p in Layout(self.run_dir).head_logs().items():
+            if g not in self._tails:
+                self._tails[g] = _Tail(p)
         for g, tail in self._tails.items():
             rep = self.replicas.setdefault(g, _Replica())
             for line in tail.read():
@@ -185,7 +184,7 @@ class Tracker:
             return "prologue", None, False
         if "job_start" in names:
             return "preflight", None, False
-        if state and state.split()[0] in ("PENDING", "CONFIGURING", "REQUEUED"):
+        if base_state(state) in PENDING_STATES | {"CONFIGURING"}:
             return "queued", None, False
         return ("queued" if not state or state.startswith(("UNKNOWN", "PENDING")) else state.lower()), None, False
 

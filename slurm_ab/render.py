@@ -88,8 +88,11 @@ def summary(plan: JobPlan) -> str:
     side = " ".join(plan.side_step)
     lines.append(f"  router (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}): "
                  + words(w for line in plan.router.lines for w in line))
-    lines.append(f"  client (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}): "
-                 + words(w for line in plan.client.lines for w in line))
+    first = plan.campaign.launches[0].passes[0]
+    client = plan.client_of(first) if plan.single else plan.client
+    lines.append(f"  client (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}"
+                 + ("" if plan.single else ", per pass") + "): "
+                 + words(w for line in client.lines for w in line))
     for n in notices(e):
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -20,40 +21,102 @@ from .parse.events import Event, read_events
 
 SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
 
+# Every path of a run directory, relative to it (a campaign's launch directory is laid out like a
+# run). The job script writes them (tests/test_layout_paths.py fails when the templates write a
+# $RUN_DIR path not named here); everything in Python takes them from Layout. Placeholders:
+# {g} replica (het group), {rank} node rank, {key} pass key, {node} Slurm node name, {target}
+# scrape target (r<G>, router, ...), {stamp} scrape time, {job} job id, {index}/{mode} a launch.
+PATHS = {
+    "job_script": "job.sbatch",                  # the exact script (submit/render)
+    "manifest": "manifest.json",                 # Manifest (submit/render; nodes after the run)
+    "events": "events.log",                      # one line per job event (parse.events)
+    "slurm_out": "slurm-{job}.out",              # the batch script's stdout+stderr (#SBATCH --output)
+    "logs": "logs",
+    "server_log": "logs/server-r{g}-n{rank}.log",      # stdout+stderr of one node of a replica
+    "router_log": "logs/router.log",
+    "client_log": "logs/client.log",             # bench_serving's stdout+stderr: a single run
+    "client_log_pass": "logs/client-{key}.log",  # ... one pass of a campaign launch
+    "bench": "bench.jsonl",                      # bench_serving --output-file: a single run
+    "bench_pass": "bench-{key}.jsonl",           # ... one pass of a campaign launch
+    "warmup_request": "logs/warmup-request.json",     # the 16K -> 1 body sent to every replica
+    "warmup_response": "logs/warmup-r{g}.json",       # each replica's answer
+    "warmup_http": "logs/warmup-r{g}.json.http",      # its HTTP status and curl's message
+    "preflight_log": "logs/preflight-r{g}-n{rank}.log",
+    "preflight": "preflight",
+    "preflight_script": "preflight/check.sh",
+    "preflight_report": "preflight/{node}.json",
+    "preflight_problems": "preflight/{node}.problems",
+    "preflight_address": "preflight/{node}.addr",
+    "metrics": "metrics",
+    "scrape": "metrics/{target}-{stamp}.prom",   # raw /metrics text (.err: a failed scrape's evidence)
+    "scrape_error": "metrics/{target}-{stamp}.err",
+    "scrape_partial": "metrics/{target}-{stamp}.part",   # being written (renamed to .prom/.err)
+    "scrape_curl": "metrics/{target}-{stamp}.curl",      # curl's message while it runs
+    "launch_dir": "launch{index}-{mode}",        # a campaign's server launch, laid out like a run
+    "submitit": "submitit",                      # submitit's own files (collector job)
+    "submit_error": "submit-error.txt",          # why sbatch refused
+    "summary": "summary.{ext}",                  # the collector's files (json, csv, md)
+    "report_html": "report.html",                # derived, like the summaries
+    "plots": "plots",                            # report.html's PNGs
+}
+_SERVER_LOG = re.compile(r"server-r(\d+)-n(\d+)\.log$")
+
+
+def server_log_identity(path: str | Path) -> tuple[int, int] | None:
+    """logs/server-r<G>-n<R>.log -> (replica G, node rank R); None for any other file."""
+    m = _SERVER_LOG.search(str(path))
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each file of one run lives."""
+    """Where each file of one run (or of one launch of a campaign) lives."""
 
     root: Path
 
-    job_script = property(lambda self: self.root / "job.sbatch")
-    manifest = property(lambda self: self.root / "manifest.json")
-    events = property(lambda self: self.root / "events.log")
-    bench_jsonl = property(lambda self: self.root / "bench.jsonl")        # bench_serving --output-file
-    logs = property(lambda self: self.root / "logs")
-    client_log = property(lambda self: self.root / "logs" / "client.log")  # bench_serving stdout+stderr
-    router_log = property(lambda self: self.root / "logs" / "router.log")
-    submitit = property(lambda self: self.root / "submitit")               # submitit's own files
-    metrics = property(lambda self: self.root / "metrics")      # /metrics scrapes: <target>-<stamp>.prom
-    preflight = property(lambda self: self.root / "preflight")  # preflight/<node>.json per node
-    submit_error = property(lambda self: self.root / "submit-error.txt")   # why sbatch refused
-    report_html = property(lambda self: self.root / "report.html")         # derived, like summaries
-    plots = property(lambda self: self.root / "plots")                     # report.html's PNGs
+    def path(self, name: str, **values) -> Path:
+        return self.root / PATHS[name].format(**values)
+
+    job_script = property(lambda self: self.path("job_script"))
+    manifest = property(lambda self: self.path("manifest"))
+    events = property(lambda self: self.path("events"))
+    bench_jsonl = property(lambda self: self.path("bench"))
+    logs = property(lambda self: self.path("logs"))
+    client_log = property(lambda self: self.path("client_log"))
+    router_log = property(lambda self: self.path("router_log"))
+    submitit = property(lambda self: self.path("submitit"))
+    metrics = property(lambda self: self.path("metrics"))
+    preflight = property(lambda self: self.path("preflight"))
+    submit_error = property(lambda self: self.path("submit_error"))
+    report_html = property(lambda self: self.path("report_html"))
+    plots = property(lambda self: self.path("plots"))
 
     def server_log(self, replica: int, rank: int) -> Path:
         """stdout+stderr of one node (node rank `rank`) of replica `replica`."""
-        return self.logs / f"server-r{replica}-n{rank}.log"
+        return self.path("server_log", g=replica, rank=rank)
 
     def server_logs(self) -> list[Path]:
         return sorted(self.logs.glob("server-r*-n*.log")) if self.logs.is_dir() else []
 
+    def server_log_map(self) -> dict[int, dict[int, Path]]:
+        """replica -> node rank -> path of every server log present."""
+        out: dict[int, dict[int, Path]] = {}
+        for p in self.server_logs():
+            ident = server_log_identity(p.name)
+            if ident and p.is_file():
+                out.setdefault(ident[0], {})[ident[1]] = p
+        return out
+
+    def head_logs(self) -> dict[int, Path]:
+        """replica -> node rank 0's log (the HTTP server and the scheduler's samples)."""
+        return {g: ranks[0] for g, ranks in self.server_log_map().items() if 0 in ranks}
+
     def warmup_response(self, replica: int) -> Path:
-        return self.logs / f"warmup-r{replica}.json"
+        return self.path("warmup_response", g=replica)
 
     def slurm_out(self, job_id: str | int) -> Path:
         """The batch script's stdout+stderr (#SBATCH --output)."""
-        return self.root / f"slurm-{job_id}.out"
+        return self.path("slurm_out", job=job_id)
 
     def slurm_outs(self) -> list[Path]:
         return sorted(self.root.glob("slurm-*.out"))
@@ -61,6 +124,29 @@ class Layout:
     def summary(self, name: str) -> Path:
         """One of SUMMARY_FILES, the collector's only output."""
         return self.root / name
+
+    # ---- campaigns: launches and passes ----------------------------------------------------------
+    def launch(self, launch: Launch, single: bool = False) -> "Layout":
+        """The layout of a launch: its own directory, or the run's for a single run."""
+        return self if single else Layout(self.root / launch_dirname(launch))
+
+    def pass_bench(self, key: str, single: bool = False) -> Path:
+        return self.bench_jsonl if single else self.path("bench_pass", key=key)
+
+    def pass_client_log(self, key: str, single: bool = False) -> Path:
+        return self.client_log if single else self.path("client_log_pass", key=key)
+
+    def rel(self, path: Path) -> str:
+        """A path of this run relative to its root (how reasons and pages name files)."""
+        try:
+            return str(Path(path).relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def launch_dirname(launch: Launch) -> str:
+    """A campaign launch's sub-directory: launch<N>-<MODE>."""
+    return PATHS["launch_dir"].format(index=launch.index, mode=launch.mode)
 
 
 # ---- manifest.json -------------------------------------------------------------------------------

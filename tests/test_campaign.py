@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from slurm_ab.rundir import launch_dirname
 from slurm_ab.campaign import Campaign, parse_concurrencies, prompts_for, schedule
 from slurm_ab.collect import campaign_tables as ct
 
@@ -17,7 +18,7 @@ def test_a_single_run_is_a_campaign_of_one_pass():
 def test_blocked_launches_each_mode_once():
     c = schedule(("tp32", "tp32-dflash"), 3, (1, 8), "blocked", False, 40)
     assert not c.single
-    assert [(x.index, x.mode, x.dirname) for x in c.launches] == [
+    assert [(x.index, x.mode, launch_dirname(x)) for x in c.launches] == [
         (1, "tp32", "launch1-tp32"), (2, "tp32-dflash", "launch2-tp32-dflash")]
     assert [p.key for p in c.launches[0].passes] == ["c1-r1", "c1-r2", "c1-r3", "c8-r1", "c8-r2", "c8-r3"]
     assert len(c.passes) == 12 and "within one launch only" in c.variance

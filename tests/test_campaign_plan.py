@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import os
 import re
 import subprocess
 
 import pytest
 
-from helpers.scripts import GOLDEN, GOLDEN_RUN_ID, GOLDEN_SETS, render, shellcheck
+from helpers.scripts import (GOLDEN_RUN_ID, GOLDEN_SETS, check_golden, generated, render,
+                             shellcheck, static)
 from slurm_ab.campaign_plan import CampaignOptions, campaign_summary, plan_campaign, resolve_options
 from slurm_ab.errors import ConfigErrors
 from slurm_ab.render import render_script
@@ -23,9 +22,10 @@ def _plan(modes=AB, site="example", run_id=GOLDEN_RUN_ID, sets=(), **opts):
                          CampaignOptions(**opts))
 
 
-def test_a_single_mode_is_todays_single_run():
+def test_a_single_mode_is_a_campaign_of_one_launch_and_one_pass():
     plan = _plan(["tp32"])
-    assert plan.campaign is None
+    assert plan.single and len(plan.campaign.launches) == 1
+    assert [p.spec for p in plan.campaign.launches[0].passes] == ["8:1:40:c8-r1:bench.jsonl:logs/client.log"]
     assert render_script(plan) == render("tp32")
 
 
@@ -36,12 +36,9 @@ def test_two_modes_default_to_the_calibrated_repeats_blocked():
 
 
 def test_campaign_golden_and_shell_checks(tmp_path):
-    text = render_script(_plan(repeats=3))
-    path = GOLDEN / "campaign-tp32-vs-tp32-dflash.sbatch"
-    if os.environ.get("UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text(), "".join(difflib.unified_diff(
-        path.read_text().splitlines(True), text.splitlines(True), "golden", "rendered"))
+    text = render_script(_plan(repeats=3, order="blocked"))
+    check_golden("campaign-tp32-vs-tp32-dflash.sbatch", generated(text))
+    assert static(text) == static(render("tp32"))        # one flow for runs and campaigns
     script = tmp_path / "job.sbatch"
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
@@ -52,8 +49,10 @@ def test_campaign_golden_and_shell_checks(tmp_path):
     assert [ln for ln in text.splitlines() if ln.startswith("#SBATCH")] == \
         [ln for ln in single.splitlines() if ln.startswith("#SBATCH")]
     assert "SERVER_CMD_0=(" in text and "SERVER_CMD_1=(" in text
-    assert "LAUNCH_PASSES=(\n  '8:1:40 8:2:40 8:3:40'\n  '8:1:40 8:2:40 8:3:40'\n)" in text
-    assert '--output-file "${RUN_DIR}/bench-${PASS_KEY}.jsonl"' in text
+    assert ("LAUNCH_PASSES=(\n  '8:1:40:c8-r1:bench-c8-r1.jsonl:logs/client-c8-r1.log "
+            "8:2:40:c8-r2:bench-c8-r2.jsonl:logs/client-c8-r2.log ") in text
+    assert "LAUNCH_DIRS=(launch1-tp32 launch2-tp32-dflash)" in text
+    assert '--output-file "${RUN_DIR}/${PASS_BENCH}"' in text
     assert '--max-concurrency "${PASS_C}"' in text and '--num-prompts "${PASS_PROMPTS}"' in text
 
 
@@ -63,6 +62,7 @@ def test_interleaved_sweep_with_burn_in(tmp_path):
     c = plan.campaign.campaign
     assert [x.mode for x in c.launches] == AB * 2
     assert [p.spec for p in c.launches[0].passes] == ["1:0:5", "1:1:5", "8:1:40"]
+    assert [p.key for p in plan.campaign.launches[0].passes] == ["c1-burnin", "c1-r1", "c8-r1"]
     text = render_script(plan)
     assert "LAUNCH_SERVER=(0 1 0 1)" in text
     script = tmp_path / "job.sbatch"

@@ -8,7 +8,7 @@ import pytest
 
 from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run
 from slurm_ab.campaign import schedule
-from slurm_ab.collect.campaign import (collect_campaign, pass_lines, write_campaign)
+from slurm_ab.collect.campaign import collect_campaign, write_campaign
 from slurm_ab.parse.events import read_events
 
 
@@ -88,7 +88,7 @@ def test_writing_is_idempotent_and_raw_files_untouched(tmp_path):
     assert len(csv) == 3 and "mode" in csv[0] and "repeat" in csv[0]
 
 
-def test_pass_lines_keep_only_this_pass_window(tmp_path):
+def test_a_pass_view_keeps_only_this_pass_window(tmp_path):
     ev = tmp_path / "events.log"
     ev.write_text("\n".join([
         "1.000 2026-09-02 12:00:01.000 ready replica=0",
@@ -101,8 +101,58 @@ def test_pass_lines_keep_only_this_pass_window(tmp_path):
         "8.000 2026-09-02 12:00:08.000 fail kind=step_exited",
     ]) + "\n")
     events = read_events(ev)
-    lines, rc = pass_lines(events, "c8-r2")
-    assert rc == 0 and sorted(lines) == [1, 5, 6]
-    lines, rc = pass_lines(events, "c8-r3")
-    assert rc is None and sorted(lines) == [1, 7, 8]
-    assert pass_lines(events, "c1-r1") == (None, None)
+    view, rc = events.pass_view("c8-r2")
+    assert rc == 0 and [e.line for e in view.events] == [1, 5, 6]
+    view, rc = events.pass_view("c8-r3")
+    assert rc is None and [e.line for e in view.events] == [1, 7, 8]
+    assert events.pass_view("c1-r1") == (None, None)
+
+
+def test_a_launch_of_three_passes_reads_each_server_log_once(tmp_path):
+    """The pass is the unit of collection, but a launch's server logs are scanned once for all
+    its passes (issue 17): three pass windows cut from one benchmark, each counted on its own."""
+    from datetime import datetime
+
+    from slurm_ab.parse.server_scan import counting_scans
+
+    root = tmp_path / "camp"
+    root.mkdir()
+    c = schedule(("tp32-dflash",), 3, (8,), "blocked", False, 40)
+    launch = _as_launch(build_run(tmp_path, RunSpec(target=TP32_DFLASH)),
+                        root / "launch1-tp32-dflash", key="c8-r1")
+    for k in (2, 3):
+        (launch / f"bench-c8-r{k}.jsonl").write_bytes((launch / "bench-c8-r1.jsonl").read_bytes())
+        (launch / "logs" / f"client-c8-r{k}.log").write_bytes(
+            (launch / "logs" / "client-c8-r1.log").read_bytes())
+    lines = (launch / "events.log").read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if " bench_start " in ln)
+    end = next(i for i, ln in enumerate(lines) if " bench_end " in ln)
+    t0, t1 = (datetime.strptime(" ".join(lines[i].split()[1:3]), "%Y-%m-%d %H:%M:%S.%f")
+              for i in (start, end))
+    cut = [t0 + (t1 - t0) * f for f in (0, 1 / 3, 2 / 3, 1)]
+
+    def ev(t, text):
+        return f"{t.timestamp():.3f} {t.strftime('%Y-%m-%d %H:%M:%S.%f')[:-3]} {text}"
+    windows = []
+    for k in (1, 2, 3):
+        windows += [ev(cut[k - 1], f"bench_start pass=c8-r{k} concurrency=8 repeat={k} prompts=40"),
+                    ev(cut[k], f"bench_end pass=c8-r{k} rc=0")]
+    (launch / "events.log").write_text("\n".join(lines[:start] + windows + lines[end + 1:]) + "\n")
+    (root / "manifest.json").write_text(json.dumps({
+        "run_id": "camp", "job_id": "4242", "mode": "tp32-dflash", "config": {"replicas": 2},
+        "campaign": c.to_dict()}))
+    logs = sorted((launch / "logs").glob("server-r*-n*.log"))
+    assert logs
+    with counting_scans() as reads:
+        result = collect_campaign(root)
+    assert [r["pass"] for r in result["passes"]] == ["c8-r1", "c8-r2", "c8-r3"]
+    assert all(r["verdict"] == "ok" for r in result["passes"]), [r["reason"] for r in result["passes"]]
+    assert reads and set(reads.values()) == {1}
+    assert {Path(p) for p in reads} <= set(logs)
+    # every pass counts the decode samples of its own third of the benchmark, none twice
+    from slurm_ab.collect import collect_run
+    single = root.parent / "single"
+    (single.parent / "w").mkdir()
+    whole = build_run(single.parent / "w", RunSpec(target=TP32_DFLASH))
+    per_pass = [r["accept_samples"] for r in result["passes"]]
+    assert all(per_pass) and sum(per_pass) == collect_run(whole).accept.samples == 37

@@ -21,7 +21,7 @@ CASES = [(m, ()) for m in MODES] + [("tp32", OVERRIDE), ("tp32-dflash", OVERRIDE
 
 
 def _script_words(script: str) -> list[str]:
-    body = script[script.index("SERVER_CMD=(\n") + len("SERVER_CMD=(\n"):]
+    body = script[script.index("SERVER_CMD_0=(\n") + len("SERVER_CMD_0=(\n"):]
     body = body[:body.index("\n)\n")]
     return shlex.split(body)[3:]          # without 'python3 -m sglang.launch_server'
 

@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from helpers.scripts import render
+from helpers.scripts import generated, render
 
 NASTY = [
     "/models/Kimi K3",
@@ -17,11 +17,12 @@ NASTY = [
 
 
 def _array(text: str, name: str) -> list[str]:
-    """Evaluate the NAME=( ... ) block of the rendered script in bash and return its words."""
-    start = text.index(f"\n{name}=(\n") + 1
-    end = text.index("\n)\n", start) + 3
-    script = text[start:end] + f'printf "%s\\0" "${{{name}[@]}}"\n'
-    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout
+    """Evaluate the generated part of the rendered script in bash (assignments and the command
+    functions) and return the words of array NAME."""
+    script = generated(text) + "set +u\nrouter_command\nclient_command\n" + \
+        f'printf "%s\\0" "${{{name}[@]}}"\n'
+    out = subprocess.run(["bash", "-c", script], capture_output=True, check=True,
+                         env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "1"}).stdout
     return out.decode().split("\0")[:-1]
 
 
@@ -32,7 +33,7 @@ def test_model_path_is_one_literal_word(path, tmp_path):
     esc = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     cfg.write_text(f'[paths]\nmodel = "{esc}"\n[container]\nimage = ""\n')
     text = render("tp32", configs=[str(cfg)])
-    words = _array(text, "SERVER_CMD")
+    words = _array(text, "SERVER_CMD_0")
     i = words.index("--model-path")
     assert words[i + 1] == path
     client = _array(text, "CLIENT_CMD")
@@ -66,7 +67,7 @@ def test_preflight_paths_survive_into_the_node_script(path, tmp_path):
     cfg.write_text(f'[paths]\nmodel = "{esc}"\n[preflight]\nimport_command = []\ngpu_command = []\n')
     text = render("tp32", site="local", configs=[str(cfg)])
     funcs = text[text.index("# ---- helpers (static)"):text.index("trap on_exit EXIT")]
-    settings = text[text.index("PF_MODULES=("):text.index("write_preflight_script\n", text.index("PF_MODULES=("))]
+    settings = text[text.index("PF_MODULES=("):text.index("\n", text.index("PREFLIGHT_TIMEOUT=")) + 1]
     run = tmp_path / "run"
     harness = tmp_path / "h.sh"
     harness.write_text(f"RUN_DIR={run}\nmkdir -p {run}/logs\n" + funcs + settings + "write_preflight_script\n")

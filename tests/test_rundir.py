@@ -83,16 +83,3 @@ def test_the_replica_count_comes_from_the_manifest(tmp_path):
     s = collect_run(run, workers=1)
     assert [r.replica for r in s.replicas] == [0, 1, 2]
     assert any("replica 2" in text for text in s.reasons + s.notes)
-
-
-def test_the_layout_names_the_files_the_job_script_writes(cli, tmp_path):
-    code, script, _ = cli("dry-run", "tp32")
-    assert code == 0
-    lay = Layout(tmp_path / "R")
-    for path in (lay.events, lay.bench_jsonl, lay.client_log, lay.router_log, lay.job_script,
-                 lay.logs, lay.metrics, lay.preflight):
-        assert f'$RUN_DIR/{path.relative_to(lay.root)}' in script, path
-    assert re.search(r"\$RUN_DIR/logs/server-r\S*-n", script)
-    assert lay.server_log(1, 2).name == "server-r1-n2.log"
-    assert lay.warmup_response(0).name == "warmup-r0.json" and "warmup-r$g.json" in script
-    assert lay.slurm_out(42).name == "slurm-42.out" and "slurm-$SLURM_JOB_ID.out" in script

@@ -1,21 +1,15 @@
-"""Collect a campaign: one row per pass, aggregates per (mode, concurrency), A/B comparisons.
+"""Collect a job: each launch's server logs read once, then every pass of it (collect_pass).
 
-Each pass is collected by the single-run collector (collect_run) on a *view* of its launch
-directory: a temporary directory of symlinks to the launch's raw files (server, router, warm-up
-logs, metrics, manifest), the pass's own client output as bench.jsonl / logs/client.log, and an
-events.log holding the launch's events up to this pass's bench_end, without the other passes'
-benchmark windows. So every single-run rule (verdict, windowed acceptance, diagnosis, latency
-percentiles per pass) applies to a pass unchanged, and raw files are only read. File references in
-reasons are rewritten to the launch directory.
-
-A completed pass (bench_end rc=0) is judged as completed even if the job was later cancelled or a
-later pass failed: its numbers were final when it ended.
+A single run is the campaign of one launch (the run directory itself) and one pass (its
+bench.jsonl and logs/client.log), collected by the same code. A campaign launch lives in its own
+launch<N>-<MODE>/ directory with one client output per pass; each pass sees the launch's events
+without the other passes' benchmark windows and without what came after its own end, so a
+completed pass (bench_end rc=0) is judged completed even if the job was later cancelled or a later
+pass failed: its numbers were final when it ended.
 """
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
@@ -23,14 +17,17 @@ from typing import Mapping
 from .. import rundir
 from ..campaign import Campaign, Launch, Pass
 from ..parse.events import EventLog, read_events
-from ..parse.text import iter_lines
+from ..parse.server_scan import Interval
+from ..rundir import Layout, Manifest
+from ..slurm import is_active
 from . import campaign_tables as ct
-from .records import RunSummary
-from .summary import collect_run
+from .job import job_info
+from .passes import PassInputs, collect_pass
+from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary
+from .replicas import scan_launch
 from .tables import numeric_row
 
 NOT_RUN = "not run"
-PASS_EVENTS = ("bench_start", "bench_end", "metrics_scrape")
 
 
 def campaign_of(run_dir: Path) -> Campaign | None:
@@ -39,89 +36,13 @@ def campaign_of(run_dir: Path) -> Campaign | None:
     return m.campaign if m else None
 
 
-def pass_lines(events: EventLog, key: str) -> tuple[set[int] | None, int | None]:
-    """Line numbers of the launch's events.log that belong to pass `key`'s view, and its client's
-    exit status (None: it never ended). None for the lines: the pass never started."""
-    start = next((e for e in events.events if e.name == "bench_start" and e.fields.get("pass") == key), None)
-    if start is None:
-        return None, None
-    end = next((e for e in events.events if e.name == "bench_end" and e.fields.get("pass") == key
-                and e.line > start.line), None)
-    keep = set()
-    for e in events.events:
-        if end is not None and e.line > end.line:
-            break
-        if e.name in PASS_EVENTS and e.line < start.line:
-            continue          # earlier passes' windows and scrapes
-        keep.add(e.line)
-    return keep, (end.get_int("rc") if end is not None else None)
-
-
-def _link(src: Path, dst: Path) -> None:
-    if src.exists():
-        os.symlink(src.resolve(), dst)
-
-
-def _view(ldir: Path, p: Pass, lines: set[int] | None, view: Path) -> None:
-    """The pass as a run directory (symlinks and a filtered events.log)."""
-    (view / "logs").mkdir(parents=True)
-    _link(ldir / "manifest.json", view / "manifest.json")
-    _link(ldir / f"bench-{p.key}.jsonl", view / "bench.jsonl")
-    _link(ldir / "metrics", view / "metrics")
-    _link(ldir / "preflight", view / "preflight")
-    logs = ldir / "logs"
-    if logs.is_dir():
-        for f in logs.iterdir():
-            if f.name.startswith("client-"):
-                continue
-            _link(f, view / "logs" / f.name)
-        _link(logs / f"client-{p.key}.log", view / "logs" / "client.log")
-    text = []
-    if (ldir / "events.log").exists() and lines is not None:
-        text = [t for no, t in iter_lines(ldir / "events.log") if no in lines]
-    elif (ldir / "events.log").exists():
-        text = [t for _, t in iter_lines(ldir / "events.log")]
-    (view / "events.log").write_text("".join(t if t.endswith("\n") else t + "\n" for t in text))
-
-
-def _relocate(text: str, launch: Launch, p: Pass) -> str:
-    return (text.replace("[logs/client.log", f"[{launch.dirname}/logs/client-{p.key}.log")
-                .replace("logs/client.log", f"{launch.dirname}/logs/client-{p.key}.log")
-                .replace("[logs/", f"[{launch.dirname}/logs/")
-                .replace("[bench.jsonl", f"[{launch.dirname}/bench-{p.key}.jsonl"))
-
-
-def collect_pass(run_dir: Path, launch: Launch, p: Pass, sacct: Mapping | None,
-                 events: EventLog | None = None) -> tuple[RunSummary | None, str, list[str]]:
-    """(summary or None, verdict, reasons) of one pass."""
-    ldir = Path(run_dir) / launch.dirname
-    events = events if events is not None else read_events(ldir / "events.log")
-    if not events.exists:
-        return None, NOT_RUN, [f"launch {launch.index} ({launch.mode}) never started"]
-    lines, rc = pass_lines(events, p.key)
-    facts = dict(sacct) if sacct else None
-    if rc == 0:                       # this pass completed whatever happened to the job later
-        facts = dict(facts or {}, state="COMPLETED", exit_code="0:0")
-    with tempfile.TemporaryDirectory(prefix="slurm-ab-pass-") as tmp:
-        view = Path(tmp) / "pass"
-        _view(ldir, p, lines, view)
-        s = collect_run(view, sacct=facts, workers=1)
-    if lines is None and s.verdict == "ok":   # cannot happen: no benchmark ran
-        s = replace(s, verdict="failed")
-    reasons = [_relocate(r, launch, p) for r in s.reasons]
-    if lines is None and s.verdict not in ("cancelled", "timeout", "running"):
-        reasons.append(f"pass {p.key} never started: launch {launch.index} ({launch.mode}) ended first")
-    s = replace(s, reasons=tuple(reasons), run_id=f"{s.run_id}/{launch.dirname}/{p.key}",
-                notes=tuple(_relocate(n, launch, p) for n in s.notes))
-    return s, s.verdict, reasons
-
-
-def pass_row(launch: Launch, p: Pass, s: RunSummary | None, verdict: str, reasons: list[str]) -> dict:
-    row = numeric_row(s) if s is not None else {}
-    row.update({"mode": p.mode, "concurrency": p.concurrency, "repeat": p.repeat,
-                "launch": launch.index, "pass": p.key, "prompts": p.prompts,
-                "verdict": verdict, "reason": reasons[0] if reasons else ""})
-    return row
+def single_campaign(manifest: Manifest, mode: str | None) -> Campaign:
+    """A single run as a campaign: one launch, one pass (its figures from the manifest)."""
+    b = manifest.config.benchmark if manifest.config is not None else None
+    c, n = (b.concurrency, b.num_prompts) if b is not None else (None, None)
+    m = mode or "?"
+    return Campaign((m,), 1, (c or 0,), "blocked", False,
+                    (Launch(1, m, (Pass(1, m, c or 0, 1, n or 0),)),))
 
 
 def launch_status(root_events: EventLog) -> dict[int, dict]:
@@ -130,47 +51,133 @@ def launch_status(root_events: EventLog) -> dict[int, dict]:
             if e.get_int("launch") is not None}
 
 
-def collect_campaign(run_dir: str | Path, sacct: Mapping | None = None) -> dict:
-    """Everything about a campaign as one JSON-ready dict (pure but for reading files)."""
+def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: bool = False,
+            workers: int | None = None) -> CampaignSummary:
+    """Everything about a job (pure but for reading files): launches, passes and their verdicts."""
     run_dir = Path(run_dir)
-    campaign = campaign_of(run_dir)
-    if campaign is None:
-        raise ValueError(f"{run_dir} is not a campaign")
-    manifest = rundir.read_manifest(run_dir) or rundir.Manifest()
-    root_events = read_events(rundir.Layout(run_dir).events)
+    root = Layout(run_dir)
+    manifest = rundir.read_manifest(run_dir) or Manifest()
+    who = rundir.identify(run_dir, manifest)
+    single = manifest.campaign is None
+    campaign = single_campaign(manifest, who.mode) if single else manifest.campaign
+    root_events = read_events(root.events)
     status = launch_status(root_events)
-    rows, launches = [], []
+    outputs = tuple(root.slurm_outs())
+    launches, passes = [], []
     for launch in campaign.launches:
-        events = read_events(run_dir / launch.dirname / "events.log")
+        lay = root.launch(launch, single)
+        events = root_events if single else read_events(lay.events)
+        lman = manifest if single else (rundir.read_manifest(lay.root) or replace(manifest, campaign=None))
+        summaries = _collect_launch(run_dir, lay, launch, lman, events, who, single, sacct,
+                                    outputs, all_samples, workers)
         verdicts = []
-        for p in launch.passes:
-            s, verdict, reasons = collect_pass(run_dir, launch, p, sacct, events)
+        for p, s in zip(launch.passes, summaries):
             if p.burn_in:
-                verdicts.append(f"{p.key}: {verdict} (burn-in, discarded)")
+                verdicts.append(f"{p.key}: {s.verdict} (burn-in, discarded)")
                 continue
-            rows.append(pass_row(launch, p, s, verdict, reasons))
-            verdicts.append(f"{p.key}: {verdict}")
+            passes.append(s)
+            verdicts.append(f"{p.key}: {s.verdict}")
+        fail = next(iter(events.failures()), None)
         st = status.get(launch.index, {})
-        fail = next((e for e in events.failures()), None)
-        launches.append({
-            "launch": launch.index, "mode": launch.mode, "dir": launch.dirname,
-            "status": st.get("status") or ("not run" if not events.exists else "unfinished"),
-            "failure": dict(fail.fields) if fail else None, "passes": verdicts})
-    comparisons = []
-    if len(campaign.modes) >= 2:
-        a_mode = campaign.modes[0]
-        for b_mode in campaign.modes[1:]:
-            for c in campaign.concurrencies:
-                comparisons.append({"a": a_mode, "b": b_mode, "concurrency": c,
-                                    "metrics": ct.comparison(rows_of(rows, a_mode, c),
-                                                             rows_of(rows, b_mode, c))})
-    running = sacct is not None and str(sacct.get("state", "")).upper() in ("RUNNING", "PENDING",
-                                                                           "CONFIGURING", "COMPLETING")
-    return {"run_id": manifest.run_id or run_dir.name, "job_id": manifest.job_id,
-            "campaign": campaign.to_dict(), "variance": campaign.variance,
-            "job_state": (sacct or {}).get("state"), "running": running,
-            "launches": launches, "passes": rows,
-            "aggregates": ct.aggregate_records(rows), "comparisons": comparisons}
+        launches.append(LaunchSummary(
+            launch.index, launch.mode, "." if single else root.rel(lay.root),
+            (summaries[0].verdict if single else
+             st.get("status") or ("not run" if not events.exists else "unfinished")),
+            dict(fail.fields) if fail else None, tuple(verdicts)))
+    job = passes[0].job if single and passes else job_info(sacct, root_events, who.job_id)
+    running = sacct is not None and is_active(str(sacct.get("state", "")))
+    return CampaignSummary(who.run_id, manifest.job_id or who.job_id, campaign, single, job,
+                           running, tuple(launches), tuple(passes))
+
+
+def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manifest,
+                    events: EventLog, who, single: bool, sacct, outputs, all_samples: bool,
+                    workers) -> list[PassSummary]:
+    """Every pass of one launch, its server logs scanned once for all of them."""
+    views = {p.key: (events, None) if single else events.pass_view(p.key) for p in launch.passes}
+    windows = []
+    for p in launch.passes:
+        view = views[p.key][0]
+        bounds = view.bench_window() if view is not None else None
+        if single or bounds is not None:
+            windows.append(Interval(p.key, *(bounds or (None, None))))
+    replica_ids = set(events.replicas())
+    if manifest.replicas is not None:
+        replica_ids |= set(range(manifest.replicas))
+    logs = scan_launch(run_dir, lay, events, windows, replica_ids, all_samples=all_samples,
+                       workers=workers)
+    out = []
+    for p in launch.passes:
+        ref = PassRef(launch.index, None if single else p.key, p.mode, p.concurrency, p.repeat,
+                      p.prompts)
+        view, rc = views[p.key]
+        run_id = who.run_id if single else f"{who.run_id}/{Layout(run_dir).rel(lay.root)}/{p.key}"
+        if not events.exists and not single:
+            out.append(PassSummary(run_id=run_id, mode=p.mode, label=manifest.mode_description,
+                                   verdict=NOT_RUN, ref=ref, reasons=(
+                                       f"launch {launch.index} ({launch.mode}) never started",)))
+            continue
+        facts = dict(sacct) if sacct else None
+        if rc == 0:                   # this pass completed whatever happened to the job later
+            facts = dict(facts or {}, state="COMPLETED", exit_code="0:0")
+        s = collect_pass(PassInputs(
+            root=run_dir, launch=lay, manifest=manifest, run_id=run_id,
+            mode=who.mode if single else p.mode, job_id=who.job_id, ref=ref,
+            bench=lay.pass_bench(p.key, single), client_log=lay.pass_client_log(p.key, single),
+            events=view if view is not None else events, window_name=p.key, logs=logs,
+            sacct=facts, all_samples=all_samples, job_outputs=outputs))
+        if view is None:
+            reasons = list(s.reasons)
+            if s.verdict not in ("cancelled", "timeout", "running"):
+                reasons.append(f"pass {p.key} never started: launch {launch.index} ({launch.mode}) "
+                               "ended first")
+            s = replace(s, verdict="failed" if s.verdict == "ok" else s.verdict,
+                        reasons=tuple(reasons))
+        out.append(s)
+    return out
+
+
+def pass_row(s: PassSummary) -> dict:
+    """A pass as the campaign tables read it: its numeric row and where it ran."""
+    row = numeric_row(s)
+    r = s.ref
+    row.update({"mode": r.mode or s.mode, "concurrency": r.concurrency, "repeat": r.repeat,
+                "launch": r.launch, "pass": r.key, "prompts": r.prompts, "verdict": s.verdict,
+                "reason": s.reasons[0] if s.reasons else ""})
+    return row
+
+
+def comparisons(cs: CampaignSummary, rows: list[dict]) -> list[dict]:
+    """The first mode against each other mode, at each concurrency."""
+    c = cs.campaign
+    out = []
+    if len(c.modes) >= 2:
+        a_mode = c.modes[0]
+        for b_mode in c.modes[1:]:
+            for conc in c.concurrencies:
+                out.append({"a": a_mode, "b": b_mode, "concurrency": conc,
+                            "metrics": ct.comparison(rows_of(rows, a_mode, conc),
+                                                     rows_of(rows, b_mode, conc),
+                                                     c.primary_metric)})
+    return out
+
+
+def result_dict(cs: CampaignSummary) -> dict:
+    """A campaign's summary.json: every launch and pass, aggregates and comparisons."""
+    rows = [pass_row(p) for p in cs.passes]
+    return {"run_id": cs.run_id, "job_id": cs.job_id, "campaign": cs.campaign.to_dict(),
+            "variance": cs.campaign.variance, "job_state": cs.job.state_raw or cs.job.state,
+            "running": cs.running, "launches": [la.to_dict() for la in cs.launches],
+            "passes": rows, "aggregates": ct.aggregate_records(rows),
+            "comparisons": comparisons(cs, rows)}
+
+
+def collect_campaign(run_dir: str | Path, sacct: Mapping | None = None) -> dict:
+    """A campaign collected into its summary.json's dict."""
+    cs = collect(run_dir, sacct=sacct)
+    if cs.single:
+        raise ValueError(f"{run_dir} is not a campaign")
+    return result_dict(cs)
 
 
 def campaign_md(result: dict, passes: bool = False) -> str:
@@ -222,18 +229,6 @@ def write_campaign(result: dict, run_dir: str | Path) -> list[Path]:
     texts = {"summary.json": json.dumps(result, indent=2, sort_keys=True, default=str) + "\n",
              "summary.csv": campaign_csv(result), "summary.md": campaign_md(result)}
     return [lay.summary(n) for n, t in texts.items() if rundir.write_atomic(lay.summary(n), t)]
-
-
-def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None,
-                               final: bool = True) -> tuple[dict, list[Path]]:
-    from .slurm_facts import slurm_facts
-
-    jid = job_id or rundir.job_id_of(run_dir)
-    facts = slurm_facts(str(jid)) if final and jid else None
-    result = collect_campaign(run_dir, facts)
-    written = write_campaign(result, run_dir)
-    from .run import write_report
-    return result, written + write_report(run_dir, changed=bool(written), running=bool(result.get("running")))
 
 
 def comparison_json(result: dict) -> str:

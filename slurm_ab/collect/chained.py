@@ -9,13 +9,8 @@ from pathlib import Path
 
 
 def collect_after_job(run_dir: str, job_id: str) -> str:
-    """Collect the run and write its summary files; return its verdict ("ok", "failed", ...)."""
-    from .campaign import campaign_of, collect_campaign_and_write
+    """Collect the run (or campaign) and write its summary files; return its verdict."""
     from .run import collect_and_write
 
-    if campaign_of(Path(run_dir)) is not None:   # a campaign: "ok" when every pass is ok
-        result, _written = collect_campaign_and_write(Path(run_dir), job_id=job_id, final=True)
-        bad = sorted({r["verdict"] for r in result["passes"]} - {"ok"})
-        return "ok" if result["passes"] and not bad else (bad[0] if bad else "failed")
-    summary, _written = collect_and_write(Path(run_dir), job_id=job_id, final=True)
-    return summary.verdict
+    cs, _written = collect_and_write(Path(run_dir), job_id=job_id, final=True)
+    return cs.verdict         # a campaign's: "ok" when every pass is ok

@@ -30,6 +30,7 @@ class BenchSpec:
     num_prompts: int | None = None
     max_concurrency: int | None = None
     request_rate: str | None = None
+    slo_ms: tuple = ()                  # benchmark.slo as ((client key, ms), ...): ("ttft", 500.0), ...
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,55 @@ class Latency:
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A distribution of token counts (the prompts' lengths)."""
+
+    n: int
+    mean: float
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Output throughput while the client held its full concurrency: from the start until the first
+    request ended after the last one started (no ramp-up, no drain), on the client's clock replayed
+    from its per-request details (docs/metrics.md)."""
+
+    output_tps: float
+    window_s: float
+    start_s: float                      # s since the benchmark started
+    end_s: float
+    concurrency: int
+    output_tokens: float
+    completed: int                      # requests that ended inside the window
+    # The client's own figure (SGLang 0.5.23 sglang.benchmark.steady_state_serving), for the
+    # cross-check: its window is the longest with >= its minimum concurrency in flight.
+    client_output_tps: float | None = None
+    client_window_s: float | None = None
+    client_min_concurrency: int | None = None
+    recomputed_client_tps: float | None = None   # the client's definition over the replayed details
+    agrees: bool | None = None          # None: the client printed no steady-state block
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Requests that met every latency SLO of benchmark.slo (sglang/benchmark/goodput.py's
+    definitions), from the per-request details; the client's own figures beside them."""
+
+    slo_ms: dict                        # {"ttft": 500.0, "tpot": 50.0, "e2el": 20000.0}
+    requests: int                       # every request sent
+    good: int
+    goodput_rps: float | None           # good requests per second of the benchmark duration
+    attainment: float                   # good / requests
+    attainment_by_metric: dict          # SLO -> share of requests meeting it
+    client_goodput_rps: float | None = None
+    client_attainment: float | None = None
+    client_attainment_by_metric: dict = field(default_factory=dict)
+    agrees: bool | None = None          # None: the client computed none (no --goodput)
 
 
 @dataclass(frozen=True)
@@ -60,6 +110,9 @@ class BenchResult:
     disagreements: tuple = ()           # details vs the client's own values, beyond tolerance
     errors: tuple = ()                  # distinct request error texts
     accept_length: float | None = None  # the client's own (lifetime avg of the first worker)
+    prompt_tokens: Lengths | None = None    # per successful request (details' input_lens)
+    steady: SteadyState | None = None
+    goodput: Goodput | None = None      # with benchmark.slo set
 
 
 @dataclass(frozen=True)
@@ -93,7 +146,22 @@ class Pooled:
 
 
 @dataclass(frozen=True)
-class RunSummary:
+class PassRef:
+    """Which pass of its job a PassSummary is (a single run is launch 1's only pass)."""
+
+    launch: int = 1
+    key: str | None = None              # c<C>-r<k> (campaign passes; None: a single run)
+    mode: str | None = None
+    concurrency: int | None = None
+    repeat: int | None = None
+    prompts: int | None = None
+
+
+@dataclass(frozen=True)
+class PassSummary:
+    """One timed benchmark pass and its verdict: a single run, or one pass of a campaign launch.
+    The unit of collection (collect.passes.collect_pass)."""
+
     run_id: str
     mode: str | None = None
     label: str | None = None            # e.g. "2 x TP32/PP1/EP4 + DFlash" when the manifest has it
@@ -109,9 +177,59 @@ class RunSummary:
     findings: tuple = ()                # diagnosis findings as dicts (failed runs only)
     notes: tuple = ()
     server_metrics: object = None       # collect.server_metrics.ServerMetrics (from /metrics)
+    ref: PassRef = PassRef()
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))
+
+
+@dataclass(frozen=True)
+class LaunchSummary:
+    """One server launch of a job: how it ended and the verdict of each of its passes."""
+
+    launch: int
+    mode: str
+    dir: str                            # relative to the run directory ("." for a single run)
+    status: str                         # ok | failed | unfinished | not run (launch_end event)
+    failure: dict | None = None         # the first 'fail' event's fields
+    passes: tuple = ()                  # "<key>: <verdict>" (burn-ins marked discarded)
+
+    def to_dict(self) -> dict:
+        return _clean(asdict(self))
+
+
+@dataclass(frozen=True)
+class CampaignSummary:
+    """Everything collected from one job: every launch and timed pass. A single run is the
+    campaign of one launch and one pass (`single`); its one PassSummary is `only`."""
+
+    run_id: str
+    job_id: str | None
+    campaign: object                    # campaign.Campaign
+    single: bool
+    job: JobInfo = JobInfo()
+    running: bool = False               # Slurm says the job has not ended: nothing is final
+    launches: tuple = ()                # LaunchSummary
+    passes: tuple = ()                  # PassSummary of every timed pass (burn-ins left out)
+
+    @property
+    def only(self) -> PassSummary:
+        """The pass of a single run."""
+        return self.passes[0]
+
+    @property
+    def verdict(self) -> str:
+        """One word for the job: a single run's verdict; a campaign's: ok when every pass is."""
+        if self.single and self.passes:
+            return self.only.verdict
+        if self.running:
+            return "running"
+        bad = sorted({p.verdict for p in self.passes} - {"ok"})
+        return "ok" if self.passes and not bad else (bad[0] if bad else "failed")
+
+
+# The name of the collector's one-pass record before campaigns shared the collector.
+RunSummary = PassSummary
 
 
 def _clean(value):

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..parse.diagnose import server_log_identity
 from ..parse.events import EventLog, Warmup
-from ..parse.server_scan import (DecodeAgg, Interval, Prefill, Retractions, ServerLogScan,
-                                 lowest_stage, pooled_retractions, scan_server_log)
-from ..rundir import Layout
+from ..parse.server_scan import (Counts, DecodeAgg, Interval, Prefill, Retractions,
+                                 ServerLogScan, lowest_stage, pooled_retractions, scan_server_log)
+from ..rundir import Layout, server_log_identity
 from .records import Pooled, ReplicaSummary
 
 DEFAULT_WARMUP_TOKENS = 16384
@@ -68,32 +67,30 @@ def _prefill(scans: Sequence[ServerLogScan], counts) -> Prefill:
     return lowest_stage(_merged(scans, counts), Prefill())
 
 
-def server_logs(run_dir: Path) -> dict[int, dict[int, Path]]:
-    """replica -> node rank -> path, from logs/server-r<G>-n<R>.log."""
-    out: dict[int, dict[int, Path]] = {}
-    logs = Layout(run_dir).logs
-    if logs.is_dir():
-        for p in sorted(logs.iterdir()):
-            ident = server_log_identity(p.name)
-            if ident and p.is_file():
-                out.setdefault(ident[0], {})[ident[1]] = p
-    return out
+@dataclass(frozen=True)
+class LaunchLogs:
+    """A launch's server logs, each scanned once for every pass window of the launch."""
+
+    root: Path                                   # the run directory (names in notes are under it)
+    files: dict                                  # replica -> node rank -> path
+    scans: dict                                  # path -> ServerLogScan (with .windows per pass)
+    warmups: dict                                # replica -> events.Warmup
 
 
 def _scan_job(args):
-    path, window, intervals, all_samples = args
+    path, windows, intervals, all_samples = args
     ident = server_log_identity(path.name)
     # Only node rank 0 runs the HTTP server, so only its log can hold generation requests.
-    return scan_server_log(path, window=window, intervals=intervals, all_samples=all_samples,
+    return scan_server_log(path, windows=windows, intervals=intervals, all_samples=all_samples,
                            access_log=ident is None or ident[1] == 0)
 
 
-def scan_files(paths: Sequence[Path], window, intervals: Sequence[Interval], all_samples: bool,
-               workers: int | None = None) -> list[ServerLogScan]:
+def scan_files(paths: Sequence[Path], windows: Sequence[Interval], intervals: Sequence[Interval],
+               all_samples: bool, workers: int | None = None) -> list[ServerLogScan]:
     """Scan files, in parallel processes when they are big enough to be worth it."""
     if not paths:
         return []
-    jobs = [(p, window, tuple(intervals), all_samples) for p in paths]
+    jobs = [(p, tuple(windows), tuple(intervals), all_samples) for p in paths]
     total = sum(p.stat().st_size for p in paths)
     if workers is None:
         workers = min(len(paths), os.cpu_count() or 1) if total >= PARALLEL_MIN_BYTES else 1
@@ -117,42 +114,67 @@ def warmup_intervals(warmups: dict[int, Warmup], bench_start: datetime | None
     return out
 
 
-def summarise_replicas(run_dir: Path, replica_ids: Iterable[int], events: EventLog,
-                       window, *, all_samples: bool, node_lists: dict,
-                       warmup_tokens: int | None, workers: int | None = None
-                       ) -> list[ReplicaScan]:
-    files = server_logs(run_dir)
+def scan_launch(root: Path, launch: Layout, events: EventLog, windows: Sequence[Interval],
+                replica_ids: Iterable[int], *, all_samples: bool, workers: int | None = None
+                ) -> LaunchLogs:
+    """Read every server log of a launch once: decode samples, prefill lines and POSTs of each
+    pass window (windows in time order), the warm-ups, and before the first pass."""
+    files = launch.server_log_map()
     warmups = events.warmups()
-    bench_start = window[0] if window else None
-    intervals = warmup_intervals(warmups, bench_start)
-    # Without a recorded warm-up, look for one in everything before the benchmark.
-    pre = [Interval(f"pre-r{g}", None, bench_start) for g in sorted(set(replica_ids))
-           if g not in warmups and bench_start is not None]
-    ivs = intervals + pre
+    first = windows[0].start if windows else None
+    # Without a recorded warm-up, look for one in everything before the first benchmark.
+    ivs = warmup_intervals(warmups, first) + [
+        Interval(f"pre-r{g}", None, first) for g in sorted(set(replica_ids))
+        if g not in warmups and first is not None]
     # Node rank 0 first: it holds every batch line unless the servers run with DP attention or
     # PP (then every line carries a DP/PP tag and other nodes hold stage/group leaders), and
     # it is the only node with an HTTP server. Other nodes are read only when needed.
     heads = [files[g][0] for g in sorted(files) if 0 in files[g]]
-    scans = dict(zip(heads, scan_files(heads, window, ivs, all_samples, workers)))
+    scans = dict(zip(heads, scan_files(heads, windows, ivs, all_samples, workers)))
     rest = [p for g in sorted(files) for r, p in sorted(files[g].items())
             if r != 0 and (0 not in files[g] or scans[files[g][0]].tagged
                            or not scans[files[g][0]].decode_lines)]
-    scans.update(zip(rest, scan_files(rest, window, ivs, all_samples, workers)))
+    scans.update(zip(rest, scan_files(rest, windows, ivs, all_samples, workers)))
+    return LaunchLogs(root, files, scans, warmups)
+
+
+def _through(scan: ServerLogScan, window: str) -> ServerLogScan:
+    """A launch-wide scan as one pass window sees it (its decode, counts and retractions)."""
+    w = scan.windows.get(window)
+    if w is None:
+        return replace(scan, decode={}, window=Counts(), retractions={})
+    return replace(scan, decode=w.decode, window=w.counts, retractions=w.retractions)
+
+
+@dataclass(frozen=True)
+class PassWindow:
+    """What the replicas of one pass are summarised over."""
+
+    name: str                        # the scan window's name
+    bounds: tuple | None             # (start, end) of the benchmark; None: none was recorded
+    all_samples: bool = False
+    warmup_tokens: int | None = None
+    node_lists: dict = field(default_factory=dict)
+
+
+def summarise_replicas(logs: LaunchLogs, replica_ids: Iterable[int], pw: PassWindow
+                       ) -> list[ReplicaScan]:
+    """Per replica of the launch: its facts over the pass window `pw`."""
     out = []
-    for g in sorted(set(replica_ids) | set(files)):
-        ranks = files.get(g, {})
-        scanned = [scans[p] for _, p in sorted(ranks.items()) if p in scans]
-        sizes = [p.stat().st_size for _, p in sorted(ranks.items())]
-        out.append(_one(run_dir, g, ranks, scanned, sizes, warmups.get(g), window,
-                        node_lists.get(str(g), []), warmup_tokens, all_samples))
+    for g in sorted(set(replica_ids) | set(logs.files)):
+        ranks = logs.files.get(g, {})
+        scans = [_through(logs.scans[p], pw.name) for _, p in sorted(ranks.items())
+                 if p in logs.scans]
+        out.append(_one(logs, g, ranks, scans, pw))
     return out
 
 
-def _one(run_dir: Path, g: int, ranks: dict[int, Path], scans: list[ServerLogScan],
-         sizes: list[int], warmup: Warmup | None, window, nodes: list[str],
-         warmup_tokens: int | None, all_samples: bool) -> ReplicaScan:
+def _one(logs: LaunchLogs, g: int, ranks: dict[int, Path], scans: list[ServerLogScan],
+         pw: PassWindow) -> ReplicaScan:
+    run_dir, window, all_samples = logs.root, pw.bounds, pw.all_samples
+    sizes = [p.stat().st_size for _, p in sorted(ranks.items())]
     problems: list[str] = []
-    rel = tuple(str(p.relative_to(run_dir)) for _, p in sorted(ranks.items()))
+    rel = tuple(_shown(str(p), run_dir) for _, p in sorted(ranks.items()))
     if not ranks:
         problems.append(f"replica {g}: no server log (logs/server-r{g}-n*.log missing)")
     elif 0 not in ranks:
@@ -198,10 +220,10 @@ def _one(run_dir: Path, g: int, ranks: dict[int, Path], scans: list[ServerLogSca
                      f"({retracted.requests} request(s) sent back to the queue and recomputed)"
                      + (" in the benchmark window" if window and not all_samples else ""))
 
-    seen, how = _warmup(g, warmup, scans, window, warmup_tokens)
+    seen, how = _warmup(g, logs.warmups.get(g), scans, window, pw.warmup_tokens)
     head = next((s for s in scans if s.path == str(ranks.get(0))), None)
     summary = ReplicaSummary(
-        replica=g, logs=rel, nodes=tuple(nodes),
+        replica=g, logs=rel, nodes=tuple(pw.node_lists.get(str(g), [])),
         decode_samples=primary.samples, accept_samples=primary.accept_samples,
         accept_len=primary.accept_len, accept_rate=primary.accept_rate,
         gen_throughput=primary.gen_throughput, requests_served=served,

@@ -8,25 +8,35 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import rundir
-from .records import RunSummary
+from .campaign import collect
+from .records import CampaignSummary, PassSummary
 from .slurm_facts import slurm_facts
-from .summary import collect_run
 from .write import write_summary
 
 
 def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool = True,
-                      all_samples: bool = False) -> tuple[RunSummary, list[Path]]:
-    """Collect one run; write summary.json/csv/md unless the job is still running.
+                      all_samples: bool = False) -> tuple[CampaignSummary, list[Path]]:
+    """Collect a run or a campaign; write its summary files unless the job is still running.
 
     Returns the summary and the summary files that changed. final=False skips asking Slurm.
     """
     jid = job_id or rundir.job_id_of(run_dir)
     facts = slurm_facts(str(jid) if jid else None, run_dir=run_dir) if final else None
-    summary = collect_run(run_dir, all_samples=all_samples, sacct=facts)
-    written = write_summary(summary, run_dir)
-    written += write_report(run_dir, changed=bool(written), running=summary.verdict == "running")
-    rundir.record_nodes(run_dir, dict(summary.job.node_lists or {}))
-    return summary, written
+    cs = collect(run_dir, sacct=facts, all_samples=all_samples)
+    running = cs.verdict == "running"
+    written = write_summary(cs, run_dir)
+    written += write_report(run_dir, changed=bool(written), running=running)
+    rundir.record_nodes(run_dir, dict(cs.job.node_lists or {}))
+    return cs, written
+
+
+def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None,
+                               final: bool = True) -> tuple[dict, list[Path]]:
+    """A campaign collected and written; its summary.json's dict."""
+    from .campaign import result_dict
+
+    cs, written = collect_and_write(run_dir, job_id=job_id, final=final)
+    return result_dict(cs), written
 
 
 def write_report(run_dir: Path, *, changed: bool, running: bool) -> list[Path]:
@@ -47,7 +57,7 @@ def write_report(run_dir: Path, *, changed: bool, running: bool) -> list[Path]:
         return []
 
 
-def summary_text(summary: RunSummary) -> str:
+def summary_text(summary: PassSummary) -> str:
     """What the CLI prints after collecting: the run's row, its verdict and reasons, acceptance."""
     from .tables import report
 

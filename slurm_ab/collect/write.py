@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..rundir import SUMMARY_FILES, Layout, write_atomic
 from .metrics_tables import metrics_md
-from .records import RunSummary
+from .records import CampaignSummary, PassSummary, RunSummary
 from .tables import main_row, pooled_lines, report
 
 
@@ -71,10 +71,15 @@ def _server_latency(s: RunSummary) -> dict:
             for r in s.replicas}
 
 
-def write_summary(s: RunSummary, run_dir: str | Path) -> list[Path]:
-    """Write the three summary files; return those that changed ([] for a running job)."""
-    if s.verdict == "running":
+def write_summary(cs: CampaignSummary | PassSummary, run_dir: str | Path) -> list[Path]:
+    """Write the three summary files of a run (its one pass) or a campaign (every pass, the
+    aggregates and comparisons); return those that changed ([] for a running job)."""
+    if cs.verdict == "running":
         return []
+    if isinstance(cs, CampaignSummary) and not cs.single:
+        from .campaign import result_dict, write_campaign
+        return write_campaign(result_dict(cs), run_dir)
+    s = cs.only if isinstance(cs, CampaignSummary) else cs
     lay = Layout(Path(run_dir))
     texts = {"summary.json": render_json(s), "summary.csv": report([s], "csv"),
              "summary.md": render_md(s)}

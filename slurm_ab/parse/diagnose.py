@@ -12,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
+from ..rundir import server_log_identity
 from .text import BLOCK, decode, iter_blocks, line_timestamp
 
 __all__ = ["Finding", "diagnose", "SIGNATURES", "ROOT_CAUSE_KINDS", "server_log_identity",
@@ -97,7 +98,6 @@ ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ai
            b"profiled value", b"Dist", b"Uvicorn running on http://", b"No device found",
            b"Using network Socket", b"libibverbs")
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
-_SERVER_LOG = re.compile(r"server-r(\d+)-n(\d+)\.log$")
 _FAILED_NODE = re.compile(r"Node failure on (\S+)")
 _PROFILED = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")
 
@@ -114,12 +114,6 @@ class Finding:
     def ts(self) -> datetime | None:
         value = self.details.get("ts")
         return datetime.fromisoformat(value) if value else None
-
-
-def server_log_identity(path: str | Path) -> tuple[int, int] | None:
-    """logs/server-r<G>-n<R>.log -> (replica G, node rank R)."""
-    m = _SERVER_LOG.search(str(path))
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 class _FileState:

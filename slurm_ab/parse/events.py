@@ -15,6 +15,9 @@ from .text import iter_lines, parse_ts
 
 __all__ = ["Event", "EventLog", "Warmup", "parse_event_line", "read_events"]
 
+# Events that belong to one benchmark pass (a campaign launch runs several).
+PASS_EVENTS = ("bench_start", "bench_end", "metrics_scrape")
+
 _HEAD = re.compile(r"^\s*(?P<epoch>\d+(?:\.\d+)?)\s+(?P<date>\d{4}-\d\d-\d\d)\s+"
                    r"(?P<time>\d\d:\d\d:\d\d(?:[.,]\d+)?)\s+"
                    r"(?P<name>[A-Za-z_][\w.-]*)(?P<rest>.*)$")
@@ -135,6 +138,27 @@ class EventLog:
 
     def failures(self) -> list[Event]:
         return self.named("fail")
+
+    def pass_view(self, key: str) -> tuple["EventLog | None", int | None]:
+        """A campaign launch's events as one of its passes sees them, and that pass's client
+        exit status (None: it never ended). Left out: the other passes' benchmark windows and
+        scrapes before it, and everything after its bench_end (later passes, the launch's end).
+        (None, None) when the pass never started."""
+        start = next((e for e in self.events if e.name == "bench_start"
+                      and e.fields.get("pass") == key), None)
+        if start is None:
+            return None, None
+        end = next((e for e in self.events if e.name == "bench_end" and e.fields.get("pass") == key
+                    and e.line > start.line), None)
+        keep = []
+        for e in self.events:
+            if end is not None and e.line > end.line:
+                break
+            if e.name in PASS_EVENTS and e.line < start.line:
+                continue
+            keep.append(e)
+        view = EventLog(tuple(keep), self.bad_lines, self.exists)
+        return view, (end.get_int("rc") if end is not None else None)
 
 
 def read_events(path: str | Path) -> EventLog:

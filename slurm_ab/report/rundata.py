@@ -7,7 +7,6 @@ pure parsers of slurm_ab.parse; nothing here depends on how the collector comput
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +17,6 @@ from ..parse.events import EventLog, read_events
 from ..parse.server_log import iter_batch_samples, parse_access_line
 from ..parse.text import iter_lines
 
-_SERVER_LOG = re.compile(r"server-r(\d+)-n0\.log$")
 
 
 @dataclass(frozen=True)
@@ -90,12 +88,7 @@ def _json(path: Path) -> dict:
 
 def server_logs(run_dir: Path) -> dict[int, Path]:
     """replica -> node rank 0's log (the one with the HTTP server and the scheduler's samples)."""
-    out = {}
-    for p in Layout(run_dir).server_logs():
-        m = _SERVER_LOG.search(p.name)
-        if m:
-            out[int(m.group(1))] = p
-    return out
+    return Layout(run_dir).head_logs()
 
 
 def read_access_times(path: Path) -> list[datetime]:

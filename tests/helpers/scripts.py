@@ -25,6 +25,38 @@ def render(mode: str, site: str = "example", sets=(), run_id: str = GOLDEN_RUN_I
     return render_script(plan_for(src, mode, run_id))
 
 
+# The first line of the static part (functions.sh, then pipeline.sh) of every job script.
+STATIC_START = "# ---- helpers (static)"
+
+
+def generated(text: str) -> str:
+    """A job script without its static part: what the plan decides (goldens hold only this)."""
+    return text[: text.index(STATIC_START)]
+
+
+def static(text: str) -> str:
+    """The static part of a job script (the same for every plan), without its last line, the
+    call of `main` (so a test can source it and call single functions)."""
+    return text[text.index(STATIC_START): text.rindex("\nmain\n") + 1]
+
+
+def check_golden(name: str, text: str) -> None:
+    """Compare with tests/golden/<name>; UPDATE_GOLDEN=1 rewrites it (review the diff)."""
+    import difflib
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    expected = path.read_text()
+    assert text == expected, "".join(difflib.unified_diff(
+        expected.splitlines(True), text.splitlines(True), "golden", "rendered"))
+
+
+def changed_lines(a: str, b: str) -> list[str]:
+    """'-'/'+' lines of the difference between two texts (ndiff), in order."""
+    import difflib
+    return [ln for ln in difflib.ndiff(a.splitlines(), b.splitlines()) if ln[:2] in ("- ", "+ ")]
+
+
 def shellcheck(path: Path) -> subprocess.CompletedProcess:
     """shellcheck -x PATH. Without shellcheck the test is skipped, except under CI, where it fails:
     `make setup` installs it, so its absence there is a broken setup, not a pass."""

@@ -1,0 +1,234 @@
+{% raw %}
+# ---- the job's flow (static: slurm-ab's pipeline.sh; the generated part above holds the values) --
+# One flow for every job: a single run is a campaign of one launch and one pass, whose launch
+# directory is the run directory itself (LAUNCH_DIRS=(.)) and whose files keep a single run's
+# names (bench.jsonl, logs/client.log). Each launch runs in a subshell of its own: servers of its
+# mode on every node, readiness, direct warm-ups, router, its passes, then a complete teardown.
+# A failed launch of a campaign ends only itself (launch_end status=failed) and the job goes on;
+# a single run's job ends with its launch's status.
+
+# Run directory: never reuse one that a job already wrote to.
+prepare_run_dir() {
+  if [[ -e "$RUN_DIR/events.log" ]]; then
+    echo "slurm-ab: $RUN_DIR was already used by another job; this job writes to $RUN_DIR-job$SLURM_JOB_ID" >&2
+    RUN_DIR="$RUN_DIR-job$SLURM_JOB_ID"
+    # The rest of this job's output goes with its own evidence, not into the earlier run.
+    mkdir -p "$RUN_DIR/logs" && exec >>"$RUN_DIR/slurm-$SLURM_JOB_ID.out" 2>&1
+  fi
+  mkdir -p "$RUN_DIR/logs" || { echo "slurm-ab: FATAL: cannot create $RUN_DIR/logs" >&2; exit 1; }
+  [[ -e "$RUN_DIR/job.sbatch" ]] || cp -- "$0" "$RUN_DIR/job.sbatch" 2>/dev/null || true
+}
+
+check_secrets() {
+  local name
+  for name in "${SECRET_ENV[@]}"; do
+    [[ -n "${!name:-}" ]] || fatal missing_secret "secret variable $name is not set in the submitting environment"
+  done
+}
+
+# Hosts and ports of every component (replica G = het group G). Ports depend on the replica and
+# on the job id, so neither two replicas on one host nor two jobs sharing nodes collide.
+read_hosts() {
+  local g var slot=$(( SLURM_JOB_ID % JOB_SLOTS ))
+  HEADS=() PORTS=() DIST_PORTS=()
+  for (( g = 0; g < REPLICAS; g++ )); do
+    var="SLURM_JOB_NODELIST_HET_GROUP_$g"
+    mapfile -t "R${g}_NODES" < <(scontrol show hostnames "${!var}")
+    local -n nodes_ref="R${g}_NODES"
+    HEADS[g]=${nodes_ref[0]}
+    unset -n nodes_ref
+    PORTS[g]=$(( SERVER_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
+    DIST_PORTS[g]=$(( DIST_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
+  done
+  ROUTER_HOST=${HEADS[0]}   # the node name; the router and the client steps are pinned to it
+  ROUTER_PORT=$(( ROUTER_PORT_BASE + slot ))
+  ROUTER_METRICS_PORT=$(( ROUTER_METRICS_PORT_BASE + slot ))
+}
+
+# events.log lines of the hosts and ports (the job's own; again in each launch's events.log)
+record_hosts() {
+  local g
+  for g in "${!HEADS[@]}"; do
+    local -n nodes_ref="R${g}_NODES"
+    event hosts "replica=$g" "head=${HEADS[g]}" "nodes=$(IFS=,; echo "${nodes_ref[*]}")" "port=${PORTS[g]}" "dist_port=${DIST_PORTS[g]}"
+    unset -n nodes_ref
+  done
+  event ports "router=$ROUTER_PORT" "router_metrics=$ROUTER_METRICS_PORT"
+}
+
+# The preflight: one short step per component, on every node, in the servers' container. It fails
+# the job within seconds, naming node and cause, before any model loads; each node writes what it
+# found to $RUN_DIR/preflight/<node>.json.
+run_preflight() {
+  local g
+  local -a extra
+  write_preflight_script
+  event preflight_start
+  for g in "${!HEADS[@]}"; do
+    extra=()
+    (( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")
+    local -n nodes_ref="R${g}_NODES"
+    srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 \
+      --output="$RUN_DIR/logs/preflight-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
+      env "${SERVER_ENV[@]}" bash "$RUN_DIR/preflight/check.sh" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
+    unset -n nodes_ref
+    PF_PIDS+=($!)
+  done
+  wait_preflight
+}
+
+# The address other nodes use for each head (cluster.address).
+resolve_addresses() {
+  local g
+  local -a kv=()
+  ADDRS=()
+  for g in "${!HEADS[@]}"; do
+    ADDRS[g]=$(head_address "${HEADS[g]}") || fatal address "node=${HEADS[g]}" "no $ADDRESS_MODE address for ${HEADS[g]}"
+    printf -v "R${g}_ADDR" '%s' "${ADDRS[g]}"
+    printf -v "R${g}_PORT" '%s' "${PORTS[g]}"
+    kv+=("replica$g=${ADDRS[g]}")
+  done
+  ROUTER_ADDR=${ADDRS[0]}
+  event addresses "mode=$ADDRESS_MODE" "${kv[@]}"
+}
+
+# One srun step per replica, one task per node, with the launch's SERVER_CMD.
+start_servers() {
+  local g
+  for g in "${!HEADS[@]}"; do
+    local -n nodes_ref="R${g}_NODES"
+    log "launch $LAUNCH ($MODE), replica $g: starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
+    event server_launch "replica=$g"
+    # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
+    srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
+      --output="$RUN_DIR/logs/server-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
+      bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${SERVER_CMD[@]}" \
+      --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
+    STEP_PIDS[server-r$g]=$!
+    unset -n nodes_ref
+  done
+}
+
+start_router() {
+  router_command
+  log "router: ${ROUTER_CMD[*]}"
+  event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=$ROUTER_PROFILE"
+  side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/logs/router.log" \
+    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
+  STEP_PIDS[router]=$!
+  wait_router_ready
+  record_server_info
+}
+
+# run_pass: one timed benchmark through the router (PASS_C, PASS_REPEAT, PASS_PROMPTS, PASS_KEY,
+# PASS_BENCH and PASS_CLIENT_LOG set; the files relative to the launch directory).
+run_pass() {
+  local rc
+  client_command
+  log "pass $PASS_KEY of $MODE: ${CLIENT_CMD[*]}"
+  event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS"
+  scrape_metrics start
+  side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$PASS_CLIENT_LOG" \
+    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
+  CLIENT_PID=$!
+  scrape_metrics_during "$CLIENT_PID"
+  watch_pid "$CLIENT_PID"
+  rc=$?
+  CLIENT_PID=""
+  event bench_end "pass=$PASS_KEY" "rc=$rc"
+  scrape_metrics end
+  if (( rc != 0 )); then
+    tail_log "$RUN_DIR/$PASS_CLIENT_LOG"
+    fatal client_failed "pass=$PASS_KEY" "rc=$rc" "benchmark client of pass $PASS_KEY exited with status $rc"
+  fi
+  [[ -s "$RUN_DIR/$PASS_BENCH" ]] || fatal client_failed "pass=$PASS_KEY" "benchmark client wrote no $RUN_DIR/$PASS_BENCH"
+}
+
+# run_launch I: launch I from start to teardown (runs as a background subshell of the job).
+# shellcheck disable=SC2317  # traps
+run_launch() {
+  local i=$1 spec
+  local -a specs
+  LAUNCH=$(( i + 1 ))
+  MODE=${LAUNCH_MODES[i]}
+  [[ ${LAUNCH_DIRS[i]} == . ]] || RUN_DIR="$CAMPAIGN_DIR/${LAUNCH_DIRS[i]}"
+  local -n mode_cmd="SERVER_CMD_${LAUNCH_SERVER[i]}"
+  SERVER_CMD=("${mode_cmd[@]}")
+  METRICS_SERVERS=${MODE_METRICS[LAUNCH_SERVER[i]]}
+  STEP_PIDS=()
+  CLIENT_PID=""
+  METRICS_LOOP_PID=""
+  TORN_DOWN=0
+  trap 'teardown launch-end' EXIT
+  trap 'exit 143' TERM INT
+  trap 'exit 124' USR1
+  if [[ $RUN_DIR != "$CAMPAIGN_DIR" ]]; then    # a campaign launch's own events.log
+    mkdir -p "$RUN_DIR/logs" || fatal launch "cannot create $RUN_DIR/logs"
+    event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "launch=$LAUNCH" "batch_host=$(hostname)"
+    record_hosts
+  fi
+  start_servers
+  wait_servers_ready
+  make_warmup_body
+  for g in "${!HEADS[@]}"; do
+    warmup_replica "$g"
+  done
+  start_router
+  read -ra specs <<<"${LAUNCH_PASSES[i]}"
+  for spec in "${specs[@]}"; do
+    IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG <<<"$spec"
+    run_pass
+  done
+  log "launch $LAUNCH ($MODE) done: tearing down"
+  exit 0
+}
+
+# Every launch in turn; returns the status of the last failed launch (0: all ok).
+run_launches() {
+  local i status=0
+  for i in "${!LAUNCH_DIRS[@]}"; do
+    (( SINGLE )) || event launch_start "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}"
+    run_launch "$i" &
+    # While a launch runs, the job's own teardown (scancel, time limit) stops it first, as it
+    # would stop a client: SIGTERM, then SIGKILL after the grace period.
+    CLIENT_PID=$!
+    wait "$CLIENT_PID"
+    LAUNCH_RC=$?
+    CLIENT_PID=""
+    if (( LAUNCH_RC == 0 )); then
+      (( SINGLE )) || event launch_end "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" status=ok rc=0
+    else
+      status=$LAUNCH_RC
+      (( SINGLE )) && break
+      log "launch $(( i + 1 )) (${LAUNCH_MODES[i]}) failed (status $LAUNCH_RC): see ${LAUNCH_DIRS[i]}/events.log; going on" >&2
+      event launch_end "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" status=failed "rc=$LAUNCH_RC"
+    fi
+  done
+  return "$status"
+}
+
+main() {
+  local rc
+  prepare_run_dir
+  CAMPAIGN_DIR=$RUN_DIR
+  event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)"
+  check_secrets
+  if declare -F site_prologue >/dev/null; then
+    event prologue_start
+    site_prologue
+    event prologue_end
+  fi
+  read_hosts
+  record_hosts
+  (( PREFLIGHT )) && run_preflight
+  resolve_addresses
+  run_launches
+  rc=$?
+  if (( SINGLE )); then
+    (( rc == 0 )) && log "benchmark done: results in $RUN_DIR (slurm-ab collect $SLURM_JOB_ID)"
+    exit "$rc"
+  fi
+  log "campaign done: results in $RUN_DIR (slurm-ab collect $SLURM_JOB_ID)"
+  exit 0
+}
+{% endraw %}

@@ -1,0 +1,195 @@
+"""collect_pass: one timed benchmark pass -> PassSummary (pure: reads the files it is given).
+
+A single run is one pass; a campaign launch runs several against one set of servers. Every input
+is explicit: the pass's client output, its view of the launch's events, the launch's server-log
+scans seen through the pass's window (scanned once per launch: collect.replicas.scan_launch),
+its /metrics scrapes, and Slurm's facts about the job. File names in reasons and notes are
+relative to the run directory (a campaign pass's read 'launch2-tp32/logs/...').
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Mapping
+
+from ..parse.bench import parse_result_block, read_last_record
+from ..parse.diagnose import ROOT_CAUSE_KINDS, diagnose
+from ..parse.events import EventLog
+from ..parse.preflight import ran_on_note, server_info_note
+from ..rundir import Layout, Manifest
+from .bench_result import bench_result, bench_spec
+from .job import job_info
+from .records import PassRef, PassSummary
+from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
+from .server_metrics import collect_server_metrics
+from .verdict import (diagnosis_reasons, outcome_reasons, state_verdict, validity_reasons)
+
+
+@dataclass(frozen=True)
+class PassInputs:
+    """What one pass is collected from."""
+
+    root: Path                      # the run directory
+    launch: Layout                  # its launch directory (the run's own for a single run)
+    manifest: Manifest              # the launch's manifest (its mode's resolved experiment)
+    run_id: str
+    mode: str | None
+    job_id: str | None
+    ref: PassRef
+    bench: Path                     # the client's --output-file
+    client_log: Path                # the client's stdout+stderr
+    events: EventLog                # the launch's events as this pass sees them
+    window_name: str                # its window in `logs`
+    logs: LaunchLogs                # the launch's server logs, scanned once
+    sacct: Mapping | None           # Slurm's facts (collect.job); None when unknown
+    all_samples: bool = False
+    job_outputs: tuple = ()         # the job's slurm-<id>.out files (run directory)
+
+
+def collect_pass(inp: PassInputs) -> PassSummary:
+    """Summarise one pass: numbers, per-replica facts, server metrics, verdict and diagnosis."""
+    lay, root, events, manifest = inp.launch, inp.root, inp.events, inp.manifest
+    job = job_info(inp.sacct, events, inp.job_id)
+    notes: list[str] = []
+    if events.bad_lines:
+        notes.append(f"events.log: {len(events.bad_lines)} unreadable line(s)")
+    # What the run ran on (the preflight's per-node findings) and the router's /server_info answer.
+    notes += [n for n in (ran_on_note(root), server_info_note(events)) if n]
+
+    # ---- benchmark numbers -------------------------------------------------------------
+    read = read_last_record(inp.bench)
+    block = parse_result_block(inp.client_log)
+    spec = bench_spec(read.record, block, manifest.benchmark)
+    bench, bnotes = bench_result(read, block, spec)
+    notes += bnotes
+    has_result = bench.source is not None
+
+    # ---- replicas ----------------------------------------------------------------------
+    window = events.bench_window()
+    replica_ids = set(events.replicas()) | set(inp.logs.files)
+    if manifest.replicas is not None:
+        replica_ids |= set(range(manifest.replicas))
+    reps = summarise_replicas(inp.logs, replica_ids, PassWindow(
+        inp.window_name, window, inp.all_samples, manifest.warmup_input_len, job.node_lists))
+    replicas = tuple(r.summary for r in reps)
+    problems = [p for r in reps for p in r.problems]
+    if not reps:
+        problems.append("no replica is known: no server log, no replica in events.log and no "
+                        "replica count in the manifest")
+    notes += [n for r in reps for n in r.notes]
+    accept = pooled_acceptance(reps)
+    server_metrics = collect_server_metrics(lay.root, events, replicas, accept, manifest.config)
+    notes += server_metrics.notes
+
+    # ---- verdict -----------------------------------------------------------------------
+    slurm_lines = diagnose(list(inp.job_outputs), root=root) if job.state is None else []
+    verdict, reasons = state_verdict(job, events, slurm_lines)
+    findings = []
+    logs_exist = lay.logs.is_dir()
+    if verdict is None:
+        failed = outcome_reasons(job, events, bench, has_result)
+        if failed:
+            verdict, reasons = "failed", failed
+        else:
+            invalid = validity_reasons(bench, problems, replicas, window,
+                                       server_metrics.replicas)
+            verdict, reasons = ("invalid", invalid) if invalid else ("ok", [])
+    elif verdict in ("failed", "cancelled", "timeout"):
+        reasons += [r for r in outcome_reasons(job, events, bench, has_result)
+                    if r not in reasons]
+    if verdict in ("failed", "cancelled", "timeout"):
+        files = list(inp.job_outputs) + (lay.server_logs() + [lay.router_log, inp.client_log]
+                                         if logs_exist else [])
+        findings = diagnose(files, root=root)
+        diag = diagnosis_reasons(findings, job.node_lists, events) + \
+            stalled_replica_reasons(root, lay, events, job.node_lists)
+        reasons = diag + [r for r in reasons if r not in diag] if verdict == "failed" \
+            else reasons + [r for r in diag if r not in reasons]
+        cut = interrupted_reason(events, replicas, spec.num_prompts, has_result)
+        if cut:
+            reasons.insert(1, cut)
+    elif verdict == "invalid" and logs_exist:
+        # A replica that failed while the job still completed (e.g. a peer's link went down: the
+        # head's watchdog fired, but its server step could not end while srun waited for the
+        # unreachable node, and the router sent the rest elsewhere): its root cause goes first.
+        roots = [f for f in diagnose(lay.server_logs(), root=root) if f.kind in ROOT_CAUSE_KINDS]
+        if roots:
+            findings = roots
+            diag = diagnosis_reasons(roots, job.node_lists, events)
+            reasons = diag + [r for r in reasons if r not in diag]
+    elif verdict == "ok" and problems:
+        notes += problems
+
+    return PassSummary(
+        run_id=inp.run_id, mode=inp.mode, label=manifest.mode_description,
+        job=job, spec=spec, bench=bench, replicas=replicas, accept=accept,
+        window=tuple(t.isoformat(sep=" ", timespec="milliseconds") if t else None
+                     for t in (window or (None, None))),
+        all_samples=inp.all_samples, verdict=verdict, reasons=tuple(reasons),
+        findings=tuple(asdict(f) for f in findings), notes=tuple(notes),
+        server_metrics=server_metrics, ref=inp.ref)
+
+
+def interrupted_reason(events, replicas, total: int | None, has_result: bool) -> str | None:
+    """A benchmark that started and never ended: how far it got, from the servers' access logs
+    (the client writes its output only at the end)."""
+    window = events.bench_window()
+    if window is None or window[1] is not None or has_result:
+        return None
+    start = events.last["bench_start"]
+    stop = next((e for e in events.events if e.line > start.line and e.name in
+                 ("fail", "teardown", "job_end")), None)
+    after = f" {stop.epoch - start.epoch:.0f} s after it started" if stop else ""
+    counted = [r for r in replicas if r.requests_served is not None]
+    if not counted:
+        return f"benchmark interrupted{after}; no server log to count completed requests"
+    n = sum(r.requests_served for r in counted)
+    exact = all(r.requests_source == "access_log" for r in counted)
+    per = ", ".join(f"replica {r.replica}: {r.requests_served}" for r in counted)
+    if exact:
+        return (f"benchmark interrupted{after}: {n}" + (f" of {total}" if total else "")
+                + f" requests had succeeded (HTTP 200 in the server access logs: {per}; a "
+                "streamed request is logged when it starts); the client wrote no result")
+    return (f"benchmark interrupted{after}: about {n}" + (f" of {total}" if total else "")
+            + f" requests had reached the servers (no access log; new sequences in prefill "
+            f"lines: {per}); the client wrote no result")
+
+
+def stalled_replica_reasons(root: Path, lay: Layout, events, node_lists: dict) -> list[str]:
+    """The last line of the head log of each replica the job gave up on (not healthy in time,
+    warm-up failed): where its start-up stopped. The job's output has the last 20 lines."""
+    out = []
+    for e in events.failures():
+        ids = e.fields.get("replicas") or e.fields.get("replica") or ""
+        if e.fields.get("kind") not in ("not_ready", "warmup_failed"):
+            continue
+        for g in (x for x in ids.split(",") if x.strip().isdigit()):
+            path = lay.server_log(int(g), 0)
+            line = _last_line(path)
+            hosts = node_lists.get(str(int(g))) or []
+            where = f"replica {int(g)} node rank 0" + (f" ({hosts[0]})" if hosts else "")
+            shown = Layout(root).rel(path)
+            out.append(f"{where}: last log line: {line} [{shown}]" if line
+                       else f"{where}: its log is empty or missing [{shown}]")
+    return out
+
+
+def _last_line(path: Path, tail: int = 16384) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - tail))
+            data = f.read()
+    except OSError:
+        return None
+    # Slurm appends its own '*** STEP ... CANCELLED ***' line to a step's output: not the server's.
+    lines = [ln for ln in data.decode(errors="replace").splitlines()
+             if ln.strip() and not ln.startswith(("slurmstepd", "srun:"))]
+    if not lines:
+        return None
+    text = " ".join(lines[-1].split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+__all__ = ["PassInputs", "collect_pass", "interrupted_reason", "stalled_replica_reasons"]
