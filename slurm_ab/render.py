@@ -13,7 +13,8 @@ from .validate import notices
 @lru_cache(maxsize=1)
 def _env():
     import jinja2
-    import sbatch_templates
+
+    from . import sbatch_templates
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(sbatch_templates.__file__).parent)),

@@ -18,7 +18,8 @@ from helpers import ROOT
 from helpers.scripts import MODES
 
 STORED_RUN = ROOT / "tests" / "fixtures" / "runs" / "tp32-stored"
-PRODUCT_DIRS = ("slurm_ab", "sbatch_templates")
+# repository directory -> where the wheel holds it
+PRODUCT_DIRS = {"slurm_ab": "slurm_ab", "sbatch_templates": "slurm_ab/sbatch_templates"}
 # A checkout's working files that are no source: never copied into the build.
 NOT_SOURCE = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", "*.pyc", "results",
                                     ".hypothesis", ".pytest_cache", ".venv")
@@ -48,8 +49,9 @@ def unpacked(wheel, tmp_path_factory) -> Path:
 def test_wheel_holds_the_product_and_no_testbed(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/", 1)[0] for n in names}
-    assert tops == {"slurm_ab", "sbatch_templates", wheel.name.split("-py")[0] + ".dist-info"}, tops
-    for needed in ("sbatch_templates/functions.sh", "sbatch_templates/hetjob.sbatch.j2",
+    assert tops == {"slurm_ab", wheel.name.split("-py")[0] + ".dist-info"}, tops
+    for needed in ("slurm_ab/sbatch_templates/functions.sh", "slurm_ab/sbatch_templates/hetjob.sbatch.j2",
+                   "slurm_ab/sbatch_templates/pipeline.sh",
                    "slurm_ab/data/experiment.toml", "slurm_ab/data/sites/example.toml"):
         assert needed in names
     testbed = [n for n in names if any(w in n for w in ("emulator", "testbed", "cluster.sh", "make_model",
@@ -60,7 +62,8 @@ def test_wheel_holds_the_product_and_no_testbed(wheel):
 def test_every_product_file_is_in_the_wheel(wheel):
     """A data file added to slurm_ab/ or sbatch_templates/ but not to package-data fails here."""
     names = set(zipfile.ZipFile(wheel).namelist())
-    files = [p.relative_to(ROOT).as_posix() for d in PRODUCT_DIRS for p in (ROOT / d).rglob("*")
+    files = [f"{inside}/{p.relative_to(ROOT / d).as_posix()}" for d, inside in PRODUCT_DIRS.items()
+             for p in (ROOT / d).rglob("*")
              if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"]
     assert files and sorted(set(files) - names) == []
 
