@@ -8,6 +8,11 @@ SETARGS  = $(foreach s,$(SET),--set $(s))
 SLURM_AB = $(PY) -m slurm_ab
 CLUSTER  = bash testbed/slurm_ab_testbed/cluster.sh
 SETUP_STAMP = build/setup.stamp
+# The real benchmark client of the local site (client profile sglang_0_5_23), and the older one
+# kept beside it for the profile sglang_0_5_2 (testbed/configs/client-sglang-0.5.2.toml).
+SGLANG_CLIENT = 0.5.23
+OLD_CLIENT = $(LOCAL)/clients/sglang-0.5.2
+SPEED_BENCH = $(LOCAL)/datasets/speed-bench/throughput_16k.jsonl
 # Debian packages the tests use besides the cluster's (cluster.sh install; shellcheck is there):
 # chromium renders the HTML reports headless.
 APT_TEST_TOOLS = chromium
@@ -35,7 +40,7 @@ help:
 # Idempotent and fast when done: testbed/setup_check.py looks (in ~0.1 s) for the tools and for
 # slurm_ab + slurm_ab_testbed installed from this checkout; the stamp is redone when a pyproject changes.
 setup:
-	@$(PY) testbed/setup_check.py || rm -f $(SETUP_STAMP)
+	@SGLANG_CLIENT=$(SGLANG_CLIENT) $(PY) testbed/setup_check.py || rm -f $(SETUP_STAMP)
 	@$(MAKE) --no-print-directory $(SETUP_STAMP)
 
 $(SETUP_STAMP): pyproject.toml testbed/pyproject.toml
@@ -46,18 +51,27 @@ $(SETUP_STAMP): pyproject.toml testbed/pyproject.toml
 	  DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; fi
 	$(PY) -m pip install -q -e '.[test]' -e ./testbed
-	# The real benchmark client: sglang 0.5.2 imports without torch; its GPU deps are not needed.
-	$(PY) -m pip install -q --no-deps 'sglang==0.5.2'
-	@$(PY) testbed/setup_check.py
+	# The real benchmark client, without its GPU dependencies (what it imports comes with the testbed).
+	$(PY) -m pip install -q --no-deps 'sglang==$(SGLANG_CLIENT)'
+	@SGLANG_CLIENT=$(SGLANG_CLIENT) $(PY) testbed/setup_check.py
 	@mkdir -p $(@D) && touch $@
 
 install:
 	$(PY) -m pip install -e .
 
-# Tokenizer-only model directories for the local site (generated, no download).
+# Tokenizer-only model directories for the local site and a SPEED-Bench JSONL of ~16K-token prompts
+# in their words (generated, no download); SGLang 0.5.2's client in a directory of its own.
 local-assets: setup
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3-DFlash
+	@$(MAKE) --no-print-directory $(SPEED_BENCH) $(OLD_CLIENT)/sglang/version.py
+
+$(SPEED_BENCH): testbed/slurm_ab_testbed/make_speed_bench.py testbed/slurm_ab_testbed/make_model.py
+	$(PY) -m slurm_ab_testbed.make_speed_bench $@ --model $(LOCAL)/models/Kimi-K3
+	@touch $@
+
+$(OLD_CLIENT)/sglang/version.py:
+	$(PY) -m pip install -q --no-deps --target $(OLD_CLIENT) 'sglang==0.5.2'
 
 cluster-up: local-assets
 	$(CLUSTER) up

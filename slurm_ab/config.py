@@ -26,12 +26,16 @@ from .errors import ConfigError, ConfigErrors
 Tree = dict[str, Any]
 
 # Tables whose keys are the user's own (flag names, variable names, mode and dataset names).
-FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "modes", "datasets", "router_profiles")
+FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "modes", "datasets", "router_profiles",
+               "client_profiles")
 MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict}
 DATASET_KEYS = {"args": list}
 PROFILE_KEYS = {"description": str, "command": list, "module": str, "distribution": str,
                 "ready_path": str, "ready_field": str, "args": dict}
-NAMED_TABLES = {"modes": MODE_KEYS, "datasets": DATASET_KEYS, "router_profiles": PROFILE_KEYS}
+CLIENT_PROFILE_KEYS = {"description": str, "command": list, "module": str, "distribution": str,
+                       "args": dict, "datasets": list, "goodput": bool}
+NAMED_TABLES = {"modes": MODE_KEYS, "datasets": DATASET_KEYS, "router_profiles": PROFILE_KEYS,
+                "client_profiles": CLIENT_PROFILE_KEYS}
 SITES_ENV = "SLURM_AB_SITES"
 REF = re.compile(r"\{([a-z_][a-z0-9_-]*(?:\.[A-Za-z0-9_-]+)+)\}")
 

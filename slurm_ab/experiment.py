@@ -46,6 +46,39 @@ class Benchmark:
     launches: int = 1
     compare_launches: int = 4
     primary_metric: str = "output_tps"
+    client: str = "sglang_0_5_23"  # a key of [client_profiles]
+    slo: Pairs = ()                # goodput SLOs: (("ttft_ms", 500.0), ("tpot_ms", 0.0), ...); 0 = not set
+
+    @property
+    def slo_ms(self) -> Pairs:
+        """The SLOs that are set, keyed as bench_serving's --goodput: (("ttft", 500.0), ...)."""
+        return slo_ms(self.slo)
+
+
+# benchmark.slo key -> bench_serving's --goodput KEY (SGLang 0.5.23 benchmark/goodput.py).
+GOODPUT_KEYS = {"ttft_ms": "ttft", "tpot_ms": "tpot", "e2e_ms": "e2el"}
+
+
+def slo_ms(slo) -> Pairs:
+    """benchmark.slo as a table or its pairs (a manifest's JSON) -> the set ones, --goodput keys."""
+    items = slo.items() if isinstance(slo, dict) else (
+        tuple(x) for x in slo or () if isinstance(x, (list, tuple)) and len(x) == 2)
+    return tuple((GOODPUT_KEYS[k], float(v)) for k, v in items
+                 if k in GOODPUT_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
+
+
+@dataclass(frozen=True)
+class Client:
+    """The benchmark client of the selected profile ([client_profiles.<benchmark.client>])."""
+
+    profile: str = ""
+    description: str = ""
+    command: tuple[str, ...] = ()
+    module: str = ""
+    distribution: str = ""
+    args: Pairs = ()                     # flags it always gets
+    datasets: tuple[str, ...] = ()       # --dataset-name values its loader knows
+    goodput: bool = False                # it has --goodput
 
 
 @dataclass(frozen=True)
@@ -163,7 +196,6 @@ class Paths:
 @dataclass(frozen=True)
 class Commands:
     server: tuple[str, ...]
-    client: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -171,7 +203,6 @@ class Preflight:
     enabled: bool
     timeout_s: int
     server_module: str
-    client_module: str
     import_command: tuple[str, ...]
     gpu_command: tuple[str, ...]
     port_command: tuple[str, ...]
@@ -226,6 +257,7 @@ class Experiment:
     estimate: Estimate = Estimate()
     watchdog: Watchdog = Watchdog()
     collector: Collector = Collector()
+    client: Client = Client()
 
     @property
     def server_flags(self) -> Pairs:
@@ -339,7 +371,17 @@ def build(tree: dict, mode_name: str) -> Experiment:
         estimate=_build(Estimate, tree["estimate"]),
         watchdog=_build(Watchdog, tree["watchdog"]),
         collector=_build(Collector, tree["collector"]),
+        client=_client(tree),
     )
+
+
+def _client(tree: dict) -> Client:
+    name = tree["benchmark"]["client"]
+    prof = tree["client_profiles"][name]
+    return Client(profile=name, description=prof.get("description", ""), command=tuple(prof["command"]),
+                  module=prof["module"], distribution=prof.get("distribution", ""),
+                  args=_build_pairs(prof.get("args", {})), datasets=tuple(prof.get("datasets", ())),
+                  goodput=bool(prof.get("goodput", False)))
 
 
 def _router(tree: dict) -> Router:

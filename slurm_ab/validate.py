@@ -5,6 +5,7 @@ reported together (ConfigErrors), so a user fixes them in one round.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -65,6 +66,7 @@ def resolve(tree: Tree, mode: str) -> Experiment:
     errors += _bench_checks(resolved)
     errors += _port_checks(resolved)
     errors += _router_checks(resolved)
+    errors += _client_checks(resolved)
     errors += _preflight_checks(resolved)
     errors += site_checks.check(resolved)
     if errors:
@@ -230,12 +232,41 @@ def _router_checks(tree: Tree) -> list[ConfigError]:
     return errs
 
 
+def _client_checks(tree: Tree) -> list[ConfigError]:
+    """The client profile exists and fits: its loader knows the dataset; the SLOs are numbers."""
+    b, profiles = tree["benchmark"], tree["client_profiles"]
+    errs: list[ConfigError] = []
+    for k, v in b["slo"].items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            errs.append(ConfigError(f"benchmark.slo.{k}", v, "not a latency in ms",
+                                    "a number > 0, or 0 for no SLO on this metric"))
+    if b["client"] not in profiles:
+        return errs + [ConfigError("benchmark.client", b["client"], "unknown client profile",
+                                   ", ".join(sorted(profiles)))]
+    key = f"client_profiles.{b['client']}"
+    prof = profiles[b["client"]]
+    for k in ("command", "module"):
+        if k not in prof:
+            errs.append(ConfigError(f"{key}.{k}", None, "missing in the client profile"))
+    if errs:
+        return errs
+    if not prof["command"] or not all(prof["command"]):
+        errs.append(ConfigError(f"{key}.command", prof["command"], "must be a non-empty list of non-empty strings"))
+    if not MODULE.fullmatch(prof["module"]):
+        errs.append(ConfigError(f"{key}.module", prof["module"], "not a Python module name", "e.g. sglang.bench_serving"))
+    known = prof.get("datasets") or []
+    if known and b["dataset"] not in known:
+        errs.append(ConfigError("benchmark.dataset", b["dataset"], f"the client of profile {b['client']} has no "
+                                "loader for it", ", ".join(known) + " (or another benchmark.client)"))
+    return errs
+
+
 def _preflight_checks(tree: Tree) -> list[ConfigError]:
     pf, c = tree["preflight"], tree["cluster"]
     errs: list[ConfigError] = []
     if pf["timeout_s"] < 1:
         errs.append(ConfigError("preflight.timeout_s", pf["timeout_s"], "must be >= 1"))
-    for k in ("server_module", "client_module"):
+    for k in ("server_module",):
         if pf[k] and not MODULE.fullmatch(pf[k]):
             errs.append(ConfigError(f"preflight.{k}", pf[k], "not a Python module name", "e.g. sglang, or \"\" to skip"))
     for k in ("import_command", "gpu_command", "port_command", "address_command"):
@@ -257,6 +288,9 @@ def notices(exp: Experiment) -> list[str]:
                    "before any step, in the batch shell")
     if not exp.preflight.enabled:
         out.append("preflight.enabled = false: nothing checks the nodes before the servers start loading")
+    if any(v for _, v in exp.benchmark.slo) and not exp.client.goodput:
+        out.append(f"benchmark.slo: client profile {exp.client.profile} has no --goodput; the collector "
+                   "computes goodput and SLO attainment from the per-request details alone")
     return out + site_checks.notices(exp)
 
 

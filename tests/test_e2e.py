@@ -84,11 +84,11 @@ def test_warmup_first_then_round_robin(runs, mode):
     counts = []
     for g in (0, 1):
         lines = (run_dir / "logs" / f"server-r{g}-n0.log").read_text().splitlines()
-        warm = [l for l in lines if '"POST /generate HTTP/1.1" 200' in l]
-        bench = [l for l in lines if '"POST /v1/completions HTTP/1.1" 200' in l]
-        assert warm and _ts(warm[0]) < bench_start_ts, f"replica {g}: no direct warm-up before the benchmark"
-        assert bench and all(_ts(l) >= bench_start_ts for l in bench)
-        assert _ts(warm[0]) < _ts(bench[0])
+        # the direct warm-up and the client (backend sglang) both POST /generate
+        posts = [l for l in lines if '"POST /generate HTTP/1.1" 200' in l]
+        warm = [l for l in posts if _ts(l) < bench_start_ts]
+        bench = [l for l in posts if _ts(l) >= bench_start_ts]
+        assert warm, f"replica {g}: no direct warm-up before the benchmark"
         counts.append(len(bench))
     # 40 prompts split round robin (bench_serving's own warm-up is off: the direct ones replace it)
     assert counts == [20, 20], counts
@@ -99,7 +99,7 @@ def test_no_process_left(runs, mode):
     tracker = runs[mode]["tracker"]
     # the job's servers (8), router and client were all seen, and none of them remains
     cmds = " ".join(tracker.seen.values())
-    assert "slurm_ab_testbed.emulator" in cmds and "sglang.bench_serving" in cmds
+    assert "slurm_ab_testbed.emulator" in cmds and "sglang.benchmark.steady_state_serving" in cmds
     assert "sglang::router" in cmds or "launch_router" in cmds
     assert tracker.wait_gone(30) == []
     assert wait_no_processes(_job_id(runs[mode]["run_dir"]), 30) == []
@@ -185,6 +185,25 @@ def test_summary_matches_independent_recomputation(runs, mode):
         assert s["accept"]["samples"] > 0 and 2.5 < s["accept"]["accept_len"] < 5.5
     else:
         assert s["accept"]["accept_len"] is None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_seeds_dataset_through_the_0523_client(runs, mode):
+    """speed-bench prompts of ~16K tokens (chat template included), counted alike by client and
+    servers; the steady state and the client's own figure agree; the report says what ran."""
+    run_dir = runs[mode]["run_dir"]
+    rec, s = _bench(run_dir), json.loads((run_dir / "summary.json").read_text())
+    assert rec["dataset_name"] == "speed-bench" and rec["backend"] == "sglang"
+    assert sum(rec["input_lens"]) == rec["total_input_tokens"]
+    assert all(15360 <= n <= 16384 for n in rec["input_lens"]) and len(set(rec["input_lens"])) > 1
+    p = s["bench"]["prompt_tokens"]
+    assert p["n"] == 40 and p["min"] == min(rec["input_lens"]) and p["max"] == max(rec["input_lens"])
+    st = s["bench"]["steady"]
+    assert st["concurrency"] == 8 and st["agrees"] is True and 0 < st["window_s"] < s["bench"]["duration_s"]
+    assert "ran on: sglang.benchmark.steady_state_serving 0.5.23" in " ".join(s["notes"])
+    page = (run_dir / "report.html").read_text()
+    assert f"speed-bench: 40 prompts, {p['mean']:,.0f} tokens on average ({p['min']:,}-{p['max']:,})" in page
+    assert "sglang_0_5_23: sglang.benchmark.steady_state_serving 0.5.23" in page
 
 
 def test_report_and_compare_print_the_seed_tables(runs, workdir):

@@ -1,4 +1,5 @@
-"""The real clients against the emulator: sglang.bench_serving 0.5.2 and sglang-router 0.3.2."""
+"""The real clients against the emulator: SGLang 0.5.23's bench_serving (its steady-state entry
+point, as the local site runs it) and 0.5.2's, and sglang-router 0.3.2."""
 import json
 import os
 import re
@@ -9,16 +10,24 @@ import time
 import pytest
 
 from slurm_ab_testbed.make_model import make_model
-from slurm_ab_testbed.testing import EmuProcs, free_ports, http_get, wait_healthy
+from slurm_ab_testbed.make_speed_bench import make_speed_bench
+from slurm_ab_testbed.testing import PREFILL_RE, EmuProcs, free_ports, http_get, wait_healthy
 
-pytest.importorskip("sglang.bench_serving")
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+from helpers.clients import client_cmd
+
 GENERATE_200 = re.compile(r'INFO:     127\.0\.0\.1:\d+ - "POST /generate HTTP/1\.1" 200 OK')
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return str(make_model(tmp_path_factory.mktemp("model") / "m"))
+
+
+@pytest.fixture(scope="module")
+def dataset(model_dir, tmp_path_factory):
+    """A small SPEED-Bench JSONL in the model's words: 1792-2048 tokens after the chat template."""
+    return make_speed_bench(tmp_path_factory.mktemp("data") / "speed_bench.jsonl", model_dir, count=6,
+                            tokens=2048, spread=256)
 
 
 @pytest.fixture
@@ -28,12 +37,17 @@ def procs(tmp_path):
     ep.close()
 
 
-def bench(base_url, model_dir, out, backend="sglang", timeout=120):
-    cmd = [sys.executable, "-m", "sglang.bench_serving", "--backend", backend, "--base-url", base_url,
-           "--dataset-name", "random-ids", "--random-input-len", "2048", "--random-output-len", "32",
-           "--random-range-ratio", "1.0", "--num-prompts", "8", "--max-concurrency", "4", "--tokenizer", model_dir,
-           "--output-file", str(out), "--output-details", "--disable-tqdm"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+def bench(base_url, model_dir, out, backend="sglang", timeout=300, old=False, dataset=None):
+    """One client run of 8 prompts at C=4: 0.5.23 (speed-bench from `dataset`, or random-ids of 2048
+    tokens) or 0.5.2 (random-ids)."""
+    prefix, env = client_cmd(old)
+    data = (["--dataset-name", "speed-bench", "--dataset-path", str(dataset), "--speed-bench-output-len", "32"]
+            if dataset else ["--dataset-name", "random-ids", "--random-input-len", "2048",
+                             "--random-output-len", "32", "--random-range-ratio", "1.0"])
+    cmd = [*prefix, "--backend", backend, "--base-url", base_url, *data, "--num-prompts", "8",
+           "--max-concurrency", "4", "--tokenizer", model_dir, "--output-file", str(out), "--output-details",
+           "--disable-tqdm"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def server(procs, model_dir, name, env=None):
@@ -44,22 +58,10 @@ def server(procs, model_dir, name, env=None):
     return p, f"http://127.0.0.1:{port}"
 
 
-def test_bench_serving_against_one_node(procs, model_dir, tmp_path):
-    p, url = server(procs, model_dir, "node")
-    assert wait_healthy(url, 30)
-    r = bench(url, model_dir, tmp_path / "b.jsonl")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert re.search(r"^Successful requests:\s+8\s*$", r.stdout, re.M)
-    assert re.search(r"^Total input tokens:\s+16384\s*$", r.stdout, re.M)
-    rec = json.loads((tmp_path / "b.jsonl").read_text().splitlines()[-1])
-    assert rec["completed"] == 8 and rec["total_output_tokens"] == 256 == rec["total_output_tokens_retokenized"]
-    assert len(rec["ttfts"]) == 8 and all(t > 0 for t in rec["ttfts"])
-    assert [len(x) for x in rec["itls"]] == [31] * 8 and rec["errors"] == [""] * 8
-    prefill = [int(m) for m in re.findall(r"#new-token: (\d+)", p.text())]
-    assert sum(t for t in prefill if t >= 100) == 9 * 2048             # 8 + bench's own warm-up
-
-
-def test_router_round_robin_in_front_of_two_nodes(procs, model_dir, tmp_path):
+def test_router_round_robin_in_front_of_two_nodes(procs, model_dir, dataset, tmp_path):
+    """Both clients through sglang-router 0.3.2: 0.5.23 with the speed-bench loader (the first turn
+    of each row, chat-templated and decoded to text, sent to /generate; the nodes count exactly the
+    tokens the client counted) and 0.5.2 with random-ids over /v1/completions."""
     (a, url_a), (b, url_b) = server(procs, model_dir, "w1"), server(procs, model_dir, "w2")
     rport, mport = free_ports(2)
     procs.start([sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", url_a, url_b,
@@ -67,7 +69,7 @@ def test_router_round_robin_in_front_of_two_nodes(procs, model_dir, tmp_path):
                  "--prometheus-port", str(mport), "--model-path", model_dir], "router", module=False)
     assert wait_healthy(url_a, 30) and wait_healthy(url_b, 30)
     router = f"http://127.0.0.1:{rport}"
-    deadline, ready = time.time() + 20, {}
+    deadline, ready = time.time() + 60, {}
     while time.time() < deadline:
         code, body = http_get(router + "/readiness")
         if code == 200 and (ready := json.loads(body)).get("healthy_workers") == 2:
@@ -79,14 +81,38 @@ def test_router_round_robin_in_front_of_two_nodes(procs, model_dir, tmp_path):
     assert all(w["is_healthy"] and w["connection_mode"] == "HTTP" and w["model_id"] == model_dir for w in workers)
 
     before = [len(GENERATE_200.findall(p.text())) for p in (a, b)]       # the nodes' own warm-ups
-    r = bench(router, model_dir, tmp_path / "sglang.jsonl")
-    # bench_serving 0.5.2 reads GET /get_server_info after the run; router 0.3.2 answers with its own
-    # summary ({"router_manager": ..., "workers_count": ...}), so the client dies on 'internal_states'
-    # before writing its result (a property of the real pair, not of the emulator).
-    assert r.returncode == 0 or "KeyError: 'internal_states'" in r.stderr, r.stderr[-3000:]
+    prefilled = [_prefilled(p) for p in (a, b)]
+    r = bench(router, model_dir, tmp_path / "sglang.jsonl", dataset=dataset)
+    # bench_serving 0.5.23 reads GET /server_info after the run; router 0.3.2 answers 404 there,
+    # which the client takes as "no accept length" and goes on (benchmark/serving.py).
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "Steady-State Result" in r.stdout
+    rec = json.loads((tmp_path / "sglang.jsonl").read_text().splitlines()[-1])
+    assert rec["dataset_name"] == "speed-bench" and rec["completed"] == 8 and rec["errors"] == [""] * 8
+    assert rec["server_info"] is None and rec["accept_length"] is None
+    assert rec["total_output_tokens"] == 256 == rec["total_output_tokens_retokenized"]
+    assert [len(x) for x in rec["itls"]] == [31] * 8
     time.sleep(0.2)
     served = [len(GENERATE_200.findall(p.text())) - n for p, n in zip((a, b), before)]
     assert sorted(served) == [4, 5]                                     # 8 + 1 warm-up, alternating
-    r = bench(router, model_dir, tmp_path / "vllm.jsonl", backend="vllm")   # /v1/completions, no server_info
+    # input_lens are the nodes' own prompt_tokens, total_input_tokens the client's count of its
+    # prompts: one row's words + "user:", "</s>", "assistant:" of the chat template
+    rows = [len(json.loads(line)["turns"][0].split()) + 3 for line in dataset.read_text().splitlines()]
+    assert sum(rec["input_lens"]) == rec["total_input_tokens"] and set(rec["input_lens"]) <= set(rows)
+    # ... and what the nodes prefilled: those, plus bench_serving's own warm-up (the first prompt again)
+    new = sum(_prefilled(p) - n for p, n in zip((a, b), prefilled))
+    assert new == sum(rec["input_lens"]) + rec["input_lens"][0]
+    # bench_serving 0.5.2 reads GET /get_server_info after the run; router 0.3.2 answers with its own
+    # summary ({"router_manager": ..., "workers_count": ...}), on which its sglang backend dies
+    # ('internal_states'); its OpenAI backend (/v1/completions) makes no such call.
+    r = bench(router, model_dir, tmp_path / "vllm.jsonl", backend="vllm", old=True)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads((tmp_path / "vllm.jsonl").read_text().splitlines()[-1])["completed"] == 8
+    assert re.search(r"^Total input tokens:\s+16384\s*$", r.stdout, re.M)
+    rec = json.loads((tmp_path / "vllm.jsonl").read_text().splitlines()[-1])
+    assert rec["completed"] == 8 and "p95_ttft_ms" not in rec           # 0.5.2's record
+
+
+def _prefilled(proc) -> int:
+    """Prompt tokens a node prefilled (its own 1-token health checks left out)."""
+    return sum(t for t in (int(m["new_token"]) for m in map(PREFILL_RE.search, proc.text().splitlines()) if m)
+               if t >= 100)

@@ -1,7 +1,6 @@
 """bench_serving output: JSONL records, result blocks of 0.5.2 and 0.5.23, latency statistics."""
 from __future__ import annotations
 
-import importlib.util
 import math
 import textwrap
 from pathlib import Path
@@ -13,21 +12,13 @@ from slurm_ab.parse.bench import (ABS_TOL_MS, agreement, latency_stats, parse_re
                                   read_last_record)
 from slurm_ab.parse.stats import Dist, percentile
 
-
-def _installed_bench_serving() -> Path | None:
-    spec = importlib.util.find_spec("sglang")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "bench_serving.py"
-    return path if path.is_file() else None
+from helpers.clients import old_client_dir
 
 
 def real_052_block(**values) -> str:
-    """Run the installed client's own print statements (sglang 0.5.2) on made-up metrics."""
-    path = _installed_bench_serving()
-    if path is None:
-        pytest.skip("sglang is not installed")
-    src = path.read_text()
+    """Run sglang 0.5.2's own print statements (the client installed beside 0.5.23) on made-up
+    metrics."""
+    src = (old_client_dir() / "sglang" / "bench_serving.py").read_text()
     start = src.index('    print("\\n{s:{c}^{n}}".format(s=" Serving Benchmark Result "')
     end = src.index('    print("=" * 50)', start) + len('    print("=" * 50)')
     code = textwrap.dedent(src[start:end])
@@ -50,7 +41,7 @@ METRICS_052 = dict(
     p95_itl_ms=88.0, p99_itl_ms=90.0, max_itl_ms=120.0, accept_length=3.5)
 
 
-def test_052_block_from_the_installed_client(tmp_path):
+def test_052_block_from_the_052_client(tmp_path):
     text = real_052_block(**METRICS_052)
     assert "Serving Benchmark Result" in text and "P95 TTFT" not in text   # 0.5.2 has no p95
     p = tmp_path / "client.log"

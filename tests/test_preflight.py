@@ -68,14 +68,16 @@ def test_node_check_passes_and_records_what_it_ran_on(tmp_path):
     head = run_check(check, "nodeA", 0, 0, 0)     # port 0: always free
     assert head["ok"] is True and head["problems"] == []
     assert head["node"] == "nodeA" and head["replica"] == 0 and head["node_rank"] == 0
-    import sglang
+    import importlib.metadata as md
     import sglang_router
-    assert head["modules"]["sglang"] == sglang.__version__
+    # the local site's server is the emulator; its client SGLang 0.5.23's steady-state entry point
+    assert head["modules"]["slurm_ab_testbed.emulator"] == md.version("slurm-ab-testbed")
     assert head["modules"]["sglang_router"] == sglang_router.__version__
-    assert head["modules"]["sglang.bench_serving"] == sglang.__version__     # the client, on ROUTER_HOST only
+    client = "sglang.benchmark.steady_state_serving"
+    assert head["modules"][client] == md.version("sglang") == "0.5.23"     # on ROUTER_HOST only
     assert head["gpu_count"] == 8 and head["gpus"] == ["NVIDIA H200 (emulated)"] * 8 and head["driver"] == "570.86.15"
     other = run_check(check, "nodeB", 1, 2)
-    assert other["ok"] is True and "sglang.bench_serving" not in other["modules"]
+    assert other["ok"] is True and client not in other["modules"]
     assert (check.parent / "nodeA.problems").read_text() == ""
 
 

@@ -120,15 +120,16 @@ def recorded(tmp_path_factory, local_cluster):
     token = "hf_" + secrets.token_hex(16)
     site = _secret_site(work)
     stub = ["python3", str(STUB), str(rec)]
+    client = _site_client(site)
     cfg = work / "nasty.toml"
     cfg.write_text("\n".join([
         "[paths]", f"model = {toml_str(str(model))}",
         "[commands]",
         f"server = {toml_list(stub + ['python3', '-m', 'slurm_ab_testbed.emulator'])}",
-        f"client = {toml_list(stub + ['python3', '-m', 'sglang.bench_serving'])}",
-        # The router's command belongs to its profile (the site picks the router package).
+        # The router's and the client's commands belong to their profiles (the site picks them).
         "[router_profiles.sglang_router]",
         f"command = {toml_list(stub + ['python3', '-m', 'sglang_router.launch_router'])}",
+        f"[client_profiles.{client['name']}]", f"command = {toml_list(stub + client['command'])}",
         "[env]", f"SLURM_AB_NASTY = {toml_str(NASTY)}",
         "[server.env]", f"SLURM_AB_NASTY_SERVER = {toml_str(NASTY)}", 'SLURM_AB_EMU_TIME_SCALE = "0.02"',
         "[server.args]", f"served-model-name = {toml_str(NASTY)}",
@@ -145,10 +146,20 @@ def recorded(tmp_path_factory, local_cluster):
         j.cleanup()
 
 
+def _site_client(site) -> dict:
+    """The site's client profile: its name and command."""
+    from slurm_ab.config import load_tree
+
+    tree = load_tree(str(site))
+    name = tree["benchmark"]["client"]
+    return {"name": name, "command": list(tree["client_profiles"][name]["command"])}
+
+
 def _role(r: dict) -> str:
     a = r["argv"]
     return {"slurm_ab_testbed.emulator": "server", "sglang_router.launch_router": "router",
-            "sglang.bench_serving": "client"}.get(a[2] if len(a) > 2 else "", "?")
+            "sglang.bench_serving": "client", "sglang.benchmark.steady_state_serving": "client",
+            }.get(a[2] if len(a) > 2 else "", "?")
 
 
 @pytest.mark.cluster

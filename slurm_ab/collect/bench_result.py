@@ -4,14 +4,26 @@ Latency percentiles come from per-request details when present (p95 exists in no
 else from the record's own keys, else from the stdout block; the source is recorded.
 Throughputs are total tokens / duration from the JSONL (input_lens of 0.5.23 are server counts of
 successful requests only, so they are not summed), the client's printed figures without it.
+The steady-state throughput and goodput come from the details only; where the client computed
+its own (SGLang 0.5.23's steady-state block, --goodput), it is kept beside ours and must agree
+within the tolerances below, else the run gets a note saying so (docs/metrics.md).
 """
 from __future__ import annotations
 
 import math
 from typing import Mapping
 
-from ..parse.bench import RecordRead, ResultBlock, agreement, latency_stats
-from .records import BenchResult, BenchSpec, Latency
+from ..parse.bench import (ABS_TOL_MS, RecordRead, Request, ResultBlock, agreement, busiest_window,
+                           goodput, latency_stats, requests, steady_window)
+from ..experiment import slo_ms
+from .records import BenchResult, BenchSpec, Goodput, Latency, Lengths, SteadyState
+
+# The client's steady-state throughput is compared with the same window definition (its minimum
+# concurrency) over the replayed details. The replay leaves out the client's hand-over between
+# requests and the stream's close after the last token (well under 1 ms each per request, a few
+# up to 0.16 s on the 2-core test machine under load); over a window of many requests that moves
+# the figure by well under 1 %: 3 % means the two do not describe the same benchmark.
+STEADY_REL_TOL = 0.03
 
 
 def _num(d: Mapping | None, key: str):
@@ -54,7 +66,8 @@ def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
         return BenchResult(), notes
     source = "jsonl" if rec is not None else "stdout"
 
-    stats = latency_stats(rec)
+    reqs = requests(rec)
+    stats = latency_stats(rec, reqs)
     total = spec.num_prompts
     failed = None
     errors: tuple = ()
@@ -95,6 +108,9 @@ def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
         if lsource and any(x is not None and x.p95 is None for x in (ttft, tpot, e2e)):
             notes.append(f"no per-request details: latencies from the client's {lsource} "
                          "values, p95 where the client printed none is missing")
+    prompt_tokens = _prompt_tokens(reqs, tin, notes)
+    steady = _steady(reqs, spec.max_concurrency, block.steady if block else {}, notes)
+    good = _goodput(reqs, spec, rec, duration, notes)
     return BenchResult(
         duration_s=duration, completed=int(completed) if completed is not None else None,
         total=int(total) if total is not None else None,
@@ -103,7 +119,83 @@ def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
         output_tokens=int(tout) if tout is not None else None,
         input_tps=in_tps, output_tps=out_tps, ttft=ttft, tpot=tpot, e2e=e2e,
         source=source, latency_source=lsource, disagreements=disagreements,
-        errors=errors, accept_length=_accept_length(rec, blk)), notes
+        errors=errors, accept_length=_accept_length(rec, blk),
+        prompt_tokens=prompt_tokens, steady=steady, goodput=good), notes
+
+
+def _prompt_tokens(reqs: list[Request] | None, total_input, notes: list[str]) -> Lengths | None:
+    """The prompts' lengths; and whether the servers counted what the client counted (0.5.23's
+    input_lens are the servers' prompt_tokens; total_input_tokens the client's own count of the
+    prompts it built, chat template included)."""
+    lens = [r.input_len for r in reqs or () if r.ok and r.input_len is not None]
+    if not lens:
+        return None
+    if total_input is not None and len(lens) == len(reqs) and sum(lens) != total_input:
+        notes.append(f"the servers counted {sum(lens)} prompt tokens, the client {int(total_input)}: "
+                     "the prompts re-tokenize differently on the server than in the client's dataset")
+    return Lengths(len(lens), sum(lens) / len(lens), min(lens), max(lens))
+
+
+def _steady(reqs: list[Request] | None, concurrency, client: Mapping, notes: list[str]
+            ) -> SteadyState | None:
+    """Ours (full concurrency, replayed) and the client's own figure, cross-checked over the
+    client's window definition (steady_state.py: the longest span with >= its minimum in flight)."""
+    w = steady_window(reqs, concurrency)
+    if w is None:
+        return None
+    if any(not r.ok for r in reqs):
+        notes.append(f"steady state replayed with {sum(not r.ok for r in reqs)} failed request(s) "
+                     "taking no time (the details do not say how long they took)")
+    ctps, k = _num(client, "output_throughput"), _num(client, "concurrency_threshold")
+    again, agrees = None, None
+    if ctps is not None and k:
+        cw = busiest_window(reqs, concurrency, int(k))
+        again = cw.output_tps if cw else None
+        agrees = again is not None and abs(again - ctps) <= STEADY_REL_TOL * abs(ctps)
+        if not agrees:
+            notes.append(
+                f"the client's steady-state output throughput ({ctps:.2f} tok/s over "
+                f"{_num(client, 'duration') or 0:.2f} s with >= {int(k)} requests in flight) differs from "
+                f"the same window over the per-request details ("
+                + (f"{again:.2f} tok/s" if again is not None else "none") +
+                f") by more than {STEADY_REL_TOL:.0%}: the tables show ours ({w.output_tps:.2f} tok/s "
+                f"over {w.duration:.2f} s at {w.threshold} in flight)")
+    return SteadyState(w.output_tps, w.duration, w.start, w.end, w.threshold, w.output_tokens,
+                       w.completed, ctps, _num(client, "duration"), int(k) if k else None, again, agrees)
+
+
+def _goodput(reqs: list[Request] | None, spec: BenchSpec, rec: Mapping | None, duration,
+             notes: list[str]) -> Goodput | None:
+    """Goodput against benchmark.slo (else the client's own --goodput SLOs), and the client's own
+    figures when it computed them: its E2E and TPOT end at the stream's close, a little after the
+    details' last token, so its count of good requests may be lower by the requests within
+    ABS_TOL_MS of an E2E SLO (TPOT: that over output - 1), never higher."""
+    client_slo = rec.get("goodput_slos_ms") if rec and isinstance(rec.get("goodput_slos_ms"), dict) else {}
+    slo = dict(spec.slo_ms) or client_slo
+    if not slo or not reqs:
+        return None
+    g = goodput(reqs, slo, ABS_TOL_MS)
+    n = g.requests
+    c_att, c_rps = _num(rec, "slo_attainment"), _num(rec, "request_goodput")
+    c_by = rec.get("slo_attainment_by_metric") if rec and isinstance(rec.get("slo_attainment_by_metric"), dict) else {}
+    agrees = None
+    if c_att is not None:
+        if {k: float(v) for k, v in client_slo.items()} != g.slo_ms:
+            notes.append(f"the client's --goodput SLOs {client_slo} are not benchmark.slo {g.slo_ms}: "
+                         "its goodput is not compared")
+            c_att, c_rps, c_by = None, None, {}
+        else:
+            fits = [(round(c_att * n), g.good, g.near, "all SLOs")] + [
+                (round(c_by[k] * n), g.met[k], g.near_met[k], k) for k in g.met if _num(c_by, k) is not None]
+            bad = [f"{what}: client {c} of {n}, details {ours}" for c, ours, near, what in fits
+                   if not ours - near <= c <= ours]
+            agrees = not bad
+            if bad:
+                notes.append("the client's SLO attainment differs from the per-request details beyond "
+                             "the requests at the SLO boundary (" + "; ".join(bad) + ")")
+    return Goodput(g.slo_ms, n, g.good, g.good / duration if duration else None, g.attainment,
+                   {k: v / n for k, v in g.met.items()} if n else {}, c_rps, c_att,
+                   {k: float(v) for k, v in c_by.items() if _num(c_by, k) is not None}, agrees)
 
 
 def _throughputs(rec: Mapping | None, blk: Mapping | None, duration, tin, tout):
@@ -157,7 +249,8 @@ def bench_spec(rec: Mapping | None, block: ResultBlock | None, benchmark: Mappin
         input_len=_int(in_len), output_len=_int(out_len),
         num_prompts=_int(bm.get("num_prompts")) or n_details,
         max_concurrency=_int(conc),
-        request_rate=None if rate is None else str(rate))
+        request_rate=None if rate is None else str(rate),
+        slo_ms=slo_ms(bm.get("slo")))
 
 
 def _int(v) -> int | None:

@@ -102,7 +102,28 @@ def numeric_row(s: RunSummary) -> dict:
         "accept_len": s.accept.accept_len, "accept_rate": s.accept.accept_rate,
         "accept_samples": s.accept.samples,
         "client_accept_length": s.bench.accept_length,
+        **bench_columns(b, numbers),
         **metrics_columns(s),
+    }
+
+
+def bench_columns(b, numbers: bool = True) -> dict:
+    """The prompts' lengths, the steady-state throughput and goodput (docs/metrics.md): ours from
+    the per-request details; the client's own figures beside them as client_*."""
+    p, st, gp = b.prompt_tokens, b.steady if numbers else None, b.goodput if numbers else None
+    by = gp.attainment_by_metric if gp else {}
+    return {
+        "prompt_tokens_mean": p.mean if p else None, "prompt_tokens_min": p.min if p else None,
+        "prompt_tokens_max": p.max if p else None,
+        "steady_output_tps": st.output_tps if st else None,
+        "steady_window_s": st.window_s if st else None,
+        "client_steady_output_tps": st.client_output_tps if st else None,
+        "goodput_rps": gp.goodput_rps if gp else None,
+        "slo_attainment": gp.attainment if gp else None,
+        "slo_attainment_ttft": by.get("ttft"), "slo_attainment_tpot": by.get("tpot"),
+        "slo_attainment_e2e": by.get("e2el"),
+        "client_goodput_rps": gp.client_goodput_rps if gp else None,
+        "client_slo_attainment": gp.client_attainment if gp else None,
     }
 
 

@@ -1,25 +1,35 @@
-"""sglang.bench_serving output: the --output-file JSONL record and the printed result block.
+"""sglang.bench_serving output: the --output-file JSONL record, the printed result blocks, and
+what the per-request details (--output-details) say beyond the client's own summary.
 
 The JSONL is appended (several records per file are possible), may contain bare 'Infinity',
 and may end in a line cut by a killed client. The printed block exists in every version from
 0.4.10 to 0.5.23 but its lines change (bench_serving's benchmark/serving.py: 0.4.10 prints no
 TPOT lines, 0.5.6 adds 'Peak output token throughput', P95 of TTFT, TPOT and E2E only from
-0.5.16): it is parsed label by label.
+0.5.16): it is parsed label by label. SGLang 0.5.23's steady-state entry point
+(sglang/benchmark/steady_state_serving.py) prints a second, 'Steady-State Result' block after it.
+
+From the details this module recomputes latencies, the steady-state output throughput (the window
+where the client holds its full concurrency, on the client's clock replayed from the details) and
+goodput against latency SLOs (the definitions of sglang/benchmark/goodput.py), so the tables never
+depend on which of these a client version prints.
 """
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .stats import Dist
 from .text import iter_lines, scalar
 
 __all__ = ["RecordRead", "ResultBlock", "LatencyStats", "Disagreement", "read_last_record",
-           "parse_result_block", "latency_stats", "agreement", "REL_TOL", "ABS_TOL_MS"]
+           "parse_result_block", "latency_stats", "agreement", "REL_TOL", "ABS_TOL_MS",
+           "Request", "requests", "replay_starts", "Window", "steady_window", "busiest_window",
+           "GoodputCount", "goodput", "GOODPUT_METRICS", "STEADY_TITLE"]
 
 
 @dataclass(frozen=True)
@@ -68,11 +78,13 @@ def read_last_record(path: str | Path) -> RecordRead:
     return RecordRead(record, count, line_no, last_bad, tuple(bad))
 
 
-# ---- printed result block ---------------------------------------------------------------------
+# ---- printed result blocks ------------------------------------------------------------------
 
+STEADY_TITLE = "Steady-State Result"
 _BLOCK_START = re.compile(r"=+\s*Serving Benchmark Result\s*=+")
+_STEADY_START = re.compile(r"=+\s*" + STEADY_TITLE + r"\s*=+")
 _BLOCK_END = re.compile(r"^={40,}\s*$")
-_LINE = re.compile(r"^(?P<label>[A-Za-z0-9 ()/.,_-]+?):\s+(?P<value>\S.*?)\s*$")
+_LINE = re.compile(r"^(?P<label>[A-Za-z0-9 ()/.,%_-]+?):\s+(?P<value>\S.*?)\s*$")
 _LAT = re.compile(r"^(Mean|Median|Std|P\d+|Max) (E2E Latency|TTFT|TPOT|ITL) \(ms\)$")
 _LAT_KEYS = {"E2E Latency": "e2e_latency", "TTFT": "ttft", "TPOT": "tpot", "ITL": "itl"}
 _LABELS = {
@@ -94,12 +106,31 @@ _LABELS = {
     "Total token throughput (tok/s)": "total_throughput",
     "Concurrency": "concurrency",
     "Accept length": "accept_length",
+    # --goodput (0.5.23 benchmark/goodput.py print_goodput); the record has them as fractions
+    "SLOs (ms)": "goodput_slos",
+    "Request goodput (req/s)": "request_goodput",
+    "SLO attainment (%)": "slo_attainment_pct",
+}
+# The steady-state block (steady_state_serving._print_metrics), keyed like SteadyStateMetrics.
+_STEADY_LABELS = {
+    "Concurrency ratio": "concurrency_ratio",
+    "Measurement duration (s)": "duration",
+    "Minimum concurrency": "concurrency_threshold",
+    "Completed requests": "completed",
+    "Input tokens": "total_input",
+    "Input token throughput (tok/s)": "input_throughput",
+    "Generated tokens": "total_output",
+    "Output token throughput (tok/s)": "output_throughput",
+    "Output throughput, retokenized (tok/s)": "output_throughput_retokenized",
+    "Average concurrency": "average_concurrency",
+    "Peak concurrency": "peak_concurrency",
+    "Peak output throughput (tok/s)": "peak_output_throughput",
 }
 
 
-def _key(label: str) -> str:
-    if label in _LABELS:
-        return _LABELS[label]
+def _key(label: str, labels: dict = _LABELS) -> str:
+    if label in labels:
+        return labels[label]
     m = _LAT.match(label)
     if m:
         return f"{m.group(1).lower()}_{_LAT_KEYS[m.group(2)]}_ms"
@@ -115,43 +146,112 @@ class ResultBlock:
     line: int = 0                                 # line of the block's header
     complete: bool = False                        # the closing '=====' line was seen
     blocks: int = 0                               # blocks in the file
+    steady: dict = field(default_factory=dict)    # the complete steady-state block printed after it
 
 
 def parse_result_block(path: str | Path) -> ResultBlock | None:
-    """Stream a client log and return its last result block (None if there is none)."""
+    """Stream a client log and return its last result block (None if there is none), with the
+    steady-state block that followed it."""
     last: ResultBlock | None = None
-    cur_vals: dict | None = None
-    cur_labels: dict = {}
-    start, blocks = 0, 0
+    cur: tuple | None = None                      # (steady?, values, labels, header line)
+    blocks = 0
+
+    def close(complete: bool) -> None:
+        nonlocal last
+        steady, vals, labels, start = cur
+        if not steady:
+            last = ResultBlock(vals, labels, start, complete, blocks)
+        elif last is not None and complete:
+            last = replace(last, steady=vals)
     try:
         for no, text in iter_lines(path):
-            if _BLOCK_START.search(text):
-                if cur_vals is not None:
-                    last = ResultBlock(cur_vals, cur_labels, start, False, blocks)
-                cur_vals, cur_labels, start = {}, {}, no
-                blocks += 1
+            header = _BLOCK_START.search(text) is not None
+            if header or _STEADY_START.search(text):
+                if cur is not None:
+                    close(False)
+                blocks += header
+                cur = (not header, {}, {}, no)
                 continue
-            if cur_vals is None:
+            if cur is None:
                 continue
             if _BLOCK_END.match(text):
-                last = ResultBlock(cur_vals, cur_labels, start, True, blocks)
-                cur_vals = None
+                close(True)
+                cur = None
                 continue
             m = _LINE.match(text.rstrip())
             if m:
                 label, value = m.group("label").strip(), m.group("value")
-                cur_labels[label] = value
-                cur_vals[_key(label)] = scalar(value)
+                cur[2][label] = value
+                cur[1][_key(label, _STEADY_LABELS if cur[0] else _LABELS)] = scalar(value)
     except FileNotFoundError:
         return None
-    if cur_vals is not None:
-        last = ResultBlock(cur_vals, cur_labels, start, False, blocks)
-    if last is not None:
-        last = ResultBlock(last.values, last.labels, last.line, last.complete, blocks)
-    return last
+    if cur is not None:
+        close(False)
+    return replace(last, blocks=blocks) if last is not None else None
 
 
-# ---- per-request latency statistics --------------------------------------------------------------
+# ---- per-request details ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Request:
+    """One request of --output-details, in the client's order (seconds)."""
+
+    ok: bool
+    ttft: float
+    itls: tuple[float, ...]
+    output_len: int
+    input_len: int | None = None      # 0.5.23: the server's prompt count (0.5.2: the client's)
+    error: str = ""
+
+    @property
+    def e2e(self) -> float:
+        """The last token's arrival: TTFT + the ITLs (the client's own E2E ends a little later,
+        at the stream's close)."""
+        return self.ttft + math.fsum(self.itls)
+
+    @property
+    def tpot(self) -> float:
+        """sglang/benchmark/goodput.py: (E2E - TTFT) / (output - 1); a one-token answer has 0."""
+        return (self.e2e - self.ttft) / (self.output_len - 1) if self.output_len > 1 else 0.0
+
+
+def _seq(record: Mapping, key: str) -> list | None:
+    value = record.get(key)
+    return value if isinstance(value, list) else None
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def requests(record: Mapping | None) -> list[Request] | None:
+    """Every request of the record's details; None without 'ttfts'.
+
+    A request counts as successful when its error is empty and (if lengths are given) it produced
+    at least one token: 0.5.2 records an empty error for a failure whose HTTP reason was None.
+    """
+    if not record:
+        return None
+    ttfts = _seq(record, "ttfts")
+    if ttfts is None:
+        return None
+    itls = _seq(record, "itls") or []
+    outs = _seq(record, "output_lens")
+    ins = _seq(record, "input_lens")
+    errs = _seq(record, "errors")
+    out = []
+    for i, ttft in enumerate(ttfts):
+        err = str(errs[i]) if errs is not None and i < len(errs) and errs[i] else ""
+        req = tuple(x for x in (itls[i] if i < len(itls) and isinstance(itls[i], list) else ())
+                    if _number(x))
+        n = outs[i] if outs is not None and i < len(outs) and _number(outs[i]) else None
+        n_in = ins[i] if ins is not None and i < len(ins) and _number(ins[i]) else None
+        ok = not err and n != 0 and _number(ttft)
+        out.append(Request(ok, float(ttft) if _number(ttft) else 0.0, req,
+                           int(n) if n is not None else len(req) + 1,
+                           int(n_in) if n_in is not None else None, err))
+    return out
+
 
 @dataclass(frozen=True)
 class LatencyStats:
@@ -165,52 +265,173 @@ class LatencyStats:
     errors: tuple[str, ...] = ()     # distinct error texts (first 200 chars), in order
 
 
-def _seq(record: Mapping, key: str) -> list | None:
-    value = record.get(key)
-    return value if isinstance(value, list) else None
+def latency_stats(record: Mapping | None, reqs: Sequence[Request] | None = None) -> LatencyStats | None:
+    """Recompute latencies from per-request details (`reqs`, else the record's); None without them.
 
-
-def latency_stats(record: Mapping | None) -> LatencyStats | None:
-    """Recompute latencies from per-request details; None without 'ttfts'.
-
-    A request counts as successful when its error is empty and (if lengths are given) it produced
-    at least one token: 0.5.2 records an empty error for a failure whose HTTP reason was None.
     TTFT = ttft; E2E = ttft + sum(itls) (the last token's arrival); TPOT = (E2E - TTFT) /
     (output_len - 1) for requests with more than one output token — the client's own definition.
     """
-    if not record:
+    if reqs is None:
+        reqs = requests(record)
+    if reqs is None:
         return None
-    ttfts = _seq(record, "ttfts")
-    if ttfts is None:
-        return None
-    itls = _seq(record, "itls") or []
-    outs = _seq(record, "output_lens")
-    errs = _seq(record, "errors")
-    ttft_ms, tpot_ms, e2e_ms, errors = [], [], [], []
-    ok = 0
-    for i, ttft in enumerate(ttfts):
-        err = errs[i] if errs is not None and i < len(errs) else ""
-        out = outs[i] if outs is not None and i < len(outs) else None
-        if err:
-            text = str(err).strip().splitlines()[-1][:200] if str(err).strip() else str(err)
+    errors: list[str] = []
+    for r in reqs:
+        if r.error:
+            text = r.error.strip().splitlines()[-1][:200] if r.error.strip() else r.error
             if text not in errors:
                 errors.append(text)
+    ok = [r for r in reqs if r.ok]
+    return LatencyStats(len(reqs), len(ok), Dist.of(r.ttft * 1000.0 for r in ok),
+                        Dist.of(r.tpot * 1000.0 for r in ok if r.output_len > 1),
+                        Dist.of(r.e2e * 1000.0 for r in ok), tuple(errors))
+
+
+# ---- the steady state: the window where the client holds its concurrency ------------------------
+
+def replay_starts(e2e_s: Sequence[float], concurrency: int | None) -> list[float]:
+    """Each request's start (s since the benchmark started) under bench_serving's concurrency limit.
+
+    With --max-concurrency C and an infinite request rate, bench_serving starts every request as a
+    task behind an asyncio.Semaphore(C), which wakes its waiters in FIFO order: requests 0..C-1
+    start at once and each later one when the earliest running one ends (benchmark/serving.py,
+    limited_request_func). The details carry no start times, so they are replayed from each
+    request's E2E; the client's own hand-over (a few ms per request) is left out.
+    """
+    c = concurrency if concurrency and concurrency > 0 else len(e2e_s)
+    starts: list[float] = []
+    running: list[float] = []
+    for i, d in enumerate(e2e_s):
+        t = 0.0 if i < c else heapq.heappop(running)
+        starts.append(t)
+        heapq.heappush(running, t + d)
+    return starts
+
+
+def _span(starts: Sequence[float], ends: Sequence[float], threshold: int) -> tuple[float, float] | None:
+    """The longest continuous interval with at least `threshold` requests in flight, the first on
+    a tie (sglang/benchmark/steady_state.py find_steady_state_window)."""
+    events: dict[float, int] = {}
+    for s, e in zip(starts, ends):
+        if e > s:
+            events[s] = events.get(s, 0) + 1
+            events[e] = events.get(e, 0) - 1
+    times = sorted(events)
+    best, cur, level = None, None, 0
+    for a, b in zip(times, times[1:]):
+        level += events[a]
+        if level >= threshold:
+            cur = (cur[0] if cur else a, b)
+        elif cur:
+            best, cur = (cur if best is None or cur[1] - cur[0] > best[1] - best[0] else best), None
+    if cur and (best is None or cur[1] - cur[0] > best[1] - best[0]):
+        best = cur
+    return best
+
+
+@dataclass(frozen=True)
+class Window:
+    """Output throughput over one window of the replayed benchmark (times in s since its start)."""
+
+    start: float
+    end: float
+    threshold: int                    # requests in flight throughout
+    output_tokens: float              # tokens whose arrival lies in the window
+    completed: int                    # requests that ended in it
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def output_tps(self) -> float:
+        return self.output_tokens / self.duration
+
+
+def busiest_window(reqs: Sequence[Request], concurrency: int | None, threshold: int) -> Window | None:
+    """The longest window with at least `threshold` requests in flight, and its output throughput.
+
+    Output tokens count as steady_state.py counts them: a request's output_len spread evenly over
+    its token arrivals (first token at TTFT, then one per ITL), those in the window counted.
+    """
+    e2e = [r.e2e if r.ok else 0.0 for r in reqs]
+    starts = replay_starts(e2e, concurrency)
+    ends = [s + d for s, d in zip(starts, e2e)]
+    span = _span(starts, ends, max(1, threshold))
+    if span is None or span[1] <= span[0]:
+        return None
+    lo, hi = span
+    tokens, completed = 0.0, 0
+    for r, s, e in zip(reqs, starts, ends):
+        if not r.ok or e <= s:
             continue
-        if out is not None and not out:
+        t = s + r.ttft
+        arrivals = [t] + [t := t + x for x in r.itls]
+        inside = sum(1 for x in arrivals if lo <= x <= hi)
+        tokens += r.output_len * inside / len(arrivals)
+        completed += lo <= e <= hi
+    return Window(lo, hi, max(1, threshold), tokens, completed)
+
+
+def steady_window(reqs: Sequence[Request] | None, concurrency: int | None) -> Window | None:
+    """The steady state: the window where all `concurrency` slots are busy, from the start until
+    the first request ends after the last one started (no ramp-up, no drain). None without
+    details or a concurrency limit, or with fewer requests than slots (the client never held it)."""
+    if not reqs or not concurrency or concurrency < 1 or sum(r.ok for r in reqs) < concurrency:
+        return None
+    return busiest_window(reqs, concurrency, concurrency)
+
+
+# ---- goodput: requests that met every latency SLO -----------------------------------------------
+
+# bench_serving's --goodput keys (0.5.23 benchmark/goodput.py GOODPUT_SLO_METRICS) and how a
+# request's value is read, in seconds.
+GOODPUT_METRICS = {"ttft": lambda r: r.ttft, "tpot": lambda r: r.tpot, "e2el": lambda r: r.e2e}
+
+
+@dataclass(frozen=True)
+class GoodputCount:
+    """Requests meeting the SLOs; `near` = good requests the client could count as missing one:
+    its E2E ends at the stream's close, after the last token the details end at, by up to `slack_ms`."""
+
+    slo_ms: dict                      # {"ttft": 500.0, "tpot": 50.0, "e2el": 20000.0}
+    requests: int                     # every request sent (failed ones are never good)
+    good: int
+    met: dict                         # per SLO: requests meeting it
+    near: int = 0
+    near_met: dict = field(default_factory=dict)
+
+    @property
+    def attainment(self) -> float:
+        return self.good / self.requests if self.requests else 0.0
+
+
+def goodput(reqs: Sequence[Request], slo_ms: Mapping[str, float], slack_ms: float = 0.0) -> GoodputCount:
+    """Count, as sglang/benchmark/goodput.py does, the requests that succeeded and met every SLO
+    (value <= SLO), over every request sent. TTFT is the client's own; E2E and TPOT are the
+    details' (last token), so a request within slack_ms (TPOT: slack / (output - 1)) under an E2E
+    or TPOT SLO is counted in `near` too."""
+    slos = {k: float(v) for k, v in slo_ms.items() if k in GOODPUT_METRICS}
+    met = dict.fromkeys(slos, 0)
+    near_met = dict.fromkeys(slos, 0)
+    good = near = 0
+    for r in reqs:
+        if not r.ok:
             continue
-        if not isinstance(ttft, (int, float)):
-            continue
-        req_itl = itls[i] if i < len(itls) and isinstance(itls[i], list) else []
-        e2e = ttft + math.fsum(x for x in req_itl if isinstance(x, (int, float)))
-        ok += 1
-        ttft_ms.append(ttft * 1000.0)
-        e2e_ms.append(e2e * 1000.0)
-        if out is None:
-            out = len(req_itl) + 1
-        if out > 1:
-            tpot_ms.append((e2e - ttft) / (out - 1) * 1000.0)
-    return LatencyStats(len(ttfts), ok, Dist.of(ttft_ms), Dist.of(tpot_ms), Dist.of(e2e_ms),
-                        tuple(errors))
+        ok_all, close = True, False
+        for k, slo in slos.items():
+            value = GOODPUT_METRICS[k](r) * 1000.0
+            if value > slo:
+                ok_all = False
+                continue
+            met[k] += 1
+            slack = 0.0 if k == "ttft" else slack_ms / (r.output_len - 1 if k == "tpot" and r.output_len > 1 else 1)
+            if value > slo - slack:
+                near_met[k] += 1
+                close = True
+        good += ok_all
+        near += ok_all and close
+    return GoodputCount(slos, len(reqs), good, met, near, near_met)
 
 
 # ---- agreement with the client's own numbers -------------------------------------------------

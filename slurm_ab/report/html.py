@@ -111,12 +111,35 @@ def provenance(run: RunFiles) -> str:
         ("flags", _flags(cfg) or "-"),
         ("benchmark", ", ".join(f"{k}={bench[k]}" for k in ("dataset", "input_len", "output_len",
                                                           "concurrency", "num_prompts", "backend") if k in bench) or "-"),
+        ("prompts", _prompts(s, bench)),
+        ("client", _client(cfg, run)),
         ("model", (cfg.get("paths") or {}).get("model") or cfg.get("model") or "-"),
         ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if k != "git_commit" and v) or "-"),
         ("git commit", versions.get("git_commit") or m.get("git_commit") or "-"),
         ("submitted", f"{m.get('submitted_at') or '-'} by {m.get('submitted_by') or '?'} on {m.get('submit_host') or '?'}"),
     ]
     return '<dl class="prov">' + "".join(f"<dt>{esc(k)}</dt><dd><code>{esc(v)}</code></dd>" for k, v in rows) + "</dl>\n"
+
+
+def _prompts(summary: dict, bench: dict) -> str:
+    """The prompts' lengths as the servers counted them (per-request details)."""
+    p = (summary.get("bench") or {}).get("prompt_tokens")
+    if not isinstance(p, dict) or not p.get("n"):
+        return "-"
+    return (f"{bench.get('dataset') or '?'}: {p['n']} prompts, {p['mean']:,.0f} tokens on average "
+            f"({p['min']:,}-{p['max']:,})")
+
+
+def _client(cfg: dict, run: RunFiles) -> str:
+    """The client profile and the version of its module that the preflight found on ROUTER_HOST."""
+    from ..parse.preflight import ran_on, read_reports
+
+    client = cfg.get("client") or {}
+    modules = ran_on(read_reports(run.run_dir)).get("modules", {})
+    module = client.get("module") or next((m for m in modules if m.startswith("sglang.bench")), "")
+    version = modules.get(module)
+    text = f"{module} {version}" if version else (f"{module} (version not recorded)" if module else "-")
+    return f"{client['profile']}: {text}" if client.get("profile") else text
 
 
 def _context(run_dir: Path, rel: str, line: int, around: int = 3) -> str:
