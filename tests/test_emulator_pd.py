@@ -59,9 +59,10 @@ def router(procs, prefill_url, bport, decode_url, name="router"):
     procs.start([sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
                  "--prefill", prefill_url, str(bport), "--decode", decode_url,
                  "--prefill-policy", "round_robin", "--decode-policy", "round_robin",
-                 "--host", "127.0.0.1", "--port", str(rport), "--prometheus-port", str(mport)], name, module=False)
+                 "--host", "127.0.0.1", "--port", str(rport), "--prometheus-port", str(mport),
+                 "--worker-startup-check-interval", "1"], name, module=False)
     url = f"http://127.0.0.1:{rport}"
-    deadline, body = time.time() + 30, {}
+    deadline, body = time.time() + 60, {}
     while time.time() < deadline:
         code, raw = http_get(url + "/readiness")
         if code == 200 and (body := json.loads(raw)).get("healthy_workers") == 2:
@@ -161,6 +162,13 @@ def test_generation_through_the_pd_router(procs, model_dir):
         assert value(pm, "sglang:per_stage_req_latency_seconds", "_count", stage=stage) >= 4, stage
     for stage in ("decode_bootstrap", "decode_transferred", "decode_waiting"):
         assert value(dm, "sglang:per_stage_req_latency_seconds", "_count", stage=stage) >= 4, stage
+    # one queue-time sample per request on each side (the warm-up's included)
+    assert value(pm, "sglang:queue_time_seconds", "_count") == value(pm, "sglang:per_stage_req_latency_seconds",
+                                                                      "_count", stage="prefill_forward")
+    assert value(dm, "sglang:queue_time_seconds", "_count") == value(dm, "sglang:per_stage_req_latency_seconds",
+                                                                      "_count", stage="decode_waiting")
+    assert value(dm, "sglang:queue_time_seconds", "_bucket", le="+Inf") == value(dm, "sglang:queue_time_seconds",
+                                                                                  "_count")
     assert value(dm, "sglang:num_requests_total", is_streaming="true") == 1
     for ms, role in ((pm, "prefill"), (dm, "decode")):
         assert {x for (_, _, lab) in ms for x in lab if x.startswith("engine_type=")} == {f"engine_type={role}"}
@@ -359,23 +367,20 @@ def test_role_mismatch(procs, model_dir):
 
 
 def test_decode_kv_exhaustion(procs, model_dir, tmp_path):
-    """A decode whose KV pool is too small (fault kv_pool_tokens): an oversized request is refused
-    with 400, the others wait in the prealloc queue for room and get retracted when their growth
-    no longer fits, and all of them still finish with their tokens."""
+    """A decode whose KV pool is too small (fault kv_pool_tokens): requests wait in the prealloc queue
+    for room and get retracted when their growth no longer fits, and still finish with their tokens;
+    an oversized request is refused with 400, which the client sees only once the prefill gave up
+    waiting for its decode (the router waits for both halves)."""
     cfg = tmp_path / "slow-decode.toml"
     cfg.write_text("[decode]\ncompute_ms_per_step = 28000.0\n")
-    (p, purl, bport), (d, durl) = pair(procs, model_dir, d_extra=["--num-reserved-decode-tokens", "16"],
-                                       p_env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "2"},
+    (p, purl, bport), (d, durl) = pair(procs, model_dir, d_extra=["--num-reserved-decode-tokens", "16",
+                                                                  "--decode-log-interval", "1"],
+                                       p_env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "8"},
                                        d_env={"SLURM_AB_EMU_FAULT": "kv_pool_tokens=4300",
+                                              "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "20",
                                               "SLURM_AB_EMU_CONFIG": str(cfg)})
     rurl, _ = router(procs, purl, bport, durl)
     assert "max_total_num_tokens=4300," in d.text()
-    t0 = time.monotonic()
-    code, text = failed_request(rurl + "/generate", gen(5000, 4))
-    print(f"MEASURE oversized request: HTTP {code} after {time.monotonic() - t0:.1f} s: {text[:400]}")
-    assert code == 400 and "exceeds the maximum number of tokens: 5000 > 4300" in text, (code, text)
-    assert re.search(r"^\[\S+ \S+ TP0\] Request [0-9a-f]+ exceeds the maximum number of tokens: 5000 > 4300$",
-                     d.text(), re.M)
     results = []
     threads = [threading.Thread(target=lambda: results.append(stream(rurl + "/generate", gen(1000, 200))))
                for _ in range(5)]
@@ -392,9 +397,19 @@ def test_decode_kv_exhaustion(procs, model_dir, tmp_path):
     fields = [re.search(r"pre-allocated usage: ([\d.]+), #prealloc-req: (\d+), #transfer-req: (\d+), "
                         r"#retracted-req: (\d+), ", line) for line in lines(d, "Decode batch")]
     assert max(int(m[2]) for m in fields) >= 1 and max(int(m[4]) for m in fields) >= 1
+    assert all(int(m[3]) == 0 for m in fields[-3:])                 # nothing left in transfer
     dm = metrics(durl)
     assert value(dm, "sglang:num_retracted_requests_total") == sum(int(n) for n, *_ in retract)
     assert value(dm, "sglang:num_retracted_input_tokens_total") == 1000 * sum(int(n) for n, *_ in retract)
+
+    t0 = time.monotonic()
+    code, text = failed_request(rurl + "/generate", gen(5000, 4))
+    waited = time.monotonic() - t0
+    print(f"MEASURE oversized request: HTTP {code} after {waited:.1f} s: {text[:300]}")
+    assert code == 400 and "exceeds the maximum number of tokens: 5000 > 4300" in text, (code, text)
+    assert 7.5 < waited < 15
+    assert re.search(r"^\[\S+ \S+ TP0\] Request [0-9a-f]+ exceeds the maximum number of tokens: 5000 > 4300$",
+                     d.text(), re.M)
 
 
 def test_transfer_grows_with_the_prompt(procs, model_dir, tmp_path):
@@ -650,3 +665,20 @@ def test_page_size_mismatch_takes_the_decode_down(procs, model_dir):
         "RuntimeError: Page size mismatch: prefill server has page_size=16, but decode server has page_size=1. "
         "Both servers must use the same --page-size value.") < log.index("Received sigquit from a child process.")
     assert p.p.poll() is None
+
+
+def test_direct_requests_without_bootstrap_fields_wait_then_fail(procs, model_dir):
+    """Sent to a prefill directly (no router, no bootstrap fields) a request waits for a decode
+    that never comes, until the bootstrap timeout, as in SGLang: each one on its own."""
+    p, purl = server(procs, model_dir, "prefill", env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "1"})
+    assert wait_healthy(purl, 30), p.text()
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(failed_request(purl + "/generate", gen(100, 4))))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert [code for code, _ in results] == [500, 500]
+    assert all("req.bootstrap_room=None with exception KVTransferError(bootstrap_room=None): Request None timed "
+               "out after 1." in text for _, text in results)

@@ -28,8 +28,8 @@ class PrefillCore(SchedulerCore):
     def _plan_prefill(self, now: float):
         fwd = super()._plan_prefill(now)
         for req, _ in (fwd.items if fwd is not None else ()):
-            if req.pd is not None and req.pd.forward_entry is None:
-                req.pd.forward_entry = now
+            if req.pd is not None and req.pd.forward_entry is None and self.pd is not None:
+                self.pd.on_forward(req, now)
         return fwd
 
     def _prefilled(self, req: Req, ids: list[int], now: float) -> None:

@@ -172,12 +172,18 @@ class DecodeRole:
             self.ctx.log(f"Failed to get prefill server info: {code}, {text}")
         return None
 
-    def _budget(self) -> tuple[int, int, int]:
-        return self.engine.snapshot(lambda c: (c.used_tokens, len(c.running) + len(c.waiting), len(c.retracted)))
+    def _budget(self) -> tuple[int, int, int, int]:
+        """(KV tokens the engine's requests hold, their count, retracted requests, KV reserved for
+        transfers), read together under the engine lock (a request handed over moves atomically)."""
+        def read(c):
+            with self.cv:
+                return (c.used_tokens + sum(r.input_len for r in c.waiting), len(c.running) + len(c.waiting),
+                        len(c.retracted), self.reserved)
+        return self.engine.snapshot(read)
 
     def _preallocate(self) -> None:
         """pop_preallocated: reserve KV for bootstrapped requests in order, then announce the destination."""
-        used, active, retracted = self._budget()
+        used, active, retracted, reserved = self._budget()
         per = self.reserve_per_request()
         ready: list[Receiver] = []
         with self.cv:
@@ -187,10 +193,11 @@ class DecodeRole:
                 if retracted:                # retracted requests come back first
                     break
                 n = active + len(self.transfer)
-                if n >= self.slots or used + self.reserved + per * n + r.req.input_len + per > self.pool:
+                if n >= self.slots or used + reserved + per * n + r.req.input_len + per > self.pool:
                     break
                 self.prealloc.remove(r)
                 r.tokens, r.transfer_entry = r.req.input_len, time.time()
+                reserved += r.tokens
                 self.reserved += r.tokens
                 self.transfer[r.room] = r
                 ready.append(r)
@@ -222,20 +229,21 @@ class DecodeRole:
     def _on_kv(self, header: dict, conn, rfile) -> None:
         room = header.get("room")
         with self.cv:
-            known = room in self.transfer
-        if not known or not receive_kv(header, conn, rfile):
+            r = self.transfer.get(room)
+        if r is None or not receive_kv(header, conn, rfile):
             return                           # no ack: the prefill's transfer fails
         with self.cv:
-            r = self.transfer.pop(room, None)
-            if r is not None:
-                self.reserved -= r.tokens
-        if r is None:
-            return
+            if self.transfer.pop(room, None) is not r:
+                return                       # failed meanwhile (timeout, lost prefill)
         ack(conn)
         r.received = time.time()
         self.ctx.metrics.stage("decode_transferred", r.received - r.transfer_entry)
         r.req.output_ids = [int(t) for t in header.get("first_ids", [])][:1]
-        self.engine.submit(r.req)
+        def hand_over(core) -> None:         # the reservation becomes the engine's, atomically
+            self.engine.submit(r.req)        # (the engine's lock is re-entrant)
+            with self.cv:
+                self.reserved -= r.tokens
+        self.engine.snapshot(hand_over)
 
     # ---- heartbeat -----------------------------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -294,6 +302,7 @@ class DecodeRole:
     def on_admitted(self, req: Req, now: float) -> None:
         r: Receiver = req.pd
         self.ctx.metrics.stage("decode_waiting", now - (r.received or now))
+        self.ctx.metrics.observe("sglang:queue_time_seconds", now - (r.received or now))
 
     def on_retracted(self, reqs: list[Req]) -> None:
         m = self.ctx.metrics

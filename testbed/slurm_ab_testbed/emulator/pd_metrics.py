@@ -14,6 +14,8 @@ so a fresh PD server lists none of them. Who observes what (0.5.23):
   ``per_stage_req_latency_seconds{stage}`` for the stages ``prefill_prepare``, ``prefill_bootstrap``,
   ``prefill_forward``, ``prefill_transfer_kv_cache`` / ``decode_prepare``, ``decode_bootstrap``,
   ``decode_transferred``, ``decode_waiting``;
+- both, at a request's first forward (``set_forward_entry_time``): ``queue_time_seconds``, the wait from
+  the waiting queue (prefill: bootstrapped; decode: KV arrived) to that forward;
 - decode retraction: ``num_retracted_requests_total`` and its input/output token counters.
 
 The queue gauges (``num_prefill_bootstrap_queue_reqs`` ...) are in metrics_spec with every server's
@@ -26,6 +28,8 @@ from collections import defaultdict
 
 _MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500)
 STAGE_BUCKETS = tuple(0.001 * 1.62 ** i for i in range(30))   # exponential_buckets(0.001, 1.62, 30)
+QUEUE_BUCKETS = (0.0, 0.001, 0.005, 0.01, 0.05, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90,
+                 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000)
 
 # name -> (type, HELP, buckets for histograms)
 FAMILIES = {
@@ -42,6 +46,7 @@ FAMILIES = {
     "sglang:kv_transfer_alloc_ms": ("histogram", "Histogram of KV transfer allocation waiting time in ms.", _MS),
     "sglang:kv_transfer_total_mb": ("histogram", "Histogram of KV cache transfer size in MB.",
                                     (1, 5, 10, 50, 100, 500, 1000, 5000, 10000)),
+    "sglang:queue_time_seconds": ("histogram", "Histogram of queueing time in seconds.", QUEUE_BUCKETS),
     "sglang:per_stage_req_latency_seconds": ("histogram", "The latency of each stage of requests.", STAGE_BUCKETS),
 }
 

@@ -44,6 +44,11 @@ class Sender:
     def room(self):
         return self.boot.room
 
+    @property
+    def key(self):
+        """Its queue key: the room, or itself for a request sent without one (not through a PD router)."""
+        return self.room if self.room is not None else id(self)
+
 
 class PrefillRole:
     mode = "prefill"
@@ -76,7 +81,7 @@ class PrefillRole:
         with self.lock:
             early = self.early.pop(boot.room, None)
             if early is None:
-                self.queue[boot.room] = s
+                self.queue[s.key] = s
         if early is not None:
             self._bootstrapped(s, early[0])
 
@@ -100,7 +105,12 @@ class PrefillRole:
         self.ctx.metrics.stage("prefill_bootstrap", s.bootstrap_done - s.created)
         self.engine.submit(s.req)
 
-    # ---- after the forward (called by PrefillCore under the engine lock) -----------------------
+    # ---- the forward (called by PrefillCore under the engine lock) -----------------------------
+    def on_forward(self, req: Req, now: float) -> None:
+        s: Sender = req.pd
+        s.forward_entry = now
+        self.ctx.metrics.observe("sglang:queue_time_seconds", now - (s.bootstrap_done or now))
+
     def on_prefilled(self, req: Req, now: float) -> None:
         s: Sender = req.pd
         s.prefilled = now
@@ -109,7 +119,7 @@ class PrefillRole:
             self.engine.core.finish_prefilled(req, now)
             return
         with self.lock:
-            self.inflight[s.room] = s
+            self.inflight[s.key] = s
         threading.Thread(target=self._transfer, args=(s,), name="pd-transfer", daemon=True).start()
 
     def _transfer(self, s: Sender) -> None:
@@ -117,7 +127,7 @@ class PrefillRole:
         err, secs = push_kv(s.endpoint, {"room": s.room, "first_ids": s.req.output_ids}, nbytes)
         now = time.time()
         with self.lock:
-            self.inflight.pop(s.room, None)
+            self.inflight.pop(s.key, None)
         if err is not None:
             self._fail_transfer(s, err)
             return
@@ -159,7 +169,7 @@ class PrefillRole:
             with self.lock:
                 expired = [s for s in self.queue.values() if now - s.created >= limit]
                 for s in expired:
-                    del self.queue[s.room]
+                    del self.queue[s.key]
                 self.early = {r: v for r, v in self.early.items() if now - v[1] < limit}
             for s in expired:
                 self.ctx.warn_once(BOOTSTRAP_TIMEOUT_WARNING, self.ctx.log)
