@@ -610,13 +610,19 @@ signal_steps() {
 # Runs once, on every exit path.
 # shellcheck disable=SC2317  # runs from a trap
 teardown() {
-  local reason=$1 pid deadline alive
+  local reason=$1 pid deadline alive i
   (( TORN_DOWN )) && return 0
   TORN_DOWN=1
   event teardown "reason=$reason"
   local -a pids=()
   [[ -n "${CLIENT_PID:-}" ]] && pids+=("$CLIENT_PID")
   for pid in "${STEP_PIDS[@]}"; do pids+=("$pid"); done
+  # Nothing of this shell runs any more (a campaign launch tore its own steps down): steps Slurm
+  # still lists are completing; give them a moment before signalling them again.
+  for (( i = 0; ${#pids[@]} == 0 && i < 10; i++ )); do
+    [[ -n "$(job_steps)" ]] || break
+    sleep 0.3
+  done
   signal_steps TERM
   for pid in "${pids[@]}"; do
     [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == srun ]] || kill -TERM "$pid" 2>/dev/null
@@ -644,6 +650,7 @@ teardown() {
 on_exit() {
   local rc=$?
   teardown exit
+  cleanup_nodes
   event job_end "rc=$rc"
   exit "$rc"
 }

@@ -132,7 +132,7 @@ run_pass() {
     "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
   CLIENT_PID=$!
   scrape_metrics_during "$CLIENT_PID"
-  watch_pid "$CLIENT_PID"
+  watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE")"
   rc=$?
   CLIENT_PID=""
   event bench_end "pass=$PASS_KEY" "rc=$rc"
@@ -169,6 +169,7 @@ run_launch() {
   fi
   start_servers
   wait_servers_ready
+  check_nccl_network
   make_warmup_body
   for g in "${!HEADS[@]}"; do
     warmup_replica "$g"
@@ -211,7 +212,7 @@ main() {
   local rc
   prepare_run_dir
   CAMPAIGN_DIR=$RUN_DIR
-  event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)"
+  event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)" "cluster=${SLURM_CLUSTER_NAME:-}"
   check_secrets
   if declare -F site_prologue >/dev/null; then
     event prologue_start

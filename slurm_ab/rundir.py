@@ -47,6 +47,8 @@ PATHS = {
     "preflight_report": "preflight/{node}.json",
     "preflight_problems": "preflight/{node}.problems",
     "preflight_address": "preflight/{node}.addr",
+    "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
+    "cleanup_log": "logs/cleanup-r{g}-n{rank}.log",      # the nodes' clean-up step at the job's end
     "metrics": "metrics",
     "scrape": "metrics/{target}-{stamp}.prom",   # raw /metrics text (.err: a failed scrape's evidence)
     "scrape_error": "metrics/{target}-{stamp}.err",

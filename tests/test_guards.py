@@ -87,6 +87,14 @@ def test_teardown_stops_early_when_everything_has_ended(lib, tmp_path):
     assert [e.name for e in ev.events] == ["teardown"]               # no step left: no signal, no KILL
 
 
+def test_the_jobs_teardown_leaves_completing_steps_of_a_torn_down_launch_alone(lib, tmp_path):
+    # the launch (a subshell) already sent TERM and KILL; Slurm lists its step a moment longer
+    squeue = f'n=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) >{tmp_path}/n; (( n < 2 )) && echo 5.7; true'
+    r, ev, calls = bash(lib, tmp_path, "teardown exit\n", env=HET, squeue=squeue, scancel="true", sinfo="true")
+    assert r.returncode == 0, r.stderr
+    assert [e.name for e in ev.events] == ["teardown"] and "scancel" not in calls
+
+
 def _log(tmp_path, g, r, network):
     line = f"node0{g * 4 + r + 1}:100:100 [0] NCCL INFO Using network {network}\n" if network else "nothing\n"
     (tmp_path / "run" / "logs").mkdir(parents=True, exist_ok=True)
