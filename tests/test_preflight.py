@@ -316,7 +316,9 @@ def run_job(workdir: Path, name: str, *sets: str) -> Job:
 def assert_failed_fast(j: Job, first_reason: str) -> dict:
     ev = j.events()
     start = next(t for t, k, _ in ev if k == "job_start")
-    assert j.job_end() - start < 30, f"job ran {j.job_end() - start:.1f} s"
+    # the slowest node sets the pace: ROUTER_HOST imports the client (SGLang 0.5.23, torch
+    # included: 13-14 s of CPU, ~28 s on the loaded 2-core test machine)
+    assert j.job_end() - start < 60, f"job ran {j.job_end() - start:.1f} s"
     s = j.summary()
     assert s["verdict"] == "failed", s
     assert s["reasons"][0] == first_reason, s["reasons"]
