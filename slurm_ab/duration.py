@@ -13,7 +13,6 @@ Slurm may send the job's warning signal (--signal=B:USR1@<s>) up to 60 s early (
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -100,14 +99,6 @@ class History:
     requests: tuple[tuple[str, float, str], ...] = ()     # (mode, seconds per request, run id)
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def _run_dirs(results: Path) -> list[Path]:
     try:
         dirs = [d for d in results.iterdir() if (d / "manifest.json").is_file()]
@@ -116,7 +107,7 @@ def _run_dirs(results: Path) -> list[Path]:
     return sorted(dirs, key=lambda d: (d / "manifest.json").stat().st_mtime, reverse=True)[:HISTORY_RUNS]
 
 
-def _launch_figures(events_path: Path, mode: str, bench: dict, run_id: str, pass_overhead_s: float,
+def _launch_figures(events_path: Path, mode: str, bench, run_id: str, pass_overhead_s: float,
                     loads: list, requests: list) -> None:
     from .parse.events import read_events
 
@@ -131,8 +122,8 @@ def _launch_figures(events_path: Path, mode: str, bench: dict, run_id: str, pass
         e = ends.get(s.fields.get("pass", ""))
         if e is None or e.fields.get("rc") != "0" or e.epoch <= s.epoch:
             continue
-        prompts = s.get_int("prompts") or bench.get("num_prompts")
-        conc = s.get_int("concurrency") or bench.get("concurrency")
+        prompts = s.get_int("prompts") or bench.num_prompts
+        conc = s.get_int("concurrency") or bench.concurrency
         if not isinstance(prompts, int) or not isinstance(conc, int):
             continue
         per = max(0.0, e.epoch - s.epoch - pass_overhead_s) / rounds(prompts, conc)
@@ -142,25 +133,22 @@ def _launch_figures(events_path: Path, mode: str, bench: dict, run_id: str, pass
 def read_history(exp: Experiment) -> History:
     """Measured loads and seconds per request of earlier runs of this model on as many nodes at
     the same input/output lengths, from the run directories under paths.results (newest first)."""
+    from .rundir import read_manifest
+
     loads: list = []
     requests: list = []
     b = exp.benchmark
     for d in _run_dirs(Path(exp.paths.results)):
-        m = _read_json(d / "manifest.json")
-        cfg = m.get("config") if isinstance(m.get("config"), dict) else {}
-        bench = cfg.get("benchmark") if isinstance(cfg.get("benchmark"), dict) else {}
-        paths = cfg.get("paths") if isinstance(cfg.get("paths"), dict) else {}
-        if paths.get("model") != exp.paths.model or cfg.get("nodes_per_replica") != exp.nodes_per_replica \
-                or bench.get("input_len") != b.input_len or bench.get("output_len") != b.output_len:
+        m = read_manifest(d)
+        cfg = m.config if m is not None else None
+        if cfg is None or cfg.paths is None or cfg.benchmark is None or cfg.paths.model != exp.paths.model \
+                or cfg.nodes_per_replica != exp.nodes_per_replica or cfg.benchmark.input_len != b.input_len \
+                or cfg.benchmark.output_len != b.output_len:
             continue
-        run_id = str(m.get("run_id") or d.name)
+        run_id = m.run_id or d.name
         subs = [s for s in sorted(d.glob("launch*")) if (s / "events.log").is_file()]
-        if not subs:
-            _launch_figures(d / "events.log", str(m.get("mode") or ""), bench, run_id,
-                            exp.estimate.pass_overhead_s, loads, requests)
-        for s in subs:
-            sm = _read_json(s / "manifest.json")
-            _launch_figures(s / "events.log", str(sm.get("mode") or ""), bench, run_id,
+        for events, manifest in ([(s / "events.log", read_manifest(s)) for s in subs] or [(d / "events.log", m)]):
+            _launch_figures(events, (manifest.mode if manifest else None) or "", cfg.benchmark, run_id,
                             exp.estimate.pass_overhead_s, loads, requests)
     return History(tuple(loads), tuple(requests))
 

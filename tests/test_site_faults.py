@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.jobdrive import Job, cli, final_sacct, wait_cluster_idle
+from helpers.jobdrive import Job, cli, final_sacct, job_starter, measure, wait_cluster_idle
 
 FAST = 'server.env.SLURM_AB_EMU_TIME_SCALE="0.02"'
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -29,19 +29,9 @@ def workdir(tmp_path_factory, local_cluster):
 @pytest.fixture
 def job(workdir):
     made: list[Job] = []
-
-    def start(name: str, *sets: str, **kw) -> Job:
-        j = Job(workdir, f"{name}-{time.strftime('%H%M%S')}", FAST, *sets, **kw)
-        made.append(j)
-        return j
-
-    yield start
+    yield job_starter(workdir, made, FAST)
     for j in made:
         j.cleanup()
-
-
-def measure(scenario: str, seconds: float, verdict_line: str) -> None:
-    print(f"MEASURE {scenario}: {seconds:.1f} s | {verdict_line}")
 
 
 def idle_nodes() -> tuple[list[str], list[str]]:

@@ -160,3 +160,19 @@ def access_posts(run_dir: Path, path: str = "/v1/completions") -> int:
     for f in sorted((run_dir / "logs").glob("server-r*-n0.log")):
         n += f.read_text(errors="replace").count(f'"POST {path} HTTP/1.1" 200')
     return n
+
+
+def job_starter(workdir: Path, made: list, *defaults: str):
+    """start(name, *sets, **kw) -> Job, with DEFAULTS before the test's own sets; every job is
+    appended to MADE for the fixture to clean up."""
+    def start(name: str, *sets: str, **kw) -> Job:
+        j = Job(workdir, f"{name}-{time.strftime('%H%M%S')}", *defaults, *sets, **kw)
+        made.append(j)
+        return j
+    return start
+
+
+def measure(scenario: str, seconds: float, verdict_line: str) -> None:
+    """A measured time for the README's tables (pytest -rA shows the lines)."""
+    print(f"MEASURE {scenario}: {seconds:.1f} s | {verdict_line}")
+
