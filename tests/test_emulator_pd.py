@@ -109,6 +109,32 @@ def value(ms: dict, name: str, suffix: str = "", **labels) -> float:
     return sum(found) if found else 0.0
 
 
+def start_all(calls):
+    """Start the callables at once; returns join(timeout) -> their results in order (None: still running)."""
+    out = [None] * len(calls)
+    threads = [threading.Thread(target=lambda i=i, f=f: out.__setitem__(i, f()), daemon=True)
+               for i, f in enumerate(calls)]
+    for t in threads:
+        t.start()
+
+    def join(timeout=60) -> list:
+        for t in threads:
+            t.join(timeout)
+        return out
+    return join
+
+
+def in_parallel(calls, timeout=60) -> list:
+    return start_all(calls)(timeout)
+
+
+def dual_dispatch(purl, durl, body):
+    """The same request to a prefill and a decode at once, as the PD router sends it (without its
+    retries); returns join(timeout) -> [(prefill status, text), (decode status, text)]."""
+    return start_all([lambda: failed_request(purl + "/generate", body),
+                      lambda: failed_request(durl + "/generate", body)])
+
+
 def lines(proc, needle):
     return [line for line in proc.text().splitlines() if needle in line]
 
@@ -292,20 +318,13 @@ def test_decode_loses_its_prefill(procs, model_dir, tmp_path):
     the request; the decode itself stays up and healthy."""
     beat = {"SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL": "2", "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE": "2"}
     (p, purl, bport), (d, durl) = pair(procs, model_dir, p_env=slow_prefill(tmp_path), d_env=beat)
-    # dispatched to both as the PD router does (without its retries, which would resend the request)
-    body = gen(16384, 8, bootstrap_host=P_HOST, bootstrap_port=bport, bootstrap_room=77)
-    result = {}
-    threads = [threading.Thread(target=lambda k=k, u=u: result.__setitem__(k, failed_request(u + "/generate", body)))
-               for k, u in (("p", purl), ("d", durl))]
-    for t in threads:
-        t.start()
+    join = dual_dispatch(purl, durl, gen(16384, 8, bootstrap_host=P_HOST, bootstrap_port=bport, bootstrap_room=77))
     assert p.wait_log("#new-token: 16384", 10)
     p.p.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     assert d.wait_log("requests affected", 15), d.text()[-3000:]
     lost = time.monotonic() - killed
-    for t in threads:
-        t.join(30)
+    _, (code, text) = join(30)
     addr = f"{P_HOST}:{bport}"
     dlog = d.text()
     assert len(re.findall(rf"^\[\S+ \S+ TP\d\] Attempting to reconnect to {addr}\.\.\.$", dlog, re.M)) >= 16
@@ -317,7 +336,6 @@ def test_decode_loses_its_prefill(procs, model_dir, tmp_path):
                      rf"Lost connection with prefill instance \(bootstrap_addr: {addr}\)$", dlog, re.M)
     print(f"MEASURE prefill lost: the decode declared it lost {lost:.1f} s after the kill")
     assert 3.5 < lost < 8.0                      # 2 missed heartbeats at >= 2 s
-    code, text = result["d"]
     assert code == 500 and json.loads(text)["detail"].startswith("Decode transfer failed for request rank=0 ")
     assert d.p.poll() is None and http_get(durl + "/health")[0] == 200
     assert value(metrics(durl), "sglang:num_transfer_failed_reqs_total") == 1
@@ -337,15 +355,9 @@ def test_role_mismatch(procs, model_dir):
     workers = json.loads(http_get(rurl + "/workers")[1])["workers"]
     assert sorted((w["worker_type"], w["metadata"]["disaggregation_mode"]) for w in workers) == \
         [("decode", "prefill"), ("prefill", "decode")]
-    body = gen(500, 8, bootstrap_host=P_HOST, bootstrap_port=bport, bootstrap_room=5)
-    result = {}
-    threads = [threading.Thread(target=lambda k=k, u=u: result.__setitem__(k, failed_request(u + "/generate", body)))
-               for k, u in (("p", purl), ("d", durl))]
     t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(40)
+    on_p, on_d = dual_dispatch(purl, durl, gen(500, 8, bootstrap_host=P_HOST, bootstrap_port=bport,
+                                                bootstrap_room=5))(40)
     print(f"MEASURE role mismatch: both sides failed within {time.monotonic() - t0:.1f} s")
     addr = f"{P_HOST}:{bport}"
     plog = p.text()                                   # the decode-role server in the prefill slot
@@ -361,7 +373,7 @@ def test_role_mismatch(procs, model_dir):
     assert re.search(r"Prefill bootstrap failed for request rank=0 req\.rid='[0-9a-f]+' req\.bootstrap_room=5 with "
                      r"exception KVTransferError\(bootstrap_room=5\): Request 5 timed out after 3\.\ds in "
                      r"KVPoll\.Bootstrapping$", d.text(), re.M)
-    assert result["p"][0] == 500 == result["d"][0]
+    assert on_p[0] == 500 == on_d[0]
     assert value(metrics(purl), "sglang:num_bootstrap_failed_reqs_total") == 1
     assert http_get(purl + "/health")[0] == 200 == http_get(durl + "/health")[0]
 
@@ -381,13 +393,7 @@ def test_decode_kv_exhaustion(procs, model_dir, tmp_path):
                                               "SLURM_AB_EMU_CONFIG": str(cfg)})
     rurl, _ = router(procs, purl, bport, durl)
     assert "max_total_num_tokens=4300," in d.text()
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(stream(rurl + "/generate", gen(1000, 200))))
-               for _ in range(5)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = in_parallel([lambda: stream(rurl + "/generate", gen(1000, 200))] * 5)
     assert sorted(len(chunks) for _, chunks in results) == [200] * 5
     assert all(c[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 200} for _, c in results)
     dlog = d.text()
@@ -656,9 +662,7 @@ def test_page_size_mismatch_takes_the_decode_down(procs, model_dir):
     """SGLang checks the two roles' page size and KV dtype only at the first handshake, in the decode's
     scheduler: a mismatch is a RuntimeError there and the decode server dies."""
     (p, purl, bport), (d, durl) = pair(procs, model_dir, p_extra=["--page-size", "16"])
-    body = gen(500, 4, bootstrap_host=P_HOST, bootstrap_port=bport, bootstrap_room=9)
-    threading.Thread(target=failed_request, args=(purl + "/generate", body, 5), daemon=True).start()
-    failed_request(durl + "/generate", body, 10)
+    dual_dispatch(purl, durl, gen(500, 4, bootstrap_host=P_HOST, bootstrap_port=bport, bootstrap_room=9))(10)
     assert d.wait_exit(10) not in (None, 0)
     log = d.text()
     assert log.index("Scheduler hit an exception: Traceback (most recent call last):") < log.index(
@@ -672,13 +676,7 @@ def test_direct_requests_without_bootstrap_fields_wait_then_fail(procs, model_di
     that never comes, until the bootstrap timeout, as in SGLang: each one on its own."""
     p, purl = server(procs, model_dir, "prefill", env={"SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": "1"})
     assert wait_healthy(purl, 30), p.text()
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(failed_request(purl + "/generate", gen(100, 4))))
-               for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
+    results = in_parallel([lambda: failed_request(purl + "/generate", gen(100, 4))] * 2, 20)
     assert [code for code, _ in results] == [500, 500]
     assert all("req.bootstrap_room=None with exception KVTransferError(bootstrap_room=None): Request None timed "
                "out after 1." in text for _, text in results)

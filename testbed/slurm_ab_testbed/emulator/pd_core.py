@@ -84,12 +84,7 @@ class DecodeCore(SchedulerCore):
                 self.pd.on_admitted(req, now)
             if req.kind != "health":
                 self.counters.prompt_tokens += req.input_len
-            ids = list(req.output_ids)
-            if len(req.output_ids) >= req.max_new_tokens:
-                self._finish(req, ids, now)
-            else:
-                self.running.append(req)
-                self._notify(req, ids, now)
+            self._prefilled(req, list(req.output_ids), now)
 
     def _fits(self, extra_tokens: int, n_running: int) -> bool:
         step = self.cfg.num_draft_tokens
