@@ -209,22 +209,30 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
     return errs
 
 
-def _router_checks(tree: Tree) -> list[ConfigError]:
-    r, profiles = tree["router"], tree["router_profiles"]
-    if r["profile"] not in profiles:
-        return [ConfigError("router.profile", r["profile"], "unknown router profile", ", ".join(sorted(profiles)))]
-    key = f"router_profiles.{r['profile']}"
-    prof = profiles[r["profile"]]
-    errs: list[ConfigError] = []
-    for k in ("command", "module", "ready_path", "ready_field"):
-        if k not in prof:
-            errs.append(ConfigError(f"{key}.{k}", None, "missing in the router profile"))
+def _profile(what: str, key: str, name: str, profiles: dict, required: tuple, example: str
+             ) -> tuple[dict | None, list[ConfigError]]:
+    """The profile `name` of [<what>_profiles] (selected by `key`) and what every profile must have:
+    it exists, has the required keys, a command and a module name. (None, errors) when unusable."""
+    if name not in profiles:
+        return None, [ConfigError(key, name, f"unknown {what} profile", ", ".join(sorted(profiles)))]
+    where, prof = f"{what}_profiles.{name}", profiles[name]
+    errs = [ConfigError(f"{where}.{k}", None, f"missing in the {what} profile") for k in required if k not in prof]
     if errs:
-        return errs
+        return None, errs
     if not prof["command"] or not all(prof["command"]):
-        errs.append(ConfigError(f"{key}.command", prof["command"], "must be a non-empty list of non-empty strings"))
+        errs.append(ConfigError(f"{where}.command", prof["command"], "must be a non-empty list of non-empty strings"))
     if not MODULE.fullmatch(prof["module"]):
-        errs.append(ConfigError(f"{key}.module", prof["module"], "not a Python module name", "e.g. sglang_router"))
+        errs.append(ConfigError(f"{where}.module", prof["module"], "not a Python module name", f"e.g. {example}"))
+    return prof, errs
+
+
+def _router_checks(tree: Tree) -> list[ConfigError]:
+    r = tree["router"]
+    prof, errs = _profile("router", "router.profile", r["profile"], tree["router_profiles"],
+                          ("command", "module", "ready_path", "ready_field"), "sglang_router")
+    if prof is None:
+        return errs
+    key = f"router_profiles.{r['profile']}"
     if not HTTP_PATH.fullmatch(prof["ready_path"]):
         errs.append(ConfigError(f"{key}.ready_path", prof["ready_path"], "not an HTTP path", "e.g. /readiness"))
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", prof["ready_field"]):
@@ -234,27 +242,14 @@ def _router_checks(tree: Tree) -> list[ConfigError]:
 
 def _client_checks(tree: Tree) -> list[ConfigError]:
     """The client profile exists and fits: its loader knows the dataset; the SLOs are numbers."""
-    b, profiles = tree["benchmark"], tree["client_profiles"]
-    errs: list[ConfigError] = []
-    for k, v in b["slo"].items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            errs.append(ConfigError(f"benchmark.slo.{k}", v, "not a latency in ms",
-                                    "a number > 0, or 0 for no SLO on this metric"))
-    if b["client"] not in profiles:
-        return errs + [ConfigError("benchmark.client", b["client"], "unknown client profile",
-                                   ", ".join(sorted(profiles)))]
-    key = f"client_profiles.{b['client']}"
-    prof = profiles[b["client"]]
-    for k in ("command", "module"):
-        if k not in prof:
-            errs.append(ConfigError(f"{key}.{k}", None, "missing in the client profile"))
-    if errs:
-        return errs
-    if not prof["command"] or not all(prof["command"]):
-        errs.append(ConfigError(f"{key}.command", prof["command"], "must be a non-empty list of non-empty strings"))
-    if not MODULE.fullmatch(prof["module"]):
-        errs.append(ConfigError(f"{key}.module", prof["module"], "not a Python module name", "e.g. sglang.bench_serving"))
-    known = prof.get("datasets") or []
+    b = tree["benchmark"]
+    errs = [ConfigError(f"benchmark.slo.{k}", v, "not a latency in ms", "a number > 0, or 0 for no SLO on this metric")
+            for k, v in b["slo"].items()
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0]
+    prof, perrs = _profile("client", "benchmark.client", b["client"], tree["client_profiles"],
+                           ("command", "module"), "sglang.bench_serving")
+    errs += perrs
+    known = (prof or {}).get("datasets") or []
     if known and b["dataset"] not in known:
         errs.append(ConfigError("benchmark.dataset", b["dataset"], f"the client of profile {b['client']} has no "
                                 "loader for it", ", ".join(known) + " (or another benchmark.client)"))

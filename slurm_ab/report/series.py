@@ -25,12 +25,12 @@ Request timeline and replica attribution (bench_serving 0.5.2 records no per-req
 """
 from __future__ import annotations
 
-import heapq
 import math
 import statistics
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..parse.bench import replay_starts  # the client's FIFO semaphore, replayed (see module doc)
 from .rundata import RunFiles
 
 
@@ -108,17 +108,6 @@ class Timeline:
     residual_ms: float | None = None  # largest |replayed start - access line| after alignment
     failure: float | None = None      # s since origin of the job's first 'fail' event
     bench_end: float | None = None
-
-
-def replay_starts(e2e_s: list[float], concurrency: int | None) -> list[float]:
-    """Start of each request under a FIFO semaphore of `concurrency` slots (see module doc)."""
-    c = concurrency if concurrency and concurrency > 0 else len(e2e_s)
-    starts, running = [], []
-    for i, d in enumerate(e2e_s):
-        t = 0.0 if i < c else heapq.heappop(running)
-        starts.append(t)
-        heapq.heappush(running, t + d)
-    return starts
 
 
 def _bench_access(run: RunFiles) -> list[tuple[datetime, int]]:

@@ -77,13 +77,17 @@ def make_model(directory: str | os.PathLike, vocab_size: int = 32000,
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     for name, text in files(vocab_size, architecture, model_type, context_length).items():
-        path = out / name
-        if path.exists() and path.read_text(encoding="utf-8") == text:
-            continue
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_if_changed(out / name, text)
     return out
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    """Atomically (re)write a generated file, leaving an identical one untouched."""
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

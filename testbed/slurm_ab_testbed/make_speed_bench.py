@@ -21,6 +21,8 @@ import random
 import sys
 from pathlib import Path
 
+from .make_model import write_if_changed
+
 CATEGORIES = ("low_entropy", "mixed", "high_entropy")
 SPECIALS = 4          # make_model's <unk> <s> </s> <pad>: never part of a prompt
 
@@ -79,10 +81,7 @@ def make_speed_bench(out: str | os.PathLike, model: str, count: int = 48, tokens
     text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows(tok, count, tokens, spread, seed))
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not (path.exists() and path.read_text(encoding="utf-8") == text):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+    write_if_changed(path, text)
     return path
 
 
