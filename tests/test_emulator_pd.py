@@ -680,3 +680,18 @@ def test_direct_requests_without_bootstrap_fields_wait_then_fail(procs, model_di
     assert [code for code, _ in results] == [500, 500]
     assert all("req.bootstrap_room=None with exception KVTransferError(bootstrap_room=None): Request None timed "
                "out after 1." in text for _, text in results)
+
+
+def test_every_node_of_a_role_labels_its_metrics_with_the_role(procs, model_dir):
+    """A 2-node decode instance: node rank 1 serves its schedulers' series on its own /metrics
+    (issue 19) with engine_type="decode", as SGLang labels every series of a PD server."""
+    port, dport = free_ports(2)
+    common = ["--model-path", model_dir, "--tp-size", "16", "--nnodes", "2", "--dist-init-addr", f"{D_HOST}:{dport}",
+              "--port", str(port), "--disaggregation-mode", "decode", "--enable-metrics"]
+    for rank, host in ((1, "127.0.0.5"), (0, D_HOST)):
+        procs.start(common + ["--node-rank", str(rank), "--host", host], f"d{rank}",
+                    {"SGLANG_HOST_IP": host, "SLURM_AB_EMU_TIME_SCALE": "0.002"})
+    assert wait_healthy(f"http://{D_HOST}:{port}", 30)
+    for host in (D_HOST, "127.0.0.5"):
+        roles = {x for (_, _, lab) in metrics(f"http://{host}:{port}") for x in lab if x.startswith("engine_type=")}
+        assert roles == {"engine_type=decode"}, host

@@ -447,7 +447,8 @@ class Node:
     def _node_metrics(self) -> MetricsState:
         """The gauges of this node's stats-logging schedulers (rank >= 1; fed by node rank 0)."""
         if getattr(self, "_metrics", None) is None:
-            self._metrics = MetricsState()
+            self._metrics = MetricsState(engine_type=self.args.disaggregation_mode if pd_node.is_pd(self.args)
+                                         else "unified")
         return self._metrics
 
     def _metrics_text(self) -> str:
