@@ -32,16 +32,22 @@ def test_campaign_page_plots_and_tables(camps):
     d = camps["camp-ab"]
     changed = write_run_report(d)
     names = sorted(p.name for p in (d / "plots").iterdir())
-    assert names == ["forest-tp32-dflash-vs-tp32-c8.png", "latency-cdf.png", "launch1-decode.png",
-                     "launch1-phases.png", "launch2-decode.png", "launch2-phases.png"]
+    assert names == ["decode-cdf.png", "forest-tp32-dflash-vs-tp32-c8.png", "interactivity.png",
+                     "latency-cdf.png", "launch1-decode.png", "launch1-phases.png", "launch2-decode.png",
+                     "launch2-phases.png", "passes.png"]
     assert d / "report.html" in changed and write_run_report(d) == []
     text = (d / "report.html").read_text()
-    assert text.count("data:image/png;base64,") == 6
+    assert text.count("data:image/png;base64,") == 9
+    # the modes' settings side by side, DFlash's flags first (they differ)
+    settings = text[text.index("Settings of each mode"):text.index("<h2>Plots")]
+    assert settings.index("speculative-algorithm") < settings.index("chunked-prefill-size")
+    assert "mem-fraction-static" in settings
     # the page's tables are summary.md's, cell for cell
     md_tables = [[[c.strip() for c in ln.strip().strip("|").split("|")] for ln in block.splitlines()
                   if ln.startswith("|") and not set(ln) <= set("|-: ")]
                  for block in (d / "summary.md").read_text().split("\n\n") if block.startswith("|")]
-    assert tables(text) == md_tables and len(md_tables) == 2
+    assert tables(text)[:2] == md_tables and len(md_tables) == 2
+    assert tables(text)[2][0] == ["setting", "tp32", "tp32-dflash"]       # then the settings table
 
 
 def test_forest_of_the_campaign_holds_the_comparison_intervals(camps):

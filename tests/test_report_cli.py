@@ -82,7 +82,9 @@ def test_report_and_compare_html(cli, results, tmp_path):
         if line.startswith("|"):
             for cell in line.strip("|").split("|"):
                 assert f">{cell.strip()}<" in text, cell
-    assert text.count("data:image/png;base64,") == 2           # CDFs and the forest plot
+    import re
+    assert re.findall(r'data-plot="([^"]+)"', text) == ["latency-cdf", "decode-cdf", "interactivity", "forest"]
+    assert "Settings side by side" in text and "speculative-algorithm" in text     # DFlash's flags
 
 
 @pytest.mark.parametrize("args", [["--help"], ["report", "--help"], ["watch", "--help"],
@@ -107,10 +109,15 @@ def test_campaign_report_and_compare_html(cli, results, tmp_path):
     assert 'href="results/camp-ab/launch1-tp32/bench-c8-r1.jsonl"' in text
     code, out, err = cli("compare", "camp-ab", "--html", str(tmp_path / "c1.html"))
     assert code == 0 and (tmp_path / "c1.html").read_text() == text
+    # a run at C=8 against a sweep (C=1 and C=8): compared at C=8 only, never pooled; the campaign
+    # side has its verdict and its C=8 CDF
     code, out, err = cli("compare", "dev-tp32", "camp-sweep", "--html", str(tmp_path / "c2.html"))
     assert code == 0, err
+    assert "compared at concurrency 8 only" in out and "(n=2," in out
     text = (tmp_path / "c2.html").read_text()
-    assert 'data-plot="forest"' in text and "Input TPS" in text
+    assert 'data-plot="forest-c8"' in text and "Input TPS" in text and "not collected" not in text
+    assert text.count('<span class="verdict v-ok">ok</span>') == 2
+    assert 'data-plot="latency-cdf"' in text and 'data-plot="decode-cdf"' in text
 
 
 def test_since_dates_and_run_times(tmp_path):
@@ -133,3 +140,15 @@ def test_since_dates_and_run_times(tmp_path):
     (run / "manifest.json").write_text(json.dumps(m))
     first = (run / "events.log").read_text().split()[0]                     # job_start's epoch
     assert run_time(run).timestamp() == pytest.approx(float(first))
+
+
+def test_compare_never_pools_different_concurrencies(cli, results):
+    """A run at C=3 against a sweep of C=1 and C=8: nothing to pair, exit 2 naming both."""
+    shutil.copytree(ROOT / "tests" / "fixtures" / "report-campaign" / "camp-sweep", results / "camp-sweep")
+    man = results / "dev-tp32" / "manifest.json"
+    m = json.loads(man.read_text())
+    m["config"]["benchmark"]["concurrency"] = 3          # as if the run had been at C=3
+    man.write_text(json.dumps(m))
+    code, out, err = cli("compare", "dev-tp32", "camp-sweep")
+    assert code == 2, out + err
+    assert "dev-tp32 ran concurrency 3 and camp-sweep ran 1, 8" in err

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..parse.bench import read_last_record
-from ..parse.stats import percentile
 from ..rundir import Layout
 from . import markdown, series
 from .html import esc, img, page, raw_files, verdict_badge, _rel
 from .rundata import load
+from .sides import launch_dir, pass_key, pooled_curves  # noqa: F401  (this page's data, by name)
 
 
 def _summary(run_dir: Path) -> dict:
@@ -23,45 +22,6 @@ def _summary(run_dir: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return d if isinstance(d, dict) else {}
-
-
-def pass_key(row: dict) -> str:
-    return f"c{row['concurrency']}-r{row['repeat']}"
-
-
-def launch_dir(run_dir: Path, summary: dict, launch: int) -> Path | None:
-    for la in summary.get("launches") or []:
-        if la.get("launch") == launch:
-            return run_dir / la["dir"]
-    return None
-
-
-def pooled_curves(run_dir: Path, summary: dict) -> list[dict]:
-    """Per (mode, concurrency): the per-request latencies of its ok passes pooled, with pooled
-    p50/p95 (the same linear percentile as the tables) for the CDF markers."""
-    groups: dict = {}
-    for row in summary.get("passes") or []:
-        if row.get("verdict") != "ok":
-            continue
-        d = launch_dir(run_dir, summary, row.get("launch"))
-        if d is None:
-            continue
-        lat = series.request_latencies(read_last_record(d / f"bench-{pass_key(row)}.jsonl").record)
-        g = groups.setdefault((row["mode"], int(row["concurrency"])), {"ttft": [], "e2e": [], "n": 0})
-        g["ttft"] += lat["ttft"]
-        g["e2e"] += lat["e2e"]
-        g["n"] += 1
-    out = []
-    for (mode, c), g in groups.items():
-        if not g["ttft"]:
-            continue
-        curve = {"label": f"{mode} C={c} ({g['n']} passes)"}
-        for key in ("ttft", "e2e"):
-            xs = sorted(g[key])
-            curve[key] = series.cdf_points(xs)
-            curve[f"{key}_p"] = {"p50": percentile(xs, 50), "p95": percentile(xs, 95)}
-        out.append(curve)
-    return out
 
 
 def sweep_points(summary: dict) -> list[dict]:
@@ -81,16 +41,74 @@ def sweep_points(summary: dict) -> list[dict]:
     return pts
 
 
+def campaign_context(run_dir: Path, summary: dict) -> str:
+    """'tp32, tp32-dflash · 16384 -> 512 tokens · C=1,8 · 2 prompts per pass · Kimi-K3 · campaign <id>'."""
+    from ..rundir import read_manifest
+    m = read_manifest(run_dir)
+    e = m.config if m is not None else None
+    camp = summary.get("campaign") or {}
+    parts = [", ".join(camp.get("modes") or []) or "?"]
+    if e is not None:
+        parts.append(f"{e.benchmark.input_len} -> {e.benchmark.output_len} tokens")
+    cs = sorted({int(r["concurrency"]) for r in summary.get("passes") or []})
+    if cs:
+        parts.append("C=" + ",".join(map(str, cs)))
+    prompts = sorted({r.get("prompts") for r in summary.get("passes") or [] if r.get("prompts")})
+    if prompts:
+        parts.append(f"{'/'.join(map(str, prompts))} prompts per pass")
+    if e is not None and getattr(e.paths, "model", None):
+        parts.append(str(e.paths.model).rstrip("/").rsplit("/", 1)[-1])
+    parts.append(f"campaign {summary.get('run_id') or run_dir.name}")
+    return " · ".join(parts)
+
+
+def goodput_rows(run_dir: Path, summary: dict) -> list[dict]:
+    """Per (mode, concurrency) the goodput of its ok passes (benchmark.slo), for fig_goodput."""
+    from ..rundir import read_manifest
+    m = read_manifest(run_dir)
+    slo = dict(getattr(getattr(m.config, "benchmark", None), "slo", ()) or ()) if m and m.config else {}
+    groups: dict = {}
+    for r in summary.get("passes") or []:
+        if r.get("verdict") == "ok":
+            groups.setdefault((r["mode"], int(r["concurrency"])), []).append(r)
+    return series.goodput_rows([(f"{mo} C={c}", series.goodput_of_rows(rows, slo))
+                                for (mo, c), rows in sorted(groups.items())])
+
+
 def campaign_plots(run_dir: Path, summary: dict) -> list[tuple[str, str, bytes]]:
     from ..ab_stats import METRIC_BY_NAME
     from . import plots
+    from .sides import gpus_of
 
     out = []
+    ctx = campaign_context(run_dir, summary)
     curves = pooled_curves(run_dir, summary)
     if curves:
         out.append(("latency-cdf.png", "Per-request TTFT and E2E CDFs per mode and concurrency, the "
                     "ok passes pooled; markers at the pooled p50 (circle) and p95 (diamond)",
-                    plots.png(plots.fig_cdfs(curves))))
+                    plots.png(plots.fig_cdfs(curves, context=ctx))))
+        out.append(("decode-cdf.png", "TPOT per request and every inter-token latency per mode and "
+                    "concurrency, the ok passes pooled; markers at p50 (circle) and p95 (diamond)",
+                    plots.png(plots.fig_cdfs(curves, plots.DECODE_PANELS, context=ctx))))
+    strips = series.pass_strips(summary.get("passes") or [])
+    if any(strips.values()):
+        out.append(("passes.png", "Every timed pass per mode (and concurrency): a dot per pass, the "
+                    "mean of the ok passes as a bar, failed passes as red crosses",
+                    plots.png(plots.fig_pass_strips(strips, dict(series.PASS_METRICS), context=ctx))))
+    pts = series.interactivity_points([
+        {"label": a["mode"], "concurrency": a["concurrency"], "gpus": gpus_of(run_dir),
+         "output_tps": ((a.get("metrics") or {}).get("output_tps") or {}).get("mean"),
+         "tpot_ms": ((a.get("metrics") or {}).get("tpot_mean_ms") or {}).get("mean"),
+         "verdict": "ok" if a.get("passes_ok") == a.get("passes") else "invalid"}
+        for a in summary.get("aggregates") or []])
+    if pts:
+        out.append(("interactivity.png", "Throughput per GPU against interactivity (output tok/s per "
+                    "user = 1000 / TPOT mean) per mode and concurrency, the ok passes' means; the "
+                    "Pareto front dashed", plots.png(plots.fig_interactivity(pts, context=ctx))))
+    good = goodput_rows(run_dir, summary)
+    if good:
+        out.append(("goodput.png", "SLO attainment (benchmark.slo) and goodput per mode and "
+                    "concurrency, the ok passes' means", plots.png(plots.fig_goodput(good, context=ctx))))
     for cmp in summary.get("comparisons") or []:
         rows = [dict(r, label=METRIC_BY_NAME[r["metric"]].label if r["metric"] in METRIC_BY_NAME else r["metric"])
                 for r in cmp.get("metrics") or [] if r.get("change_pct") is not None]
@@ -100,32 +118,46 @@ def campaign_plots(run_dir: Path, summary: dict) -> list[tuple[str, str, bytes]]
             out.append((name, f"{cmp['b']} against {cmp['a']} at concurrency {cmp['concurrency']}: % change "
                         f"of each metric with its 95% interval (Welch on log values; passes per side up "
                         f"to {n}); green better, red worse, grey no significant difference",
-                        plots.png(plots.fig_forest(rows, title=f"{cmp['b']} vs {cmp['a']}, C={cmp['concurrency']}"))))
-    pts = sweep_points(summary)
-    if len({p["concurrency"] for p in pts}) > 1:
+                        plots.png(plots.fig_forest(rows, title=f"{cmp['b']} vs {cmp['a']}, C={cmp['concurrency']}",
+                                                   context=ctx))))
+    sw = sweep_points(summary)
+    if len({p["concurrency"] for p in sw}) > 1:
         out.append(("sweep.png", "Concurrency sweep: mean output throughput against mean TPOT and TTFT "
-                    "per mode, 95% intervals as bars, Pareto front dashed", plots.png(plots.fig_sweep(pts))))
+                    "per mode, 95% intervals as bars, Pareto front dashed",
+                    plots.png(plots.fig_sweep(sw, context=ctx))))
     for la in summary.get("launches") or []:
-        d = run_dir / la["dir"]
-        if not Layout(d).events.exists():
-            continue
-        run = load(d)
-        tl = series.timeline(run)
-        win = series.windows(run)
-        lanes = series.phases(run)
-        tag = f"launch{la['launch']}"
-        if lanes:
-            out.append((f"{tag}-phases.png", f"Launch {la['launch']} ({la['mode']}, {la['status']}): job phases"
-                        + (" up to the failure (red)" if tl.failure is not None else "")
-                        + "; each benchmark bar is one pass",
-                        plots.png(plots.fig_phases(lanes, failure=tl.failure, end=series.job_end(run),
-                                                   xlabel=run.origin_label))))
-        dec = series.decode_series(run)
-        if any(x["t"] for x in dec.values()):
-            out.append((f"{tag}-decode.png", f"Launch {la['launch']} ({la['mode']}): decode throughput"
-                        + (" and accept length" if any(v is not None for x in dec.values() for v in x["accept"]) else "")
-                        + " per replica; every pass's benchmark window shaded",
-                        plots.png(plots.fig_decode(dec, win, failure=tl.failure, xlabel=run.origin_label))))
+        out += launch_plots(run_dir, la, ctx)
+    return out
+
+
+def launch_plots(run_dir: Path, la: dict, ctx: str) -> list[tuple[str, str, bytes]]:
+    """A launch's job phases and decode samples, its failed passes marked."""
+    from . import plots
+
+    d = run_dir / la["dir"]
+    if not Layout(d).events.exists():
+        return []
+    run = load(d)
+    tl = series.timeline(run)
+    win = series.windows(run)
+    lanes = series.phases(run)
+    tag = f"launch{la['launch']}"
+    out = []
+    failed = f"; {len(win['failed'])} failed pass(es) red" if win["failed"] else ""
+    if lanes:
+        out.append((f"{tag}-phases.png", f"Launch {la['launch']} ({la['mode']}, {la['status']}): job phases"
+                    + (" up to the failure (red)" if tl.failure is not None else "")
+                    + "; each benchmark bar is one pass" + failed,
+                    plots.png(plots.fig_phases(lanes, failure=tl.failure, end=series.job_end(run),
+                                               failed=tuple(win["failed"]), xlabel=run.origin_label,
+                                               context=ctx))))
+    dec = series.decode_series(run)
+    if any(x["t"] for x in dec.values()):
+        out.append((f"{tag}-decode.png", f"Launch {la['launch']} ({la['mode']}): decode throughput"
+                    + (" and accept length" if any(v is not None for x in dec.values() for v in x["accept"]) else "")
+                    + " per replica on one y scale; every pass's client step shaded" + failed,
+                    plots.png(plots.fig_decode(dec, win, failure=tl.failure, xlabel=run.origin_label,
+                                               context=ctx))))
     return out
 
 
@@ -141,10 +173,12 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
     pl = campaign_plots(run_dir, summary) if summary else []
     if plots_out is not None:
         plots_out.extend(pl)
+    from .sides import campaign_verdict, mode_settings, settings_table
+
     rid = summary.get("run_id") or run_dir.name
     rows = summary.get("passes") or []
     ok = sum(1 for r in rows if r.get("verdict") == "ok")
-    verdict = "ok" if rows and ok == len(rows) else ("failed" if not ok else "invalid")
+    verdict = campaign_verdict(rows)
     body = [f"<h1>Campaign {esc(rid)}</h1>\n",
             f"<p>{verdict_badge(verdict)} {ok} of {len(rows)} timed passes ok; "
             f"job {esc(summary.get('job_id') or '?')} ({esc(summary.get('job_state') or 'state unknown')})</p>\n",
@@ -155,6 +189,9 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
         body.append("<h2>Passes not ok</h2>\n<ul>" + "".join(
             f"<li>{esc(r['mode'])} {esc(pass_key(r))} (launch {esc(r.get('launch'))}): {esc(r.get('verdict'))}"
             f"{': ' + esc(r['reason']) if r.get('reason') else ''}</li>" for r in bad) + "</ul>\n")
+    modes = mode_settings(run_dir)
+    if len(modes) > 1:
+        body.append("<h2>Settings of each mode</h2>\n" + settings_table(modes))
     body.append("<h2>Plots</h2>\n")
     body.extend(img(b, cap, name) for name, cap, b in pl)
     body.append("<h2>Raw files</h2>\n")

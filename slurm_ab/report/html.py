@@ -194,16 +194,8 @@ def diagnosis(run: RunFiles, base_dir: Path) -> str:
 # ---- plots of one run -----------------------------------------------------------------------------
 
 def cdf_curve(run: RunFiles, label: str | None = None) -> dict:
-    lat = series.request_latencies(run.record)
-    bench = run.summary.get("bench") or {}
-    dec = series.tpot_itl(run.record)
-    from ..parse.stats import percentile
-    return {"label": label or run.mode, "ttft": series.cdf_points(lat["ttft"]),
-            "e2e": series.cdf_points(lat["e2e"]), "ttft_p": bench.get("ttft") or {},
-            "e2e_p": bench.get("e2e") or {}, "tpot": series.cdf_points(dec["tpot"]),
-            "tpot_p": bench.get("tpot") or {}, "itl": series.cdf_points(dec["itl"]),
-            "itl_p": {q: percentile(sorted(dec["itl"]), n) for q, n in (("p50", 50), ("p95", 95))}
-            if dec["itl"] else {}, "slo": (bench.get("goodput") or {}).get("slo_ms") or {}}
+    from .sides import run_curve
+    return run_curve(run, label)
 
 
 def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
@@ -367,31 +359,62 @@ def forest_rows(a_rows: list[dict], b_rows: list[dict]) -> list[dict]:
 
 
 def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
-                   forest: list[dict] | None = None, sweep: list[dict] | None = None) -> str:
-    """Paired comparison: the compare table, CDFs of both runs, forest plot of % changes (with
-    intervals when the runs have repeats: pass `forest` rows {metric, change_pct, ci_low_pct,
-    ci_high_pct, verdict}), sweep curves when given."""
+                   forest: list[dict] | None = None, sweep: list[dict] | None = None,
+                   forests: dict | None = None) -> str:
+    """Paired comparison of two runs or one-mode campaigns: the compare table, the settings side
+    by side, latency and TPOT/ITL CDFs of both at each concurrency both ran (a campaign side: its
+    ok passes at that C pooled), throughput per GPU against interactivity, the forest plot of %
+    changes (with intervals when the sides have repeats: `forest` rows {metric, change_pct,
+    ci_low_pct, ci_high_pct, verdict}, or `forests` per concurrency), sweep curves when given."""
     from . import plots
+    from .sides import gpus_of, load_side, mode_settings, settings_table
 
-    a, b = load(run_a), load(run_b)
+    sa, sb = load_side(run_a), load_side(run_b)
     base = Path(base_dir)
-    title = f"slurm-ab compare: {a.run_id} vs {b.run_id}"
+    title = f"slurm-ab compare: {sa.run_id} vs {sb.run_id}"
     body = [f"<h1>{esc(title)}</h1>\n",
-            f"<p>A: <code>{esc(a.run_id)}</code> ({esc(a.mode)}) {verdict_badge(a.verdict)} &nbsp; "
-            f"B: <code>{esc(b.run_id)}</code> ({esc(b.mode)}) {verdict_badge(b.verdict)}</p>\n",
+            f"<p>A: <code>{esc(sa.run_id)}</code> ({esc(', '.join(sa.modes))}{', campaign' if sa.campaign else ''}) "
+            f"{verdict_badge(sa.verdict)} &nbsp; B: <code>{esc(sb.run_id)}</code> "
+            f"({esc(', '.join(sb.modes))}{', campaign' if sb.campaign else ''}) {verdict_badge(sb.verdict)}</p>\n",
             "<h2>Paired comparison</h2>\n", markdown.to_html(compare_md)]
-    curves = [c for c in (cdf_curve(a, f"A {a.run_id}"), cdf_curve(b, f"B {b.run_id}")) if c["ttft"][0]]
-    if curves:
-        body.append(img(plots.png(plots.fig_cdfs(curves)), "Per-request TTFT and E2E CDFs of A and B; "
-                        "markers at p50 (circle) and p95 (diamond)", "latency-cdf"))
-    rows = forest if forest is not None else forest_rows([numeric_row(a.run_dir)], [numeric_row(b.run_dir)])
-    if rows:
+    ma, mb = mode_settings(sa.run_dir), mode_settings(sb.run_dir)
+    if ma and mb:
+        body.append("<h2>Settings side by side</h2>\n" + settings_table(
+            {f"A: {next(iter(ma))}": next(iter(ma.values())), f"B: {next(iter(mb))}": next(iter(mb.values()))}))
+    common = sorted(set(sa.concurrencies) & set(sb.concurrencies)) or [None]
+    for c in common:
+        curves = [x for x in (sa.curve(c, f"A {sa.run_id}"), sb.curve(c, f"B {sb.run_id}"))
+                  if x and x.get("ttft") and x["ttft"][0]]
+        if not curves:
+            continue
+        at = f" at concurrency {c}" if c is not None else ""
+        body.append(img(plots.png(plots.fig_cdfs(curves)), f"Per-request TTFT and E2E CDFs of A and B{at}; "
+                        "markers at p50 (circle) and p95 (diamond)", f"latency-cdf{'' if len(common) == 1 else f'-c{c}'}"))
+        if all(x.get("tpot") and x["tpot"][0] for x in curves):
+            body.append(img(plots.png(plots.fig_cdfs(curves, plots.DECODE_PANELS)), "TPOT per request and "
+                            f"every inter-token latency of A and B{at}", f"decode-cdf{'' if len(common) == 1 else f'-c{c}'}"))
+    pts = series.interactivity_points(
+        [dict(r, label=f"A {r['label']}") for r in sa.interactivity_rows(gpus_of(sa.run_dir))]
+        + [dict(r, label=f"B {r['label']}") for r in sb.interactivity_rows(gpus_of(sb.run_dir))])
+    if pts:
+        body.append(img(plots.png(plots.fig_interactivity(pts)), "Throughput per GPU against "
+                        "interactivity (1000 / TPOT mean) of A and B, per concurrency; Pareto front dashed",
+                        "interactivity"))
+    if forests is None:
+        rows = forest if forest is not None else (
+            forest_rows([numeric_row(sa.run_dir)], [numeric_row(sb.run_dir)])
+            if not (sa.campaign or sb.campaign) else [])
+        forests = {None: rows} if rows else {}
+    for c, rows in forests.items():
+        if not rows:
+            continue
         has_ci = any(r.get("ci_low_pct") is not None for r in rows)
-        body.append("<h2>Change per metric</h2>\n")
-        body.append(img(plots.png(plots.fig_forest(rows, title=f"B ({b.mode}) against A ({a.mode})")),
+        at = f", concurrency {c}" if c is not None else ""
+        body.append(f"<h2>Change per metric{esc(at)}</h2>\n")
+        body.append(img(plots.png(plots.fig_forest(rows, title=f"B against A{at}")),
                         "% change of B against A" + (" with 95% intervals (Welch, log scale)" if has_ci
                                                       else "; one pass per side, so no interval (inconclusive)"),
-                        "forest"))
+                        "forest" if c is None else f"forest-c{c}"))
         body.append(markdown.table_html(["metric", "change", "95% interval", "verdict"], [
             [str(r.get("label") or r["metric"]), f"{r['change_pct']:+.2f}%",
              "-" if r.get("ci_low_pct") is None else f"{r['ci_low_pct']:+.2f}% .. {r['ci_high_pct']:+.2f}%",
@@ -400,6 +423,7 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
         body.append("<h2>Concurrency sweep</h2>\n")
         body.append(img(plots.png(plots.fig_sweep(sweep)), "Output throughput against TPOT and TTFT per "
                         "mode and concurrency, intervals as bars, Pareto front dashed", "sweep"))
+    a, b = load(sa.run_dir), load(sb.run_dir)
     for r, name in ((a, "A"), (b, "B")):
         body.append(f"<h2>Raw files of {name}: {esc(r.run_id)}</h2>\n" + links(r, base))
     return page(title, "".join(body))

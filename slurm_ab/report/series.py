@@ -561,3 +561,21 @@ def goodput_rows(items: list[tuple[str, dict | None]]) -> list[dict]:
                     "goodput_rps": g.get("goodput_rps"), "slo_ms": dict(g.get("slo_ms") or {}),
                     "good": g.get("good"), "requests": g.get("requests")})
     return out
+
+
+def goodput_of_rows(rows: list[dict], slo_ms: dict | None = None) -> dict | None:
+    """A goodput record (as bench.goodput) from numeric rows (summary.csv's, a campaign's passes):
+    the mean over the rows that have one; None when none does."""
+    have = [r for r in rows if isinstance(r.get("slo_attainment"), (int, float))]
+    if not have:
+        return None
+
+    def mean(key):
+        vals = [r[key] for r in have if isinstance(r.get(key), (int, float))]
+        return sum(vals) / len(vals) if vals else None
+    by = {k: mean(f"slo_attainment_{c}") for k, c in (("ttft", "ttft"), ("tpot", "tpot"), ("e2el", "e2e"))}
+    good = sum(round(r["slo_attainment"] * (r.get("requests_total") or 0)) for r in have)
+    return {"attainment": mean("slo_attainment"), "goodput_rps": mean("goodput_rps"),
+            "attainment_by_metric": {k: v for k, v in by.items() if v is not None},
+            "slo_ms": dict(slo_ms or {}), "good": good,
+            "requests": sum(int(r.get("requests_total") or 0) for r in have)}
