@@ -94,61 +94,24 @@ def is_campaign(run_dir: Path) -> bool:
     return campaign_of(run_dir) is not None
 
 
-def collect_text(result: dict, passes: bool = False) -> str:
-    from .collect.campaign import campaign_md
-
-    return campaign_md(result, passes=passes)
-
-
-def passes_ok(result: dict) -> bool:
-    return bool(result["passes"]) and all(r["verdict"] == "ok" for r in result["passes"])
-
-
-def follow_and_collect(job_id: str, run_dir: Path) -> None:
-    """`submit --wait` / `watch` of a campaign: follow the job, collect, print the tables."""
-    from .collect.run import collect_campaign_and_write
-    from .progress import follow_live
-    from .rundir import Layout
-
-    state = follow_live(job_id, run_dir)        # live progress of the launch running now
-    click.echo(f"job {job_id} ended: {state}")
-    result, _ = collect_campaign_and_write(run_dir, job_id=job_id)
-    click.echo(collect_text(result))
-    md = Layout(run_dir).summary("summary.md")
-    click.echo(f"summary: {md}" if md.exists() else "no summary written")
-    if not passes_ok(result):
-        sys.exit(1)
-
-
-def collect(run_dir: Path, passes: bool = False) -> None:
-    from .collect.run import collect_campaign_and_write
-
-    result, written = collect_campaign_and_write(run_dir)
-    click.echo(collect_text(result, passes=passes))
-    if result.get("running"):
-        click.echo(f"{run_dir}: the job is still running; nothing final written")
-    else:
-        click.echo(f"wrote {', '.join(p.name for p in written)}" if written else "summary files unchanged")
-
-
 def report(run_dir: Path, passes: bool, fmt: str) -> str:
     """`report CAMPAIGN [--passes]`: the aggregate table (or every pass) in md, csv or json."""
     import json
 
-    from .collect.campaign import campaign_csv
     from .collect.run import collect_campaign_and_write
+    from .tables.campaign import campaign_md
+    from .tables.table import numeric_frame
 
     result, _ = collect_campaign_and_write(run_dir)
     if fmt == "md":
-        return collect_text(result, passes=passes)
+        return campaign_md(result, passes=passes)
     if fmt == "csv":
         if passes:
-            return campaign_csv(result)
-        import pandas as pd
+            return numeric_frame(result["passes"], "csv")
         flat = [{"mode": a["mode"], "concurrency": a["concurrency"], "passes_ok": a["passes_ok"],
                  "passes": a["passes"], **{f"{m}_{k}": v for m, agg in a["metrics"].items()
                                            for k, v in agg.items()}} for a in result["aggregates"]]
-        return pd.DataFrame(flat).to_csv(index=False, lineterminator="\n")
+        return numeric_frame(flat, "csv")
     return json.dumps(result["passes"] if passes else result["aggregates"], indent=2, default=str) + "\n"
 
 
@@ -156,8 +119,8 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
     """(name, ok pass rows, variance) of one side of a comparison: a campaign of one mode or a
     single run (a run = one pass)."""
     from .collect import collect_and_write
+    from .collect.rows import numeric_row
     from .collect.run import collect_campaign_and_write
-    from .collect.tables import numeric_row
 
     run_dir = find(ref)
     if is_campaign(run_dir):
@@ -175,8 +138,8 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
 def compare(refs: list[str], fmt: str, find) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
     `compare A B` (runs or one-mode campaigns; runs count as one pass each)."""
-    from .collect.campaign import comparison_json, comparison_section
     from .collect.run import collect_campaign_and_write
+    from .tables.campaign import comparison_json, comparison_section
 
     if len(refs) == 1:
         result, _ = collect_campaign_and_write(find(refs[0]))
@@ -188,26 +151,64 @@ def compare(refs: list[str], fmt: str, find) -> str:
     return pair_text(pair(refs, find), fmt)
 
 
+def _concurrencies(rows: list[dict]) -> list[int]:
+    return sorted({int(r.get("concurrency") or 0) for r in rows})
+
+
 def pair(refs: list[str], find) -> tuple[str, list[dict], str, list[dict], str]:
     """(A's name, A's ok pass rows, B's name, B's rows, what the intervals cover) of
-    `compare A B`: each side collected once, whatever is printed from it."""
+    `compare A B`: each side collected once, whatever is printed from it. Passes of different
+    concurrencies are never pooled: a sweep side is cut to the concurrencies both sides ran (each
+    compared on its own by pair_text); none in common is a usage error naming them (exit 2)."""
     (na, ra, va), (nb, rb, vb) = _side(refs[0], find), _side(refs[1], find)
     if na == nb:
         na, nb = f"A: {refs[0]}", f"B: {refs[1]}"
+    ca, cb = _concurrencies(ra), _concurrencies(rb)
+    common = sorted(set(ca) & set(cb))
+    if not common:
+        raise UsageError(f"{refs[0]} ran concurrency {', '.join(map(str, ca)) or '?'} and {refs[1]} "
+                         f"ran {', '.join(map(str, cb)) or '?'}: passes of different concurrencies "
+                         "measure different loads and are not compared (run both at one C)")
     variance = ("across runs: A and B come from separate jobs (separate launches), so the "
                 "intervals include launch-to-launch variance between the two sides"
                 if va is None and vb is None else
                 f"A: {va or 'one run'}; B: {vb or 'one run'}")
-    return na, ra, nb, rb, variance
+    left_out = sorted(set(ca) ^ set(cb))
+    if left_out:
+        variance += (f"; compared at concurrency {', '.join(map(str, common))} only (the passes at "
+                     f"{', '.join(map(str, left_out))} have no counterpart on the other side)")
+    return (na, [r for r in ra if int(r.get("concurrency") or 0) in common],
+            nb, [r for r in rb if int(r.get("concurrency") or 0) in common], variance)
+
+
+def by_concurrency(sides: tuple) -> list[tuple[int, list[dict], list[dict]]]:
+    """(C, A's rows at C, B's rows at C) for every concurrency both sides ran."""
+    _, ra, _, rb, _ = sides
+    return [(c, [r for r in ra if int(r.get("concurrency") or 0) == c],
+             [r for r in rb if int(r.get("concurrency") or 0) == c])
+            for c in sorted(set(_concurrencies(ra)) & set(_concurrencies(rb)))]
+
+
+def pair_records(sides: tuple) -> list[dict]:
+    """Per concurrency both sides ran: {concurrency, metrics: the ab_stats records}."""
+    from .collect.rows import comparison
+
+    return [{"concurrency": c, "metrics": comparison(ra, rb)} for c, ra, rb in by_concurrency(sides)]
 
 
 def pair_text(sides: tuple, fmt: str) -> str:
-    """A pair's comparison as the table (md) or per-metric records (json)."""
+    """A pair's comparison as the table (md) or per-metric records (json), one per concurrency."""
     import json
 
-    from .collect import campaign_tables as ct
+    from .tables.campaign import comparison_table
 
-    na, ra, nb, rb, variance = sides
+    na, _, nb, _, variance = sides
     if fmt == "json":
-        return json.dumps({"variance": variance, "metrics": ct.comparison(ra, rb)}, indent=2) + "\n"
-    return ct.comparison_table(na, nb, ra, rb, variance)
+        out = pair_records(sides)
+        return json.dumps({"variance": variance, "metrics": out[0]["metrics"] if len(out) == 1 else [],
+                           "by_concurrency": out}, indent=2) + "\n"
+    per_c = by_concurrency(sides)
+    if len(per_c) == 1:
+        return comparison_table(na, nb, per_c[0][1], per_c[0][2], variance)
+    return "\n".join(f"### Concurrency {c}\n\n" + comparison_table(na, nb, ra, rb, variance)
+                     for c, ra, rb in per_c)

@@ -141,16 +141,17 @@ def render(modes, output, run_id, repeats, concurrency, order, burn_in, time_lim
 @click.argument("modes", nargs=-1, required=True)
 @click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
 @click.option("--wait", is_flag=True, help="Follow the job to its end, then collect it.")
+@click.option("-v", "--verbose", is_flag=True, help="With --wait: every event line of the job (metrics scrapes included).")
 @click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
 @campaign_options
 @_time_option
 @_config_options
-def submit(modes, run_id, wait, no_collector, repeats, concurrency, order, burn_in, time_limit, site, configs, sets):
+def submit(modes, run_id, wait, verbose, no_collector, repeats, concurrency, order, burn_in, time_limit, site,
+           configs, sets):
     """Submit MODE as a heterogeneous job into a new results/<RUN_ID>/.
 
     Several MODES (e.g. tp32 tp32-dflash --repeats 3): a campaign, every mode in turn in one
     allocation, with a comparison (95% intervals) at the end."""
-    from . import campaign_cli
     from .submit import submit as do_submit
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
@@ -161,10 +162,8 @@ def submit(modes, run_id, wait, no_collector, repeats, concurrency, order, burn_
     click.echo(f"run directory: {s.run_dir}")
     if s.collector_job_id:
         click.echo(f"collector job {s.collector_job_id} runs after it (afterany)")
-    if wait and not plan.single:
-        campaign_cli.follow_and_collect(s.job_id, s.run_dir)
-    elif wait:
-        _follow_and_collect(s.job_id, s.run_dir)
+    if wait:
+        _follow_and_collect(s.job_id, s.run_dir, verbose=verbose)
     else:
         click.echo(f"follow: slurm-ab watch {s.job_id}   tables: slurm-ab collect {s.job_id}")
 
@@ -190,59 +189,57 @@ def _job_id(run_dir: Path) -> str:
     return str(jid)
 
 
-def _follow_and_collect(job_id: str, run_dir: Path) -> None:
+def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False) -> None:
+    """Follow a run or a campaign to its end (a bar on a terminal, else phase lines), collect it,
+    print its tables; exit 1 unless its verdict is ok (a campaign's: every pass ok)."""
     from . import rundir
     from .progress import follow_live
 
-    state = follow_live(job_id, run_dir)        # live progress: a bar on a terminal, else lines
+    state = follow_live(job_id, run_dir, verbose=verbose)
     click.echo(f"job {job_id} ended: {state}")
-    from .collect import collect_and_write, summary_text
-
-    cs, written = collect_and_write(run_dir, job_id=job_id)
-    summary = cs.only
-    click.echo(summary_text(summary))
+    cs = _collect_and_print(run_dir, job_id=job_id)
     md = rundir.Layout(run_dir).summary("summary.md")
     click.echo(f"summary: {md}" if md.exists() else "no summary written")
-    if summary.verdict != "ok":
+    if cs.verdict != "ok":
         sys.exit(1)
+
+
+def _collect_and_print(run_dir: Path, **kw):
+    from .collect import collect_and_write
+    from .tables import collect_text
+
+    cs, written = collect_and_write(run_dir, **{k: v for k, v in kw.items() if k != "passes"})
+    click.echo(collect_text(cs, passes=kw.get("passes", False)).rstrip("\n"))
+    return cs, written
 
 
 @main.command()
 @click.argument("run")
-def watch(run):
+@click.option("-v", "--verbose", is_flag=True, help="Every event line of the job (metrics scrapes included).")
+def watch(run, verbose):
     """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
-    from . import campaign_cli
-
     run_dir = _find_run(run)
-    if campaign_cli.is_campaign(run_dir):
-        return campaign_cli.follow_and_collect(_job_id(run_dir), run_dir)
-    _follow_and_collect(_job_id(run_dir), run_dir)
+    _follow_and_collect(_job_id(run_dir), run_dir, verbose=verbose)
 
 
 @main.command()
 @click.argument("run")
 @click.option("--all-samples", is_flag=True, help="Average decode samples of the whole logs (warm-ups included), as in the seed.")
 def collect(run, all_samples):
-    """Turn a run's raw logs into summary.json/csv/md and print its row and verdict.
+    """Turn a run's (or campaign's) raw logs into summary.json/csv/md and print its tables and
+    verdict.
 
     RUN is a job id, a run id or a run directory. Idempotent; raw logs are never changed; a
     running job is reported as such and nothing final is written.
     """
     from . import rundir
-    from .collect import collect_and_write, summary_text
 
     run_dir = _find_run(run)
     if not rundir.submitted(run_dir):
         raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no events.log): "
                          f"sbatch {rundir.Layout(run_dir).job_script}")
-    from . import campaign_cli
-
-    if campaign_cli.is_campaign(run_dir):
-        return campaign_cli.collect(run_dir)
-    cs, written = collect_and_write(run_dir, all_samples=all_samples)
-    summary = cs.only
-    click.echo(summary_text(summary))
-    if summary.verdict == "running":
+    cs, written = _collect_and_print(run_dir, all_samples=all_samples)
+    if cs.verdict == "running":
         click.echo(f"{run_dir}: the job is still running; nothing final written")
     else:
         click.echo(f"wrote {', '.join(p.name for p in written)}" if written else "summary files unchanged")
@@ -276,10 +273,9 @@ def _html_option(f):
 @_html_option
 def report(runs, fmt, since, modes, verdicts, html_out):
     """One row per run (default: every run under results/, oldest first), in the seed's layout."""
-    from . import rundir
+    from . import campaign_cli, rundir
     from .collect import collect_and_write
-    from .collect import report as render_report
-    from . import campaign_cli
+    from .tables.runs import runs_text
 
     if len(runs) == 1 and campaign_cli.is_campaign(_find_run(runs[0])):
         passes = click.get_current_context().meta.get("passes", False)
@@ -303,12 +299,12 @@ def report(runs, fmt, since, modes, verdicts, html_out):
         filt = " matching the filters" if since or modes or verdicts else ""
         raise UsageError(f"no runs{filt} under {_results_dir()}" if not runs else f"no runs{filt}")
     summaries = [s for _, s in pairs]
-    click.echo(render_report(summaries, fmt))
+    click.echo(runs_text(summaries, fmt))
     if html_out:
         from .report import render_runs_html
 
-        _write_page(html_out, render_runs_html([d for d, _ in pairs], render_report(summaries, "md"),
-                                               base_dir=Path(html_out).parent))
+        _write_page(html_out, render_runs_html([d for d, _ in pairs], runs_text(summaries, "md"),
+                                               base_dir=Path(html_out).parent, campaigns=campaigns))
 
 
 def _write_page(path: str, text: str) -> None:
@@ -326,8 +322,8 @@ def compare(run_a, run_b, fmt, html_out):
     """B against A: two runs (the seed's table, signed % change), or with campaigns (one
     campaign of several modes, or two campaigns/runs) per metric the change, its 95% interval
     and a verdict."""
-    from .collect import compare as render_compare
     from . import campaign_cli
+    from .tables.paired import paired_text
 
     refs = [r for r in (run_a, run_b) if r]
     if len(refs) == 1:
@@ -340,37 +336,31 @@ def compare(run_a, run_b, fmt, html_out):
         sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
         click.echo(campaign_cli.pair_text(sides, fmt), nl=False)
         if html_out:
-            import json
-
             from .ab_stats import METRIC_BY_NAME
             from .report import render_compare_html
-            rows = [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in
-                    json.loads(campaign_cli.pair_text(sides, "json"))["metrics"]
-                    if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
+            forests = {e["concurrency"]: [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in e["metrics"]
+                                          if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
+                       for e in campaign_cli.pair_records(sides)}
             _write_page(html_out, render_compare_html(
                 _find_run(refs[0]), _find_run(refs[1]), campaign_cli.pair_text(sides, "md"),
-                base_dir=Path(html_out).parent, forest=rows))
+                base_dir=Path(html_out).parent, forests=forests))
         return
 
     a, b = _summaries([run_a, run_b])
-    if fmt == "json":   # today's rows and warnings, plus the per-metric records (n=1: no interval)
-        import json
-
+    metrics = None
+    if fmt == "json":   # the rows and warnings, plus the per-metric records (n=1: no interval)
         from .ab_stats import deltas
-        from .collect.tables import numeric_row
+        from .collect.rows import numeric_row
 
-        data = json.loads(render_compare(a, b, fmt))
-        data["metrics"] = [d.to_dict() for d in deltas([numeric_row(a)], [numeric_row(b)])]
-        click.echo(json.dumps(data, indent=2))
-    else:
-        click.echo(render_compare(a, b, fmt))
+        metrics = [d.to_dict() for d in deltas([numeric_row(a)], [numeric_row(b)])]
+    click.echo(paired_text(a, b, fmt, metrics).rstrip("\n"))
     if fmt == "md":
         click.echo("> inconclusive (n=1): one run per side, no interval can be given; a campaign "
                    "with --repeats gives 95% intervals and verdicts")
     if html_out:
         from .report import render_compare_html
 
-        _write_page(html_out, render_compare_html(_find_run(run_a), _find_run(run_b), render_compare(a, b, "md"),
+        _write_page(html_out, render_compare_html(_find_run(run_a), _find_run(run_b), paired_text(a, b, "md"),
                                                   base_dir=Path(html_out).parent))
 
 

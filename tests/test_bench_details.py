@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from slurm_ab.collect.bench_result import STEADY_REL_TOL, bench_result, bench_spec
-from slurm_ab.collect.tables import bench_columns
+from slurm_ab.collect.rows import bench_columns
 from slurm_ab.parse.bench import (Request, busiest_window, goodput, parse_result_block, read_last_record,
                                   replay_starts, requests, steady_window)
 

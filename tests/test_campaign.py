@@ -5,7 +5,8 @@ import pytest
 
 from slurm_ab.rundir import launch_dirname
 from slurm_ab.campaign import Campaign, parse_concurrencies, prompts_for, schedule
-from slurm_ab.collect import campaign_tables as ct
+from slurm_ab.collect import rows as data
+from slurm_ab.tables import campaign as ct
 
 
 def test_a_single_run_is_a_campaign_of_one_pass():
@@ -71,7 +72,7 @@ def test_aggregate_and_passes_tables():
     rows = _rows()
     agg = ct.aggregate_table(rows)
     assert "| tp32 " in agg and "3/3" in agg and "3/4" in agg and " ± " in agg
-    rec = ct.aggregate_records(rows)[0]
+    rec = data.aggregate_records(rows)[0]
     assert rec["metrics"]["output_tps"]["n"] == 3 and rec["metrics"]["output_tps"]["cov"] > 0
     passes = ct.passes_table(rows)
     assert "failed: replica 0: OOM" in passes and passes.count("\n") == 2 + len(rows)
@@ -86,7 +87,7 @@ def test_comparison_table_says_change_interval_verdict_and_variance():
     assert "worse (within-launch only)" in line and "[-" in line and "%" in line and "(primary)" in line
     assert "variance included: within one launch only" in text and "B: 1 pass(es) not ok" in text
     assert "launch and mode are confounded" in text
-    js = ct.comparison(a, b)
+    js = data.comparison(a, b)
     assert js[0]["metric"] == "output_tps" and js[0]["role"] == "primary" and js[0]["n_b"] == 3
     assert js[0]["verdict"] == "worse (within-launch only)" and js[0]["variance_levels"] == ["pass"]
     assert all(not r["verdict"] or r["verdict"].endswith("(within-launch only)") for r in js)
@@ -99,7 +100,7 @@ def test_comparison_with_launches_as_units_has_plain_verdicts_and_holm():
             for m, base, launches in (("a", 86.0, (1, 4)), ("b", 78.0, (2, 3))) for launch in launches
             for k in (1, 2)]
     a, b = [r for r in rows if r["mode"] == "a"], [r for r in rows if r["mode"] == "b"]
-    js = ct.comparison(a, b)
+    js = data.comparison(a, b)
     assert js[0]["verdict"] == "worse" and js[0]["variance_levels"] == ["launch", "pass"]
     assert (js[0]["launches_a"], js[0]["launches_b"]) == (2, 2) and js[0]["p_holm"] is None
     assert js[1]["role"] == "secondary" and js[1]["p_holm"] >= js[1]["p_value"]

@@ -9,19 +9,28 @@ from test_collect_campaign import _campaign
 
 def test_dry_run_of_a_campaign(cli):
     # 12 passes (C=1 ones of 40 requests in turn) do not fit the example site's 02:00:00: sized by its estimate
-    code, out, err = cli("dry-run", "tp32", "tp32-dflash", "--repeats", "3", "--concurrency", "1,8", "--time", "auto")
+    code, out, err = cli("dry-run", "tp32", "tp32-dflash", "--order", "blocked", "--launches", "1",
+                         "--repeats", "3", "--concurrency", "1,8", "--time", "auto")
     assert code == 0, err
     assert "LAUNCH_DIRS=(launch1-tp32 launch2-tp32-dflash)" in out
-    assert "'1:1:40 1:2:40 1:3:40 8:1:40 8:2:40 8:3:40'" in out
+    specs = [f"{c}:{r}:40:c{c}-r{r}:bench-c{c}-r{r}.jsonl:logs/client-c{c}-r{r}.log"
+             for c in (1, 8) for r in (1, 2, 3)]
+    assert "  '" + " ".join(specs) + "'\n" in out
     assert "campaign: modes tp32, tp32-dflash; 3 repeat(s) x concurrency 1, 8; order blocked" in err
     assert "2 server launch(es), 12 timed pass(es) in one allocation" in err
+    # the default comparison: counterbalanced launches, A B B A A B B A
+    code, out, err = cli("dry-run", "tp32", "tp32-dflash", "--time", "auto")
+    assert code == 0, err
+    assert "LAUNCH_MODES=(tp32 tp32-dflash tp32-dflash tp32 tp32 tp32-dflash tp32-dflash tp32)" in out
 
 
 def test_one_mode_without_options_is_the_single_run(cli):
     code, out, _ = cli("dry-run", "tp32", "--run-id", "x")
-    assert code == 0 and "LAUNCH_DIRS" not in out and 'bench.jsonl' in out
+    assert code == 0 and "LAUNCH_DIRS=(.)\n" in out and "SINGLE=1\n" in out
+    assert "LAUNCH_PASSES=(\n  8:1:40:c8-r1:bench.jsonl:logs/client.log\n)" in out
     code, out, _ = cli("dry-run", "tp32", "--run-id", "x", "--repeats", "3")
-    assert code == 0 and "LAUNCH_PASSES=(\n  '8:1:40 8:2:40 8:3:40'\n)" in out
+    assert code == 0 and "SINGLE=0\n" in out and "LAUNCH_DIRS=(launch1-tp32)\n" in out
+    assert "  '8:1:40:c8-r1:bench-c8-r1.jsonl:logs/client-c8-r1.log 8:2:40:c8-r2" in out
 
 
 def test_bad_campaigns_exit_2_and_write_nothing(cli, tmp_path):
@@ -60,7 +69,8 @@ def test_report_and_compare_of_a_campaign(cli, tmp_path):
     data = json.loads(out)
     assert list(data["comparisons"][0]["metrics"][0]) == [
         "metric", "a_mean", "b_mean", "change_pct", "ci_low_pct", "ci_high_pct", "n_a", "n_b", "verdict",
-        "launches_a", "launches_b", "variance_levels", "p_value", "label", "role", "p_holm", "same_as"]
+        "launches_a", "launches_b", "variance_levels", "p_value", "drift_adjusted", "label", "role", "p_holm",
+        "same_as"]
     assert data["comparisons"][0]["metrics"][0]["role"] == "primary"
     code, out, _ = cli("collect", str(root))
     assert code == 0 and "summary files unchanged" in out        # report already wrote them

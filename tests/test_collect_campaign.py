@@ -8,7 +8,8 @@ import pytest
 
 from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run
 from slurm_ab.campaign import schedule
-from slurm_ab.collect.campaign import collect_campaign, write_campaign
+from slurm_ab.collect.campaign import collect, collect_campaign
+from slurm_ab.collect.write import write_summary
 from slurm_ab.parse.events import read_events
 
 
@@ -78,9 +79,9 @@ def test_writing_is_idempotent_and_raw_files_untouched(tmp_path):
     root = _campaign(tmp_path)
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     result = collect_campaign(root)
-    written = write_campaign(result, root)
+    written = write_summary(collect(root), root)
     assert sorted(p.name for p in written) == ["summary.csv", "summary.json", "summary.md"]
-    assert write_campaign(collect_campaign(root), root) == []
+    assert write_summary(collect(root), root) == []
     assert all(p.read_bytes() == b for p, b in before.items())
     md = (root / "summary.md").read_text()
     assert "## tp32-dflash vs tp32 at concurrency 8" in md and "inconclusive (n=1)" in md

@@ -14,8 +14,9 @@ import pytest
 
 from helpers.rundir_builder import TP32, TP32_DFLASH, RunSpec, build_oom_run, build_run
 
-from slurm_ab.collect import collect_run, compare_rows, main_row, report
-from slurm_ab.collect.write import render_md
+from slurm_ab.collect import collect_run
+from slurm_ab.tables.paired import compare_rows
+from slurm_ab.tables.runs import main_row, run_md, runs_text
 
 DONE = {"state": "COMPLETED"}
 BATCH = re.compile(r"^\[(?P<ts>[\d-]+ [\d:]+) TP0 EP0\] (?P<body>(?:Decode|Prefill) batch.*)$")
@@ -122,7 +123,7 @@ def test_batch_lines_without_a_time_are_counted_and_reported(tmp_path):
     assert s.replicas[0].untimed_batch_lines == 2
     assert "replica 0: 2 batch line(s) without a readable timestamp in logs/server-r0-n0.log; " \
            "left out of the benchmark window and the warm-up check" in s.notes
-    assert "without a readable timestamp" in render_md(s)
+    assert "without a readable timestamp" in run_md(s)
     every = collect_run(run, sacct=DONE, all_samples=True)
     assert every.accept.samples == 37 + 4 + 2
 
@@ -133,10 +134,10 @@ def test_summary_says_what_the_decode_sample_count_counts(tmp_path):
     s = collect_run(build_run(tmp_path, RunSpec(target=TP32)), sacct=DONE)
     assert s.accept.decode_samples == 37 and s.accept.samples == 0
     assert "Decode samples pooled over replicas (one PP stage): 37, of which with accept " \
-           "figures: 0\n" in render_md(s)
+           "figures: 0\n" in run_md(s)
     d = collect_run(build_run(tmp_path / "b", RunSpec(target=TP32_DFLASH)), sacct=DONE)
     assert "Decode samples pooled over replicas (one PP stage): 37, of which with accept " \
-           "figures: 37; accept len 3.76, accept rate 0.184" in render_md(d)
+           "figures: 37; accept len 3.76, accept rate 0.184" in run_md(d)
 
 
 # ---- 12: stdout only: the printed throughputs --------------------------------------------------
@@ -180,7 +181,7 @@ def test_retractions_are_counted_not_fatal(tmp_path):
     assert (s.replicas[1].retractions, s.replicas[1].retracted_requests) == (0, 0)
     assert "replica 0: 3 KV-cache retraction(s) (4 request(s) sent back to the queue and " \
            "recomputed) in the benchmark window" in s.notes
-    assert "KV-cache retractions: 3 (4 requests recomputed)" in render_md(s)
+    assert "KV-cache retractions: 3 (4 requests recomputed)" in run_md(s)
 
 
 def test_retraction_never_outranks_the_fatal_cause(tmp_path):
@@ -207,12 +208,12 @@ def test_client_accept_length_is_shown_beside_the_decode_log_figure(tmp_path):
     s = collect_run(run, sacct=DONE)
     assert s.bench.accept_length == 3.61
     assert main_row(s)["Accept len / rate"] == "3.76 / 0.184 (client 3.61)"
-    assert json.loads(report([s], "json"))[0]["client_accept_length"] == 3.61
+    assert json.loads(runs_text([s], "json"))[0]["client_accept_length"] == 3.61
     a = collect_run(build_run(tmp_path / "a", RunSpec(target=TP32)), sacct=DONE)
     rows, _ = compare_rows(a, s)
     assert rows[-1] == ["Accept length", "-", "3.76 (client 3.61)", "n/a"]
     assert "Client's accept length (first worker's lifetime average, warm-ups included): 3.61" \
-        in render_md(s)
+        in run_md(s)
     # stdout only: the printed 'Accept length:' line
     (run / "bench.jsonl").unlink()
     client = (run / "logs" / "client.log").read_text().replace(

@@ -9,7 +9,9 @@ import pytest
 from helpers.rundir_builder import (TP32, TP32_DFLASH, RunSpec, build_run,
                             make_requests)
 
-from slurm_ab.collect import collect_run, compare, compare_rows, main_row, report  # noqa: E402
+from slurm_ab.collect import collect_run  # noqa: E402
+from slurm_ab.tables.paired import compare_rows, paired_text  # noqa: E402
+from slurm_ab.tables.runs import main_row, runs_text  # noqa: E402
 from slurm_ab.collect.write import SUMMARY_FILES, write_summary  # noqa: E402
 from slurm_ab.parse.stats import Dist  # noqa: E402
 
@@ -65,7 +67,7 @@ def test_compare_reproduces_the_seed(summaries):
         ["Accept length", "-", "3.76", "n/a"],
     ]
     assert warnings == []
-    md = compare(*summaries)
+    md = paired_text(*summaries)
     assert "| Benchmark duration |" in md and "+26.08%" in md and "warning" not in md
 
 
@@ -99,7 +101,7 @@ def test_compare_warns_when_not_comparable(summaries, tmp_path):
     rows, warnings = compare_rows(summaries[0], c)
     assert "successful requests differ: 40/40 vs 39/40" in warnings
     assert any(w.startswith("run B") and "invalid" in w for w in warnings)
-    assert "> warning:" in compare(summaries[0], c)
+    assert "> warning:" in paired_text(summaries[0], c)
 
 
 def test_tps_changes_shown_separately_when_they_diverge(summaries):
@@ -111,16 +113,16 @@ def test_tps_changes_shown_separately_when_they_diverge(summaries):
 
 
 def test_report_formats(summaries):
-    md = report(summaries)
+    md = runs_text(summaries)
     assert md.splitlines()[0].startswith("| Run ") and "| Mode " in md.splitlines()[0] and "3.76 / 0.184" in md
-    csv = report(summaries, "csv")
+    csv = runs_text(summaries, "csv")
     header, first = csv.splitlines()[:2]
     assert header.startswith("run_id,mode,verdict") and ",tp32,ok," in first
-    data = json.loads(report(summaries, "json"))
+    data = json.loads(runs_text(summaries, "json"))
     assert data[1]["accept_samples"] == 37 and data[0]["input_tps"] == pytest.approx(2797.64,
                                                                                        abs=5e-3)
     with pytest.raises(ValueError):
-        report(summaries, "xml")
+        runs_text(summaries, "xml")
 
 
 def test_write_is_idempotent_and_leaves_raw_files(runs, tmp_path):

@@ -7,7 +7,8 @@ import pytest
 
 from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run
 
-from slurm_ab.collect import collect_run, main_row, report  # noqa: E402
+from slurm_ab.collect import collect_run  # noqa: E402
+from slurm_ab.tables.runs import main_row, runs_text  # noqa: E402
 from slurm_ab.collect.write import write_summary  # noqa: E402
 
 DONE = {"state": "COMPLETED"}
@@ -178,7 +179,7 @@ def test_client_failure_and_missing_everything(tmp_path):
     assert s.verdict == "running"
     s = collect_run(tmp_path / "does-not-exist", sacct={"state": "COMPLETED"})
     assert s.verdict == "failed" and s.reasons[-1].startswith("no benchmark result")
-    assert "failed" in report([s])
+    assert "failed" in runs_text([s])
 
 
 def test_no_bench_window(tmp_path):

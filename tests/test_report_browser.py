@@ -26,7 +26,9 @@ if chromium() is None:
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
-    from slurm_ab.collect import collect_run, compare, report
+    from slurm_ab.collect import collect_run
+    from slurm_ab.tables.paired import paired_text
+    from slurm_ab.tables.runs import runs_text
     from slurm_ab.report import render_compare_html, render_runs_html, write_run_report
 
     root = tmp_path_factory.mktemp("pages")
@@ -39,16 +41,23 @@ def pages(tmp_path_factory):
     # the tables as `slurm-ab compare` / `report` print them (the collector's pure entry points)
     a, b = collect_run(res / "dev-tp32"), collect_run(res / "dev-tp32-dflash")
     (root / "compare.html").write_text(render_compare_html(res / "dev-tp32", res / "dev-tp32-dflash",
-                                                           compare(a, b, "md"), base_dir=root))
+                                                           paired_text(a, b, "md"), base_dir=root))
     out["compare"] = root / "compare.html"
     dirs = sorted(res.iterdir())
-    (root / "runs.html").write_text(render_runs_html(dirs, report([collect_run(d) for d in dirs], "md"),
-                                                     base_dir=root))
-    out["runs"] = root / "runs.html"
     for d in sorted((ROOT / "tests" / "fixtures" / "report-campaign").iterdir()):   # campaigns
         shutil.copytree(d, res / d.name)
         write_run_report(res / d.name)
         out[d.name] = res / d.name / "report.html"
+    # the history page: every run, and the campaigns linked
+    (root / "runs.html").write_text(render_runs_html(dirs, runs_text([collect_run(d) for d in dirs], "md"),
+                                                     base_dir=root, campaigns=[res / "camp-ab", res / "camp-sweep"]))
+    out["runs"] = root / "runs.html"
+    # a run (C=8) against a sweep campaign (C=1, 8): compared at C=8, as `slurm-ab compare` does
+    from slurm_ab import campaign_cli
+    sides = campaign_cli.pair([str(res / "dev-tp32"), str(res / "camp-sweep")], lambda r: Path(r))
+    (root / "compare-campaign.html").write_text(render_compare_html(
+        res / "dev-tp32", res / "camp-sweep", campaign_cli.pair_text(sides, "md"), base_dir=root))
+    out["compare-campaign"] = root / "compare-campaign.html"
     # a slow node in replica 1 (tests/fixtures/runs/slow-node, stored as the job wrote it): the
     # collector's verdict names it; the page shows each replica's TPOT and server metrics
     from slurm_ab.collect import collect_and_write
@@ -65,8 +74,8 @@ def shots(tmp_path_factory):
     return Path(d) if d else tmp_path_factory.mktemp("screenshots")
 
 
-NAMES = ("dev-tp32", "dev-pp8", "dev-tp32-dflash", "dev-oom", "slow-node", "compare", "runs", "camp-ab",
-         "camp-sweep")
+NAMES = ("dev-tp32", "dev-pp8", "dev-tp32-dflash", "dev-oom", "slow-node", "compare", "compare-campaign",
+         "runs", "camp-ab", "camp-sweep")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -89,6 +98,13 @@ def test_page_renders_in_chromium(name, pages, shots):
             m = a["metrics"]["output_tps"]
             hw = m["half_width"]
             assert row[4] == (f"{m['mean']:.2f} ± {hw:.2f}" if hw is not None else f"{m['mean']:.2f}")
+    if name == "runs":                                                 # campaigns listed and linked
+        assert "camp-ab" in page.read_text() and 'href="results/camp-sweep/report.html"' in page.read_text()
+        assert 'data-plot="interactivity"' in page.read_text()
+    if name == "compare-campaign":                                     # no pooling of C=1 and C=8
+        text = page.read_text()
+        assert "not collected" not in text and 'data-plot="forest-c8"' not in text
+        assert 'data-plot="latency-cdf"' in text and "compared at concurrency 8 only" in text
     if name == "slow-node":
         summary = json.loads((page.parent / "summary.json").read_text())
         assert summary["verdict"] == "invalid" and "replica 1" in summary["reasons"][0]

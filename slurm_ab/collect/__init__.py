@@ -1,19 +1,18 @@
-"""From a run directory to verdicts, summary files, tables and paired comparisons.
+"""From a run directory to typed records: verdicts, per-pass numbers, a campaign's launches.
 
 Public entry points (the CLI calls these):
     collect_and_write(run_dir, *, job_id=None, final=True, all_samples=False)
-        -> (RunSummary, [changed summary files])        asks Slurm (sacct), writes summary.*
-    collect_run(run_dir, *, all_samples=False, sacct=None) -> RunSummary   pure: reads files only
+        -> (CampaignSummary, [changed summary files])   asks Slurm (sacct), writes summary.*
+    collect(run_dir, *, sacct=None, all_samples=False) -> CampaignSummary   pure: reads files only
+    collect_run(run_dir, ...) -> PassSummary            a single run's one pass
     write_summary(summary, run_dir) -> list[Path]
-    report(summaries, fmt="md") -> str
-    compare(a, b, fmt="md") -> str
-The chained collector job runs collect.chained.collect_after_job. Run lookup (by run id or job id)
-lives in slurm_ab.rundir. pandas and tabulate are imported only inside the functions that need them.
+The records are printed by slurm_ab.tables (markdown, CSV, JSON, HTML tables) and drawn by
+slurm_ab.report (HTML pages). The chained collector job runs collect.chained.collect_after_job.
+Run lookup (by run id or job id) lives in slurm_ab.rundir.
 """
-from .run import collect_and_write, summary_text
+from .campaign import collect
+from .run import collect_and_write
 from .summary import collect_run
-from .tables import compare, compare_rows, main_row, report
 from .write import write_summary
 
-__all__ = ["collect_and_write", "summary_text", "collect_run", "write_summary", "report",
-           "compare", "compare_rows", "main_row"]
+__all__ = ["collect", "collect_and_write", "collect_run", "write_summary"]

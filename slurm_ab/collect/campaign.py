@@ -9,7 +9,6 @@ pass failed: its numbers were final when it ended.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
@@ -20,12 +19,11 @@ from ..parse.events import EventLog, read_events
 from ..parse.server_scan import Interval
 from ..rundir import Layout, Manifest
 from ..slurm import is_active
-from . import campaign_tables as ct
 from .job import job_info
 from .passes import PassInputs, collect_pass
 from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary
 from .replicas import scan_launch
-from .tables import numeric_row
+from .rows import campaign_record
 
 NOT_RUN = "not run"
 
@@ -137,101 +135,9 @@ def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manife
     return out
 
 
-def pass_row(s: PassSummary) -> dict:
-    """A pass as the campaign tables read it: its numeric row and where it ran."""
-    row = numeric_row(s)
-    r = s.ref
-    row.update({"mode": r.mode or s.mode, "concurrency": r.concurrency, "repeat": r.repeat,
-                "launch": r.launch, "pass": r.key, "prompts": r.prompts, "verdict": s.verdict,
-                "reason": s.reasons[0] if s.reasons else ""})
-    return row
-
-
-def comparisons(cs: CampaignSummary, rows: list[dict]) -> list[dict]:
-    """The first mode against each other mode, at each concurrency."""
-    c = cs.campaign
-    out = []
-    if len(c.modes) >= 2:
-        a_mode = c.modes[0]
-        for b_mode in c.modes[1:]:
-            for conc in c.concurrencies:
-                out.append({"a": a_mode, "b": b_mode, "concurrency": conc,
-                            "metrics": ct.comparison(rows_of(rows, a_mode, conc),
-                                                     rows_of(rows, b_mode, conc),
-                                                     c.primary_metric)})
-    return out
-
-
-def result_dict(cs: CampaignSummary) -> dict:
-    """A campaign's summary.json: every launch and pass, aggregates and comparisons."""
-    rows = [pass_row(p) for p in cs.passes]
-    return {"run_id": cs.run_id, "job_id": cs.job_id, "campaign": cs.campaign.to_dict(),
-            "variance": cs.campaign.variance, "job_state": cs.job.state_raw or cs.job.state,
-            "running": cs.running, "launches": [la.to_dict() for la in cs.launches],
-            "passes": rows, "aggregates": ct.aggregate_records(rows),
-            "comparisons": comparisons(cs, rows)}
-
-
 def collect_campaign(run_dir: str | Path, sacct: Mapping | None = None) -> dict:
     """A campaign collected into its summary.json's dict."""
     cs = collect(run_dir, sacct=sacct)
     if cs.single:
         raise ValueError(f"{run_dir} is not a campaign")
-    return result_dict(cs)
-
-
-def campaign_md(result: dict, passes: bool = False) -> str:
-    """The campaign's tables: launches, aggregates (or passes), comparisons, curve."""
-    c = Campaign.from_dict(result["campaign"])
-    rows = result["passes"]
-    out = [f"# Campaign {result['run_id']}", "",
-           f"{len(c.modes)} mode(s), {c.repeats} repeat(s), concurrency "
-           f"{', '.join(map(str, c.concurrencies))}, order {c.order}"
-           + (", burn-in pass per launch" if c.burn_in else "")
-           + f"; job {result.get('job_id') or '?'} ({result.get('job_state') or 'state unknown'})", ""]
-    for la in result["launches"]:
-        fail = la.get("failure") or {}
-        why = f" ({fail.get('kind')})" if fail else ""
-        out.append(f"- launch {la['launch']} {la['mode']}: {la['status']}{why} -- " + ", ".join(la["passes"]))
-    out += ["", "## Passes" if passes else "## Aggregates (mean ± 95% half-width over ok passes)", ""]
-    out.append((ct.passes_table(rows) if passes else ct.aggregate_table(rows)).rstrip("\n"))
-    for cmp in result["comparisons"]:
-        out += ["", comparison_section(result, cmp).rstrip("\n")]
-    if len(c.concurrencies) > 1:
-        out += ["", "## Throughput-latency curve", "", ct.curve_table(rows).rstrip("\n")]
-    return "\n".join(out) + "\n"
-
-
-def comparison_section(result: dict, cmp: dict) -> str:
-    """One comparison of a campaign (B against A at one concurrency) under its heading."""
-    rows, c = result["passes"], cmp["concurrency"]
-    return (f"## {cmp['b']} vs {cmp['a']} at concurrency {c}\n\n"
-            + ct.comparison_table(cmp["a"], cmp["b"], rows_of(rows, cmp["a"], c),
-                                  rows_of(rows, cmp["b"], c), result["variance"]))
-
-
-def rows_of(rows: list[dict], mode: str, concurrency) -> list[dict]:
-    """The pass rows of one (mode, concurrency)."""
-    return [r for r in rows if r["mode"] == mode and r["concurrency"] == concurrency]
-
-
-def campaign_csv(result: dict) -> str:
-    import pandas as pd
-    return pd.DataFrame(result["passes"]).to_csv(index=False, lineterminator="\n")
-
-
-def write_campaign(result: dict, run_dir: str | Path) -> list[Path]:
-    """summary.json (everything), summary.csv (one row per pass), summary.md (the tables);
-    atomic and idempotent; nothing for a running job."""
-    if result.get("running"):
-        return []
-    lay = rundir.Layout(Path(run_dir))
-    texts = {"summary.json": json.dumps(result, indent=2, sort_keys=True, default=str) + "\n",
-             "summary.csv": campaign_csv(result), "summary.md": campaign_md(result)}
-    return [lay.summary(n) for n, t in texts.items() if rundir.write_atomic(lay.summary(n), t)]
-
-
-def comparison_json(result: dict) -> str:
-    """`compare --format json` of a campaign."""
-    return json.dumps({"variance": result["variance"], "comparisons": result["comparisons"]},
-                      indent=2) + "\n"
+    return campaign_record(cs)

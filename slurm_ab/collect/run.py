@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import rundir
 from .campaign import collect
-from .records import CampaignSummary, PassSummary
+from .records import CampaignSummary
 from .slurm_facts import slurm_facts
 from .write import write_summary
 
@@ -33,10 +33,10 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
 def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None,
                                final: bool = True) -> tuple[dict, list[Path]]:
     """A campaign collected and written; its summary.json's dict."""
-    from .campaign import result_dict
+    from .rows import campaign_record
 
     cs, written = collect_and_write(run_dir, job_id=job_id, final=final)
-    return result_dict(cs), written
+    return campaign_record(cs), written
 
 
 def write_report(run_dir: Path, *, changed: bool, running: bool) -> list[Path]:
@@ -55,19 +55,3 @@ def write_report(run_dir: Path, *, changed: bool, running: bool) -> list[Path]:
         import sys
         print(f"slurm-ab: warning: {page} not written: {type(e).__name__}: {e}", file=sys.stderr)
         return []
-
-
-def summary_text(summary: PassSummary) -> str:
-    """What the CLI prints after collecting: the run's row, its verdict and reasons, acceptance."""
-    from .tables import report
-
-    lines = [report([summary], "md"), f"verdict: {summary.verdict}"]
-    lines += [f"  - {r}" for r in summary.reasons]
-    if summary.job.note:
-        lines.append(f"note: {summary.job.note}")
-    if summary.accept and summary.accept.samples:
-        lines.append(f"accept length {summary.accept.accept_len:.2f}, rate "
-                     f"{summary.accept.accept_rate or 0:.3f} over {summary.accept.samples} decode "
-                     f"samples of both replicas "
-                     f"({'whole logs' if summary.all_samples else 'benchmark window only'})")
-    return "\n".join(lines)

@@ -11,64 +11,12 @@ import json
 from pathlib import Path
 
 from ..rundir import SUMMARY_FILES, Layout, write_atomic
-from .metrics_tables import metrics_md
-from .records import CampaignSummary, PassSummary, RunSummary
-from .tables import main_row, pooled_lines, report
+from .records import CampaignSummary, PassSummary
+from .rows import campaign_record, numeric_row
 
 
-def render_json(s: RunSummary) -> str:
+def render_json(s: PassSummary) -> str:
     return json.dumps(s.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
-
-
-def render_md(s: RunSummary) -> str:
-    from tabulate import tabulate
-    lines = [f"# {s.run_id}", "", f"Verdict: **{s.verdict}**", ""]
-    lines += [f"- {r}" for r in s.reasons] + ([""] if s.reasons else [])
-    lines += [report([s], "md").rstrip("\n"), ""]
-    speed = _server_latency(s)
-    rep = [[r.replica, r.decode_samples, _f(r.accept_len, ".2f"), _f(r.accept_rate, ".3f"),
-            _f(r.gen_throughput, ".2f"), *([speed[r.replica]] if speed else []),
-            "-" if r.requests_served is None else f"{r.requests_served} ({r.requests_source})",
-            "yes" if r.warmup_seen else "no", r.warmup] for r in s.replicas]
-    if rep:
-        lines += ["## Replicas", "", tabulate(
-            rep, headers=["replica", "decode samples", "accept len", "accept rate", "gen tok/s",
-                          *(["TPOT mean / p50 / p95 (server)"] if speed else []),
-                          "requests", "warm-up", "warm-up evidence"],
-            tablefmt="github", disable_numparse=True), ""]
-        if speed:
-            metric = next(m.tpot.metric for m in s.server_metrics.replicas if m.tpot)
-            lines += [f"TPOT (server) per replica: {metric} over the benchmark window, in ms; "
-                      "p50/p95 interpolated inside the histogram's buckets.", ""]
-    metrics = metrics_md(s)
-    lines += [metrics] if metrics else []
-    lines += [*pooled_lines(s),
-              f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
-              + (" (all samples counted)" if s.all_samples else ""),
-              f"Latency source: {s.bench.latency_source or '-'}", ""]
-    if s.findings:
-        lines += ["## Diagnosis", ""]
-        lines += [f"- `{f['file']}:{f['line']}` {f['kind']}: {f['excerpt']}" for f in s.findings]
-        lines.append("")
-    if s.notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in s.notes] + [""]
-    return "\n".join(lines)
-
-
-def _f(x, fmt):
-    return "-" if x is None else f"{x:{fmt}}"
-
-
-def _server_latency(s: RunSummary) -> dict:
-    """replica -> 'mean / p50 / p95' of its server-side TPOT ({} when no replica has one)."""
-    sm = s.server_metrics
-    by = {m.replica: m.tpot for m in (sm.replicas if sm is not None else ()) if m.tpot}
-    if not by:
-        return {}
-    return {r.replica: "-" if by.get(r.replica) is None else
-            " / ".join(_f(x, ".1f") for x in (by[r.replica].mean_ms, by[r.replica].p50_ms,
-                                               by[r.replica].p95_ms))
-            for r in s.replicas}
 
 
 def write_summary(cs: CampaignSummary | PassSummary, run_dir: str | Path) -> list[Path]:
@@ -76,14 +24,21 @@ def write_summary(cs: CampaignSummary | PassSummary, run_dir: str | Path) -> lis
     aggregates and comparisons); return those that changed ([] for a running job)."""
     if cs.verdict == "running":
         return []
-    if isinstance(cs, CampaignSummary) and not cs.single:
-        from .campaign import result_dict, write_campaign
-        return write_campaign(result_dict(cs), run_dir)
-    s = cs.only if isinstance(cs, CampaignSummary) else cs
+    from ..tables.table import numeric_frame
+
     lay = Layout(Path(run_dir))
-    texts = {"summary.json": render_json(s), "summary.csv": report([s], "csv"),
-             "summary.md": render_md(s)}
+    if isinstance(cs, CampaignSummary) and not cs.single:
+        from ..tables.campaign import campaign_md
+        record = campaign_record(cs)
+        texts = {"summary.json": json.dumps(record, indent=2, sort_keys=True, default=str) + "\n",
+                 "summary.csv": numeric_frame(record["passes"], "csv"),
+                 "summary.md": campaign_md(record)}
+        return [lay.summary(n) for n, t in texts.items() if write_atomic(lay.summary(n), t)]
+    from ..tables.runs import run_md
+    s = cs.only if isinstance(cs, CampaignSummary) else cs
+    texts = {"summary.json": render_json(s), "summary.csv": numeric_frame([numeric_row(s)], "csv"),
+             "summary.md": run_md(s)}
     return [lay.summary(n) for n, t in texts.items() if write_atomic(lay.summary(n), t)]
 
 
-__all__ = ["write_summary", "render_json", "render_md", "SUMMARY_FILES", "main_row"]
+__all__ = ["write_summary", "render_json", "SUMMARY_FILES"]

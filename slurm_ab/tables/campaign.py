@@ -1,19 +1,21 @@
-"""Tables of a campaign: per-pass rows, per-(mode, concurrency) aggregates, the A/B comparison
-with 95% intervals, and the throughput-latency curve of a concurrency sweep.
+"""A campaign's tables: per-pass rows, per-(mode, concurrency) aggregates, the A/B comparison with
+95% intervals, the throughput-latency curve of a sweep, and the campaign's summary.md.
 
-Input rows are plain dicts: the numeric row of one pass (tables.numeric_row keys) plus mode,
-concurrency, repeat, launch, verdict and reason. Only `ok` passes enter aggregates and
-comparisons; the others are listed with their verdict. tabulate/pandas are imported lazily.
+Input rows are the collector's pass rows (collect.rows.pass_row: the numeric row of one pass plus
+mode, concurrency, repeat, launch, verdict and reason). Only `ok` passes enter aggregates and
+comparisons; the others are listed with their verdict.
 """
 from __future__ import annotations
 
 import json
 import math
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
-from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, METRICS, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
+from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
+from ..campaign import Campaign
+from ..collect.rows import aggregate_records, ok_rows, rows_of
+from .table import DASH, Table, notes
 
-DASH = "-"
 # Display of each metric: number format (the seed's: 2 decimals; rates 3).
 FORMATS = {"accept_rate": ".3f"}
 TABLE_METRICS = ("input_tps", "output_tps", "ttft_mean_s", "ttft_p95_s", "tpot_mean_ms",
@@ -39,36 +41,8 @@ def _pct(x) -> str:
     return DASH if x is None else f"{x:+.2f}%"
 
 
-def ok_rows(rows: Iterable[Mapping]) -> list[Mapping]:
-    return [r for r in rows if r.get("verdict") == "ok"]
-
-
-def groups(rows: Sequence[Mapping]) -> list[tuple[str, int]]:
-    """(mode, concurrency) in first-seen order."""
-    out: list[tuple[str, int]] = []
-    for r in rows:
-        k = (r["mode"], int(r["concurrency"]))
-        if k not in out:
-            out.append(k)
-    return out
-
-
-def aggregate_records(rows: Sequence[Mapping]) -> list[dict]:
-    """Per (mode, concurrency): passes ok/total and each metric's mean, sd, CoV, 95% CI."""
-    out = []
-    for mode, c in groups(rows):
-        mine = [r for r in rows if r["mode"] == mode and int(r["concurrency"]) == c]
-        good = ok_rows(mine)
-        out.append({"mode": mode, "concurrency": c, "passes_ok": len(good), "passes": len(mine),
-                    "metrics": {m.name: aggregate([r.get(m.name) for r in good]).to_dict()
-                                for m in METRICS}})
-    return out
-
-
 def _tab(rows, headers, align) -> str:
-    from tabulate import tabulate
-    return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True,
-                    colalign=align) + "\n"
+    return Table.of(headers, rows, align).md() + "\n"
 
 
 def aggregate_table(rows: Sequence[Mapping]) -> str:
@@ -111,12 +85,6 @@ def curve_table(rows: Sequence[Mapping]) -> str:
             line.append(value_pm(Aggregate(**d), m))
         body.append(line)
     return _tab(body, headers, ("left", "right", "right") + ("right",) * len(CURVE_METRICS))
-
-
-def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT) -> list[dict]:
-    """Per printed row (ok passes only): the JSON record of ab_stats.family.Row, the primary first."""
-    from ..ab_stats.family import compare
-    return [r.to_dict() for r in compare(ok_rows(a_rows), ok_rows(b_rows), primary)]
 
 
 def _side_value(rows: Sequence[Mapping], metric: str, by_launch: bool) -> str:
@@ -165,28 +133,66 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
                f"{b_name} (n={len(b_ok)}, {first.launches_b} launch(es))", "change", "95% CI",
                "p (Holm)", "verdict"]
     text = _tab(body, headers, ("left", "right", "right", "right", "right", "right", "left"))
-    notes = [primary_note(rows, primary)]
+    lines = [primary_note(rows, primary)]
     if len(a_ok) < 2 or len(b_ok) < 2:
-        notes.append(f"{INCONCLUSIVE}: with fewer than 2 ok passes per side no interval can be "
+        lines.append(f"{INCONCLUSIVE}: with fewer than 2 ok passes per side no interval can be "
                      "given; the change is one run against one run (use --repeats and --launches)")
     else:
-        notes.append(_design_note(rows[0]))
-        notes.append("change: B mean / A mean - 1; 95% CI: Welch's t on log values; the primary row is "
+        lines.append(_design_note(rows[0]))
+        lines.append("change: B mean / A mean - 1; 95% CI: Welch's t on log values; the primary row is "
                      "tested alone at 5%, the secondary rows' p-values are Holm-adjusted together "
                      "(family-wise 5%; their intervals are unadjusted) (docs/statistics.md)")
     if any((r.verdict or "").startswith(NO_SPREAD) for r in rows):
-        notes.append(f"{NO_SPREAD}: the values of each side are identical to the printed precision, so "
+        lines.append(f"{NO_SPREAD}: the values of each side are identical to the printed precision, so "
                      "the noise cannot be estimated; no interval is given (a zero-width one would claim "
                      "an exact difference)")
-    notes += [w.text() for w in percentile_noise([a_ok, b_ok]) if w.warn]
+    lines += [w.text() for w in percentile_noise([a_ok, b_ok]) if w.warn]
     if variance:
-        notes.append(f"variance included: {variance}")
+        lines.append(f"variance included: {variance}")
     for side, all_rows, ok in (("A", a_rows, a_ok), ("B", b_rows, b_ok)):
         bad = len(all_rows) - len(ok)
         if bad:
-            notes.append(f"{side}: {bad} pass(es) not ok left out")
-    return text + "".join(f"\n> {n}" for n in notes) + "\n"
+            lines.append(f"{side}: {bad} pass(es) not ok left out")
+    return text + notes(lines) + "\n"
 
 
-def to_json(payload: dict) -> str:
-    return json.dumps(payload, indent=2, default=str) + "\n"
+def campaign_md(result: dict, passes: bool = False) -> str:
+    """The campaign's tables: launches, aggregates (or passes), comparisons, curve."""
+    c = Campaign.from_dict(result["campaign"])
+    rows = result["passes"]
+    out = [f"# Campaign {result['run_id']}", "",
+           f"{len(c.modes)} mode(s), {c.repeats} repeat(s), concurrency "
+           f"{', '.join(map(str, c.concurrencies))}, order {c.order}"
+           + (", burn-in pass per launch" if c.burn_in else "")
+           + f"; job {result.get('job_id') or '?'} ({result.get('job_state') or 'state unknown'})", ""]
+    for la in result["launches"]:
+        fail = la.get("failure") or {}
+        why = f" ({fail.get('kind')})" if fail else ""
+        out.append(f"- launch {la['launch']} {la['mode']}: {la['status']}{why} -- " + ", ".join(la["passes"]))
+    out += ["", "## Passes" if passes else "## Aggregates (mean ± 95% half-width over ok passes)", ""]
+    out.append((passes_table(rows) if passes else aggregate_table(rows)).rstrip("\n"))
+    for cmp in result["comparisons"]:
+        out += ["", comparison_section(result, cmp).rstrip("\n")]
+    if len(c.concurrencies) > 1:
+        out += ["", "## Throughput-latency curve", "", curve_table(rows).rstrip("\n")]
+    return "\n".join(out) + "\n"
+
+
+def comparison_section(result: dict, cmp: dict) -> str:
+    """One comparison of a campaign (B against A at one concurrency) under its heading."""
+    rows, c = result["passes"], cmp["concurrency"]
+    return (f"## {cmp['b']} vs {cmp['a']} at concurrency {c}\n\n"
+            + comparison_table(cmp["a"], cmp["b"], rows_of(rows, cmp["a"], c),
+                               rows_of(rows, cmp["b"], c), result["variance"],
+                               result["campaign"].get("primary_metric") or PRIMARY_DEFAULT))
+
+
+def campaign_csv(result: dict) -> str:
+    import pandas as pd
+    return pd.DataFrame(result["passes"]).to_csv(index=False, lineterminator="\n")
+
+
+def comparison_json(result: dict) -> str:
+    """`compare --format json` of a campaign."""
+    return json.dumps({"variance": result["variance"], "comparisons": result["comparisons"]},
+                      indent=2) + "\n"

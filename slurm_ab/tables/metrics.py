@@ -1,9 +1,10 @@
-"""The server-metrics table (summary.md, report) and columns (summary.csv/json), beside the
-decode-log figures: counter-based vs log-based acceptance, window counters, gauge peaks."""
+"""The server-metrics tables (summary.md, `slurm-ab report`) beside the decode-log figures:
+counter-based vs log-based acceptance, window counters, gauge peaks, per pipeline stage."""
 from __future__ import annotations
 
-from .histograms import HistogramWindow
-from .server_metrics import ServerMetrics
+from ..collect.histograms import HistogramWindow
+from ..collect.server_metrics import ServerMetrics
+from .table import Table
 
 HEADERS = ("replica", "accept len log / counters", "diff", "accept rate log / counters",
            "gen tokens", "verify calls", "in flight peak / mean", "running peak / mean",
@@ -57,12 +58,10 @@ def metrics_md(summary) -> str:
     sm = getattr(summary, "server_metrics", None)
     if sm is None or not sm.available:
         return ""
-    from tabulate import tabulate
     rates = {r.replica: r.accept_rate for r in summary.replicas}
     rates["pooled"] = summary.accept.accept_rate
     lines = ["## Server metrics (/metrics counters over the benchmark window)", "",
-             tabulate(metrics_rows(sm, rates), headers=HEADERS, tablefmt="github",
-                      disable_numparse=True), "",
+             Table.of(HEADERS, metrics_rows(sm, rates)).md(), "",
              "Accept len from counters = delta sglang:generation_tokens_total / delta "
              "sglang:spec_verify_calls_total (token-weighted); from the log = mean of the "
              "'Decode batch' samples. In flight: HTTP requests open on node rank 0; pooled "
@@ -79,24 +78,21 @@ def stage_md(sm: ServerMetrics) -> list[str]:
     reps = [r for r in sm.replicas if len(r.kv_stage_peaks) > 1 or r.micro_batch_peak is not None]
     if not reps:
         return []
-    from tabulate import tabulate
     stages = sorted({st for r in reps for st, _ in r.kv_stage_peaks})
     rows = [[str(r.replica), *[_f(dict(r.kv_stage_peaks).get(st), ".3f") for st in stages],
              _g(r.micro_batch_peak), r.running_source or "-"] for r in reps]
     return ["KV usage peak per pipeline stage (each stage's own pool) and the largest micro-batch "
             "a stage reported (sglang:num_running_reqs under PP):", "",
-            tabulate(rows, headers=["replica", *[f"PP{st}" for st in stages], "micro-batch peak",
-                                    "running requests from"],
-                     tablefmt="github", disable_numparse=True), ""]
+            Table.of(["replica", *[f"PP{st}" for st in stages], "micro-batch peak",
+                      "running requests from"], rows).md(), ""]
 
 
-def report_md(summaries) -> str:
+def metrics_report_md(summaries) -> str:
     """One pooled server-metrics row per run, below the main table ('' when no run has any)."""
     have = [s for s in summaries if getattr(s, "server_metrics", None) is not None
             and s.server_metrics.available]
     if not have:
         return ""
-    from tabulate import tabulate
     rows = []
     for s in have:
         p = s.server_metrics.pooled
@@ -105,24 +101,5 @@ def report_md(summaries) -> str:
                      "-" if p.diff_pct is None else f"{p.diff_pct:+.1f}%",
                      _g(p.running_peak), _g(p.queued_peak), _f(p.kv_usage_peak, ".3f"),
                      _g(p.retracted_peak)])
-    return "\n" + tabulate(rows, headers=["Run", "Mode", "Accept len log / counters", "diff",
-                                          "Running peak", "Queued peak", "KV usage peak",
-                                          "Retracted peak"],
-                           tablefmt="github", disable_numparse=True) + "\n"
-
-
-def metrics_columns(summary) -> dict:
-    """Extra numeric columns of summary.csv/json (None without metrics)."""
-    sm = getattr(summary, "server_metrics", None)
-    p = sm.pooled if sm is not None and sm.available else None
-
-    def g(attr):
-        return getattr(p, attr) if p is not None else None
-    return {
-        "accept_len_counters": g("accept_len"), "accept_rate_counters": g("accept_rate"),
-        "accept_len_diff_pct": g("diff_pct"), "gen_tokens_window": g("gen_tokens"),
-        "verify_calls_window": g("verify_calls"), "in_flight_peak": g("in_flight_peak"),
-        "running_peak": g("running_peak"),
-        "queued_peak": g("queued_peak"), "kv_usage_peak": g("kv_usage_peak"),
-        "retracted_peak": g("retracted_peak"),
-    }
+    return "\n" + Table.of(["Run", "Mode", "Accept len log / counters", "diff", "Running peak",
+                            "Queued peak", "KV usage peak", "Retracted peak"], rows).md() + "\n"

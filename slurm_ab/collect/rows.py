@@ -1,0 +1,148 @@
+"""The collector's records as flat rows: one numeric row per pass (summary.csv/json, the
+campaign's statistics), the aggregates and comparisons of a campaign, and a campaign's
+summary.json. Data, not presentation: the tables package prints them.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+from ..ab_stats import METRICS, PRIMARY_DEFAULT, aggregate
+from .records import CampaignSummary, PassSummary
+
+# Verdicts whose pass has no numbers worth showing (the client's output, if any, is not final).
+NUMBERLESS = ("failed", "cancelled", "timeout", "running")
+
+
+def numeric_row(s: PassSummary) -> dict:
+    """One pass as numbers (summary.csv/json, the campaign statistics); the tables print it."""
+    b = s.bench
+    numbers = s.verdict not in NUMBERLESS
+
+    def g(lat, attr, scale=1.0):
+        v = getattr(lat, attr) if lat is not None and numbers else None
+        return v * scale if v is not None else None
+    return {
+        "run_id": s.run_id, "mode": s.mode, "verdict": s.verdict,
+        "reason": s.reasons[0] if s.reasons else "",
+        "input_tps": b.input_tps if numbers else None,
+        "output_tps": b.output_tps if numbers else None,
+        "ttft_mean_s": g(b.ttft, "mean", 1e-3), "ttft_p95_s": g(b.ttft, "p95", 1e-3),
+        "tpot_mean_ms": g(b.tpot, "mean"), "tpot_p95_ms": g(b.tpot, "p95"),
+        "e2e_mean_s": g(b.e2e, "mean", 1e-3), "e2e_p95_s": g(b.e2e, "p95", 1e-3),
+        "duration_s": b.duration_s if numbers else None,
+        "requests_ok": b.completed, "requests_total": b.total,
+        "accept_len": s.accept.accept_len, "accept_rate": s.accept.accept_rate,
+        "accept_samples": s.accept.samples,
+        "client_accept_length": s.bench.accept_length,
+        **bench_columns(b, numbers),
+        **metrics_columns(s),
+    }
+
+
+def bench_columns(b, numbers: bool = True) -> dict:
+    """The prompts' lengths, the steady-state throughput and goodput (docs/metrics.md): ours from
+    the per-request details; the client's own figures beside them as client_*."""
+    p, st, gp = b.prompt_tokens, b.steady if numbers else None, b.goodput if numbers else None
+    by = gp.attainment_by_metric if gp else {}
+    return {
+        "prompt_tokens_mean": p.mean if p else None, "prompt_tokens_min": p.min if p else None,
+        "prompt_tokens_max": p.max if p else None,
+        "steady_output_tps": st.output_tps if st else None,
+        "steady_window_s": st.window_s if st else None,
+        "client_steady_output_tps": st.client_output_tps if st else None,
+        "goodput_rps": gp.goodput_rps if gp else None,
+        "slo_attainment": gp.attainment if gp else None,
+        "slo_attainment_ttft": by.get("ttft"), "slo_attainment_tpot": by.get("tpot"),
+        "slo_attainment_e2e": by.get("e2el"),
+        "client_goodput_rps": gp.client_goodput_rps if gp else None,
+        "client_slo_attainment": gp.client_attainment if gp else None,
+    }
+
+
+def metrics_columns(summary) -> dict:
+    """Extra numeric columns of summary.csv/json (None without metrics)."""
+    sm = getattr(summary, "server_metrics", None)
+    p = sm.pooled if sm is not None and sm.available else None
+
+    def g(attr):
+        return getattr(p, attr) if p is not None else None
+    return {
+        "accept_len_counters": g("accept_len"), "accept_rate_counters": g("accept_rate"),
+        "accept_len_diff_pct": g("diff_pct"), "gen_tokens_window": g("gen_tokens"),
+        "verify_calls_window": g("verify_calls"), "in_flight_peak": g("in_flight_peak"),
+        "running_peak": g("running_peak"),
+        "queued_peak": g("queued_peak"), "kv_usage_peak": g("kv_usage_peak"),
+        "retracted_peak": g("retracted_peak"),
+    }
+
+
+def pass_row(s: PassSummary) -> dict:
+    """A pass as the campaign tables read it: its numeric row and where it ran."""
+    row = numeric_row(s)
+    r = s.ref
+    row.update({"mode": r.mode or s.mode, "concurrency": r.concurrency, "repeat": r.repeat,
+                "launch": r.launch, "pass": r.key, "prompts": r.prompts, "verdict": s.verdict,
+                "reason": s.reasons[0] if s.reasons else ""})
+    return row
+
+
+def comparisons(cs: CampaignSummary, rows: list[dict]) -> list[dict]:
+    """The first mode against each other mode, at each concurrency."""
+    c = cs.campaign
+    out = []
+    if len(c.modes) >= 2:
+        a_mode = c.modes[0]
+        for b_mode in c.modes[1:]:
+            for conc in c.concurrencies:
+                out.append({"a": a_mode, "b": b_mode, "concurrency": conc,
+                            "metrics": comparison(rows_of(rows, a_mode, conc),
+                                                     rows_of(rows, b_mode, conc),
+                                                     c.primary_metric)})
+    return out
+
+
+def campaign_record(cs: CampaignSummary) -> dict:
+    """A campaign's summary.json: every launch and pass, aggregates and comparisons."""
+    rows = [pass_row(p) for p in cs.passes]
+    return {"run_id": cs.run_id, "job_id": cs.job_id, "campaign": cs.campaign.to_dict(),
+            "variance": cs.campaign.variance, "job_state": cs.job.state_raw or cs.job.state,
+            "running": cs.running, "launches": [la.to_dict() for la in cs.launches],
+            "passes": rows, "aggregates": aggregate_records(rows),
+            "comparisons": comparisons(cs, rows)}
+
+
+def rows_of(rows: list[dict], mode: str, concurrency) -> list[dict]:
+    """The pass rows of one (mode, concurrency)."""
+    return [r for r in rows if r["mode"] == mode and r["concurrency"] == concurrency]
+
+
+def ok_rows(rows: Iterable[Mapping]) -> list[Mapping]:
+    return [r for r in rows if r.get("verdict") == "ok"]
+
+
+def groups(rows: Sequence[Mapping]) -> list[tuple[str, int]]:
+    """(mode, concurrency) in first-seen order."""
+    out: list[tuple[str, int]] = []
+    for r in rows:
+        k = (r["mode"], int(r["concurrency"]))
+        if k not in out:
+            out.append(k)
+    return out
+
+
+def aggregate_records(rows: Sequence[Mapping]) -> list[dict]:
+    """Per (mode, concurrency): passes ok/total and each metric's mean, sd, CoV, 95% CI."""
+    out = []
+    for mode, c in groups(rows):
+        mine = [r for r in rows if r["mode"] == mode and int(r["concurrency"]) == c]
+        good = ok_rows(mine)
+        out.append({"mode": mode, "concurrency": c, "passes_ok": len(good), "passes": len(mine),
+                    "metrics": {m.name: aggregate([r.get(m.name) for r in good]).to_dict()
+                                for m in METRICS}})
+    return out
+
+
+def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT) -> list[dict]:
+    """Per printed row (ok passes only): the JSON record of ab_stats.family.Row, the primary first."""
+    from ..ab_stats.family import compare
+    return [r.to_dict() for r in compare(ok_rows(a_rows), ok_rows(b_rows), primary)]

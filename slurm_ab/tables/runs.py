@@ -1,0 +1,147 @@
+"""One run's tables: the seed's main row (one per run in `slurm-ab report`), a run's summary.md,
+and what the CLI prints after collecting it.
+
+Units follow the seed: TTFT and E2E in seconds with 2 decimals, TPOT in ms, TPS with 2 decimals.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..collect.records import Latency, PassSummary
+from ..collect.rows import NUMBERLESS, numeric_row
+from .metrics import metrics_md, metrics_report_md, tpot_cell
+from .table import DASH, Table, num, numeric_frame
+
+MAIN_COLUMNS = ("Mode", "Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95",
+                "E2E mean / p95", "Duration", "Requests ok/total", "Accept len / rate",
+                "Verdict")
+
+
+def _pair(lat: Latency | None, unit: str, scale: float) -> str:
+    if lat is None:
+        return DASH
+    return f"{num(lat.mean, '.2f', unit, scale)} / {num(lat.p95, '.2f', unit, scale)}"
+
+
+def _verdict_cell(s: PassSummary) -> str:
+    return s.verdict if not s.reasons else f"{s.verdict}: {s.reasons[0]}"
+
+
+def main_row(s: PassSummary) -> dict[str, str]:
+    """One run in the seed's layout; failed runs show the verdict and first reason instead."""
+    row = {c: DASH for c in MAIN_COLUMNS}
+    row["Mode"] = s.mode or s.run_id
+    row["Verdict"] = _verdict_cell(s)
+    if s.verdict in NUMBERLESS:
+        return row
+    b = s.bench
+    row["Input TPS"] = num(b.input_tps, ".2f")
+    row["Output TPS"] = num(b.output_tps, ".2f")
+    row["TTFT mean / p95"] = _pair(b.ttft, "s", 1e-3)
+    row["TPOT mean / p95"] = _pair(b.tpot, "ms", 1.0)
+    row["E2E mean / p95"] = _pair(b.e2e, "s", 1e-3)
+    row["Duration"] = num(b.duration_s, ".2f", "s")
+    if b.completed is not None or b.total is not None:
+        row["Requests ok/total"] = f"{num(b.completed, 'd')}/{num(b.total, 'd')}"
+    if s.accept.accept_len is not None:
+        row["Accept len / rate"] = f"{s.accept.accept_len:.2f} / " + \
+            num(s.accept.accept_rate, ".3f") + _client_accept(s, " ")
+    elif s.bench.accept_length:
+        row["Accept len / rate"] = _client_accept(s, "")
+    return row
+
+
+def _client_accept(s: PassSummary, sep: str) -> str:
+    """The client's own accept length, beside the decode-log figure: it is the first worker's
+    lifetime average (warm-ups included), the decode log's samples are the window's."""
+    return f"{sep}(client {s.bench.accept_length:.2f})" if s.bench.accept_length else ""
+
+
+def pooled_lines(s: PassSummary) -> list[str]:
+    """What the decode samples and the client say about acceptance and KV pressure (summary.md)."""
+    a = s.accept
+    lines = [f"Decode samples pooled over replicas (one PP stage): {a.decode_samples}, "
+             f"of which with accept figures: {a.samples}"
+             + (f"; accept len {a.accept_len:.2f}, accept rate {num(a.accept_rate, '.3f')}"
+                if a.accept_len is not None else "")]
+    if s.bench.accept_length:
+        lines.append(f"Client's accept length (first worker's lifetime average, warm-ups "
+                     f"included): {s.bench.accept_length:.2f}")
+    events = sum(r.retractions for r in s.replicas)
+    if events:
+        lines.append(f"KV-cache retractions: {events} "
+                     f"({sum(r.retracted_requests for r in s.replicas)} requests recomputed)")
+    return lines
+
+
+def runs_table(summaries: Sequence[PassSummary]) -> Table:
+    """All runs in the seed's layout, one row each (the run id tells two runs of a mode apart)."""
+    rows = [main_row(s) for s in summaries]
+    return Table.of(("Run",) + MAIN_COLUMNS, [[s.run_id] + [r[c] for c in MAIN_COLUMNS]
+                                              for s, r in zip(summaries, rows)],
+                    ("left", "left") + ("right",) * 8 + ("left",))
+
+
+def runs_text(summaries: Sequence[PassSummary], fmt: str = "md") -> str:
+    """`slurm-ab report`: the runs' table ('md', with the server-metrics rows below) or their
+    numeric rows ('csv', 'json')."""
+    if fmt == "md":
+        return runs_table(summaries).md() + "\n" + metrics_report_md(summaries)
+    return numeric_frame([numeric_row(s) for s in summaries], fmt)
+
+
+def run_md(s: PassSummary) -> str:
+    """A run's summary.md: verdict and reasons, its row, replicas, server metrics, notes."""
+    lines = [f"# {s.run_id}", "", f"Verdict: **{s.verdict}**", ""]
+    lines += [f"- {r}" for r in s.reasons] + ([""] if s.reasons else [])
+    lines += [runs_text([s]).rstrip("\n"), ""]
+    speed = _server_latency(s)
+    rep = [[r.replica, r.decode_samples, num(r.accept_len, ".2f"), num(r.accept_rate, ".3f"),
+            num(r.gen_throughput, ".2f"), *([speed[r.replica]] if speed else []),
+            "-" if r.requests_served is None else f"{r.requests_served} ({r.requests_source})",
+            "yes" if r.warmup_seen else "no", r.warmup] for r in s.replicas]
+    if rep:
+        lines += ["## Replicas", "", Table.of(
+            ["replica", "decode samples", "accept len", "accept rate", "gen tok/s",
+             *(["TPOT mean / p50 / p95 (server)"] if speed else []),
+             "requests", "warm-up", "warm-up evidence"], rep).md(), ""]
+        if speed:
+            metric = next(m.tpot.metric for m in s.server_metrics.replicas if m.tpot)
+            lines += [f"TPOT (server) per replica: {metric} over the benchmark window; the mean "
+                      "is exact, p50/p95 are the histogram buckets they fall in.", ""]
+    metrics = metrics_md(s)
+    lines += [metrics] if metrics else []
+    lines += [*pooled_lines(s),
+              f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
+              + (" (all samples counted)" if s.all_samples else ""),
+              f"Latency source: {s.bench.latency_source or '-'}", ""]
+    if s.findings:
+        lines += ["## Diagnosis", ""]
+        lines += [f"- `{f['file']}:{f['line']}` {f['kind']}: {f['excerpt']}" for f in s.findings]
+        lines.append("")
+    if s.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in s.notes] + [""]
+    return "\n".join(lines)
+
+
+def _server_latency(s: PassSummary) -> dict:
+    """replica -> 'mean / p50 / p95' of its server-side TPOT ({} when no replica has one)."""
+    sm = s.server_metrics
+    by = {m.replica: m.tpot for m in (sm.replicas if sm is not None else ()) if m.tpot}
+    if not by:
+        return {}
+    return {r.replica: tpot_cell(by.get(r.replica)) for r in s.replicas}
+
+
+def run_text(summary: PassSummary) -> str:
+    """What the CLI prints after collecting: the run's row, its verdict and reasons, acceptance."""
+    lines = [runs_text([summary]), f"verdict: {summary.verdict}"]
+    lines += [f"  - {r}" for r in summary.reasons]
+    if summary.job.note:
+        lines.append(f"note: {summary.job.note}")
+    if summary.accept and summary.accept.samples:
+        lines.append(f"accept length {summary.accept.accept_len:.2f}, rate "
+                     f"{summary.accept.accept_rate or 0:.3f} over {summary.accept.samples} decode "
+                     f"samples of both replicas "
+                     f"({'whole logs' if summary.all_samples else 'benchmark window only'})")
+    return "\n".join(lines)
