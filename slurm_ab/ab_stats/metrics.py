@@ -1,6 +1,6 @@
 """The metrics a comparison knows: their direction, which are one measurement, which is primary.
 
-Names are the keys of the collector's numeric row (collect/tables.numeric_row). At fixed input
+Names are the keys of the collector's numeric row (collect/rows.numeric_row). At fixed input
 and output lengths Input TPS, Output TPS and the benchmark duration are one measurement (tokens
 over the same makespan): a comparison prints them as one row, tested once.
 """
@@ -13,7 +13,7 @@ HIGHER, LOWER = "higher", "lower"          # which direction of a metric is bett
 
 @dataclass(frozen=True)
 class Metric:
-    name: str          # key of the collector's numeric row (tables.numeric_row)
+    name: str          # key of the collector's numeric row (collect.rows.numeric_row)
     label: str
     better: str        # HIGHER or LOWER
 
