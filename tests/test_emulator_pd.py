@@ -447,7 +447,8 @@ def veth_ns():
         if os.environ.get("CI"):
             pytest.fail("this test needs root (ip netns, tc)")
         pytest.skip("needs root (ip netns, tc)")
-    n = 100 + os.getpid() % 150
+    taken = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    n = next(k for k in range(100, 250) if f" 10.78.{k}." not in taken)   # a subnet no interface uses
     ns, host_if = f"sabpd{os.getpid()}", f"sabpd{os.getpid()}h"
     inner, outer = f"10.78.{n}.2", f"10.78.{n}.1"
     cmds = [["ip", "netns", "add", ns], ["ip", "link", "add", host_if, "type", "veth", "peer", "name", "eth0",
