@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .campaign import Campaign, Launch, Pass
+from . import pd_plan
 from .experiment import Experiment
 from .shell import Var, flag_words
 
@@ -23,6 +24,8 @@ class Replica:
     index: int           # also its het group
     nodes: int
     port_offset: int     # added to the job's port base
+    role: str | None = None     # PD: the role instance this component runs in the job's first mode
+    instance: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ class JobPlan:
         return self.campaign is None or self.campaign.campaign.single
 
     @property
+    def experiment(self) -> str:
+        return self.exp.name
+
+    @property
     def title(self) -> str:
         """What the job runs, in a few words (the script's first comment)."""
         if self.single:
@@ -128,6 +135,23 @@ class JobPlan:
     @property
     def router_profile(self) -> str:
         return self.exp.router.profile
+
+    @property
+    def pd(self) -> bool:
+        """Some launch of the job runs a prefill/decode mode."""
+        return any(e.mode.roles for e in self.campaign.experiments) if self.campaign else bool(self.exp.mode.roles)
+
+    @property
+    def pd_variables(self) -> tuple[tuple[str, object], ...]:
+        """The settings of a job with a PD mode (only such jobs' scripts have them)."""
+        if not self.pd:
+            return ()
+        pd = next(e for e in self.campaign.experiments if e.mode.roles).pd
+        return (("BOOTSTRAP_PORT_BASE", self.exp.ports.bootstrap), ("CANARY_TIMEOUT", pd.canary_timeout_s))
+
+    def sbatch_of(self, r: Replica) -> tuple[str, ...]:
+        """#SBATCH options of one component (its own --nodes)."""
+        return tuple(f"--nodes={r.nodes}" if o.startswith("--nodes=") else o for o in self.sbatch_component)
 
     def client_of(self, step: "PassStep") -> Command:
         """The client command of one pass with the pass's values in place (what dry-run shows)."""
@@ -178,8 +202,20 @@ class CampaignPlan:
 
     campaign: Campaign
     experiments: tuple[Experiment, ...]   # per mode, in campaign.modes order
-    servers: tuple[Command, ...]           # per mode
+    servers: tuple[Command, ...]           # per mode (a PD mode: its prefill's)
     launches: tuple[LaunchStep, ...]
+    roles: tuple = ()                      # per mode: ((role, Command), ...) of a PD mode, else ()
+    routers: tuple = ()                    # per mode: the router's Command
+
+    @property
+    def group_roles(self) -> tuple[tuple[str, ...], ...]:
+        """Per mode: the role of each het group of a PD mode's launch, else ()."""
+        return tuple(tuple(c.role for c in e.components) if e.mode.roles else () for e in self.experiments)
+
+    @property
+    def same_router(self) -> bool:
+        """Every mode starts the same router (one router_command for the job)."""
+        return len({r.lines for r in self.routers}) <= 1
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -221,7 +257,9 @@ def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignP
             for p in launch.passes)
         steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
                                 "." if single else launch_dirname(launch), passes))
-    return CampaignPlan(campaign, exps, tuple(server_command(e) for e in exps), tuple(steps))
+    roles = tuple(tuple((r.name, role_command(e, r.name)) for r in e.mode.roles) for e in exps)
+    return CampaignPlan(campaign, exps, tuple(server_command(e) for e in exps), tuple(steps), roles,
+                        tuple(_router(e) for e in exps))
 
 
 @dataclass(frozen=True)
@@ -252,6 +290,7 @@ class Preflight:
     hca_command: tuple[str, ...] = ()           # checked against NCCL_IB_HCA
     tokenizer_command: tuple[str, ...] = ()     # + the client's tokenizer, on ROUTER_HOST
     tokenizer: str = ""
+    pd_ib: str = ""                             # PD: RDMA devices of pd.ib_device, each ACTIVE
 
 
 def job_name(run_id: str) -> str:
@@ -287,7 +326,8 @@ def used_paths(exp: Experiment) -> tuple[tuple[str, str], ...]:
     """(what, path) of the site paths this mode reads: the model always; the draft model only if
     its server flags name it, the dataset and a separate tokenizer only if the client's do (a
     path a mode does not use must not be mounted: a missing draft model breaks no other mode)."""
-    words = {w for line in server_command(exp).lines for w in line if isinstance(w, str)}
+    words = {w for cmd in (server_command(exp),) + tuple(role_command(exp, r.name) for r in exp.mode.roles)
+             for line in cmd.lines for w in line if isinstance(w, str)}
     cwords = {w for line in _client(exp).lines for w in line if isinstance(w, str)}
     out = [("model", exp.paths.model)]
     if exp.paths.draft_model and exp.paths.draft_model in words:
@@ -359,9 +399,17 @@ def _env(pairs) -> tuple[str, ...]:
     return tuple(f"{k}={v}" for k, v in pairs)
 
 
+def role_command(exp: Experiment, role: str) -> Command:
+    """A PD role's SGLang command line; its env words go before it, after the job's SERVER_ENV."""
+    return Command(pd_plan.role_env(exp, role), pd_plan.role_lines(exp, role))
+
+
 def server_command(exp: Experiment) -> Command:
     """SGLang's command line of every node (the job adds --dist-init-addr, --port, --node-rank).
-    Its words after the program are what the report shows as a run's flags."""
+    Its words after the program are what the report shows as a run's flags. A PD mode's is its
+    prefill role's (role_command)."""
+    if exp.mode.roles:
+        return Command(_env(exp.env) + _env(exp.server_env), role_command(exp, exp.mode.roles[0].name).lines)
     m = exp.mode
     lines = [
         tuple(exp.commands.server),
@@ -382,10 +430,12 @@ def server_flags_text(exp: Experiment) -> str:
 
 def _router(exp: Experiment) -> Command:
     urls = tuple(Var(f"http://${{R{g}_ADDR}}:${{R{g}_PORT}}") for g in range(exp.replicas))
-    lines = [
+    head = pd_plan.router_lines(exp) if exp.mode.roles else (
         tuple(exp.router.command),
         ("--worker-urls", *urls),
-        ("--policy", exp.router.policy),
+        ("--policy", exp.router.policy))
+    lines = [
+        *head,
         ("--host", "0.0.0.0"),
         ("--port", Var("${ROUTER_PORT}")),
         ("--prometheus-port", Var("${ROUTER_METRICS_PORT}")),
@@ -451,8 +501,9 @@ def _preflight(exps: Sequence[Experiment], server: Command, client: Command) -> 
     client_paths = [x for x in used if x[0] not in ("model", "draft model")]
     router = exp.router.module + (f"={exp.router.distribution}" if exp.router.distribution else "")
     interface = exp.cluster.address == "interface"
+    pd = next((e.pd for e in exps if e.mode.roles), None)
     return Preflight(
-        modules=tuple(m for m in (pf.server_module, router) if m),
+        modules=tuple(m for m in (pf.server_module, router, pd.transfer_module if pd else "") if m),
         client_modules=(exp.client.module + (f"={exp.client.distribution}" if exp.client.distribution
                                              else ""),) if exp.client.module else (),
         import_command=pf.import_command, gpu_command=pf.gpu_command,
@@ -461,7 +512,8 @@ def _preflight(exps: Sequence[Experiment], server: Command, client: Command) -> 
         interface=exp.cluster.address_interface if interface else "",
         paths=tuple(paths), client_paths=tuple(client_paths), timeout_s=pf.timeout_s,
         interfaces_command=pf.interfaces_command, hca_command=pf.hca_command,
-        tokenizer_command=pf.tokenizer_command, tokenizer=exp.paths.tokenizer)
+        tokenizer_command=pf.tokenizer_command, tokenizer=exp.paths.tokenizer,
+        pd_ib=pd.ib_device if pd and pd.transfer_backend != "mooncake_tcp" else "")
 
 
 def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
@@ -487,7 +539,7 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
         job_name=job_name(run_id),
         sbatch_job=sbatch_job,
         sbatch_component=_sbatch_component(exp),
-        replicas=tuple(Replica(g, exp.nodes_per_replica, g * stride) for g in range(exp.replicas)),
+        replicas=tuple(Replica(c.group, c.nodes, c.group * stride, c.role, c.instance) for c in exp.components),
         container_flags=container_flags_for(exps, run_dir),
         server=server,
         router=_router(exp),

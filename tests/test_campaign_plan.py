@@ -29,10 +29,11 @@ def test_a_single_mode_is_a_campaign_of_one_launch_and_one_pass():
     assert render_script(plan) == render("tp32")
 
 
-def test_two_modes_default_to_the_calibrated_repeats_blocked():
+def test_two_modes_default_to_the_calibrated_counterbalanced_design():
     c = _plan().campaign.campaign
-    assert (c.modes, c.repeats, c.concurrencies, c.order, c.burn_in) == (tuple(AB), 5, (8,), "blocked", False)
-    assert [x.mode for x in c.launches] == AB and len(c.passes) == 10
+    assert (c.modes, c.repeats, c.concurrencies, c.order, c.burn_in, c.launches_per_mode) == \
+        (tuple(AB), 2, (8,), "counterbalanced", False, 4)
+    assert [x.mode for x in c.launches] == AB + AB[::-1] + AB + AB[::-1] and len(c.passes) == 16
 
 
 def test_campaign_golden_and_shell_checks(tmp_path):
@@ -57,12 +58,13 @@ def test_campaign_golden_and_shell_checks(tmp_path):
 
 
 def test_interleaved_sweep_with_burn_in(tmp_path):
-    plan = _plan(repeats=2, concurrencies="1,8", order="interleaved", burn_in=True,
+    plan = _plan(repeats=1, launches=2, concurrencies="1,8", order="interleaved", burn_in=True,
                  sets=("benchmark.prompts_per_concurrency=5",))
     c = plan.campaign.campaign
     assert [x.mode for x in c.launches] == AB * 2
     assert [p.spec for p in c.launches[0].passes] == ["1:0:5", "1:1:5", "8:1:40"]
     assert [p.key for p in plan.campaign.launches[0].passes] == ["c1-burnin", "c1-r1", "c8-r1"]
+    assert [p.key for p in plan.campaign.launches[2].passes] == ["c1-burnin", "c1-r2", "c8-r2"]
     text = render_script(plan)
     assert "LAUNCH_SERVER=(0 1 0 1)" in text
     script = tmp_path / "job.sbatch"
