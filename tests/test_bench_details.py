@@ -133,6 +133,18 @@ def test_disagreements_become_notes(fixture):
     assert bench.goodput.attainment == 7 / 16 and bench.steady.output_tps == collected(fixture)[0].steady.output_tps
 
 
+def test_a_fragment_of_a_window_is_not_compared(fixture):
+    """The client's window cut short by a dip on its own clock (its hand-overs lag on a loaded
+    machine; the replay cannot see that): not compared, and said so."""
+    read, block, bm = fixture
+    steady = dict(block.steady, duration=3.0, output_throughput=1500.0)
+    bench, notes = bench_result(read, dataclasses.replace(block, steady=steady), bench_spec(read.record, block, bm))
+    assert bench.steady.agrees is None and bench.steady.client_output_tps == 1500.0
+    assert bench.steady.recomputed_client_window_s == pytest.approx(7.37, abs=0.05)
+    assert any("steady-state window is a fragment (1500.00 tok/s over 3.00 s" in n and "not compared" in n
+               for n in notes)
+
+
 def test_slo_not_given_to_the_client(fixture):
     """SLOs other than the client's --goodput: ours are computed, the client's are not shown."""
     bench, notes = collected(fixture, slo=[["ttft_ms", 500.0], ["tpot_ms", 0.0], ["e2e_ms", 0.0]])

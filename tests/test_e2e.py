@@ -199,7 +199,9 @@ def test_the_seeds_dataset_through_the_0523_client(runs, mode):
     p = s["bench"]["prompt_tokens"]
     assert p["n"] == 40 and p["min"] == min(rec["input_lens"]) and p["max"] == max(rec["input_lens"])
     st = s["bench"]["steady"]
-    assert st["concurrency"] == 8 and st["agrees"] is True and 0 < st["window_s"] < s["bench"]["duration_s"]
+    assert st["concurrency"] == 8 and 0 < st["window_s"] < s["bench"]["duration_s"]
+    # the client's own figure agrees, or its window was cut short on its clock (said so)
+    assert st["agrees"] is True or (st["agrees"] is None and any("is a fragment" in n for n in s["notes"])), st
     assert "ran on: sglang.benchmark.steady_state_serving 0.5.23" in " ".join(s["notes"])
     page = (run_dir / "report.html").read_text()
     assert f"speed-bench: 40 prompts, {p['mean']:,.0f} tokens on average ({p['min']:,}-{p['max']:,})" in page

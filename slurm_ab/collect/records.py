@@ -72,7 +72,8 @@ class SteadyState:
     client_window_s: float | None = None
     client_min_concurrency: int | None = None
     recomputed_client_tps: float | None = None   # the client's definition over the replayed details
-    agrees: bool | None = None          # None: the client printed no steady-state block
+    agrees: bool | None = None          # None: no steady-state block, or its window is a fragment
+    recomputed_client_window_s: float | None = None
 
 
 @dataclass(frozen=True)

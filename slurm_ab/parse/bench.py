@@ -296,7 +296,7 @@ def replay_starts(e2e_s: Sequence[float], concurrency: int | None) -> list[float
     task behind an asyncio.Semaphore(C), which wakes its waiters in FIFO order: requests 0..C-1
     start at once and each later one when the earliest running one ends (benchmark/serving.py,
     limited_request_func). The details carry no start times, so they are replayed from each
-    request's E2E; the client's own hand-over (a few ms per request) is left out.
+    request's E2E; the client's own hand-over between requests is left out (docs/metrics.md).
     """
     c = concurrency if concurrency and concurrency > 0 else len(e2e_s)
     starts: list[float] = []
