@@ -55,8 +55,13 @@ def pages(tmp_path_factory):
     # a run (C=8) against a sweep campaign (C=1, 8): compared at C=8, as `slurm-ab compare` does
     from slurm_ab import campaign_cli
     sides = campaign_cli.pair([str(res / "dev-tp32"), str(res / "camp-sweep")], lambda r: Path(r))
+    from slurm_ab.ab_stats import METRIC_BY_NAME
+    forests = {e["concurrency"]: [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in e["metrics"]
+                                  if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
+               for e in json.loads(campaign_cli.pair_text(sides, "json"))["by_concurrency"]}
     (root / "compare-campaign.html").write_text(render_compare_html(
-        res / "dev-tp32", res / "camp-sweep", campaign_cli.pair_text(sides, "md"), base_dir=root))
+        res / "dev-tp32", res / "camp-sweep", campaign_cli.pair_text(sides, "md"), base_dir=root,
+        forests=forests))
     out["compare-campaign"] = root / "compare-campaign.html"
     # a slow node in replica 1 (tests/fixtures/runs/slow-node, stored as the job wrote it): the
     # collector's verdict names it; the page shows each replica's TPOT and server metrics
@@ -103,7 +108,7 @@ def test_page_renders_in_chromium(name, pages, shots):
         assert 'data-plot="interactivity"' in page.read_text()
     if name == "compare-campaign":                                     # no pooling of C=1 and C=8
         text = page.read_text()
-        assert "not collected" not in text and 'data-plot="forest-c8"' not in text
+        assert "not collected" not in text and 'data-plot="forest-c8"' in text
         assert 'data-plot="latency-cdf"' in text and "compared at concurrency 8 only" in text
     if name == "slow-node":
         summary = json.loads((page.parent / "summary.json").read_text())

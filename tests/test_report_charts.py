@@ -222,3 +222,18 @@ def test_slo_thresholds_on_the_latency_cdfs():
     fig = plots.fig_cdfs([curve])
     lines = {ln.get_gid(): ln.get_xdata()[0] for ax in fig.axes for ln in ax.lines if ln.get_gid()}
     assert lines["slo-ttft"] == pytest.approx(0.5) and lines["slo-e2e"] == pytest.approx(1.5)
+
+
+def test_folded_gaps_give_a_tpot_but_no_inter_token_latencies():
+    """The stored campaign fixtures keep only each request's sum of ITLs: that sum is not a gap."""
+    rec = {"itls": [[0.004, 0.006, 0.005], [0.9]], "output_lens": [4, 200], "errors": ["", ""]}
+    d = series.tpot_itl(rec)
+    assert d["tpot"] == pytest.approx([5.0, 0.9 / 199 * 1000])
+    assert d["itl"] == pytest.approx([4.0, 6.0, 5.0])
+
+
+def test_a_sweeps_settings_say_its_concurrencies():
+    from slurm_ab.report.sides import mode_settings
+    st = mode_settings(CAMP / "camp-sweep")["tp32"]
+    assert st["benchmark.concurrency"] == "1, 8" and st["benchmark.num_prompts"] == "2, 16"
+    assert st["tp"] == 32 and st["--chunked-prefill-size"] == 8192

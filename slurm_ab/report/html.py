@@ -310,18 +310,36 @@ def _without_reasons(md: str) -> str:
 
 # ---- several runs, comparisons ------------------------------------------------------------------
 
-def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: str = "slurm-ab report") -> str:
+def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: str = "slurm-ab report",
+                campaigns=()) -> str:
+    """The history page: the runs' table, the campaigns (each linked to its page), latency CDFs
+    over the runs, throughput per GPU against interactivity over runs and campaigns, then each
+    run's verdict, reasons and files."""
     from . import plots
+    from .sides import gpus_of, load_side
 
     runs = [load(d) for d in run_dirs]
+    camps = [load_side(d) for d in campaigns]
     base = Path(base_dir)
     body = [f"<h1>{esc(title)}</h1>\n<h2>Runs</h2>\n", markdown.to_html(table_md)]
+    if camps:
+        body.append("<h2>Campaigns</h2>\n" + campaigns_table(camps, base))
     curves = [cdf_curve(r, r.run_id) for r in runs]
     curves = [c for c in curves if c["ttft"][0]]
     if curves:
         body.append("<h2>Latency distributions</h2>\n")
         body.append(img(plots.png(plots.fig_cdfs(curves)), "Per-request TTFT and E2E CDFs, one line per run; "
                         "markers at each run's p50 (circle) and p95 (diamond)", "latency-cdf"))
+    rows = [row for side in [load_side(r.run_dir, r.mode) for r in runs if r.verdict == "ok"]
+            for row in side.interactivity_rows(gpus_of(side.run_dir))]
+    rows += [dict(row, label=f"{row['label']} ({c.run_id})") for c in camps      # a line per campaign
+             for row in c.interactivity_rows(gpus_of(c.run_dir))]
+    pts = series.interactivity_points(rows)
+    if pts:
+        body.append("<h2>Throughput per GPU vs interactivity</h2>\n")
+        body.append(img(plots.png(plots.fig_interactivity(pts)), "Output tok/s per GPU against output "
+                        "tok/s per user (1000 / TPOT mean): every ok run (by mode) and every campaign's "
+                        "(mode, concurrency) means; Pareto front dashed", "interactivity"))
     for r in runs:
         body.append(f"<h2>{esc(r.run_id)} ({esc(r.mode)}) {verdict_badge(r.verdict)}</h2>\n")
         if r.summary.get("reasons"):
@@ -331,6 +349,22 @@ def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: s
             body.append(f'<p><a href="{esc(_rel(rep, base))}">full report of this run</a></p>\n')
         body.append(links(r, base))
     return page(title, "".join(body))
+
+
+def campaigns_table(camps, base: Path) -> str:
+    """One row per campaign: its page, modes, concurrencies, ok passes, verdict."""
+    rows = []
+    for c in camps:
+        passes = c.summary.get("passes") or []
+        rep = Layout(c.run_dir).report_html
+        name = (f'<a href="{esc(_rel(rep, base))}">{esc(c.run_id)}</a>' if rep.exists() else esc(c.run_id))
+        rows.append(f"<tr><td>{name}</td><td>{esc(', '.join(c.modes) or '-')}</td>"
+                    f"<td class=\"n\">{esc(','.join(map(str, c.concurrencies)) or '-')}</td>"
+                    f"<td class=\"n\">{sum(1 for p in passes if p.get('verdict') == 'ok')}/{len(passes)}</td>"
+                    f"<td>{verdict_badge(c.verdict)}</td><td>{esc(c.summary.get('job_id') or '-')}</td></tr>\n")
+    return ('<table class="campaigns"><thead><tr><th>Campaign</th><th>Modes</th><th>C</th>'
+            "<th>Passes ok</th><th>Verdict</th><th>Job</th></tr></thead>\n<tbody>\n"
+            + "".join(rows) + "</tbody></table>\n")
 
 
 def numeric_row(run_dir: Path) -> dict:

@@ -418,7 +418,9 @@ def run_context(run: RunFiles) -> str:
 
 def tpot_itl(record: dict | None) -> dict[str, list[float]]:
     """Per successful request its TPOT ((E2E - TTFT) / (output tokens - 1), ms, bench_serving's
-    definition), and every inter-token latency of every successful request (ms)."""
+    definition), and every inter-token latency of every successful request (ms). A request whose
+    gaps were folded into one (stored details that keep only their sum: more than 2 output tokens,
+    one gap) has a TPOT but no inter-token latencies: its one 'gap' is not one."""
     out = {"tpot": [], "itl": []}
     if not record or not isinstance(record.get("itls"), list):
         return out
@@ -430,7 +432,8 @@ def tpot_itl(record: dict | None) -> dict[str, list[float]]:
         n = outs[i] if i < len(outs) and isinstance(outs[i], int) else len(gaps) + 1
         if n > 1 and gaps:
             out["tpot"].append(math.fsum(gaps) / (n - 1) * 1000.0)
-        out["itl"] += [x * 1000.0 for x in gaps]
+        if not (len(gaps) == 1 and n > 2):
+            out["itl"] += [x * 1000.0 for x in gaps]
     return out
 
 

@@ -54,10 +54,17 @@ def mode_settings(run_dir: Path) -> dict[str, dict]:
     root = read_manifest(run_dir)
     out: dict[str, dict] = {}
     if root is not None and root.campaign is not None:
+        passes = _summary(run_dir).get("passes") or []
         for d in sorted(run_dir.glob("launch*")):
             m = read_manifest(d)
             if m is not None and m.mode and m.mode not in out:
-                out[m.mode] = settings_of(m.config)
+                st = settings_of(m.config)
+                mine = [r for r in passes if r.get("mode") == m.mode]
+                if mine:        # a sweep's concurrencies and per-pass prompts, not the first mode's default
+                    st["benchmark.concurrency"] = ", ".join(map(str, sorted({int(r["concurrency"]) for r in mine})))
+                    st["benchmark.num_prompts"] = ", ".join(map(str, sorted({int(r["prompts"]) for r in mine
+                                                                             if r.get("prompts")}))) or None
+                out[m.mode] = st
         return out
     if root is not None:
         out[root.mode or run_dir.name] = settings_of(root.config)
