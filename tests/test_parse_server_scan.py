@@ -310,7 +310,7 @@ def _moved(lines, windows, moves) -> list[str]:
     return lines + extra
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(lines=st.lists(log_line(at=TIMES), min_size=5, max_size=60), windows=pass_windows(),
        moves=MOVES, block=st.sampled_from([64, 257, 4096]), all_samples=st.booleans())
 def test_multi_window_scan_equals_line_parser_per_window(tmp_path_factory, lines, windows, moves,
@@ -396,11 +396,11 @@ def test_scan_empty_and_missing_newline(tmp_path):
     assert s.size == 0 and s.decode == {} and s.first_ts is None
 
 
-def test_bulk_path_is_taken_and_agrees(tmp_path, monkeypatch):
-    """A long chronological log: most blocks are summed at once, with identical results."""
-    import slurm_ab.parse.server_scan as scan_mod
+def _pass_log(seconds: int) -> list[str]:
+    """A chronological node-0 log: per second one POST, one 8K prefill chunk, one spec decode
+    sample and an unrelated line."""
     lines = []
-    for s in range(600):
+    for s in range(seconds):
         ts = (T0 + timedelta(seconds=s)).strftime("%Y-%m-%d %H:%M:%S")
         lines.append(f'[{ts}] INFO:     10.0.0.1:3 - "POST /generate HTTP/1.1" 200 OK')
         lines.append(f"[{ts} TP0 EP0] Prefill batch, #new-seq: 1, #new-token: 8192, "
@@ -409,10 +409,11 @@ def test_bulk_path_is_taken_and_agrees(tmp_path, monkeypatch):
                      f"0.10, accept len: {1 + s % 7 / 2:.2f}, accept rate: 0.{s % 10}0, cuda "
                      f"graph: True, gen throughput (token/s): {s}.50, #queue-req: 0")
         lines.append(f"[{ts} TP3 EP3] some other output")
-    p = tmp_path / "server-r0-n0.log"
-    p.write_text("\n".join(lines) + "\n")
-    window = (T0 + timedelta(seconds=100), T0 + timedelta(seconds=500, milliseconds=300))
-    intervals = [Interval("w", T0 + timedelta(seconds=10), T0 + timedelta(seconds=20))]
+    return lines
+
+
+def _bulk_calls(monkeypatch) -> list[bool]:
+    """Whether each block the scans try at once was summed at once."""
     calls = []
     real = scan_mod._bulk_block
 
@@ -421,6 +422,16 @@ def test_bulk_path_is_taken_and_agrees(tmp_path, monkeypatch):
         calls.append(ok)
         return ok
     monkeypatch.setattr(scan_mod, "_bulk_block", spy)
+    return calls
+
+
+def test_bulk_path_is_taken_and_agrees(tmp_path, monkeypatch):
+    """A long chronological log: most blocks are summed at once, with identical results."""
+    p = tmp_path / "server-r0-n0.log"
+    p.write_text("\n".join(_pass_log(600)) + "\n")
+    window = (T0 + timedelta(seconds=100), T0 + timedelta(seconds=500, milliseconds=300))
+    intervals = [Interval("w", T0 + timedelta(seconds=10), T0 + timedelta(seconds=20))]
+    calls = _bulk_calls(monkeypatch)
     fast = scan_server_log(p, window=window, intervals=intervals, block=2048)
     slow = scan_server_log(p, window=window, intervals=intervals, block=2048, bulk=False)
     assert sum(calls) > len(calls) // 2          # most blocks went the bulk way
@@ -436,26 +447,9 @@ def test_bulk_path_is_taken_and_agrees(tmp_path, monkeypatch):
         (slow.decode_lines, slow.prefill_lines, slow.first_decode_ts)
 
 
-def _pass_log(seconds: int) -> list[str]:
-    """A chronological node-0 log: per second one POST, one 8K prefill chunk, one spec decode
-    sample and an unrelated line (as test_bulk_path_is_taken_and_agrees)."""
-    lines = []
-    for s in range(seconds):
-        ts = (T0 + timedelta(seconds=s)).strftime("%Y-%m-%d %H:%M:%S")
-        lines.append(f'[{ts}] INFO:     10.0.0.1:3 - "POST /generate HTTP/1.1" 200 OK')
-        lines.append(f"[{ts} TP0 EP0] Prefill batch, #new-seq: 1, #new-token: 8192, "
-                     f"#cached-token: 0, token usage: 0.10, #running-req: 0, #queue-req: 0")
-        lines.append(f"[{ts} TP0 EP0] Decode batch, #running-req: 3, #token: 10, token usage: "
-                     f"0.10, accept len: {1 + s % 7 / 2:.2f}, accept rate: 0.{s % 10}0, cuda "
-                     f"graph: True, gen throughput (token/s): {s}.50, #queue-req: 0")
-        lines.append(f"[{ts} TP3 EP3] some other output")
-    return lines
-
-
 def test_ten_windows_in_one_read_equal_ten_single_window_scans(tmp_path, monkeypatch):
     """The passes of a launch: one read gives every window what its own scan gives it, most
     blocks are still summed at once, and counting_scans sees one scan of the file."""
-    import slurm_ab.parse.server_scan as scan_mod
     p = tmp_path / "server-r0-n0.log"
     p.write_text("\n".join(_pass_log(600)) + "\n")
     # 10 passes of 50 s, 5 s apart; the 4th and 5th only 0.4 s apart, within 12:03:55
@@ -464,14 +458,7 @@ def test_ten_windows_in_one_read_equal_ten_single_window_scans(tmp_path, monkeyp
     windows[4] = replace(windows[4], start=windows[3].end + timedelta(milliseconds=400))
     windows[3] = replace(windows[3], end=windows[3].end + timedelta(milliseconds=300))
     intervals = [Interval("warmup-r0", T0 + timedelta(seconds=2), T0 + timedelta(seconds=5))]
-    calls = []
-    real = scan_mod._bulk_block
-
-    def spy(*args):
-        ok = real(*args)
-        calls.append(ok)
-        return ok
-    monkeypatch.setattr(scan_mod, "_bulk_block", spy)
+    calls = _bulk_calls(monkeypatch)
     with counting_scans() as scans:
         multi = scan_server_log(p, windows=windows, intervals=intervals, block=2048)
     assert scans == {str(p): 1}

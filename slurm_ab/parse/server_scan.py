@@ -14,18 +14,20 @@ This is the hot path of `collect` (logs can reach GiBs). Design:
   ...); otherwise the block is halved at a line end and the halves are tried again, down to
   SPLIT_MIN bytes, and only what is left is parsed line by line. This relies on batch lines
   being written in time order (one scheduler process, line-buffered stderr), give or take
-  MARGIN. Sums are the same whichever way a line is taken: a whole block adds its sum (as
-  before), the parts of a split block add their values one by one as the per-line path does.
+  MARGIN. A whole block adds the sum of its values; the parts of a split block add theirs one
+  by one, in line order, as the per-line path does, so where a block is split (which depends
+  on every range's bounds) does not change a float sum.
 Memory is O(1) in the log size: only per-stream sums are kept.
 
-Several benchmark windows (the timed passes of one server launch) are served by one read: the
-windows are in time order and do not overlap, so the windows holding a stamp are found by
-bisecting their starts (a whole block lies inside at most one of them). Each window gets what a
-single-window scan gives it, to the last digit. A whole-second stamp ('HH:MM:SS', no
-SGLANG_LOG_MS) stands for that whole second (text.in_window): when one pass ends and the next
-starts within the same second, a line stamped with that second may belong to either and is
-counted in both, as two single-window scans count it; `shared_lines` says how many there were.
-Millisecond stamps are never ambiguous.
+Several benchmark windows (the timed passes of one server launch) are served by one read. They
+are in time order and do not overlap, so the windows holding a stamp are found by bisecting
+their starts, and a block inside one window holds no line of another: the blocks holding a
+window's lines are taken the same way whatever the other windows, and each window gets what a
+scan for it alone gives, to the last digit. A whole-second stamp ('HH:MM:SS', no SGLANG_LOG_MS)
+stands for that whole second (text.in_window): when one pass ends and the next starts within
+the same second, a line stamped with that second may belong to either and counts in both, as
+two single-window scans count it; `shared_lines` says how many lines did. Millisecond stamps
+are exact.
 
 Streams: SGLang tags scheduler lines with ' DP<k>' when attention-DP is on and ' PP<k>' when
 pipeline parallelism is; each DP group leader logs its own batches (distinct samples, they pool),
