@@ -237,3 +237,16 @@ def test_a_sweeps_settings_say_its_concurrencies():
     st = mode_settings(CAMP / "camp-sweep")["tp32"]
     assert st["benchmark.concurrency"] == "1, 8" and st["benchmark.num_prompts"] == "2, 16"
     assert st["tp"] == 32 and st["--chunked-prefill-size"] == 8192
+
+
+def test_servers_in_flight_for_a_run_without_client_output():
+    run = rundata.load(FIX / "dev-tp32")
+    t0 = run.origin
+
+    def pts(vals):
+        return [{"round": str(k), "local": (t0 + timedelta(seconds=2 * k)).isoformat(sep=" ", timespec="milliseconds"),
+                 "in_flight": v} for k, v in enumerate(vals)]
+    from dataclasses import replace
+    r2 = replace(run, summary=dict(run.summary, server_metrics={"replicas": [
+        {"replica": 0, "series": pts([0, 4, 4, 3])}, {"replica": 1, "series": pts([0, 4, 3])}]}))
+    assert series.server_in_flight(r2) == [(0.0, 0), (2.0, 8), (4.0, 7)]       # rounds both answered

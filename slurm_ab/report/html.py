@@ -225,7 +225,9 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
         out.append(("request-timeline.png", cap,
                     plots.png(plots.fig_timeline(stl, title=f"Request timeline: {run.run_id}",
                                                  windows={"benchmark": win["benchmark"], "failed": win["failed"]},
-                                                 bench=span, xlabel=clk.label, context=ctx))))
+                                                 bench=span, xlabel=clk.label, context=ctx,
+                                                 server_flight=series.server_in_flight(run, clk)
+                                                 if not tl.concurrency else None))))
     mt = series.metrics_over_time(run, clk)
     if mt:
         out.append(("server-metrics.png", "Per replica over the benchmark, from its /metrics scrapes: "

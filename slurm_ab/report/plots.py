@@ -79,9 +79,10 @@ def fig_cdfs(curves: list[dict], panels=LATENCY_PANELS) -> Figure:
 
 @styled
 def fig_timeline(tl, *, title: str = "", windows: dict | None = None, bench: tuple | None = None,
-                 xlabel: str = "seconds since the first request") -> Figure:
+                 xlabel: str = "seconds since the first request", server_flight: list | None = None) -> Figure:
     """One bar per request (start -> first token light, first token -> end solid), coloured by
-    replica, arrival ticks from the access lines; requests in flight below."""
+    replica (grey: not known), arrival ticks from the access lines; requests in flight below (the
+    client's; without its details the servers' HTTP in-flight gauge, else a note)."""
     n = len(tl.requests)
     fig, (ax, axc) = _fig(3.6 + min(n, 160) * 0.055, 2, sharex=True,
                           gridspec_kw={"height_ratios": [3, 1]})
@@ -107,7 +108,6 @@ def fig_timeline(tl, *, title: str = "", windows: dict | None = None, bench: tup
                for g in reps]
     handles.append(Patch(facecolor="#888888", alpha=0.35, label="to first token"))
     handles.append(Line2D([], [], color="black", lw=0.8, label="arrival (server)"))
-    legend_beside(fig, handles + _window_handles(windows, bench, tl.failure))
     ax.set_ylabel("request (by start)")
     ax.set_ylim(-1, max(n, 1))
     ax.set_title(title or "Request timeline")
@@ -115,6 +115,14 @@ def fig_timeline(tl, *, title: str = "", windows: dict | None = None, bench: tup
     if tl.concurrency:
         axc.step([t for t, _ in tl.concurrency], [c for _, c in tl.concurrency], where="post",
                  color="black", lw=1.4, gid="concurrency")
+    elif server_flight:
+        axc.plot([t for t, _ in server_flight], [n for _, n in server_flight], color="#9e9e9e", lw=2,
+                 marker="s", ms=4, gid="server-in-flight")
+        handles.append(Line2D([], [], color="#9e9e9e", lw=2, marker="s", label="in flight (servers' /metrics)"))
+    else:
+        axc.text(0.5, 0.5, "requests in flight unknown: no client output (no request's end)",
+                 ha="center", va="center", transform=axc.transAxes, color="#555555")
+    legend_beside(fig, handles + _window_handles(windows, bench, tl.failure))
     axc.set_ylabel("in flight")
     axc.set_ylim(bottom=0)
     axc.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))

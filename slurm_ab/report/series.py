@@ -10,18 +10,23 @@ Request timeline and replica attribution (bench_serving 0.5.2 records no per-req
 2. Server side: node rank 0 of each replica logs one uvicorn access line per generation POST
    when the response starts, i.e. when the request arrives (millisecond stamps). The router's
    round_robin sends consecutive requests to alternating replicas.
-3. Requests are paired with access lines in start order (replayed start, ties by index). Requests
-   whose replayed starts lie within TIE_S of each other (the first C, and each group of slots
-   freed together) form a group whose order is not known from the client; the group takes the
-   access lines at its positions, so per-replica counts are exactly the access-log counts. Inside
-   a group each replica prefills FIFO, so its j-th arrival gets its j-th smallest TTFT: requests
-   are dealt by increasing TTFT to the group's replicas in turn (first arrival first), each
-   replica taking its arrivals in time order. Which of two requests with near-equal TTFT went to
-   which replica can still swap; counts and each replica's TTFT ladder are right.
-4. Times: start = replayed start + the median offset to the paired access lines (the client's
-   clock, so in-flight requests never exceed C), first token = start + TTFT, end = start + E2E;
-   the access line is drawn as the arrival tick. The largest |replayed start - access line|
-   after alignment is reported with the plot.
+3. Requests are paired with access lines in start order (replayed start, ties by index) only to
+   align the two clocks: the median offset of the pairs. A request's replica is then taken from
+   evidence alone: the access lines within +-TOL of its aligned start (TOL: twice the 90th
+   percentile misalignment of requests that started alone, at least TIE_S, at most 1 s; 0.25 s
+   when none did). When they all come from one replica, that is its replica; when lines of two
+   replicas fall in that window (requests that started together, e.g. the first C), bench_serving
+   and the router log nothing that says which went where (no request id reaches the client's
+   output, the router logs no per-request line), so the request stays unattributed and the page
+   says how many. Never from arrival order or TTFT ranks alone: on a run with one slow replica
+   those swapped a slow and a fast request between the replicas, the very case the page is for.
+4. Times: start = replayed start + the median offset (the client's clock, so in-flight requests
+   never exceed C), first token = start + TTFT, end = start + E2E; the attributed request's access
+   line is drawn as its arrival tick. The largest |replayed start - access line| after alignment
+   is reported with the plot.
+5. Without the client's details (it died or wrote nothing) only arrivals are known: no ends, so
+   the requests in flight are unknown from the client; the servers' HTTP in-flight gauge (their
+   /metrics scrapes) is drawn instead when there is one (server_in_flight).
 """
 from __future__ import annotations
 
@@ -153,23 +158,21 @@ def _groups(order: list[int], rel: list[float]) -> list[list[int]]:
     return groups
 
 
-def _deal(group: list[int], lines: list[tuple[float, int]], ttft: list[float]) -> dict:
-    """Request -> (replica, arrival) inside one group (module doc, step 3)."""
-    by_rep: dict[int, list[float]] = {}
-    for t, g in sorted(lines):
-        by_rep.setdefault(g, []).append(t)
-    turn = list(by_rep)                       # replicas by their first arrival in the group
-    taken = {g: 0 for g in turn}
-    out, i = {}, 0
-    for k in sorted(group[:len(lines)], key=lambda k: (ttft[k], k)):
-        for _ in range(len(turn)):
-            g = turn[i % len(turn)]
-            i += 1
-            if taken[g] < len(by_rep[g]):
-                out[k] = (g, by_rep[g][taken[g]])
-                taken[g] += 1
-                break
-    return out
+def _tolerance(offsets: dict, singles: list[int], base: float) -> float:
+    """How far a request's aligned start may lie from its own access line (see module doc, 3)."""
+    dev = sorted(abs(offsets[k] - base) for k in singles if k in offsets)
+    if not dev:
+        return 0.25
+    return min(1.0, max(TIE_S, 2.0 * dev[int(0.9 * (len(dev) - 1))]))
+
+
+def _evidence(s: float, access: list[tuple[float, int]], tol: float):
+    """(replica, arrival) when every access line within tol of s is one replica's, else None."""
+    near = [(abs(t - s), t, g) for t, g in access if abs(t - s) <= tol]
+    if not near or len({g for _, _, g in near}) != 1:
+        return None
+    _, t, g = min(near)
+    return g, t
 
 
 def timeline(run: RunFiles) -> Timeline:
@@ -181,36 +184,35 @@ def timeline(run: RunFiles) -> Timeline:
     rec = run.record
     lat = request_latencies(rec)
     if not lat["index"]:
-        # no client details (the client died or never ran): arrivals from the access lines only
+        # no client details (the client died or never ran): arrivals from the access lines only;
+        # no request's end is known, so neither is the number in flight (module doc, 5)
         reqs = tuple(Request(k, t, None, None, g, t) for k, (t, g) in enumerate(access))
-        return Timeline(reqs, tuple(concurrency_steps([(r.start, None) for r in reqs])),
-                        "arrivals from the servers' access lines (no client details)", None,
-                        failure, bench_end)
+        return Timeline(reqs, (), "arrivals from the servers' access lines (no client details: "
+                        "ends and requests in flight unknown from the client)", None, failure, bench_end)
     e2e_s = [x / 1000.0 for x in lat["e2e"]]
     ttft_s = [x / 1000.0 for x in lat["ttft"]]
     conc = rec.get("max_concurrency") if isinstance(rec.get("max_concurrency"), int) else None
     rel = replay_starts(e2e_s, conc)          # failed requests are left out (duration unknown)
     order = sorted(range(len(rel)), key=lambda k: (rel[k], lat["index"][k]))
-    assigned: dict = {}
-    pos = 0
-    for group in _groups(order, rel):
-        assigned.update(_deal(group, access[pos:pos + len(group)], ttft_s))
-        pos += len(group)
-    if assigned:
-        offsets = [t - rel[k] for k, (_, t) in assigned.items()]
-        base = statistics.median(offsets)
-        residual = max(abs(o - base) for o in offsets) * 1000.0
+    groups = _groups(order, rel)
+    offsets = {k: t - rel[k] for k, (t, _) in zip(order, access)}      # rank pairs: clock offset only
+    if offsets:
+        base = statistics.median(offsets.values())
+        residual = max(abs(o - base) for o in offsets.values()) * 1000.0
     else:
         base, residual = (access[0][0] if access else 0.0), None
+    tol = _tolerance(offsets, [g[0] for g in groups if len(g) == 1], base)
     reqs = []
     for k in order:
         s = base + rel[k]
-        g, arrival = assigned.get(k, (None, None))
+        g, arrival = _evidence(s, access, tol) or (None, None)
         # base + (rel + e2e) is bit-identical to the start of the request that takes the freed slot
         reqs.append(Request(lat["index"][k], s, s + ttft_s[k], base + (rel[k] + e2e_s[k]), g, arrival))
+    unknown = sum(1 for r in reqs if r.replica is None)
     method = ("starts replayed from the client's per-request latencies under its concurrency limit; "
-              "replica from the servers' access lines (FIFO prefill order within requests that "
-              "started together)")
+              f"replica where every access line within {tol * 1000:.0f} ms of a request's start is one "
+              "replica's" + (f"; {unknown} request(s) started beside lines of both replicas: which "
+                              "replica served them is not in the logs (grey)" if unknown else ""))
     if len(access) != len(order):
         method += (f"; {len(access)} access lines for {len(order)} successful requests: "
                    f"{abs(len(access) - len(order))} left unpaired")
@@ -582,3 +584,14 @@ def goodput_of_rows(rows: list[dict], slo_ms: dict | None = None) -> dict | None
             "attainment_by_metric": {k: v for k, v in by.items() if v is not None},
             "slo_ms": dict(slo_ms or {}), "good": good,
             "requests": sum(int(r.get("requests_total") or 0) for r in have)}
+
+
+def server_in_flight(run: RunFiles, c: Clock | None = None) -> list[tuple[float, float]]:
+    """(t, HTTP requests in flight summed over replicas) at each scrape round every replica
+    answered: what the servers held, for a run without the client's details."""
+    per = metrics_over_time(run, c)
+    if not per:
+        return []
+    rounds = [dict(zip(d["t"], d["in_flight"])) for d in per.values()]
+    ts = sorted(set.intersection(*(set(r) for r in rounds)) - {None})
+    return [(t, sum(r[t] for r in rounds)) for t in ts if all(r[t] is not None for r in rounds)]
