@@ -250,3 +250,17 @@ def test_servers_in_flight_for_a_run_without_client_output():
     r2 = replace(run, summary=dict(run.summary, server_metrics={"replicas": [
         {"replica": 0, "series": pts([0, 4, 4, 3])}, {"replica": 1, "series": pts([0, 4, 3])}]}))
     assert series.server_in_flight(r2) == [(0.0, 0), (2.0, 8), (4.0, 7)]       # rounds both answered
+
+
+def test_a_runs_page_draws_its_goodput(tmp_path):
+    """bench.goodput (issue 22's record) on a run's page: the share meeting the SLOs."""
+    from slurm_ab.report import html
+    d = tmp_path / "r"
+    shutil.copytree(FIX / "dev-tp32", d)
+    s = json.loads((d / "summary.json").read_text())
+    s["bench"]["goodput"] = {"slo_ms": {"ttft": 500.0}, "requests": 40, "good": 30, "goodput_rps": 2.2,
+                             "attainment": 0.75, "attainment_by_metric": {"ttft": 0.75}}
+    (d / "summary.json").write_text(json.dumps(s))
+    names = [n for n, _, _ in html.run_plots(rundata.load(d))]
+    assert "goodput.png" in names
+    assert "goodput.png" not in [n for n, _, _ in html.run_plots(rundata.load(FIX / "dev-tp32"))]

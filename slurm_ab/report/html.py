@@ -213,6 +213,11 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
         out.append(("decode-cdf.png", "TPOT per request and every inter-token latency (ms), CDFs; "
                     "markers at p50 (circle) and p95 (diamond)",
                     plots.png(plots.fig_cdfs([curve], plots.DECODE_PANELS, context=ctx))))
+    good = series.goodput_rows([(run.mode, (run.summary.get("bench") or {}).get("goodput"))])
+    if good:
+        out.append(("goodput.png", "Requests meeting benchmark.slo (all SLOs, and each alone) and good "
+                    "requests per second (sglang's --goodput definitions, from the per-request details)",
+                    plots.png(plots.fig_goodput(good, context=ctx))))
     tl = series.timeline(run)
     clk = series.clock(run, tl)
     win = series.shift_windows(series.windows(run), clk)
@@ -429,6 +434,13 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
         if all(x.get("tpot") and x["tpot"][0] for x in curves):
             body.append(img(plots.png(plots.fig_cdfs(curves, plots.DECODE_PANELS)), "TPOT per request and "
                             f"every inter-token latency of A and B{at}", f"decode-cdf{'' if len(common) == 1 else f'-c{c}'}"))
+    good = series.goodput_rows([(f"{n}: {x.run_id}", x.summary.get("bench", {}).get("goodput")
+                                 if not x.campaign else series.goodput_of_rows(
+                                     [r for r in x.summary.get("passes") or [] if r.get("verdict") == "ok"]))
+                                for n, x in (("A", sa), ("B", sb))])
+    if good:
+        body.append(img(plots.png(plots.fig_goodput(good)), "Requests meeting benchmark.slo and good "
+                        "requests per second, A and B", "goodput"))
     pts = series.interactivity_points(
         [dict(r, label=f"A {r['label']}") for r in sa.interactivity_rows(gpus_of(sa.run_dir))]
         + [dict(r, label=f"B {r['label']}") for r in sb.interactivity_rows(gpus_of(sb.run_dir))])
