@@ -266,7 +266,7 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
         end = series.job_end(run)
         out.append(("phases.png", cap, plots.png(plots.fig_phases(
             lanes, failure=stl.failure, end=clk.at(end), failed=tuple(win["failed"]),
-            xlabel=clk.label + " (negative: before it)", context=ctx))))
+            xlabel=clk.label + (" (negative: before it)" if clk.t0 else ""), context=ctx))))
     return out
 
 
