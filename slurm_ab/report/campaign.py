@@ -6,22 +6,13 @@ of every ok pass (bench-<pass>.jsonl), events and decode samples for the per-lau
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..rundir import Layout
 from . import markdown, series
 from .html import esc, img, page, raw_files, verdict_badge, _rel
 from .rundata import load
-from .sides import launch_dir, pass_key, pooled_curves  # noqa: F401  (this page's data, by name)
-
-
-def _summary(run_dir: Path) -> dict:
-    try:
-        d = json.loads(Layout(run_dir).summary("summary.json").read_text(errors="replace"))
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
+from .sides import launch_dir, pass_key, pooled_curves, read_summary  # noqa: F401  (this page's data)
 
 
 def sweep_points(summary: dict) -> list[dict]:
@@ -165,7 +156,7 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
                     plots_out: list | None = None) -> str:
     run_dir = Path(run_dir)
     base = Path(base_dir) if base_dir is not None else run_dir
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     try:
         md = Layout(run_dir).summary("summary.md").read_text(errors="replace")
     except OSError:

@@ -18,7 +18,7 @@ from ..rundir import Layout, read_manifest
 BENCH_KEYS = ("dataset", "input_len", "output_len", "concurrency", "num_prompts", "backend")
 
 
-def _summary(run_dir: Path) -> dict:
+def read_summary(run_dir: Path) -> dict:
     try:
         d = json.loads(Layout(run_dir).summary("summary.json").read_text(errors="replace"))
     except (OSError, ValueError):
@@ -54,7 +54,7 @@ def mode_settings(run_dir: Path) -> dict[str, dict]:
     root = read_manifest(run_dir)
     out: dict[str, dict] = {}
     if root is not None and root.campaign is not None:
-        passes = _summary(run_dir).get("passes") or []
+        passes = read_summary(run_dir).get("passes") or []
         for d in sorted(run_dir.glob("launch*")):
             m = read_manifest(d)
             if m is not None and m.mode and m.mode not in out:
@@ -198,7 +198,7 @@ def pooled_curves(run_dir: Path, summary: dict, *, concurrency: int | None = Non
 def load_side(run_dir, name: str | None = None) -> Side:
     run_dir = Path(run_dir)
     m = read_manifest(run_dir)
-    summary = _summary(run_dir)
+    summary = read_summary(run_dir)
     campaign = (m is not None and m.campaign is not None) or "passes" in summary
     return Side(run_dir, name or summary.get("run_id") or run_dir.name, summary, campaign)
 
