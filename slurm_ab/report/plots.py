@@ -61,6 +61,9 @@ def fig_cdfs(curves: list[dict], panels=LATENCY_PANELS) -> Figure:
                 handles.append(Line2D([], [], color="#2e7d32", ls="--", label="SLO"))
         ax.set_title(title)
         tails = [c.get(key)[0] for c in curves if c.get(key) and c.get(key)[0]]
+        if not tails:
+            ax.text(0.5, 0.5, "no data: not in the client's stored per-request details", ha="center",
+                    va="center", transform=ax.transAxes, color="#555555", wrap=True)
         if tails and all(x[0] > 0 for x in tails) and \
                 max(x[-1] / x[len(x) // 2] for x in tails if x[len(x) // 2] > 0) > LOG_TAIL:
             ax.set_xscale("log")
