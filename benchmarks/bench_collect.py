@@ -5,6 +5,11 @@ Generates a run directory (docs/design.md layout) with SIZE MiB of server logs, 
 collect_run in a fresh process (throughput and peak RSS via resource.getrusage), times grep on
 the same files, and repeats for a smaller size to show that memory does not grow with log size.
 
+Then, for the passes of a campaign launch, times scan_server_log on the node-0 logs (what
+collect reads of these runs) in a fresh process: one window over the traffic, the traffic cut
+into WINDOWS passes (10 s apart) scanned in one read, and the same passes scanned one per read
+(what collecting pass by pass costs).
+
 Profiles (what fills the server logs):
   realistic  node-rank-0 logs: the benchmark's traffic (one POST access line, two 8K prefill
              chunks and ~3 decode samples per 16K->512 request, as SGLang logs them at
@@ -15,7 +20,10 @@ Profiles (what fills the server logs):
              collector (every line must be parsed), the best case for grep.
 
 Usage: python benchmarks/bench_collect.py [--size 1024] [--small 256] [--profile realistic]
-                                          [--workers auto|N] [--dir DIR] [--keep]
+                                          [--workers auto|N] [--windows 10] [--dir DIR] [--keep]
+                                          [--root TREE]
+With --dir, a run directory already generated there (DIR/<profile>-<size>) is used again (with
+--keep): --root then times another checkout on the same files (before/after comparisons).
 """
 from __future__ import annotations
 
@@ -23,6 +31,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -156,7 +165,84 @@ print(json.dumps({"seconds": dt, "verdict": s.verdict, "samples": s.accept.sampl
 """
 
 
-def measure(run: Path, workers: str) -> dict:
+SCAN_CHILD = r"""
+import inspect, json, sys, time
+from datetime import datetime, timedelta
+sys.path.insert(0, sys.argv[1])
+from slurm_ab.parse.server_scan import Interval, scan_server_log
+n, start, end = int(sys.argv[2]), datetime.fromisoformat(sys.argv[3]), \
+    datetime.fromisoformat(sys.argv[4])
+modes, repeats, files = sys.argv[5].split(","), int(sys.argv[6]), sys.argv[7:]
+step = (end - start) / n
+passes = [Interval(f"pass{k}", start + step * k + timedelta(seconds=10 if k else 0),
+                   start + step * (k + 1)) for k in range(n)]
+if "windows" not in inspect.signature(scan_server_log).parameters:
+    modes = [m for m in modes if m != "multi"]            # a tree from before windows=
+
+
+def samples(mode, f):
+    if mode == "none":                                    # start-up and imports only
+        return 0
+    if mode == "one":
+        return scan_server_log(f, window=(start, end)).primary_stream().samples
+    if mode == "multi":
+        s = scan_server_log(f, windows=passes)
+        return sum(w.primary_stream().samples for w in s.windows.values())
+    return sum(scan_server_log(f, window=(w.start, w.end)).primary_stream().samples
+               for w in passes)
+
+
+out = {}
+for mode in modes:
+    runs = []
+    for _ in range(repeats if mode != "each" else 1):
+        t0 = time.perf_counter()
+        got = sum(samples(mode, f) for f in files)
+        runs.append(time.perf_counter() - t0)
+    out[mode] = {"seconds": min(runs), "samples": got}
+print(json.dumps(out))
+"""
+_STAMP = re.compile(rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^]]*\] Decode batch")
+VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+
+
+def child(args: list[str], instructions: bool = False) -> tuple[str, int | None]:
+    """stdout of a fresh Python running args, and with instructions=True the number of
+    instructions it executed (valgrind's count: the same on a busy machine, unlike times)."""
+    cmd = [*VALGRIND, sys.executable, *args] if instructions else [sys.executable, *args]
+    p = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    m = re.search(r"I\s+refs:\s+([\d,]+)", p.stderr) if instructions else None
+    return p.stdout, int(m.group(1).replace(",", "")) if m else None
+
+
+def traffic_span(log: Path) -> tuple[str, str]:
+    """First and last decode-batch stamps of a node-0 log (its head and tail)."""
+    with open(log, "rb") as f:
+        head = f.read(1 << 20)
+        f.seek(max(0, log.stat().st_size - (1 << 20)))
+        tail = f.read()
+    return _STAMP.findall(head)[0].decode(), _STAMP.findall(tail)[-1].decode()
+
+
+def measure_windows(run: Path, windows: int, root: Path = ROOT, instructions: bool = False
+                    ) -> dict:
+    """scan_server_log over the node-0 logs: one window, `windows` passes in one read (if the
+    tree has it), the passes one per read; with instructions, counts of one and multi."""
+    files = sorted((run / "logs").glob("server-r*-n0.log"))
+    start, end = traffic_span(files[0])
+    args = ["-c", SCAN_CHILD, str(root), str(windows), start, end]
+    res = json.loads(child([*args, "one,multi,each", "2", *map(str, files)])[0])
+    res["mib"] = sum(p.stat().st_size for p in files) / MiB
+    if instructions:                     # net of the child's start-up and imports
+        base = child([*args, "none", "1", *map(str, files)], True)[1]
+        for mode in ("one", "multi"):
+            if mode in res:
+                res[mode]["instructions"] = \
+                    child([*args, mode, "1", *map(str, files)], True)[1] - base
+    return res
+
+
+def measure(run: Path, workers: str, root: Path = ROOT, instructions: bool = False) -> dict:
     files = sorted((run / "logs").glob("server-*.log"))
     size = sum(p.stat().st_size for p in files)
     for p in files:                                       # warm the page cache for both tools
@@ -170,18 +256,16 @@ def measure(run: Path, workers: str) -> dict:
         subprocess.run(["grep", "-c", "Decode batch", *map(str, files)], check=False,
                        stdout=subprocess.PIPE, env={**os.environ, "LC_ALL": "C"})
         grep_s.append(time.perf_counter() - t0)
-    runs = []
-    for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), str(run), workers],
-                             check=True, capture_output=True, text=True).stdout
-        runs.append(json.loads(out))
+    runs = [json.loads(child(["-c", CHILD, str(root), str(run), workers])[0]) for _ in range(2)]
     best = min(runs, key=lambda r: r["seconds"])
     g = min(grep_s)
     return {"mib": size / MiB, "grep_s": g, "grep_mb_s": size / MiB / g,
             "collect_s": best["seconds"], "collect_mb_s": size / MiB / best["seconds"],
             "ratio": g / best["seconds"], "rss_mib": best["rss_self_kb"] / 1024,
             "rss_children_mib": best["rss_children_kb"] / 1024, "verdict": best["verdict"],
-            "samples": best["samples"]}
+            "samples": best["samples"],
+            "instructions": child(["-c", CHILD, str(root), str(run), "1"], True)[1]
+            if instructions else None}
 
 
 def main() -> int:
@@ -190,30 +274,68 @@ def main() -> int:
     ap.add_argument("--small", type=int, default=256, help="smaller size for the RSS check")
     ap.add_argument("--profile", choices=("realistic", "dense"), default="realistic")
     ap.add_argument("--workers", default="auto", help="'auto' or a number of processes")
-    ap.add_argument("--dir", type=Path, default=None, help="where to generate (default: tmp)")
+    ap.add_argument("--windows", type=int, default=10,
+                    help="passes of the multi-window scan (0: skip the scan figures)")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help="where to generate (default: tmp); run dirs found there are used again")
     ap.add_argument("--keep", action="store_true", help="keep the generated run dirs")
+    ap.add_argument("--root", type=Path, default=ROOT,
+                    help="the slurm_ab checkout to time (default: this one)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count the instructions of collect (1 worker) and of the scans "
+                         "under valgrind: slow, but the same on a busy machine")
     args = ap.parse_args()
-    base = Path(tempfile.mkdtemp(prefix="bench-collect-", dir=args.dir))
+    root = args.root.resolve()
+    base = args.dir if args.dir and args.keep else \
+        Path(tempfile.mkdtemp(prefix="bench-collect-", dir=args.dir))
     print(f"profile={args.profile} workers={args.workers} cpus={os.cpu_count()} "
-          f"python={sys.version.split()[0]}")
+          f"python={sys.version.split()[0]} root={root}")
     try:
         for size in (args.small, args.size):
-            run = base / f"run-{size}"
+            run = base / f"{args.profile}-{size}"
             t0 = time.perf_counter()
-            generate(run, size, args.profile)
+            if not (run / "events.log").exists():
+                generate(run, size, args.profile)
             gen = time.perf_counter() - t0
-            m = measure(run, args.workers)
+            m = measure(run, args.workers, root, args.instructions)
             print(f"{m['mib']:7.0f} MiB  grep {m['grep_s']:6.2f}s {m['grep_mb_s']:7.0f} MB/s | "
                   f"collect {m['collect_s']:6.2f}s {m['collect_mb_s']:6.0f} MB/s "
                   f"= {m['ratio']:.2f} x grep | peak RSS {m['rss_mib']:.0f} MiB (+ workers "
                   f"{m['rss_children_mib']:.0f} MiB) | verdict {m['verdict']}, "
-                  f"{m['samples']} samples | generated in {gen:.0f}s", flush=True)
+                  f"{m['samples']} samples | generated in {gen:.0f}s"
+                  + (f" | {m['instructions'] / 1e9:.2f} G instructions (1 worker)"
+                     if m["instructions"] else ""), flush=True)
+            if args.windows and args.profile == "realistic":
+                w = measure_windows(run, args.windows, root, args.instructions)
+                print(windows_line(w, args.windows), flush=True)
+            elif args.windows:
+                print("         (dense logs wrap around their 4-hour window, so they are not "
+                      "cut into passes)")
             if not args.keep:
                 shutil.rmtree(run)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     return 0
+
+
+def windows_line(w: dict, n: int) -> str:
+    one = w["one"]["seconds"]
+
+    def fig(mode: str, label: str) -> str:
+        if mode not in w:
+            return f"{label}: n/a in this tree"
+        s = w[mode]["seconds"]
+        return f"{label} {s:6.2f}s {w['mib'] / s:5.0f} MB/s ({s / one:.2f} x one)"
+    ins = " | instructions (net of start-up) one {:.2f} G, {} windows {}".format(
+        w["one"]["instructions"] / 1e9, n, f"{w['multi']['instructions'] / 1e9:.2f} G "
+        f"({w['multi']['instructions'] / w['one']['instructions']:.2f} x one)"
+        if "multi" in w else "n/a") if "instructions" in w["one"] else ""
+    return (f"         scan of the node-0 logs ({w['mib']:.0f} MiB): one window {one:6.2f}s "
+            f"{w['mib'] / one:5.0f} MB/s | {fig('multi', f'{n} windows in one read')} | "
+            f"{fig('each', f'{n} windows one per read')} | decode samples "
+            f"{w['one']['samples']} / {w.get('multi', {}).get('samples', '-')} / "
+            f"{w['each']['samples']}{ins}")
 
 
 if __name__ == "__main__":
