@@ -413,14 +413,14 @@ def _pass_log(seconds: int) -> list[str]:
 
 
 def _bulk_calls(monkeypatch) -> list[bool]:
-    """Whether each block the scans try at once was summed at once."""
+    """Whether each block (or part) the scans try at once was summed at once."""
     calls = []
     real = scan_mod._bulk_block
 
     def spy(*args):
-        ok = real(*args)
-        calls.append(ok)
-        return ok
+        done = real(*args)
+        calls.append(done == scan_mod.SUMMED)
+        return done
     monkeypatch.setattr(scan_mod, "_bulk_block", spy)
     return calls
 

@@ -859,18 +859,20 @@ def _tag_before(buf: bytes, k: int, lo: int) -> tuple[bytes, bytes] | None:
 
 
 SPLIT_MIN = 1 << 16                  # halves of a block that straddles a range bound, down to
+SUMMED, BY_LINE, HALVE = 1, 0, -1    # what _bulk_block made of a block
 
 
 def _bulk_or_lines(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _Ranges,
                    part: bool = False) -> None:
-    """Sum a block at once, or else its halves (split at a line end) down to SPLIT_MIN bytes,
-    and parse what is left line by line: only the lines near a range bound (a window's start
-    or end, a pass boundary) cost Python work. Parts of a block add their values one by one,
-    as the per-line path does, so the sums do not depend on where blocks were split."""
-    if _bulk_block(buf, lo, hi, plan, acc, rg, part):
+    """Sum a block at once; one that straddles a range bound (a window's start or end, a pass
+    boundary) in halves (split at a line end) down to SPLIT_MIN bytes; parse what is left line
+    by line. Parts of a block add their values one by one, as the per-line path does, so the
+    sums do not depend on where blocks were split."""
+    done = _bulk_block(buf, lo, hi, plan, acc, rg, part)
+    if done == SUMMED:
         return
     mid = buf.find(b"\n", (lo + hi) // 2, hi) + 1 \
-        if hi - lo >= 2 * SPLIT_MIN and not plan.tagged else 0
+        if done == HALVE and hi - lo >= 2 * SPLIT_MIN else 0
     if lo < mid < hi:
         _bulk_or_lines(buf, lo, mid, plan, acc, rg, True)
         _bulk_or_lines(buf, mid, hi, plan, acc, rg, True)
@@ -889,58 +891,62 @@ def _stamp_before(buf: bytes, k: int, lo: int) -> bytes | None:
 
 
 def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _Ranges,
-                exact: bool = False) -> bool:
-    """Account for every batch line of buf[lo:hi] at once; False if the block needs lines.
+                exact: bool = False) -> int:
+    """Account for every batch line of buf[lo:hi] at once (SUMMED), or say that the block
+    needs lines (BY_LINE) or straddles a range bound (HALVE: its halves may not).
     exact: add the decode values one by one (in C), in line order, as the per-line path does;
     else add their block sum."""
     f_dec = buf.find(DECODE_TAGGED, lo, hi)
     f_pre = buf.find(PREFILL_TAGGED, lo, hi)
     if f_dec < 0 and f_pre < 0:
         # no SGLang batch lines, but ' batch' text may still form a parseable odd line
-        return buf.find(BATCH, lo, hi) < 0
+        return BY_LINE if buf.find(BATCH, lo, hi) >= 0 else SUMMED
     l_dec = buf.rfind(DECODE_TAGGED, lo, hi)
     l_pre = buf.rfind(PREFILL_TAGGED, lo, hi)
     first = _tag_before(buf, min(k for k in (f_dec, f_pre) if k >= 0), lo)
     last = _tag_before(buf, max(l_dec, l_pre), lo)
     if first is None or last is None or first[0] > last[0]:
-        return False
+        return BY_LINE
     if plan.tagged is None:
         # SGLang tags every scheduler line with DP/PP when dp/pp > 1 and never otherwise, so
         # the first batch line tells for the whole file whether several streams can occur.
         plan.tagged = b"DP" in first[1] or b"PP" in first[1]
     if plan.tagged:
-        return False
+        return BY_LINE
     f, l_ = first[0], last[0]
     win = _inside(plan.wins, f, l_)
     dec = _inside(plan.decs, f, l_)
-    if win == STRADDLES or dec == STRADDLES or any(_where(r, f, l_) != 0 for r in plan.ivs):
-        return False
+    in_ivs = [_where(r, f, l_) for r in plan.ivs]
+    if win == STRADDLES or dec == STRADDLES or -1 in in_ivs:
+        return HALVE
+    if 1 in in_ivs:
+        return BY_LINE                                # warm-up token counts: per line
     n_dec = buf.count(DECODE_TAGGED, lo, hi)
     n_pre = buf.count(PREFILL_TAGGED, lo, hi)
     if n_dec + n_pre != buf.count(BATCH, lo, hi):
-        return False                                  # odd 'batch' lines: per line
+        return BY_LINE                                  # odd 'batch' lines: per line
     first_dec = first_pre = None             # the file's first stamps, as the per-line path
     if acc.first_decode is None and f_dec >= 0:
         first_dec = _stamp_before(buf, f_dec, lo)
         if first_dec is None:
-            return False
+            return BY_LINE
     if acc.first_prefill is None and f_pre >= 0:
         first_pre = _stamp_before(buf, f_pre, lo)
         if first_pre is None:
-            return False
+            return BY_LINE
     sums = None
     seq = 0
     try:
         if dec >= 0 and n_dec:
             sums = _bulk_decode(buf, lo, hi, n_dec, _floats if exact else _sum)
             if sums is None:
-                return False
+                return BY_LINE
         if win >= 0 and n_pre:
             seq = _bulk_new_seq(buf, lo, hi, n_pre)
             if seq is None:
-                return False
+                return BY_LINE
     except ValueError:
-        return False
+        return BY_LINE
     # commit
     if first_dec is not None:
         acc.first_decode = first_dec
@@ -956,7 +962,7 @@ def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _R
         c = rg.counts[win][0].setdefault((0, 0), [0, 0, 0])
         c[0] += n_pre
         c[2] += seq
-    return True
+    return SUMMED
 
 
 def _sum(values: list) -> float:
