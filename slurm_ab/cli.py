@@ -197,7 +197,7 @@ def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False) -> No
 
     state = follow_live(job_id, run_dir, verbose=verbose)
     click.echo(f"job {job_id} ended: {state}")
-    cs = _collect_and_print(run_dir, job_id=job_id)
+    cs, _ = _collect_and_print(run_dir, job_id=job_id)
     md = rundir.Layout(run_dir).summary("summary.md")
     click.echo(f"summary: {md}" if md.exists() else "no summary written")
     if cs.verdict != "ok":
