@@ -161,7 +161,8 @@ def campaign_md(result: dict, passes: bool = False) -> str:
     c = Campaign.from_dict(result["campaign"])
     rows = result["passes"]
     out = [f"# Campaign {result['run_id']}", "",
-           f"{len(c.modes)} mode(s), {c.repeats} repeat(s), concurrency "
+           f"{len(c.modes)} mode(s), {c.launches_per_mode} launch(es) x {c.repeats} pass(es) per "
+           "mode and concurrency, concurrency "
            f"{', '.join(map(str, c.concurrencies))}, order {c.order}"
            + (", burn-in pass per launch" if c.burn_in else "")
            + f"; job {result.get('job_id') or '?'} ({result.get('job_state') or 'state unknown'})", ""]
