@@ -205,7 +205,7 @@ def fit_time_limit(plan, history: History | None = None):
         comp = tuple(f"--time={chosen}" if o == f"--time={AUTO}" else o for o in plan.sbatch_component)
         return replace(plan, sbatch_component=comp, estimate=est)
     given = parse_time(limit)
-    if given is not None and given < est.limit_s:
+    if given is not None and given < est.limit_s and exp.estimate.enforce:
         raise ConfigErrors([ConfigError(
             "cluster.time_limit (--time)", limit,
             f"too short for this job: it needs {format_time(est.limit_s)} ({est.text})",

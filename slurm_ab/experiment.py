@@ -161,6 +161,7 @@ class Estimate:
     job_overhead_s: float = 120
     margin: float = 0.15
     from_results: bool = True
+    enforce: bool = True             # refuse a time limit below the estimate
 
 
 @dataclass(frozen=True)

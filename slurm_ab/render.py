@@ -5,6 +5,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import __version__
+from .duration import parse_time
 from .plan import JobPlan
 from .shell import word, words
 from .validate import notices
@@ -132,7 +133,10 @@ def site_lines(plan: JobPlan) -> list[str]:
         out.append(f"fabric: every rank's NCCL must use network {e.cluster.nccl_network} (cluster.nccl_network); "
                    "the job checks NCCL's 'Using network' lines once the servers are ready")
     d = plan.duration
-    out.append(f"duration estimate: {d.text}; time limit {_time(plan)}")
+    given = parse_time(_time(plan))
+    short = " -- SHORTER than the estimate (estimate.enforce = false): Slurm may stop the job part-way" \
+        if given is not None and given < d.limit_s else ""
+    out.append(f"duration estimate: {d.text}; time limit {_time(plan)}{short}")
     wd = e.watchdog
     out.append(f"watchdog: a pass fails when it runs longer than {wd.pass_factor:g} x its estimate"
                + (f", or when a replica finishes no request for {plan.watch_stall_s} s while requests are in "

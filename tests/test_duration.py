@@ -110,6 +110,12 @@ def test_from_results_off_keeps_the_site_figures(tmp_path):
     assert p.estimate.load.seconds == 900
 
 
+def test_enforce_false_lets_a_short_limit_through_and_dry_run_says_so(cli):
+    code, out, err = cli("dry-run", "tp32", "--time", "00:20:00", "--set", "estimate.enforce=false")
+    assert code == 0 and "#SBATCH --time=00:20:00" in out
+    assert "time limit 00:20:00 -- SHORTER than the estimate (estimate.enforce = false)" in err
+
+
 def test_fit_replaces_auto_and_records_the_estimate():
     p = fit_time_limit(_plan('cluster.time_limit="auto"'), History())
     assert "--time=00:31:00" in p.sbatch_component and p.estimate.limit_s == 1825
