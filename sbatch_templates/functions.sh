@@ -290,6 +290,7 @@ preflight_node() {
     fi
   fi
   preflight_fabric
+  preflight_pd
   if [[ -n "$tok_pid" ]]; then
     wait "$tok_pid"; rc=$?
     if (( rc != 0 )); then
@@ -409,8 +410,8 @@ write_preflight_script() {
     echo '# slurm-ab preflight, run on every node by the job'"'"'s first steps (written by the job script).'
     declare -p RUN_DIR PF_MODULES PF_CLIENT_MODULES PF_IMPORT PF_GPU PF_GPUS PF_PORT PF_ADDRESS PF_IFACE PF_PATHS PF_CLIENT_PATHS
     # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
-    declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR 2>/dev/null
-    declare -f json_str preflight_node preflight_fabric iface_matches
+    declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB 2>/dev/null
+    declare -f json_str preflight_node preflight_fabric iface_matches preflight_pd
     echo 'preflight_node "$@"'
   } >"$RUN_DIR/preflight/check.sh"
 }

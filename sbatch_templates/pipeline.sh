@@ -39,6 +39,7 @@ read_hosts() {
     unset -n nodes_ref
     PORTS[g]=$(( SERVER_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
     DIST_PORTS[g]=$(( DIST_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
+    (( BOOTSTRAP_PORT_BASE )) && BOOT_PORTS[g]=$(( BOOTSTRAP_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
   done
   ROUTER_HOST=${HEADS[0]}   # the node name; the router and the client steps are pinned to it
   ROUTER_PORT=$(( ROUTER_PORT_BASE + slot ))
@@ -50,7 +51,8 @@ record_hosts() {
   local g
   for g in "${!HEADS[@]}"; do
     local -n nodes_ref="R${g}_NODES"
-    event hosts "replica=$g" "head=${HEADS[g]}" "nodes=$(IFS=,; echo "${nodes_ref[*]}")" "port=${PORTS[g]}" "dist_port=${DIST_PORTS[g]}"
+    event hosts "replica=$g" "head=${HEADS[g]}" "nodes=$(IFS=,; echo "${nodes_ref[*]}")" "port=${PORTS[g]}" "dist_port=${DIST_PORTS[g]}" \
+      ${BOOT_PORTS[g]:+"bootstrap_port=${BOOT_PORTS[g]}"}
     unset -n nodes_ref
   done
   event ports "router=$ROUTER_PORT" "router_metrics=$ROUTER_METRICS_PORT"
@@ -67,6 +69,7 @@ run_preflight() {
   for g in "${!HEADS[@]}"; do
     extra=()
     (( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")
+    [[ -n "${BOOT_PORTS[g]:-}" ]] && extra+=("${BOOT_PORTS[g]}")
     local -n nodes_ref="R${g}_NODES"
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 \
       --output="$RUN_DIR/logs/preflight-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
@@ -86,23 +89,33 @@ resolve_addresses() {
     ADDRS[g]=$(head_address "${HEADS[g]}") || fatal address "node=${HEADS[g]}" "no $ADDRESS_MODE address for ${HEADS[g]}"
     printf -v "R${g}_ADDR" '%s' "${ADDRS[g]}"
     printf -v "R${g}_PORT" '%s' "${PORTS[g]}"
+    printf -v "R${g}_BOOT" '%s' "${BOOT_PORTS[g]:-}"
     kv+=("replica$g=${ADDRS[g]}")
   done
   ROUTER_ADDR=${ADDRS[0]}
   event addresses "mode=$ADDRESS_MODE" "${kv[@]}"
 }
 
-# One srun step per replica, one task per node, with the launch's SERVER_CMD.
+# One srun step per replica, one task per node, with the launch's SERVER_CMD (a PD launch: the
+# command of the group's role, SERVER_CMD_<mode>_<role>, and a prefill's bootstrap port).
 start_servers() {
   local g
+  local -a cmd
   for g in "${!HEADS[@]}"; do
     local -n nodes_ref="R${g}_NODES"
-    log "launch $LAUNCH ($MODE), replica $g: starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
-    event server_launch "replica=$g"
+    cmd=("${SERVER_CMD[@]}")
+    if pd_launch; then
+      local -n role_cmd="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}"
+      cmd=("${role_cmd[@]}")
+      unset -n role_cmd
+      [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
+    fi
+    log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
+    event server_launch "replica=$g" ${GROUP_ROLES[g]:+"role=${GROUP_ROLES[g]}"}
     # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
       --output="$RUN_DIR/logs/server-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
-      bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${SERVER_CMD[@]}" \
+      bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
     unset -n nodes_ref
@@ -152,8 +165,17 @@ run_launch() {
   LAUNCH=$(( i + 1 ))
   MODE=${LAUNCH_MODES[i]}
   [[ ${LAUNCH_DIRS[i]} == . ]] || RUN_DIR="$CAMPAIGN_DIR/${LAUNCH_DIRS[i]}"
-  local -n mode_cmd="SERVER_CMD_${LAUNCH_SERVER[i]}"
-  SERVER_CMD=("${mode_cmd[@]}")
+  MODE_INDEX=${LAUNCH_SERVER[i]}
+  GROUP_ROLES=()
+  SERVER_CMD=()
+  if declare -p "MODE_ROLES_$MODE_INDEX" >/dev/null 2>&1; then    # prefill/decode roles (pd.sh)
+    local -n roles_ref="MODE_ROLES_$MODE_INDEX"
+    GROUP_ROLES=("${roles_ref[@]}")
+    unset -n roles_ref
+  else
+    local -n mode_cmd="SERVER_CMD_$MODE_INDEX"
+    SERVER_CMD=("${mode_cmd[@]}")
+  fi
   METRICS_SERVERS=${MODE_METRICS[LAUNCH_SERVER[i]]}
   STEP_PIDS=()
   CLIENT_PID=""
@@ -171,10 +193,15 @@ run_launch() {
   wait_servers_ready
   check_nccl_network
   make_warmup_body
-  for g in "${!HEADS[@]}"; do
-    warmup_replica "$g"
-  done
+  if pd_launch; then
+    pd_ready
+  else
+    for g in "${!HEADS[@]}"; do
+      warmup_replica "$g"
+    done
+  fi
   start_router
+  pd_launch && pd_router_canary
   read -ra specs <<<"${LAUNCH_PASSES[i]}"
   for spec in "${specs[@]}"; do
     IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG <<<"$spec"

@@ -26,12 +26,17 @@ from .errors import ConfigError, ConfigErrors
 Tree = dict[str, Any]
 
 # Tables whose keys are the user's own (flag names, variable names, mode and dataset names).
-FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "modes", "datasets", "router_profiles",
-               "client_profiles")
-MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict}
+FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "pd.env", "modes", "datasets",
+               "router_profiles", "client_profiles")
+MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict, "roles": dict, "router": dict}
+# A PD mode's roles ([modes.<M>.roles.prefill|decode]) and its router's per-role policies.
+ROLE_NAMES = ("prefill", "decode")
+ROLE_KEYS = {"instances": int, "nodes": int, "tp": int, "pp": int, "ep": int, "args": dict, "env": dict}
+MODE_ROUTER_KEYS = {"prefill_policy": str, "decode_policy": str}
 DATASET_KEYS = {"args": list}
 PROFILE_KEYS = {"description": str, "command": list, "module": str, "distribution": str,
-                "ready_path": str, "ready_field": str, "args": dict}
+                "ready_path": str, "ready_field": str, "args": dict, "prefill_policies": list,
+                "decode_policies": list}
 CLIENT_PROFILE_KEYS = {"description": str, "command": list, "module": str, "distribution": str,
                        "args": dict, "datasets": list, "goodput": bool}
 NAMED_TABLES = {"modes": MODE_KEYS, "datasets": DATASET_KEYS, "router_profiles": PROFILE_KEYS,
@@ -197,7 +202,7 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
         if not (isinstance(value, SCALAR) or (isinstance(value, list) and all(isinstance(v, SCALAR) for v in value))):
             return [ConfigError(full, value, "flag value must be a string, number, true/false or a list of them")]
         return []
-    if table in ("env", "server.env", "cache.env"):
+    if table in ("env", "server.env", "cache.env", "pd.env") or table.endswith(".env"):
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             return [ConfigError(full, value, "not a valid environment variable name")]
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
@@ -218,10 +223,48 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
                 errs.append(ConfigError(f"{full}.{k}", v, f"must be a {_type_name(spec[k])}"))
             elif k == "args" and isinstance(v, dict):
                 errs.extend(e for ak, av in v.items() for e in _check_free(f"{full}.args.{ak}", ak, av, f"{full}.args"))
+            elif k == "roles" and isinstance(v, dict):
+                errs.extend(_check_roles(f"{full}.roles", v))
+            elif k == "router" and isinstance(v, dict):
+                errs.extend(_check_table(f"{full}.router", v, MODE_ROUTER_KEYS))
             elif isinstance(v, list) and not all(isinstance(a, str) for a in v):
                 errs.append(ConfigError(f"{full}.{k}", v, "must be a list of strings"))
         return errs
     return []
+
+
+def _check_table(full: str, table: dict, spec: dict) -> list[ConfigError]:
+    """A small fixed table: known keys of the right type."""
+    errs = []
+    for k, v in table.items():
+        if k not in spec:
+            close = difflib.get_close_matches(k, list(spec), n=1)
+            errs.append(ConfigError(f"{full}.{k}", v, "unknown key", f"did you mean {close[0]}?" if close else ", ".join(spec)))
+        elif not _type_ok(v, spec[k]):
+            errs.append(ConfigError(f"{full}.{k}", v, f"must be a {_type_name(spec[k])}"))
+    return errs
+
+
+def _check_roles(full: str, roles: dict) -> list[ConfigError]:
+    """[modes.<M>.roles]: the roles SGLang's --disaggregation-mode knows, each a role table whose
+    args are flags and env variables."""
+    errs = []
+    for name, role in roles.items():
+        where = f"{full}.{name}"
+        if name not in ROLE_NAMES:
+            errs.append(ConfigError(where, role, "not a PD role", ", ".join(ROLE_NAMES)))
+            continue
+        if not isinstance(role, dict):
+            errs.append(ConfigError(where, role, "must be a table"))
+            continue
+        errs += _check_table(where, {k: v for k, v in role.items() if k not in ("args", "env")}, ROLE_KEYS)
+        for k, table in (("args", f"{where}.args"), ("env", f"{where}.env")):
+            v = role.get(k, {})
+            if not isinstance(v, dict):
+                errs.append(ConfigError(table, v, "must be a table"))
+                continue
+            errs.extend(e for ak, av in v.items() for e in _check_free(f"{table}.{ak}", ak, av, table))
+    return errs
 
 
 def load_tree(site: str | None = None, config_files: Iterable[str] = (), sets: Iterable[str] = (), mode: str | None = None) -> Tree:

@@ -14,13 +14,52 @@ Pairs = tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
-class Mode:
-    name: str
-    description: str
+class Role:
+    """One role of a prefill/decode (PD) mode: `instances` SGLang servers of `nodes` nodes each,
+    started with --disaggregation-mode `name`. Its args go on top of [server.args] and the mode's."""
+
+    name: str                        # "prefill" | "decode"
+    instances: int
+    nodes: int
     tp: int
     pp: int
     ep: int
     args: Pairs = ()
+    env: Pairs = ()
+
+
+@dataclass(frozen=True)
+class Component:
+    """One het component of a launch: a replica (identical replicas) or one role instance (PD)."""
+
+    group: int                       # het group = replica index in file names and events
+    nodes: int
+    role: str | None = None          # None: a replica of an ordinary mode
+    instance: int = 0                # the replica's index, or the instance's within its role
+
+    @property
+    def name(self) -> str:
+        """How users read it: "replica 1", "prefill 0", "decode 0"."""
+        return f"{self.role or 'replica'} {self.instance}"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    description: str
+    tp: int                          # a PD mode: its roles' when they agree, else 0 (see roles)
+    pp: int
+    ep: int
+    args: Pairs = ()                 # a PD mode: flags of both roles
+    roles: tuple[Role, ...] = ()     # PD: prefill then decode; () for identical replicas
+    router: Pairs = ()               # PD: (("prefill_policy", ...), ("decode_policy", ...))
+
+    @property
+    def pd(self) -> bool:
+        return bool(self.roles)
+
+    def role(self, name: str) -> Role | None:
+        return next((r for r in self.roles if r.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -222,6 +261,17 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class Pd:
+    """The site's KV transfer for PD modes ([pd])."""
+
+    transfer_backend: str = "mooncake"
+    ib_device: str = ""
+    transfer_module: str = ""
+    canary_timeout_s: int = 60
+    env: Pairs = ()                  # both roles' servers
+
+
+@dataclass(frozen=True)
 class Ports:
     server: int
     dist_init: int
@@ -229,6 +279,7 @@ class Ports:
     router_metrics: int
     replica_stride: int
     job_slots: int
+    bootstrap: int = 25000           # PD: each prefill instance's bootstrap server
 
 
 @dataclass(frozen=True)
@@ -259,6 +310,24 @@ class Experiment:
     watchdog: Watchdog = Watchdog()
     collector: Collector = Collector()
     client: Client = Client()
+    pd: Pd = Pd()
+
+    @property
+    def components(self) -> tuple[Component, ...]:
+        """The het components of a launch of this mode: the replicas, or every role instance
+        (prefill instances first, then decode)."""
+        if not self.mode.roles:
+            return tuple(Component(g, self.nodes_per_replica, None, g) for g in range(self.replicas or 0))
+        out = []
+        for role in self.mode.roles:
+            for i in range(role.instances):
+                out.append(Component(len(out), role.nodes, role.name, i))
+        return tuple(out)
+
+    def role_flags(self, role: str) -> Pairs:
+        """The SGLang flags of one role of a PD mode: [server.args] < the mode's args < the role's."""
+        r = self.mode.role(role)
+        return merge_flags(self.server_flags, r.args if r else ())
 
     @property
     def server_flags(self) -> Pairs:
@@ -307,8 +376,9 @@ def _convert(tp, v) -> Any:
     origin = typing.get_origin(tp) or tp
     if dataclasses.is_dataclass(origin) and isinstance(v, dict):
         return _from_dict(origin, v)
-    if isinstance(v, list):
-        return tuple(_convert(Any, x) for x in v)
+    if isinstance(v, (list, tuple)):
+        item = (typing.get_args(tp) or (Any,))[0] if origin is tuple else Any
+        return tuple(_convert(item, x) for x in v)
     return v
 
 
@@ -343,16 +413,14 @@ def _build(cls, table: dict, **extra):
 
 def build(tree: dict, mode_name: str) -> Experiment:
     """Assemble the model; the tree must already be validated and its references resolved."""
-    m = tree["modes"][mode_name]
-    mode = Mode(mode_name, m.get("description", ""), m["tp"], m["pp"], m["ep"],
-                tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in m.get("args", {}).items()))
+    mode = _mode(tree["modes"][mode_name], mode_name)
     bench = tree["benchmark"]
     dataset_args = tuple(str(a) for a in tree["datasets"][bench["dataset"]]["args"])
     return Experiment(
         name=tree["experiment"]["name"],
         description=tree["experiment"]["description"],
-        replicas=tree["experiment"]["replicas"],
-        nodes_per_replica=tree["experiment"]["nodes_per_replica"],
+        replicas=sum(r.instances for r in mode.roles) if mode.roles else tree["experiment"]["replicas"],
+        nodes_per_replica=max(r.nodes for r in mode.roles) if mode.roles else tree["experiment"]["nodes_per_replica"],
         context_length=tree["model"]["context_length"],
         mode=mode,
         benchmark=_build(Benchmark, bench, dataset_args=dataset_args),
@@ -373,7 +441,22 @@ def build(tree: dict, mode_name: str) -> Experiment:
         watchdog=_build(Watchdog, tree["watchdog"]),
         collector=_build(Collector, tree["collector"]),
         client=_client(tree),
+        pd=_build(Pd, tree["pd"]),
     )
+
+
+def _mode(m: dict, name: str) -> Mode:
+    """A mode: identical replicas (tp/pp/ep), or the roles of a PD mode (prefill first)."""
+    roles = tuple(Role(r, x["instances"], x["nodes"], x["tp"], x["pp"], x["ep"], _build_pairs(x.get("args", {})),
+                       _build_pairs(x.get("env", {})))
+                  for r in ("prefill", "decode") if (x := m.get("roles", {}).get(r)) is not None)
+    if roles:
+        same = {(r.tp, r.pp, r.ep) for r in roles}
+        tp, pp, ep = same.pop() if len(same) == 1 else (0, 0, 0)
+    else:
+        tp, pp, ep = m["tp"], m["pp"], m["ep"]
+    return Mode(name, m.get("description", ""), tp, pp, ep, _build_pairs(m.get("args", {})), roles,
+                _build_pairs(m.get("router", {})) if roles else ())
 
 
 def _client(tree: dict) -> Client:

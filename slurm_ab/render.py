@@ -4,7 +4,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from . import __version__
+from . import __version__, pd_summary
 from .duration import parse_time
 from .plan import JobPlan
 from .shell import word, words
@@ -42,20 +42,24 @@ def summary(plan: JobPlan) -> str:
     lines = [
         f"experiment {e.name}, mode {m.name}: {m.description}",
         f"run id {plan.run_id}, run directory {plan.run_dir}, job name {plan.job_name}",
-        f"components: {e.replicas} (one per replica) x {e.nodes_per_replica} nodes, "
-        f"{e.cluster.gpus_per_node} GPUs per node, partition {e.cluster.partition}, time {_time(plan)}",
-        f"parallelism per replica: TP{m.tp} / PP{m.pp} / EP{m.ep} over {e.nodes_per_replica * e.cluster.gpus_per_node} GPUs",
+        *(pd_summary.components(plan) if m.roles else (
+            f"components: {e.replicas} (one per replica) x {e.nodes_per_replica} nodes, "
+            f"{e.cluster.gpus_per_node} GPUs per node, partition {e.cluster.partition}, time {_time(plan)}",
+            f"parallelism per replica: TP{m.tp} / PP{m.pp} / EP{m.ep} over {e.nodes_per_replica * e.cluster.gpus_per_node} GPUs")),
         f"benchmark: {e.benchmark.dataset} ({e.benchmark.dataset_config}) {e.benchmark.input_len} -> {e.benchmark.output_len}, "
-        f"C={e.benchmark.concurrency}, {e.benchmark.num_prompts} prompts; warm-up {e.warmup.input_len} -> {e.warmup.output_len} per replica",
+        f"C={e.benchmark.concurrency}, {e.benchmark.num_prompts} prompts; warm-up {e.warmup.input_len} -> {e.warmup.output_len} per "
+        + ("prefill/decode pair" if m.roles else "replica"),
         f"ports (slot = job id % {e.ports.job_slots}):",
     ]
     for r in plan.replicas:
-        lines.append(f"  replica {r.index}: http {e.ports.server + r.port_offset} + slot*{slot}, "
-                     f"dist-init {e.ports.dist_init + r.port_offset} + slot*{slot}")
+        lines.append(f"  {pd_summary.name(r)}: http {e.ports.server + r.port_offset} + slot*{slot}, "
+                     f"dist-init {e.ports.dist_init + r.port_offset} + slot*{slot}"
+                     + (f", bootstrap {e.ports.bootstrap + r.port_offset} + slot*{slot}" if r.role == "prefill" else ""))
     lines.append(f"  router: {e.ports.router} + slot, metrics {e.ports.router_metrics} + slot")
     addr = {"name": "the Slurm node name", "nodeaddr": "the node's NodeAddr (scontrol show node)",
             "interface": f"the IPv4 address of {e.cluster.address_interface} on the node (read by the preflight)"}
     lines.append(f"head node addresses ($R<g>_ADDR): {addr.get(e.cluster.address, e.cluster.address)}")
+    lines += pd_summary.bootstrap(plan)
     lines.append(f"router profile {e.router.profile}: {e.router.description}; ready when GET "
                  f"{e.router.ready_path} counts {e.replicas} {e.router.ready_field}")
     pf = plan.preflight
@@ -81,15 +85,22 @@ def summary(plan: JobPlan) -> str:
     env = " ".join(word(x) for x in plan.server.env)
     step = " ".join(plan.server_step)
     for r in plan.replicas:
-        lines.append(f"  replica {r.index} (srun --het-group={r.index} --nodes={r.nodes}{' ' + step if step else ''}, every node): "
-                     f"{env + ' ' if env else ''}{server} --dist-init-addr \"$R{r.index}_ADDR:$R{r.index}_DIST_PORT\" "
+        cmd = pd_summary.role_server(plan, r) if r.role else server
+        lines.append(f"  {pd_summary.name(r)} (srun --het-group={r.index} --nodes={r.nodes}{' ' + step if step else ''}, every node): "
+                     f"{env + ' ' if env else ''}{cmd} --dist-init-addr \"$R{r.index}_ADDR:$R{r.index}_DIST_PORT\" "
                      f"--port \"$R{r.index}_PORT\" --node-rank \"$SLURM_NODEID\"")
-    for r in plan.replicas:
+    if m.roles:
+        lines += pd_summary.pair_steps(plan)
+    for r in plan.replicas if not m.roles else ():
         lines.append(f"  warm-up {r.index}: POST http://$R{r.index}_ADDR:$R{r.index}_PORT/generate "
                      f"{{input_ids: {e.warmup.input_len} x {e.warmup.token_id}, max_new_tokens: {e.warmup.output_len}}}")
     side = " ".join(plan.side_step)
     lines.append(f"  router (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}): "
                  + words(w for line in plan.router.lines for w in line))
+    if m.roles:
+        lines.append(f"  router canary: POST http://$ROUTER_ADDR:$ROUTER_PORT/generate {{4 tokens, max_new_tokens: 2}} "
+                     f"once the router counts {e.replicas} healthy workers (within pd.canary_timeout_s = "
+                     f"{e.pd.canary_timeout_s} s)")
     first = plan.campaign.launches[0].passes[0]
     client = plan.client_of(first) if plan.single else plan.client
     lines.append(f"  client (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}"

@@ -41,6 +41,14 @@ PATHS = {
     "warmup_request": "logs/warmup-request.json",     # the 16K -> 1 body sent to every replica
     "warmup_response": "logs/warmup-r{g}.json",       # each replica's answer
     "warmup_http": "logs/warmup-r{g}.json.http",      # its HTTP status and curl's message
+    # prefill/decode launches: each pair's KV canary and warm-up, sent to both (r{g} answering, its
+    # peer r{peer}), and the canary through the router
+    "pd_canary": "logs/canary-r{g}-with-r{peer}.json",
+    "pd_canary_http": "logs/canary-r{g}-with-r{peer}.json.http",
+    "pd_warmup": "logs/warmup-r{g}-with-r{peer}.json",
+    "pd_warmup_http": "logs/warmup-r{g}-with-r{peer}.json.http",
+    "router_canary": "logs/canary-router.json",
+    "router_canary_http": "logs/canary-router.json.http",
     "preflight_log": "logs/preflight-r{g}-n{rank}.log",
     "preflight": "preflight",
     "preflight_script": "preflight/check.sh",

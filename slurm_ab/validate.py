@@ -11,7 +11,7 @@ from typing import Any
 
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
-from . import site_checks
+from . import pd_checks, site_checks
 from .experiment import Experiment, build, merge_flags
 
 # Flags slurm-ab writes itself from the mode and the job's hosts and ports.
@@ -61,10 +61,12 @@ def resolve(tree: Tree, mode: str) -> Experiment:
         raise ConfigErrors(errors + [e]) from None
     if errors:
         raise ConfigErrors(errors)
-    errors += _mode_checks(resolved, mode)
+    pd = pd_checks.is_pd(resolved["modes"][mode])
+    errors += (pd_checks.check(resolved, mode, RESERVED_FLAGS, AMBIGUOUS_FLAGS) + pd_checks.site_checks(resolved)
+               if pd else _mode_checks(resolved, mode))
     errors += _site_checks(resolved)
     errors += _bench_checks(resolved)
-    errors += _port_checks(resolved)
+    errors += _port_checks(resolved, pd)
     errors += _router_checks(resolved)
     errors += _client_checks(resolved)
     errors += _preflight_checks(resolved)
@@ -78,7 +80,7 @@ def resolve(tree: Tree, mode: str) -> Experiment:
 def _required(tree: Tree, mode: str) -> list[ConfigError]:
     """Site values that must be set: always, or because the mode or dataset refers to them."""
     needed = {"cluster.partition": "the Slurm partition", "paths.model": "the model directory"}
-    refs = referenced_keys(tree["modes"][mode].get("args", {})) | referenced_keys(
+    refs = referenced_keys({k: tree["modes"][mode].get(k, {}) for k in ("args", "roles")}) | referenced_keys(
         tree["datasets"][tree["benchmark"]["dataset"]]["args"])
     for ref in sorted(refs):
         if ref.startswith(("paths.", "cluster.", "container.")):
@@ -286,7 +288,7 @@ def notices(exp: Experiment) -> list[str]:
     if any(v for _, v in exp.benchmark.slo) and not exp.client.goodput:
         out.append(f"benchmark.slo: client profile {exp.client.profile} has no --goodput; the collector "
                    "computes goodput and SLO attainment from the per-request details alone")
-    return out + site_checks.notices(exp)
+    return out + pd_checks.notices(exp) + site_checks.notices(exp)
 
 
 def _bench_checks(tree: Tree) -> list[ConfigError]:
@@ -316,30 +318,39 @@ def _bench_checks(tree: Tree) -> list[ConfigError]:
     return errs
 
 
-def port_ranges(tree_ports: dict, replicas: int) -> dict[str, tuple[int, int]]:
-    """Half-open port ranges each role may use over all job slots."""
+def port_ranges(tree_ports: dict, replicas: int, pd: bool = False) -> dict[str, tuple[int, int]]:
+    """Half-open port ranges each role may use over all job slots (with a PD mode's bootstrap
+    servers)."""
     p = tree_ports
     span = p["job_slots"] * replicas * p["replica_stride"]
-    return {
+    out = {
         "server": (p["server"], p["server"] + span),
         "dist_init": (p["dist_init"], p["dist_init"] + span),
         "router": (p["router"], p["router"] + p["job_slots"]),
         "router_metrics": (p["router_metrics"], p["router_metrics"] + p["job_slots"]),
     }
+    if pd:
+        out["bootstrap"] = (p["bootstrap"], p["bootstrap"] + span)
+    return out
 
 
-def _port_checks(tree: Tree) -> list[ConfigError]:
+def _port_checks(tree: Tree, pd: bool = False) -> list[ConfigError]:
     p = tree["ports"]
     errs: list[ConfigError] = []
     for k in ("replica_stride", "job_slots"):
         if p[k] < 1:
             errs.append(ConfigError(f"ports.{k}", p[k], "must be >= 1"))
-    for k in ("server", "dist_init", "router", "router_metrics"):
+    for k in ("server", "dist_init", "router", "router_metrics") + (("bootstrap",) if pd else ()):
         if not 1024 <= p[k] <= 65535:
             errs.append(ConfigError(f"ports.{k}", p[k], "not an unprivileged port", "1024..65535"))
     if errs:
         return errs
-    ranges = port_ranges(p, tree["experiment"]["replicas"])
+    replicas = tree["experiment"]["replicas"]
+    if pd:
+        # a PD launch's groups are its role instances (the job slot spans them all)
+        replicas = max(replicas, sum(r.get("instances", 1) for m in tree["modes"].values()
+                                     for r in m.get("roles", {}).values()))
+    ranges = port_ranges(p, replicas, pd)
     names = list(ranges)
     for i, a in enumerate(names):
         lo, hi = ranges[a]

@@ -8,7 +8,7 @@ relative to the run directory (a campaign pass's read 'launch2-tp32/logs/...').
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -19,6 +19,7 @@ from ..parse.preflight import ran_on_note, server_info_note
 from ..rundir import Layout, Manifest
 from .bench_result import bench_result, bench_spec
 from .job import job_info
+from .pd import collect_pd, component_name, pd_reasons, role_names
 from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
@@ -69,9 +70,11 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     replica_ids = set(events.replicas()) | set(inp.logs.files)
     if manifest.replicas is not None:
         replica_ids |= set(range(manifest.replicas))
+    names = role_names(manifest.config)          # PD: het group -> (role, instance)
     reps = summarise_replicas(inp.logs, replica_ids, PassWindow(
-        inp.window_name, window, inp.all_samples, manifest.warmup_input_len, job.node_lists))
-    replicas = tuple(r.summary for r in reps)
+        inp.window_name, window, inp.all_samples, manifest.warmup_input_len, job.node_lists, names))
+    replicas = tuple(replace(r.summary, role=names[r.summary.replica][0], instance=names[r.summary.replica][1])
+                     if r.summary.replica in names else r.summary for r in reps)
     problems = [p for r in reps for p in r.problems]
     if not reps:
         problems.append("no replica is known: no server log, no replica in events.log and no "
@@ -80,6 +83,11 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     accept = pooled_acceptance(reps)
     server_metrics = collect_server_metrics(lay.root, events, replicas, accept, manifest.config)
     notes += server_metrics.notes
+    pd = None
+    if names:
+        pd = collect_pd(lay.root, events, names, job.node_lists, bench.ttft.mean if bench.ttft else None,
+                        server_metrics.replicas, notes)
+        notes += pd.notes
 
     # ---- verdict -----------------------------------------------------------------------
     slurm_lines = diagnose(list(inp.job_outputs), root=root) if job.state is None else []
@@ -92,7 +100,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
             verdict, reasons = "failed", failed
         else:
             invalid = validity_reasons(bench, problems, replicas, window,
-                                       server_metrics.replicas)
+                                       server_metrics.replicas) + (pd_reasons(pd, replicas) if pd else [])
             verdict, reasons = ("invalid", invalid) if invalid else ("ok", [])
     elif verdict in ("failed", "cancelled", "timeout"):
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)
@@ -101,8 +109,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         files = list(inp.job_outputs) + (lay.server_logs() + [lay.router_log, inp.client_log]
                                          if logs_exist else [])
         findings = diagnose(files, root=root)
-        diag = diagnosis_reasons(findings, job.node_lists, events) + \
-            stalled_replica_reasons(root, lay, events, job.node_lists)
+        diag = diagnosis_reasons(findings, job.node_lists, events, names) + \
+            stalled_replica_reasons(root, lay, events, job.node_lists, names)
         reasons = diag + [r for r in reasons if r not in diag] if verdict == "failed" \
             else reasons + [r for r in diag if r not in reasons]
         cut = interrupted_reason(events, replicas, spec.num_prompts, has_result)
@@ -115,7 +123,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         roots = [f for f in diagnose(lay.server_logs(), root=root) if f.kind in ROOT_CAUSE_KINDS]
         if roots:
             findings = roots
-            diag = diagnosis_reasons(roots, job.node_lists, events)
+            diag = diagnosis_reasons(roots, job.node_lists, events, names)
             reasons = diag + [r for r in reasons if r not in diag]
     elif verdict == "ok" and problems:
         notes += problems
@@ -127,7 +135,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
                      for t in (window or (None, None))),
         all_samples=inp.all_samples, verdict=verdict, reasons=tuple(reasons),
         findings=tuple(asdict(f) for f in findings), notes=tuple(notes),
-        server_metrics=server_metrics, ref=inp.ref)
+        server_metrics=server_metrics, ref=inp.ref, pd=pd)
 
 
 def interrupted_reason(events, replicas, total: int | None, has_result: bool) -> str | None:
@@ -140,12 +148,14 @@ def interrupted_reason(events, replicas, total: int | None, has_result: bool) ->
     stop = next((e for e in events.events if e.line > start.line and e.name in
                  ("fail", "teardown", "job_end")), None)
     after = f" {stop.epoch - start.epoch:.0f} s after it started" if stop else ""
-    counted = [r for r in replicas if r.requests_served is not None]
+    # PD: every request reaches a prefill and a decode; the decodes' answers are the client's
+    counted = [r for r in replicas if r.requests_served is not None
+               and (r.role is None or r.role == "decode")]
     if not counted:
         return f"benchmark interrupted{after}; no server log to count completed requests"
     n = sum(r.requests_served for r in counted)
     exact = all(r.requests_source == "access_log" for r in counted)
-    per = ", ".join(f"replica {r.replica}: {r.requests_served}" for r in counted)
+    per = ", ".join(f"{r.name}: {r.requests_served}" for r in counted)
     if exact:
         return (f"benchmark interrupted{after}: {n}" + (f" of {total}" if total else "")
                 + f" requests had succeeded (HTTP 200 in the server access logs: {per}; a "
@@ -155,7 +165,7 @@ def interrupted_reason(events, replicas, total: int | None, has_result: bool) ->
             f"lines: {per}); the client wrote no result")
 
 
-def stalled_replica_reasons(root: Path, lay: Layout, events, node_lists: dict) -> list[str]:
+def stalled_replica_reasons(root: Path, lay: Layout, events, node_lists: dict, names=None) -> list[str]:
     """The last line of the head log of each replica the job gave up on (not healthy in time,
     warm-up failed): where its start-up stopped. The job's output has the last 20 lines."""
     out = []
@@ -167,7 +177,7 @@ def stalled_replica_reasons(root: Path, lay: Layout, events, node_lists: dict) -
             path = lay.server_log(int(g), 0)
             line = _last_line(path)
             hosts = node_lists.get(str(int(g))) or []
-            where = f"replica {int(g)} node rank 0" + (f" ({hosts[0]})" if hosts else "")
+            where = f"{component_name(int(g), names)} node rank 0" + (f" ({hosts[0]})" if hosts else "")
             shown = Layout(root).rel(path)
             out.append(f"{where}: last log line: {line} [{shown}]" if line
                        else f"{where}: its log is empty or missing [{shown}]")

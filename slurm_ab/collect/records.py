@@ -134,6 +134,13 @@ class ReplicaSummary:
     untimed_batch_lines: int = 0        # batch lines whose time could not be read
     retractions: int = 0                # KV-cache retractions (in the window, or all)
     retracted_requests: int = 0         # requests they sent back to the queue
+    role: str | None = None             # PD: prefill | decode (None: a replica)
+    instance: int | None = None         # PD: its index within the role
+
+    @property
+    def name(self) -> str:
+        """How users read it: "replica 1", "prefill 0", "decode 0"."""
+        return f"{self.role} {self.instance}" if self.role else f"replica {self.replica}"
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,7 @@ class PassSummary:
     notes: tuple = ()
     server_metrics: object = None       # collect.server_metrics.ServerMetrics (from /metrics)
     ref: PassRef = PassRef()
+    pd: object = None                   # collect.pd.PdSummary of a prefill/decode pass
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))

@@ -20,6 +20,7 @@ from ..parse.events import EventLog, Warmup
 from ..parse.server_scan import (Counts, DecodeAgg, Interval, Prefill, Retractions,
                                  ServerLogScan, lowest_stage, pooled_retractions, scan_server_log)
 from ..rundir import Layout, server_log_identity
+from .pd import component_name
 from .records import Pooled, ReplicaSummary
 
 DEFAULT_WARMUP_TOKENS = 16384
@@ -155,6 +156,7 @@ class PassWindow:
     all_samples: bool = False
     warmup_tokens: int | None = None
     node_lists: dict = field(default_factory=dict)
+    names: dict = field(default_factory=dict)   # PD: het group -> (role, instance)
 
 
 def summarise_replicas(logs: LaunchLogs, replica_ids: Iterable[int], pw: PassWindow
@@ -172,15 +174,16 @@ def summarise_replicas(logs: LaunchLogs, replica_ids: Iterable[int], pw: PassWin
 def _one(logs: LaunchLogs, g: int, ranks: dict[int, Path], scans: list[ServerLogScan],
          pw: PassWindow) -> ReplicaScan:
     run_dir, window, all_samples = logs.root, pw.bounds, pw.all_samples
+    who = component_name(g, pw.names)
     sizes = [p.stat().st_size for _, p in sorted(ranks.items())]
     problems: list[str] = []
     rel = tuple(_shown(str(p), run_dir) for _, p in sorted(ranks.items()))
     if not ranks:
-        problems.append(f"replica {g}: no server log (logs/server-r{g}-n*.log missing)")
+        problems.append(f"{who}: no server log (logs/server-r{g}-n*.log missing)")
     elif 0 not in ranks:
-        problems.append(f"replica {g}: no node-rank-0 log (logs/server-r{g}-n0.log missing)")
+        problems.append(f"{who}: no node-rank-0 log (logs/server-r{g}-n0.log missing)")
     elif not any(sizes):
-        problems.append(f"replica {g}: server logs are empty")
+        problems.append(f"{who}: server logs are empty")
 
     # Decode samples: by stream over all files, then the lowest PP stage (see ServerLogScan).
     streams: dict = {}
@@ -189,7 +192,7 @@ def _one(logs: LaunchLogs, g: int, ranks: dict[int, Path], scans: list[ServerLog
             streams[key] = streams.get(key, DecodeAgg()) + agg
     if window is None and not all_samples:
         streams = {}              # no benchmark happened (or it was not recorded): no samples
-        problems.append(f"replica {g}: no benchmark window in events.log; decode samples not "
+        problems.append(f"{who}: no benchmark window in events.log; decode samples not "
                         "counted (all_samples counts the whole log)")
     primary = lowest_stage(streams, DecodeAgg())
 
@@ -203,20 +206,20 @@ def _one(logs: LaunchLogs, g: int, ranks: dict[int, Path], scans: list[ServerLog
     else:
         served, source = None, None
     if window is None and served is not None:
-        problems.append(f"replica {g}: no benchmark window in events.log; requests counted "
+        problems.append(f"{who}: no benchmark window in events.log; requests counted "
                         "over the whole log")
 
     notes: list[str] = []
     untimed = sum(s.untimed_batch_lines for s in scans)
     if untimed:
         where = ", ".join(_shown(s.path, run_dir) for s in scans if s.untimed_batch_lines)
-        notes.append(f"replica {g}: {untimed} batch line(s) without a readable timestamp in "
+        notes.append(f"{who}: {untimed} batch line(s) without a readable timestamp in "
                      f"{where}; " + ("decode samples among them counted (all samples), none "
                                      "in the warm-up check" if all_samples else
                                      "left out of the benchmark window and the warm-up check"))
     retracted = pooled_retractions(_merged_retractions(scans))
     if retracted.events:
-        notes.append(f"replica {g}: {retracted.events} KV-cache retraction(s) "
+        notes.append(f"{who}: {retracted.events} KV-cache retraction(s) "
                      f"({retracted.requests} request(s) sent back to the queue and recomputed)"
                      + (" in the benchmark window" if window and not all_samples else ""))
 

@@ -83,6 +83,10 @@ def pass_row(s: PassSummary) -> dict:
     row.update({"mode": r.mode or s.mode, "concurrency": r.concurrency, "repeat": r.repeat,
                 "launch": r.launch, "pass": r.key, "prompts": r.prompts, "verdict": s.verdict,
                 "reason": s.reasons[0] if s.reasons else ""})
+    b = s.pd.breakdown if s.pd is not None else None
+    if b is not None:                   # PD: the KV transfer's part of TTFT (collect.pd)
+        kv = next((x for x in b.chain if x.key == "kv_transfer"), None)
+        row.update({"kv_transfer_ms": kv.mean_ms if kv else None, "kv_transfer_share": b.kv_share})
     return row
 
 

@@ -463,7 +463,10 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
                                 rm.log_samples, rm)
             if c:
                 checks.append(c)
-    pooled = _pooled(final, pooled_log)
+    # PD: the prefills generate each request's first token and decode nothing; what the client
+    # receives (tokens, acceptance, running requests) is the decodes'
+    prefills = {c.group for c in getattr(exp, "components", ()) or () if getattr(c, "role", None) == "prefill"}
+    pooled = _pooled([r for r in final if r.replica not in prefills], pooled_log)
     if pooled.rounds_skipped:
         problems.append(f"pooled running/queued/in-flight peaks over the {pooled.rounds} scrape "
                         "rounds every replica answered; rounds left out (a replica's scrape "

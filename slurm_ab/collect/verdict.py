@@ -19,6 +19,7 @@ from ..parse.diagnose import NO_KV_MEMORY, ROOT_CAUSE_KINDS, Finding
 from ..parse.events import EventLog
 from ..parse.preflight import preflight_reasons
 from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
+from .pd import component_name, pd_fail_reasons
 from .records import BenchResult, JobInfo
 
 
@@ -103,9 +104,9 @@ def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replic
     out.extend(replica_problems)
     for r in replicas:
         if r.logs and not r.requests_served:
-            out.append(f"replica {r.replica} served no requests during the benchmark")
+            out.append(f"{r.name} served no requests during the benchmark")
         if r.logs and not r.warmup_seen:
-            out.append(f"replica {r.replica} was not warmed up: {r.warmup}")
+            out.append(f"{r.name} was not warmed up: {r.warmup}")
     return out
 
 
@@ -115,16 +116,20 @@ BALANCE_MIN_SHARE = 0.5   # of an even share; round_robin gives exactly even sha
 def balance_reasons(replicas) -> list[str]:
     """A replica that served some requests but less than half of an even share: the router sent
     it few (e.g. it marked the worker unhealthy mid-benchmark), so the figures measure fewer
-    replicas than asked. A replica that served none is reported on its own."""
-    served = [(r.replica, r.requests_served) for r in replicas if r.logs and r.requests_served is not None]
-    total = sum(n for _, n in served)
-    if len(served) < 2 or total < 2 * len(served):
-        return []
-    even = total / len(served)
-    heads = {r.replica: f" (head {r.nodes[0]})" if r.nodes else "" for r in replicas}
-    return [f"replica {g}{heads[g]} served {n} of {total} requests during the benchmark (an even "
-            f"share is {even:.0f}): unbalanced, the router may have marked it unhealthy"
-            for g, n in served if 0 < n < BALANCE_MIN_SHARE * even]
+    replicas than asked. A replica that served none is reported on its own. PD: within each role
+    (every request reaches one prefill and one decode)."""
+    out = []
+    for role in dict.fromkeys(r.role for r in replicas):
+        same = [r for r in replicas if r.role == role]
+        served = [(r, r.requests_served) for r in same if r.logs and r.requests_served is not None]
+        total = sum(n for _, n in served)
+        if len(served) < 2 or total < 2 * len(served):
+            continue
+        even = total / len(served)
+        out += [f"{r.name}{f' (head {r.nodes[0]})' if r.nodes else ''} served {n} of {total} requests during "
+                f"the benchmark (an even share is {even:.0f}): unbalanced, the router may have marked it unhealthy"
+                for r, n in served if 0 < n < BALANCE_MIN_SHARE * even]
+    return out
 
 
 SPEED_RATIO = 1.5        # identical replicas of one job decode within a few % of each other
@@ -141,12 +146,20 @@ def speed_reasons(replicas, replica_metrics: Sequence) -> list[str]:
     of the replica waits for it), so the pooled latencies mix two speeds and measure the
     hardware, not the configuration. The client cannot attribute requests to replicas; the
     servers' own histograms can."""
+    by_id = {r.replica: r for r in replicas}
+    out = []
+    for role in dict.fromkeys(r.role for r in replicas):      # PD: decodes against decodes
+        out += _speed_reasons([m for m in replica_metrics if getattr(by_id.get(m.replica), "role", None) == role],
+                              by_id)
+    return out
+
+
+def _speed_reasons(replica_metrics: Sequence, by_id: dict) -> list[str]:
     timed = [m for m in replica_metrics if m.tpot is not None and m.tpot.mean_ms
              and m.tpot.count >= SPEED_MIN_REQUESTS]
     if len(timed) < 2:
         return []
     fast = min(timed, key=lambda m: m.tpot.mean_ms)
-    by_id = {r.replica: r for r in replicas}
     out = []
     for m in timed:
         ratio = m.tpot.mean_ms / fast.tpot.mean_ms
@@ -155,11 +168,13 @@ def speed_reasons(replicas, replica_metrics: Sequence) -> list[str]:
         r = by_id.get(m.replica)
         p95 = "" if m.tpot.p95_bucket is None or fast.tpot.p95_bucket is None else \
             f", p95 in {m.tpot.bucket_text('p95')} vs {fast.tpot.bucket_text('p95')}"
-        out.append(f"replica {m.replica}{_nodes(r) if r else ''} decoded {ratio:.1f}x slower than "
-                   f"replica {fast.replica}: server TPOT mean {m.tpot.mean_ms:.1f} vs "
+        name = r.name if r else f"replica {m.replica}"
+        fname = by_id[fast.replica].name if fast.replica in by_id else f"replica {fast.replica}"
+        out.append(f"{name}{_nodes(r) if r else ''} decoded {ratio:.1f}x slower than "
+                   f"{fname}: server TPOT mean {m.tpot.mean_ms:.1f} vs "
                    f"{fast.tpot.mean_ms:.1f} ms{p95} over {m.tpot.count:g} and "
                    f"{fast.tpot.count:g} requests ({m.tpot.metric}); a slow node or link in "
-                   f"replica {m.replica}: the pooled latencies mix two speeds")
+                   f"{name}: the pooled latencies mix two speeds")
     return out
 
 
@@ -172,18 +187,18 @@ def _host_map(node_lists: dict) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _where_host(host: str, node_lists: dict) -> str:
+def _where_host(host: str, node_lists: dict, names=None) -> str:
     g_r = _host_map(node_lists).get(host)
-    return f"{host} (replica {g_r[0]} node rank {g_r[1]})" if g_r else host
+    return f"{host} ({component_name(g_r[0], names)} node rank {g_r[1]})" if g_r else host
 
 
-def finding_reason(f: Finding, node_lists: dict) -> str:
+def finding_reason(f: Finding, node_lists: dict, names=None) -> str:
     d = f.details
     where = ""
     if "replica" in d:
         hosts = node_lists.get(str(d["replica"]), [])
         host = hosts[d["node_rank"]] if d["node_rank"] < len(hosts) else None
-        where = f"replica {d['replica']} node rank {d['node_rank']}" + \
+        where = f"{component_name(d['replica'], names)} node rank {d['node_rank']}" + \
             (f" ({host})" if host else "") + ": "
     elif f.file:
         where = f"{f.file}: "
@@ -210,7 +225,7 @@ def _is_job_output(name: str) -> bool:
     return PurePath(name).name.startswith("slurm-")
 
 
-def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict) -> list[str]:
+def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict, names=None) -> list[str]:
     """Nodes that failed under the job: srun's 'Node failure on X' lines and the nodes the job
     found down, drained or not responding in Slurm as it ended (events 'node_state')."""
     nodes: dict[str, dict] = {}
@@ -225,7 +240,7 @@ def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict) ->
                 reason=reason if reason and reason != "none" else None)
     out = []
     for node, info in nodes.items():
-        where = _where_host(node, node_lists)
+        where = _where_host(node, node_lists, names)
         why = f"reason: {info['reason']}" if info.get("reason") else ""
         if info.get("srun"):
             out.append(f"node {where} failed (srun: Node failure on {node}"
@@ -238,7 +253,7 @@ def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict) ->
 
 
 def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
-                      events: EventLog | None = None) -> list[str]:
+                      events: EventLog | None = None, names=None) -> list[str]:
     """What went wrong, most telling first: lost nodes, root causes in the logs (by kind
     priority, then time), the task srun saw die in the replica whose server step failed, the
     job's own FATAL line, then other srun errors.
@@ -272,16 +287,16 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
         m = _SRUN_TASK.match(f.details.get("message") or "")
         g_r = hosts.get(m.group(1)) if m else None
         if m and g_r and g_r[0] == failed_replica:
-            task_lines.append(f"replica {g_r[0]} node rank {g_r[1]} ({m.group(1)}): srun: task "
+            task_lines.append(f"{component_name(g_r[0], names)} node rank {g_r[1]} ({m.group(1)}): srun: task "
                               f"{m.group(2)}: {m.group(3)}")
         else:
-            other_sruns.append(finding_reason(f, node_lists))
+            other_sruns.append(finding_reason(f, node_lists, names))
 
     seen, out = set(), []
-    texts = preflight_reasons(events) + guard_reasons(events, findings, node_lists) \
-        + node_reasons(lost, events, node_lists) \
-        + [finding_reason(f, node_lists) for f in roots] + task_lines \
-        + [finding_reason(f, node_lists) for f in fatal] \
+    texts = preflight_reasons(events) + guard_reasons(events, findings, node_lists, names) \
+        + pd_fail_reasons(events, names) + node_reasons(lost, events, node_lists, names) \
+        + [finding_reason(f, node_lists, names) for f in roots] + task_lines \
+        + [finding_reason(f, node_lists, names) for f in fatal] \
         + other_sruns
     for text in texts:
         if text not in seen:
@@ -292,7 +307,7 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
 
 # ---- the job's own guards (issue 20): fabric, hung replicas, pass time limits, router retries ---
 
-def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dict) -> list[str]:
+def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dict, names=None) -> list[str]:
     """Why the job stopped itself: NCCL on a node chose another network than the site declares
     (fail kind=nccl_network; the log line saying why, when diagnose found one), a replica stalled
     (kind=stalled: no request finished for N s while requests were in flight, from its /metrics),
@@ -302,19 +317,22 @@ def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dic
         f = e.fields
         kind = f.get("kind")
         if kind == "nccl_network":
-            where = f"{f.get('node', '?')} (replica {f.get('replica', '?')} node rank {f.get('node_rank', '?')})"
+            g = int(f["replica"]) if f.get("replica", "").isdigit() else f.get("replica", "?")
+            who = component_name(g, names) if isinstance(g, int) else f"replica {g}"
+            where = f"{f.get('node', '?')} ({who} node rank {f.get('node_rank', '?')})"
             log = f"logs/server-r{f.get('replica')}-n{f.get('node_rank')}.log"
             why = next((x for x in findings if x.kind == "nccl_net" and PurePath(x.file).as_posix() == log
                         and "Using network" not in x.excerpt), None) or \
                 next((x for x in findings if x.kind == "nccl_net" and PurePath(x.file).as_posix() == log), None)
             out.append(f"NCCL on {where} used network {f.get('network', '?')}, not {f.get('expected', '?')} "
-                       f"(cluster.nccl_network): every collective of replica {f.get('replica', '?')} "
+                       f"(cluster.nccl_network): every collective of {who} "
                        "crossed the fallback, so the job stopped before the benchmark"
                        + (f": {why.excerpt} [{why.file}:{why.line}]" if why else f" [{log}]"))
         elif kind == "stalled":
             g = f.get("replica", "?")
             head = f.get("node") or (node_lists.get(str(g)) or ["?"])[0]
-            out.append(f"replica {g} (head {head}) stalled in pass {f.get('pass', '?')}: no request "
+            who = component_name(int(g), names) if g.isdigit() else f"replica {g}"
+            out.append(f"{who} (head {head}) stalled in pass {f.get('pass', '?')}: no request "
                        f"finished for {f.get('seconds', '?')} s while {f.get('inflight', '?')} were in "
                        f"flight ({f.get('finished', '?')} finished before; its /metrics "
                        f"{'answered' if f.get('metrics') == 'answered' else 'did not answer'}); the "

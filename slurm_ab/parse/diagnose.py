@@ -49,11 +49,32 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
     # uvicorn's start line of a server bound to loopback: no other node can reach it.
     ("loopback_only", "server listens on loopback only, unreachable from other nodes (--host)",
      rb"Uvicorn running on http://(?:127\.\d+\.\d+\.\d+|localhost|\[::1\]):\d+"),
+    # Prefill/decode disaggregation (SGLang 0.5.23; research note pd-disaggregation.md section 5):
+    # the KV transfer engine cannot start on a rank (mooncake_transfer_engine.py, mooncake/conn.py,
+    # nixl/conn.py), or the two roles disagree on the KV layout (common/conn.py, first handshake).
+    ("pd_transfer_engine", "KV transfer engine failed to start",
+     rb"Mooncake Transfer Engine initialization failed|Please install mooncake|Please install NIXL"
+     rb"|NIXL_ERR_BACKEND|Mooncake memory registration failed|No available RNIC"),
+    ("pd_mismatch", "prefill and decode disagree on the KV layout",
+     rb"Page size mismatch: prefill server has|KV cache dtype mismatch|should be equal to prefill pp size"),
     ("scheduler_exception", "Scheduler hit an exception", rb"Scheduler hit an exception"),
     ("init_failed", "Initialization failed", rb"Initialization failed"),
     ("health_check_failed", "Health check failed", rb"Health check failed"),
     ("child_failed", "a server process failed", rb"Received sigquit from a child process"),
     ("router", "router: no available workers", rb"No available workers"),
+    # PD requests that failed between the roles (the consequence of a lost peer, a broken link or a
+    # full KV pool; the root cause is often the other role's own failure, listed before these).
+    ("pd_prefill_lost", "the decode lost its prefill (bootstrap heartbeat)",
+     rb"Lost connection with prefill instance"),
+    ("pd_handshake", "the decode cannot reach the prefill's bootstrap server",
+     rb"Could not fetch prefill parallel info from"),
+    ("pd_bootstrap_timeout", "KV bootstrap timed out: the prefill never received the decode's KV indices",
+     rb"timed out after [0-9.]+s in KVPoll\.Bootstrapping"),
+    ("pd_waiting_timeout", "the KV never arrived at the decode",
+     rb"timed out after [0-9.]+s in KVPoll\.WaitingForInput"),
+    ("pd_transfer_failed", "KV transfer failed", rb"(?:Prefill|Decode) transfer failed for request"),
+    ("pd_kv_too_small", "a prompt exceeds the decode's KV pool",
+     rb"exceeds the maximum number of tokens: \d+ > \d+"),
     ("bad_args", "invalid command-line arguments",
      rb": error: (?:unrecognized arguments|argument -|the following arguments are required"
      rb"|invalid choice)"),
@@ -84,9 +105,11 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
 # Kinds that explain a failure by themselves, most specific first. 'connection_refused',
 # 'kv_pressure' and 'kv_capped' are left out: they also occur in healthy runs (start-up retries,
 # load peaks, a max_total_tokens above what fits).
-ROOT_CAUSE_KINDS = ("oom", "cuda_error", "nccl", "gloo", "scheduler_exception", "init_failed",
-                    "health_check_failed", "child_failed", "router", "tokenizer", "bad_args",
-                    "dist_init", "loopback_only")
+ROOT_CAUSE_KINDS = ("oom", "cuda_error", "nccl", "gloo", "pd_transfer_engine", "pd_mismatch",
+                    "scheduler_exception", "init_failed", "health_check_failed", "child_failed",
+                    "router", "pd_prefill_lost", "pd_handshake", "pd_bootstrap_timeout",
+                    "pd_waiting_timeout", "pd_transfer_failed", "pd_kv_too_small", "tokenizer",
+                    "bad_args", "dist_init", "loopback_only")
 
 _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
 # Literal fragments, one of which every signature contains: blocks are searched for these with
@@ -96,7 +119,9 @@ ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ai
            b"xception", b"FATAL", b"CANCELLED", b"DUE TO NODE", b"sigquit", b"No available",
            b"pool is full", b"refused", b"loo", b"Watchdog", b"okenizer", b"nccl",
            b"profiled value", b"Dist", b"Uvicorn running on http://", b"No device found",
-           b"Using network Socket", b"libibverbs")
+           b"Using network Socket", b"libibverbs", b"Please install", b"NIXL_ERR", b"No available RNIC",
+           b"mismatch", b"pp size", b"Lost connection with prefill", b"Could not fetch prefill", b"KVPoll",
+           b"transfer failed for request", b"exceeds the maximum number of tokens")
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
 _FAILED_NODE = re.compile(r"Node failure on (\S+)")
 _PROFILED = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")

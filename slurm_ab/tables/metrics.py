@@ -28,11 +28,11 @@ def _g(x) -> str:
     return "-" if x is None else f"{x:g}"
 
 
-def metrics_rows(sm: ServerMetrics, log_rates: dict) -> list[list[str]]:
+def metrics_rows(sm: ServerMetrics, log_rates: dict, names: dict | None = None) -> list[list[str]]:
     rows = []
     for r in sm.replicas:
         rows.append([
-            str(r.replica), f"{_f(r.log_accept_len)} / {_f(r.accept_len)}",
+            (names or {}).get(r.replica, str(r.replica)), f"{_f(r.log_accept_len)} / {_f(r.accept_len)}",
             "-" if r.diff_pct is None else f"{r.diff_pct:+.1f}%",
             f"{_f(log_rates.get(r.replica), '.3f')} / {_f(r.accept_rate, '.3f')}",
             _g(r.gen_tokens), _g(r.verify_calls),
@@ -61,7 +61,8 @@ def metrics_md(summary) -> str:
     rates = {r.replica: r.accept_rate for r in summary.replicas}
     rates["pooled"] = summary.accept.accept_rate
     lines = ["## Server metrics (/metrics counters over the benchmark window)", "",
-             Table.of(HEADERS, metrics_rows(sm, rates)).md(), "",
+             Table.of(HEADERS, metrics_rows(sm, rates, {r.replica: r.name for r in summary.replicas
+                                                         if r.role})).md(), "",
              "Accept len from counters = delta sglang:generation_tokens_total / delta "
              "sglang:spec_verify_calls_total (token-weighted); from the log = mean of the "
              "'Decode batch' samples. In flight: HTTP requests open on node rank 0; pooled "

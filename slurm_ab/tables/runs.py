@@ -10,6 +10,7 @@ from typing import Sequence
 from ..collect.records import Latency, PassSummary
 from ..collect.rows import NUMBERLESS, numeric_row
 from .metrics import metrics_md, metrics_report_md, tpot_cell
+from .pd import pd_lines, pd_md
 from .table import DASH, Table, num, numeric_frame
 
 MAIN_COLUMNS = ("Mode", "Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95",
@@ -96,7 +97,7 @@ def run_md(s: PassSummary) -> str:
     lines += [f"- {r}" for r in s.reasons] + ([""] if s.reasons else [])
     lines += [runs_text([s]).rstrip("\n"), ""]
     speed = _server_latency(s)
-    rep = [[r.replica, r.decode_samples, num(r.accept_len, ".2f"), num(r.accept_rate, ".3f"),
+    rep = [[r.name if r.role else r.replica, r.decode_samples, num(r.accept_len, ".2f"), num(r.accept_rate, ".3f"),
             num(r.gen_throughput, ".2f"), *([speed[r.replica]] if speed else []),
             "-" if r.requests_served is None else f"{r.requests_served} ({r.requests_source})",
             "yes" if r.warmup_seen else "no", r.warmup] for r in s.replicas]
@@ -111,6 +112,8 @@ def run_md(s: PassSummary) -> str:
                       "is exact, p50/p95 are the histogram buckets they fall in.", ""]
     metrics = metrics_md(s)
     lines += [metrics] if metrics else []
+    pd = pd_md(s)
+    lines += [pd] if pd else []
     lines += [*pooled_lines(s),
               f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
               + (" (all samples counted)" if s.all_samples else ""),
@@ -140,8 +143,9 @@ def run_text(summary: PassSummary) -> str:
     if summary.job.note:
         lines.append(f"note: {summary.job.note}")
     if summary.accept and summary.accept.samples:
+        who = "the decode instances" if summary.pd is not None else "both replicas"
         lines.append(f"accept length {summary.accept.accept_len:.2f}, rate "
                      f"{summary.accept.accept_rate or 0:.3f} over {summary.accept.samples} decode "
-                     f"samples of both replicas "
+                     f"samples of {who} "
                      f"({'whole logs' if summary.all_samples else 'benchmark window only'})")
-    return "\n".join(lines)
+    return "\n".join(lines + pd_lines(summary))
