@@ -16,6 +16,7 @@ from .errors import ConfigError, ConfigErrors
 from .experiment import Experiment
 from .ab_stats.metrics import PRIMARY_CHOICES
 from .plan import JobPlan, check_run_id, make_plan
+from . import pd_summary
 
 MODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -134,9 +135,17 @@ def campaign_summary(plan: JobPlan) -> str:
         lines.append(f"  launch {launch.index} ({launch.mode}) -> {launch.dir}/: "
                      + ", ".join(f"{p.key} ({p.prompts} prompts)" for p in launch.passes))
     lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
-    for mode, cmd in zip(c.modes, cp.servers):
-        lines.append(f"  server of {mode}: " + " ".join(str(w) for line in cmd.lines for w in line))
+    lines += pd_summary.campaign_lines(plan)
+    for mode, cmd, roles in zip(c.modes, cp.servers, cp.roles):
+        # a PD mode: each role's command, its environment first
+        shown = [(f"{r} role", rc.env + _words(rc)) for r, rc in roles] if roles else [("server", _words(cmd))]
+        for what, ws in shown:
+            lines.append(f"  {what} of {mode}: " + " ".join(str(w) for w in ws))
     return "\n".join(lines) + "\n"
+
+
+def _words(cmd) -> tuple:
+    return tuple(w for line in cmd.lines for w in line)
 
 
 __all__ = ["CampaignOptions", "campaign_summary", "default_campaign_id", "plan_campaign",

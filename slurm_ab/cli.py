@@ -77,6 +77,13 @@ def modes(site, configs, sets):
     reps = tree["experiment"]["replicas"]
     for name, m in tree["modes"].items():
         extra = ", ".join(f"{k}={v}" for k, v in m.get("args", {}).items())
+        roles = m.get("roles") or {}
+        if roles:           # prefill/decode: its description, else each role's parallelism
+            par = " + ".join(f"{r.get('instances')} x {role} TP{r.get('tp')}/PP{r.get('pp')}/EP{r.get('ep')} "
+                             f"({r.get('nodes')} nodes)" for role, r in roles.items())
+            click.echo(f"{name:<16} {m.get('description') or par}"
+                       + (f"  [both roles: {extra}]" if extra else ""))
+            continue
         par = f"{reps} x TP{m.get('tp')}/PP{m.get('pp')}/EP{m.get('ep')}"
         desc = m.get("description", "")
         # the description usually starts with the parallelism ("2 x TP32/PP1/EP4 + DFlash"):

@@ -90,7 +90,7 @@ def summary(plan: JobPlan) -> str:
                      f"{env + ' ' if env else ''}{cmd} --dist-init-addr \"$R{r.index}_ADDR:$R{r.index}_DIST_PORT\" "
                      f"--port \"$R{r.index}_PORT\" --node-rank \"$SLURM_NODEID\"")
     if m.roles:
-        lines += pd_summary.pair_steps(plan)
+        lines += pd_summary.pair_steps(e)
     for r in plan.replicas if not m.roles else ():
         lines.append(f"  warm-up {r.index}: POST http://$R{r.index}_ADDR:$R{r.index}_PORT/generate "
                      f"{{input_ids: {e.warmup.input_len} x {e.warmup.token_id}, max_new_tokens: {e.warmup.output_len}}}")

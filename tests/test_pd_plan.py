@@ -109,7 +109,7 @@ def test_dry_run_shows_roles_ports_and_bootstrap_addresses():
             "role decode: 1 instance(s) x 4 nodes, TP32 / PP1 / EP4 over 32 GPUs, --disaggregation-mode decode",
             "  prefill 0 (het group 0): http 30000 + slot*20, dist-init 20000 + slot*20, bootstrap 25000 + slot*20",
             "  decode 0 (het group 1): http 30010 + slot*20, dist-init 20010 + slot*20\n",
-            "KV bootstrap of prefill 0: $R0_ADDR:$R0_BOOT (its head",
+            "KV bootstrap of prefill 0: $R0_ADDR:$R0_BOOT = its head, port 25000 + slot*20 (the router's --prefill URL",
             '--disaggregation-mode prefill --disaggregation-transfer-backend mooncake',
             '--disaggregation-bootstrap-port "$R0_BOOT" --dist-init-addr "$R0_ADDR:$R0_DIST_PORT"',
             "  KV canary prefill 0 -> decode 0: POST /generate to both at once (bootstrap_host $R0_ADDR, "
@@ -161,6 +161,35 @@ def test_dp2_and_pd_share_one_allocation():
     assert body.index("--worker-urls") < body.index("1) ROUTER_CMD=(") < body.index("--pd-disaggregation")
     assert "BOOTSTRAP_PORT_BASE=25000" in text
     assert "PF_MODULES=(slurm_ab_testbed.emulator sglang_router=sglang-router slurm_ab_testbed.emulator.pd_transfer)" in text
+
+
+def test_campaign_dry_run_shows_the_pd_modes_roles_and_router():
+    from slurm_ab.campaign_plan import campaign_summary
+    text = campaign_summary(_campaign(["tp32", "pd-1p1d"]))
+    for line in ("  pd-1p1d launches: het groups 0 = prefill 0, 1 = decode 0\n",
+                 "    KV bootstrap of prefill 0: $R0_ADDR:$R0_BOOT = its head, port 25000 + slot*20",
+                 "    KV canary prefill 0 -> decode 0: POST /generate to both at once",
+                 '    router of pd-1p1d: python3 -m sglang_router.launch_router --pd-disaggregation --prefill',
+                 "  prefill role of pd-1p1d: SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=15 ",
+                 "  server of tp32: python3 -m slurm_ab_testbed.emulator "):
+        assert line in text, line
+
+
+def test_modes_lists_a_pd_mode_by_its_roles(tmp_path):
+    r = subprocess.run(["slurm-ab", "modes", "--config", str(_nodesc(tmp_path))], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines()}
+    assert lines["pd-1p1d"].split(None, 1)[1] == ("1 x prefill TP32/PP1/EP4 (4 nodes) + 1 x decode TP32/PP1/EP4 "
+                                                   "(4 nodes)")
+    assert lines["pd-1p1d-dflash"].endswith("[both roles: speculative-algorithm=DFLASH, speculative-draft-model-path="
+                                            "{paths.draft_model}, speculative-num-draft-tokens=16, "
+                                            "speculative-draft-kv-cache-dtype=bf16]")
+
+
+def _nodesc(tmp_path):
+    cfg = tmp_path / "nodesc.toml"
+    cfg.write_text('[modes.pd-1p1d]\ndescription = ""\n')
+    return cfg
 
 
 def test_a_pd_mode_of_another_shape_cannot_join(tmp_path):

@@ -178,7 +178,6 @@ class Node:
                     self.stop.set()
         threading.Thread(target=drain, name="sigterm_watchdog", daemon=True).start()
 
-
     def fail_startup(self, message: str) -> int:
         self.sink.log(message)
         return 1

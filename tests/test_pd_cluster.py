@@ -1,0 +1,257 @@
+"""Prefill/decode (PD) modes on the real local Slurm cluster: the emulator's PD roles, the real
+sglang-router 0.3.2 in PD mode and SGLang 0.5.23's client. DP2 against 1P1D in one allocation (the
+campaign), 1P1D + DFlash, every PD failure with its time to a named verdict, and a slow link between
+the prefill and the decode. Lean: the emulator at time scale 0.02, the failures without the
+preflight (it checks nothing PD-specific they need) and with short PD timeouts; one shared
+campaign run for every test that reads it. Measured times: 'MEASURE ...' lines (pytest -rA)."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.jobdrive import Job, job_starter, measure
+from helpers.jobs import slurm_ab, wait_no_processes
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+FAST = 'server.env.SLURM_AB_EMU_TIME_SCALE="0.02"'
+NO_PREFLIGHT = "preflight.enabled=false"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, local_cluster):
+    return tmp_path_factory.mktemp("pd")
+
+
+@pytest.fixture
+def job(workdir):
+    made: list[Job] = []
+    start = job_starter(workdir, made, FAST)
+    # the seed's client (0.5.23) through the router in PD mode
+    yield lambda name, *sets, **kw: start(name, *sets, client=(), **kw)
+    for j in made:
+        j.cleanup()
+
+
+def _summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def dp2_vs_pd(workdir):
+    """`slurm-ab submit tp32 pd-1p1d --wait`, one launch of each, one pass of 40 prompts each: DP2
+    and 1P1D on the same 2 x 4 nodes in one job."""
+    run_id = f"dp2-vs-pd-{int(time.time())}"
+    t0 = time.monotonic()
+    r = slurm_ab("submit", "tp32", "pd-1p1d", "--launches", "1", "--repeats", "1", "--order", "interleaved",
+                 "--site", "local", "--run-id", run_id, "--wait", "--no-collector", "--set", FAST,
+                 cwd=workdir, timeout=900)
+    return r, workdir / "results" / run_id, time.monotonic() - t0
+
+
+def _pd_pass(summary: dict) -> dict:
+    return next(p for p in summary["passes"] if p["mode"] == "pd-1p1d")
+
+
+def test_dp2_and_pd_run_in_one_job(dp2_vs_pd):
+    r, run_dir, took = dp2_vs_pd
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    s = _summary(run_dir)
+    assert [x["mode"] for x in s["campaign"]["launches"]] == ["tp32", "pd-1p1d"]
+    assert [(p["mode"], p["verdict"], p["requests_ok"], p["requests_total"]) for p in s["passes"]] == \
+        [("tp32", "ok", 40, 40), ("pd-1p1d", "ok", 40, 40)], [p.get("reason") for p in s["passes"]]
+    # one job, the same nodes for both deployments
+    job = json.loads((run_dir / "manifest.json").read_text())["job_id"]
+    hosts = [[e.split("nodes=")[1].split()[0] for e in (run_dir / d / "events.log").read_text().splitlines()
+              if " hosts " in e] for d in ("launch1-tp32", "launch2-pd-1p1d")]
+    assert hosts[0] == hosts[1] and len(hosts[0]) == 2
+    # the comparison and its interval come from the campaign machinery (one launch a side)
+    (cmp,) = s["comparisons"]
+    rows = {m["metric"]: m for m in cmp["metrics"]}
+    assert (cmp["a"], cmp["b"]) == ("tp32", "pd-1p1d") and "(within-launch only)" in rows["output_tps"]["verdict"]
+    assert _pd_pass(s)["kv_transfer_share"] > 0
+    assert wait_no_processes(job) == []
+    measure("DP2 vs 1P1D campaign (1 launch each, 40 prompts)", took, f"job {job}: "
+            + ", ".join(f"{p['mode']} {p['verdict']} {p['output_tps']:.0f} tok/s TTFT {p['ttft_mean_s']:.2f} s"
+                        for p in s["passes"]))
+
+
+def test_pd_launch_proves_every_pair_and_collects_the_breakdown(dp2_vs_pd):
+    _, run_dir, _ = dp2_vs_pd
+    launch = run_dir / "launch2-pd-1p1d"
+    ev = (launch / "events.log").read_text()
+    for needle in ("server_launch replica=0 role=prefill", "server_launch replica=1 role=decode",
+                   "pd_role replica=0 role=prefill server_role=prefill page_size=1 kv_cache_dtype=bf16",
+                   "pd_bootstrap replica=0 ok=1", "pd_canary prefill=0 decode=1 ok=1 http_prefill=200 http_decode=200",
+                   "warmup_done replica=0 pair=0,1 ok=1", "warmup_done replica=1 pair=0,1 ok=1",
+                   "pd_canary via=router ok=1"):
+        assert needle in ev, needle
+    order = [ev.index(x) for x in ("pd_role ", "pd_bootstrap ", "pd_canary prefill", "warmup_start", "router_launch",
+                                   "pd_canary via=router", "bench_start")]
+    assert order == sorted(order)
+    # the pass's own record: roles, breakdown, transfer
+    from slurm_ab.collect.campaign import collect
+    cs = collect(run_dir)
+    pd_pass = next(x for x in cs.passes if x.mode == "pd-1p1d")
+    assert [(r.name, r.requests_served, r.warmup_seen) for r in pd_pass.replicas] == \
+        [("prefill 0", 40, True), ("decode 0", 40, True)]
+    b = pd_pass.pd.breakdown
+    assert [s.key for s in b.chain] == ["prefill_bootstrap", "prefill_queue", "prefill_forward", "kv_transfer",
+                                        "decode_waiting"]
+    assert all(s.mean_ms is not None and s.count == 40 for s in b.chain), b.chain
+    assert b.other_ms is not None and 0 <= b.other_ms < b.client_ttft_ms
+    assert pd_pass.pd.transfer.requests == 40 and pd_pass.pd.transfer.mb_per_request > 0.5
+    tp32 = next(x for x in cs.passes if x.mode == "tp32")
+    assert tp32.pd is None and [r.name for r in tp32.replicas] == ["replica 0", "replica 1"]
+    measure("1P1D TTFT breakdown (mean)", b.client_ttft_ms / 1000,
+            ", ".join(f"{s.key} {s.mean_ms:.0f} ms" for s in b.chain) + f", other {b.other_ms:.0f} ms, "
+            f"KV share {b.kv_share * 100:.1f} %")
+
+
+def test_pd_dflash_acceptance_comes_from_the_decode(job):
+    j = job("pd-dflash", mode="pd-1p1d-dflash")
+    assert j.finish(400) == 0, j.output()[-3000:]
+    s = j.summary()
+    assert (s["verdict"], s["bench"]["completed"], s["bench"]["total"]) == ("ok", 40, 40), s["reasons"]
+    reps = {r["role"]: r for r in s["replicas"]}
+    assert reps["prefill"]["accept_samples"] == 0 and reps["decode"]["accept_samples"] > 0
+    assert s["accept"]["samples"] == reps["decode"]["accept_samples"] and s["accept"]["accept_len"] > 1
+    sm = {r["replica"]: r for r in s["server_metrics"]["replicas"]}
+    assert sm[0]["verify_calls"] == 0 and sm[1]["verify_calls"] > 0
+    assert s["server_metrics"]["pooled"]["accept_len"] == pytest.approx(sm[1]["accept_len"])
+    assert s["pd"]["breakdown"]["chain"][3]["key"] == "kv_transfer"
+    text = j.output()
+    assert "TTFT breakdown (mean" in text and "samples of the decode instances" in text
+    j.assert_nothing_left()
+    measure("1P1D + DFlash, job start to end", j.job_end() - j.events()[0][0], f"ok 40/40, accept len {s['accept']['accept_len']:.2f} over "
+            f"{s['accept']['samples']} decode samples")
+
+
+def _fault_job(job, name, *sets, nodes="decode"):
+    """A PD job with the emulator fault SETS on the prefill's or the decode's nodes."""
+    from helpers.jobdrive import wait_cluster_idle
+    wait_cluster_idle()
+    first = sorted(_idle_nodes())[:8]
+    on = first[:4] if nodes == "prefill" else first[4:8] if nodes == "decode" else [first[0]]
+    return job(name, NO_PREFLIGHT, *sets, f'server.env.SLURM_AB_EMU_FAULT_NODES="{",".join(on)}"',
+               mode="pd-1p1d"), on
+
+
+def _idle_nodes() -> list[str]:
+    import subprocess
+    return subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True,
+                          text=True).stdout.split()
+
+
+def _first_reason(j) -> str:
+    return j.summary()["reasons"][0]
+
+
+def _took(j, start_event: str, **match) -> float:
+    t, _ = j.event(start_event, **match)
+    return j.job_end() - t
+
+
+def test_transfer_engine_cannot_start(job):
+    j, nodes = _fault_job(job, "pd-engine", 'server.env.SLURM_AB_EMU_FAULT="pd_engine_init_fail"')
+    rc = j.finish(300)
+    assert rc != 0
+    s = j.summary()
+    assert s["verdict"] == "failed"
+    r = _first_reason(j)
+    assert re.match(rf"decode 0 node rank \d \({'|'.join(nodes)}\): KV transfer engine failed to start: "
+                    r".*Mooncake Transfer Engine initialization failed\. \[logs/server-r1-n\d\.log:\d+\]", r), s["reasons"]
+    j.assert_nothing_left()
+    measure("PD: transfer engine init failure (decode)", _took(j, "server_launch", replica="1"), r)
+
+
+def test_canary_names_the_pair_when_kv_never_arrives(job):
+    j, nodes = _fault_job(job, "pd-canary", 'server.env.SLURM_AB_EMU_FAULT="pd_bootstrap_timeout"',
+                          'pd.env.SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT="5"',
+                          'pd.env.SGLANG_DISAGGREGATION_WAITING_TIMEOUT="5"')
+    rc = j.finish(300)
+    assert rc != 0
+    s = j.summary()
+    hosts = j.hosts()
+    assert s["verdict"] == "failed"
+    assert s["reasons"][0].startswith(f"the KV canary (2 tokens) between prefill 0 ({hosts[0][0]}) and decode 0 "
+                                      f"({hosts[1][0]}) failed after "), s["reasons"]
+    assert any("KV bootstrap timed out" in x or "the KV never arrived at the decode" in x for x in s["reasons"]), \
+        s["reasons"]
+    assert not (j.run_dir / "logs" / "router.log").exists()       # stopped before the router
+    j.assert_nothing_left()
+    measure("PD: KV canary fails (bootstrap/waiting timeout 5 s)", _took(j, "pd_canary_start"), s["reasons"][0])
+
+
+def test_role_mismatch_is_caught_before_any_request(job):
+    j, nodes = _fault_job(job, "pd-role", 'server.env.SLURM_AB_EMU_FAULT="pd_role=decode"', nodes="prefill")
+    rc = j.finish(300)
+    assert rc != 0
+    r = _first_reason(j)
+    assert r.startswith(f"prefill 0 ({j.hosts()[0][0]}) runs --disaggregation-mode decode, not prefill "
+                        "(its /server_info): a role mismatch"), r
+    j.assert_nothing_left()
+    t, _ = j.event("ready", replica="0")
+    measure("PD: role mismatch (prefill started as decode)", j.job_end() - t, r)
+
+
+def test_decode_loses_its_prefill_mid_run(job):
+    j, nodes = _fault_job(job, "pd-lost", 'server.env.SLURM_AB_EMU_FAULT="die_after_requests=12"',
+                          "benchmark.num_prompts=16", nodes="prefill-head")
+    rc = j.finish(400)
+    assert rc != 0
+    s = j.summary()
+    assert s["verdict"] == "failed"
+    assert any(x.startswith(f"prefill 0 node rank 0 ({nodes[0]})") for x in s["reasons"][:3]), s["reasons"]
+    assert any(x.startswith(f"prefill 0 ({nodes[0]}") and "exited during pass" in x and "decode 0" in x
+               for x in s["reasons"]), s["reasons"]
+    assert any(x.startswith("benchmark interrupted") and "decode 0: " in x for x in s["reasons"]), s["reasons"]
+    j.assert_nothing_left()
+    t, kv = j.event("fail", kind="step_exited")
+    measure("PD: the decode loses its prefill mid-run (prefill head dies)", j.job_end() - t, s["reasons"][0])
+
+
+def test_decode_kv_exhaustion_makes_the_run_invalid(job):
+    j, nodes = _fault_job(job, "pd-kv", 'server.env.SLURM_AB_EMU_FAULT="kv_pool_tokens=33000"',
+                          "benchmark.num_prompts=16", 'mode.roles.decode.args.num-reserved-decode-tokens=16')
+    rc = j.finish(400)
+    assert rc == 0, j.output()[-3000:]
+    s = j.summary()
+    assert s["verdict"] == "invalid", s["reasons"]
+    hosts = ", ".join(j.hosts()[1])
+    r = next(x for x in s["reasons"] if "KV pool full" in x)
+    assert r.startswith(f"decode 0 ({hosts}): KV pool full: the decode retracted "), s["reasons"]
+    j.assert_nothing_left()
+    t, _ = j.event("bench_start")
+    measure("PD: decode KV exhaustion (kv_pool_tokens=33000)", j.job_end() - t, r)
+
+
+def test_a_slow_link_shows_as_kv_transfer_share_of_ttft(job, dp2_vs_pd):
+    """tbf 8 Mbit/s on the prefill's head (its KV leaves the node there): the breakdown's KV-transfer
+    share of TTFT grows, as on a slow fabric; the unlimited run is the campaign's 1P1D pass."""
+    from slurm_ab_testbed.cluster import net
+
+    _, run_dir, _ = dp2_vs_pd
+    from slurm_ab.collect.campaign import collect
+    base = next(x for x in collect(run_dir).passes if x.mode == "pd-1p1d").pd.breakdown
+    j = job("pd-slow", NO_PREFLIGHT, "benchmark.num_prompts=16", mode="pd-1p1d")
+    j.wait_event("router_ready", timeout_s=240)
+    head = j.hosts()[0][0]
+    net("rate", head, "8mbit")
+    try:
+        rc = j.finish(400)
+    finally:
+        net("rate", head, "off")
+    assert rc in (0, 1), j.output()[-3000:]
+    slow = j.summary()["pd"]["breakdown"]
+    kv = {x["key"]: x for x in slow["chain"]}["kv_transfer"]
+    assert kv["mean_ms"] > 10 * next(x.mean_ms for x in base.chain if x.key == "kv_transfer")
+    assert slow["kv_share"] > 5 * base.kv_share, (slow["kv_share"], base.kv_share)
+    measure("PD: 8 Mbit/s on the prefill's head, benchmark", j.summary()["bench"]["duration_s"],
+            f"KV transfer {kv['mean_ms']:.0f} ms = {slow['kv_share'] * 100:.1f} % of TTFT "
+            f"(unlimited: {next(x.mean_ms for x in base.chain if x.key == 'kv_transfer'):.0f} ms = "
+            f"{base.kv_share * 100:.1f} %)")
