@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import CLIENT_052
 from helpers.jobs import events, final_sacct, run_tracked, slurm_ab, wait_no_processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -254,7 +255,8 @@ def test_the_chained_collector_job_returns_the_verdict(runs, mode):
 def test_plain_sbatch_of_a_rendered_script(workdir):
     """`sbatch` of a generated script works on its own and writes the same layout; collect finds it."""
     run_id = f"e2e-sbatch-{int(time.time())}"
-    r = slurm_ab("render", "tp32", "--site", "local", "--run-id", run_id, "-o", f"{run_id}.sbatch", cwd=workdir)
+    r = slurm_ab("render", "tp32", "--site", "local", "--run-id", run_id, "-o", f"{run_id}.sbatch", *CLIENT_052,
+                 cwd=workdir)
     assert r.returncode == 0, r.stderr
     import subprocess
     out = subprocess.run(["sbatch", f"results/{run_id}/job.sbatch"], cwd=workdir, capture_output=True, text=True, check=True).stdout
@@ -283,7 +285,7 @@ def test_server_metrics_beside_the_logs(runs, mode):
 
     run_dir = runs[mode]["run_dir"]
     scrapes = [kv for _, k, kv in events(run_dir) if k == "metrics_scrape"]
-    for target in ("r0", "r1", "router"):
+    for target in ("r0n0", "r1n0", "router"):
         mine = [kv for kv in scrapes if kv["target"] == target]
         assert mine[0]["phase"] == "start" and mine[-1]["phase"] == "end", mine
         assert len(mine) >= 3 and all(kv["ok"] == "1" for kv in mine), mine

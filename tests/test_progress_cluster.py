@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from helpers import CLIENT_052
 from helpers.jobs import slurm_ab, slurm_env, wait_no_processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -66,7 +67,7 @@ def _bar_states(text: str) -> list[str]:
 
 def test_watch_in_a_terminal_draws_a_bar_that_reaches_40_of_40(workdir):
     run_id = f"prog-tty-{int(time.time())}"
-    r = slurm_ab("submit", "tp32", "--site", "local", "--run-id", run_id, cwd=workdir)
+    r = slurm_ab("submit", "tp32", "--site", "local", "--run-id", run_id, *CLIENT_052, cwd=workdir)
     assert r.returncode == 0, r.stderr
     job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
     rc, out = run_in_pty([sys.executable, "-m", "slurm_ab", "watch", run_id], cwd=workdir)
@@ -88,7 +89,7 @@ def test_watch_in_a_terminal_draws_a_bar_that_reaches_40_of_40(workdir):
 
 def test_submit_wait_into_a_pipe_prints_plain_progress_lines(workdir):
     run_id = f"prog-pipe-{int(time.time())}"
-    r = slurm_ab("submit", "tp32", "--site", "local", "--run-id", run_id, "--wait", cwd=workdir)
+    r = slurm_ab("submit", "tp32", "--site", "local", "--run-id", run_id, "--wait", *CLIENT_052, cwd=workdir)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "\r" not in r.stdout and "\x1b" not in r.stdout
     lines = [ln for ln in r.stdout.splitlines() if re.match(r"^\[\d\d:\d\d\] ", ln)]
@@ -97,3 +98,7 @@ def test_submit_wait_into_a_pipe_prints_plain_progress_lines(workdir):
         assert p in phases, lines
     assert lines[-1].startswith("[") and "collecting: 40/40 requests" in lines[-1], lines
     assert (workdir / "results" / run_id / "report.html").exists()
+    # the progress is not buried under the job's events: no scrape lines (they need -v)
+    assert "metrics_scrape" not in r.stdout and "bench_start" not in r.stdout
+    events = (workdir / "results" / run_id / "events.log").read_text()
+    assert events.count(" metrics_scrape ") >= 9                  # the job did scrape

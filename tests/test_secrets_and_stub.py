@@ -137,7 +137,7 @@ def recorded(tmp_path_factory, local_cluster):
         "[benchmark]", f"extra_args = {toml_list(['--disable-tqdm', '--prompt-suffix', NASTY])}",
         "num_prompts = 16", ""]))
     j = Job(work, f"stub-{time.strftime('%H%M%S')}", site=str(site), extra=("--config", str(cfg)),
-            env={"HF_TOKEN": token})
+            client=(), env={"HF_TOKEN": token})
     try:
         j.finish(180)
         records = [json.loads(p.read_text()) for p in sorted(rec.glob("*.json"))]

@@ -9,3 +9,10 @@ Fixtures live in ``tests/conftest.py``; ``tests/stubs/`` holds programs the jobs
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]   # the checkout
+
+# SGLang 0.5.2's bench_serving (the second client profile, random-ids prompts): tests that are not
+# about the client submit with it. 0.5.23's client imports torch and sglang.srt and chat-templates
+# 48 rows of 16K tokens: 26-42 s per pass here against 4-8 s, and the preflight's import of it on
+# ROUTER_HOST 15-28 s against 8 s. The seed's client (0.5.23, speed-bench) runs in test_e2e's three
+# modes, test_pd_cluster and test_preflight's module checks.
+CLIENT_052 = ("--config", str(ROOT / "testbed" / "configs" / "client-sglang-0.5.2.toml"))

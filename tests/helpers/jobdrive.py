@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import CLIENT_052
 from .jobs import Proc, Tracker, all_procs, alive, component_ids, events, final_sacct, processes_of_job, slurm_env  # noqa: F401
 
 def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -40,10 +41,12 @@ class Job:
     """``slurm-ab submit MODE --site local --wait`` in the background, with its processes tracked."""
 
     def __init__(self, workdir: Path, run_id: str, *sets: str, mode: str = "tp32", env: dict | None = None,
-                 site: str = "local", extra: tuple = ()):
+                 site: str = "local", extra: tuple = (), client: tuple = CLIENT_052):
+        """CLIENT: config arguments of the client profile (0.5.2's unless the test is about the
+        client: ``client=()`` keeps the site's)."""
         self.workdir, self.run_id = workdir, run_id
         self.run_dir = workdir / "results" / run_id
-        args = ["submit", mode, "--site", site, "--run-id", run_id, "--wait", "--no-collector", *extra]
+        args = ["submit", mode, "--site", site, "--run-id", run_id, "--wait", "--no-collector", *client, *extra]
         for s in sets:
             args += ["--set", s]
         wait_cluster_idle()
