@@ -79,6 +79,18 @@ class JobPlan:
         return wd.stall_s or max(60, int(3 * max(f.seconds for f in self.duration.request.values())))
 
     @property
+    def guards(self) -> "Guards":
+        """The site-survival values the job's static part reads (sbatch_templates/site.sh.j2)."""
+        e = self.exp
+        ct, wd = e.container, e.watchdog
+        cleanup = (f"pyxis_{ct.name}-$SLURM_JOB_ID" if self.container_name and ct.scope == "global"
+                   and ct.remove_command else "")
+        return Guards(nccl_network=e.cluster.nccl_network, watch_every_s=e.metrics.interval_s,
+                      watch_factor_pct=int(round(wd.pass_factor * 100)), progress_metric=wd.progress_metric,
+                      inflight_metrics=tuple(wd.inflight_metrics), cleanup_container=cleanup,
+                      remove_command=tuple(ct.remove_command), node_step_args=tuple(e.cluster.side_step_args))
+
+    @property
     def container_name(self) -> str:
         """The pyxis --container-name of every step on a node (per job), "" when none is used."""
         ct = self.exp.container
@@ -260,6 +272,20 @@ def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignP
     roles = tuple(tuple((r.name, role_command(e, r.name)) for r in e.mode.roles) for e in exps)
     return CampaignPlan(campaign, exps, tuple(server_command(e) for e in exps), tuple(steps), roles,
                         tuple(_router(e) for e in exps))
+
+
+@dataclass(frozen=True)
+class Guards:
+    """What keeps a job honest on a real site: the network NCCL must use ("" = not checked), the
+    pass watchdog's figures, the clean-up of each node's named container."""
+    nccl_network: str
+    watch_every_s: int
+    watch_factor_pct: int
+    progress_metric: str
+    inflight_metrics: tuple[str, ...]
+    cleanup_container: str              # pyxis' name of the job's container, "" = none to remove
+    remove_command: tuple[str, ...]
+    node_step_args: tuple[str, ...]     # srun options of the steps that run once per node
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ def _env():
 
 
 def render_script(plan: JobPlan, template: str = "hetjob.sbatch.j2") -> str:
-    return _env().get_template(template).render(p=plan, exp=plan.exp, version=__version__)
+    return _env().get_template(template).render(p=plan, version=__version__)
 
 
 def summary(plan: JobPlan) -> str:
