@@ -216,11 +216,9 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
         spec = NAMED_TABLES[table]
         errs = []
         for k, v in value.items():
-            if k not in spec:
-                close = difflib.get_close_matches(k, list(spec), n=1)
-                errs.append(ConfigError(f"{full}.{k}", v, "unknown key", f"did you mean {close[0]}?" if close else ", ".join(spec)))
-            elif not _type_ok(v, spec[k]):
-                errs.append(ConfigError(f"{full}.{k}", v, f"must be a {_type_name(spec[k])}"))
+            first = _check_table(full, {k: v}, spec)        # unknown key, wrong type
+            if first:
+                errs.extend(first)
             elif k == "args" and isinstance(v, dict):
                 errs.extend(e for ak, av in v.items() for e in _check_free(f"{full}.args.{ak}", ak, av, f"{full}.args"))
             elif k == "roles" and isinstance(v, dict):

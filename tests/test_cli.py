@@ -63,8 +63,11 @@ def test_modes_lists_parallelism(cli):
     code, out, _ = cli("modes")
     assert code == 0
     assert "tp32             2 x TP32/PP1/EP4" in out and "2 x TP4/PP8/EP4" in out
-    for line in out.splitlines():   # the parallelism once per mode, not again in the description
-        assert line.count(" x TP") == 1, line
+    for line in out.splitlines():   # the parallelism once per mode (per role), not again in the description
+        if "prefill" in line:
+            assert line.count("prefill TP") == line.count("decode TP") == 1 and " x TP" not in line, line
+        else:
+            assert line.count(" x TP") == 1, line
     assert "tp32-dflash      2 x TP32/PP1/EP4 + DFlash, 4 nodes per replica  [" in out
 
 
