@@ -150,10 +150,12 @@ def render(modes, output, run_id, repeats, concurrency, order, burn_in, time_lim
 @click.option("--wait", is_flag=True, help="Follow the job to its end, then collect it.")
 @click.option("-v", "--verbose", is_flag=True, help="With --wait: every event line of the job (metrics scrapes included).")
 @click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
+@click.option("--no-report", "no_report", is_flag=True,
+              help="Write the summary files only; report.html and its plots wait for the next collect or report.")
 @campaign_options
 @_time_option
 @_config_options
-def submit(modes, run_id, wait, verbose, no_collector, repeats, concurrency, order, burn_in, time_limit, site,
+def submit(modes, run_id, wait, verbose, no_collector, no_report, repeats, concurrency, order, burn_in, time_limit, site,
            configs, sets):
     """Submit MODE as a heterogeneous job into a new results/<RUN_ID>/.
 
@@ -170,7 +172,7 @@ def submit(modes, run_id, wait, verbose, no_collector, repeats, concurrency, ord
     if s.collector_job_id:
         click.echo(f"collector job {s.collector_job_id} runs after it (afterany)")
     if wait:
-        _follow_and_collect(s.job_id, s.run_dir, verbose=verbose)
+        _follow_and_collect(s.job_id, s.run_dir, verbose=verbose, report=not no_report)
     else:
         click.echo(f"follow: slurm-ab watch {s.job_id}   tables: slurm-ab collect {s.job_id}")
 
@@ -196,7 +198,7 @@ def _job_id(run_dir: Path) -> str:
     return str(jid)
 
 
-def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False) -> None:
+def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False, report: bool = True) -> None:
     """Follow a run or a campaign to its end (a bar on a terminal, else phase lines), collect it,
     print its tables; exit 1 unless its verdict is ok (a campaign's: every pass ok)."""
     from . import rundir
@@ -204,7 +206,7 @@ def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False) -> No
 
     state = follow_live(job_id, run_dir, verbose=verbose)
     click.echo(f"job {job_id} ended: {state}")
-    cs, _ = _collect_and_print(run_dir, job_id=job_id)
+    cs, _ = _collect_and_print(run_dir, job_id=job_id, report=report)
     md = rundir.Layout(run_dir).summary("summary.md")
     click.echo(f"summary: {md}" if md.exists() else "no summary written")
     if cs.verdict != "ok":
@@ -223,16 +225,20 @@ def _collect_and_print(run_dir: Path, **kw):
 @main.command()
 @click.argument("run")
 @click.option("-v", "--verbose", is_flag=True, help="Every event line of the job (metrics scrapes included).")
-def watch(run, verbose):
+@click.option("--no-report", "no_report", is_flag=True,
+              help="Write the summary files only; report.html and its plots wait for the next collect or report.")
+def watch(run, verbose, no_report):
     """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
     run_dir = _find_run(run)
-    _follow_and_collect(_job_id(run_dir), run_dir, verbose=verbose)
+    _follow_and_collect(_job_id(run_dir), run_dir, verbose=verbose, report=not no_report)
 
 
 @main.command()
 @click.argument("run")
 @click.option("--all-samples", is_flag=True, help="Average decode samples of the whole logs (warm-ups included), as in the seed.")
-def collect(run, all_samples):
+@click.option("--no-report", "no_report", is_flag=True,
+              help="Write the summary files only; report.html and its plots wait for the next collect or report.")
+def collect(run, all_samples, no_report):
     """Turn a run's (or campaign's) raw logs into summary.json/csv/md and print its tables and
     verdict.
 
@@ -245,7 +251,7 @@ def collect(run, all_samples):
     if not rundir.submitted(run_dir):
         raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no events.log): "
                          f"sbatch {rundir.Layout(run_dir).job_script}")
-    cs, written = _collect_and_print(run_dir, all_samples=all_samples)
+    cs, written = _collect_and_print(run_dir, all_samples=all_samples, report=not no_report)
     if cs.verdict == "running":
         click.echo(f"{run_dir}: the job is still running; nothing final written")
     else:

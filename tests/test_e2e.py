@@ -310,6 +310,13 @@ def test_server_metrics_beside_the_logs(runs, mode):
         assert row["accept_len_counters"] == "" and float(row["running_peak"]) >= 1
     notes = json.loads((run_dir / "summary.json").read_text())["notes"]
     if mode == "pp8":
-        assert any("pp stages 2,3,4,5,6,7 of 8" in n for n in notes), notes
+        # every node scraped: each stage's own KV pool, and running requests that are the client's
+        # in flight (HTTP, node rank 0, minus queued), not a stage's micro-batch of ~1
+        pooled = sm["pooled"]
+        assert abs(pooled["running_peak"] - 8) <= 1 and pooled["in_flight_peak"] == 8, pooled
+        for r in sm["replicas"]:
+            assert [k for k, _ in r["kv_stage_peaks"]] == list(range(8)), r["kv_stage_peaks"]
+            assert all(v > 0 for _, v in r["kv_stage_peaks"]) and r["micro_batch_peak"] <= 2
+        assert any("pp_rank 0,1,2,3,4,5,6,7;" in n for n in notes), notes
     else:
         assert any("tp_rank 0, pp_rank 0;" in n for n in notes), notes

@@ -431,7 +431,7 @@ def test_one_slow_node(job):
     histograms (/metrics, per replica) can: the verdict names the slow replica with its nodes and
     both TPOTs, and summary.md / report.html show each replica's TPOT."""
     rate = "8mbit"      # a healthy node exchanges ~3 MB/s with its head at this time scale
-    j = job("slow")
+    j = job("slow", report=True)
     j.wait_event("router_ready")
     slow = j.hosts()[1][2]
     assert _fallback_route()

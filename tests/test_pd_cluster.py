@@ -48,7 +48,7 @@ def dp2_vs_pd(workdir):
     run_id = f"dp2-vs-pd-{int(time.time())}"
     t0 = time.monotonic()
     r = slurm_ab("submit", "tp32", "pd-1p1d", "--launches", "1", "--repeats", "1", "--order", "interleaved",
-                 "--site", "local", "--run-id", run_id, "--wait", "--no-collector", "--set", FAST,
+                 "--site", "local", "--run-id", run_id, "--wait", "--no-collector", "--no-report", "--set", FAST,
                  cwd=workdir, timeout=900)
     return r, workdir / "results" / run_id, time.monotonic() - t0
 

@@ -65,6 +65,17 @@ def test_collect_writes_report_html_and_plots_once(cli, results):
     assert "summary files unchanged" in out and (run / "report.html").read_bytes() == before
 
 
+def test_collect_no_report_leaves_the_page_to_the_next_collect(cli, results):
+    run = results / "dev-tp32"
+    for f in ("summary.json", "report.html"):
+        (run / f).unlink(missing_ok=True)
+    code, out, _ = cli("collect", str(run), "--no-report")
+    assert code == 0 and "summary.json" in out and "report.html" not in out
+    assert (run / "summary.json").exists() and not (run / "report.html").exists()
+    code, out, _ = cli("collect", str(run))                # the summary is unchanged, the page missing
+    assert code == 0 and "report.html" in out and (run / "report.html").exists()
+
+
 def test_report_and_compare_html(cli, results, tmp_path):
     page = tmp_path / "out" / "runs.html"
     page.parent.mkdir()

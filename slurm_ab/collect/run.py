@@ -15,17 +15,20 @@ from .write import write_summary
 
 
 def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool = True,
-                      all_samples: bool = False) -> tuple[CampaignSummary, list[Path]]:
+                      all_samples: bool = False, report: bool = True) -> tuple[CampaignSummary, list[Path]]:
     """Collect a run or a campaign; write its summary files unless the job is still running.
 
-    Returns the summary and the summary files that changed. final=False skips asking Slurm.
+    Returns the summary and the summary files that changed. final=False skips asking Slurm;
+    report=False leaves report.html and its plots (most of collect's time) to the next collect
+    or `slurm-ab report`, which draw a missing page.
     """
     jid = job_id or rundir.job_id_of(run_dir)
     facts = slurm_facts(str(jid) if jid else None, run_dir=run_dir) if final else None
     cs = collect(run_dir, sacct=facts, all_samples=all_samples)
     running = cs.verdict == "running"
     written = write_summary(cs, run_dir)
-    written += write_report(run_dir, changed=bool(written), running=running)
+    if report:
+        written += write_report(run_dir, changed=bool(written), running=running)
     rundir.record_nodes(run_dir, dict(cs.job.node_lists or {}))
     return cs, written
 

@@ -41,12 +41,14 @@ class Job:
     """``slurm-ab submit MODE --site local --wait`` in the background, with its processes tracked."""
 
     def __init__(self, workdir: Path, run_id: str, *sets: str, mode: str = "tp32", env: dict | None = None,
-                 site: str = "local", extra: tuple = (), client: tuple = CLIENT_052):
+                 site: str = "local", extra: tuple = (), client: tuple = CLIENT_052, report: bool = False):
         """CLIENT: config arguments of the client profile (0.5.2's unless the test is about the
-        client: ``client=()`` keeps the site's)."""
+        client: ``client=()`` keeps the site's). REPORT: draw report.html and its plots at the end
+        (9-13 s of this machine's CPU per run; only tests that read the page ask for it)."""
         self.workdir, self.run_id = workdir, run_id
         self.run_dir = workdir / "results" / run_id
-        args = ["submit", mode, "--site", site, "--run-id", run_id, "--wait", "--no-collector", *client, *extra]
+        args = ["submit", mode, "--site", site, "--run-id", run_id, "--wait", "--no-collector", *client, *extra,
+                *(() if report else ("--no-report",))]
         for s in sets:
             args += ["--set", s]
         wait_cluster_idle()
