@@ -94,18 +94,24 @@ def test_a_pass_view_keeps_only_this_pass_window(tmp_path):
     ev.write_text("\n".join([
         "1.000 2026-09-02 12:00:01.000 ready replica=0",
         "2.000 2026-09-02 12:00:02.000 bench_start pass=c8-r1",
-        "3.000 2026-09-02 12:00:03.000 metrics_scrape target=r0 phase=end",
+        "3.000 2026-09-02 12:00:03.000 metrics_scrape target=r0 phase=during",
         "4.000 2026-09-02 12:00:04.000 bench_end pass=c8-r1 rc=0",
+        "4.100 2026-09-02 12:00:04.100 metrics_scrape target=r0n0 phase=end",
         "5.000 2026-09-02 12:00:05.000 bench_start pass=c8-r2",
         "6.000 2026-09-02 12:00:06.000 bench_end pass=c8-r2 rc=0",
+        "6.100 2026-09-02 12:00:06.100 metrics_scrape target=r0n0 phase=end",
+        "6.200 2026-09-02 12:00:06.200 teardown reason=launch-end",
         "7.000 2026-09-02 12:00:07.000 bench_start pass=c8-r3",
         "8.000 2026-09-02 12:00:08.000 fail kind=step_exited",
     ]) + "\n")
     events = read_events(ev)
+    # a pass keeps its own end scrapes (taken after its client exits), not what follows them
+    view, rc = events.pass_view("c8-r1")
+    assert rc == 0 and [e.line for e in view.events] == [1, 2, 3, 4, 5]
     view, rc = events.pass_view("c8-r2")
-    assert rc == 0 and [e.line for e in view.events] == [1, 5, 6]
+    assert rc == 0 and [e.line for e in view.events] == [1, 6, 7, 8]
     view, rc = events.pass_view("c8-r3")
-    assert rc is None and [e.line for e in view.events] == [1, 7, 8]
+    assert rc is None and [e.line for e in view.events] == [1, 9, 10, 11]
     assert events.pass_view("c1-r1") == (None, None)
 
 

@@ -142,7 +142,8 @@ class EventLog:
     def pass_view(self, key: str) -> tuple["EventLog | None", int | None]:
         """A campaign launch's events as one of its passes sees them, and that pass's client
         exit status (None: it never ended). Left out: the other passes' benchmark windows and
-        scrapes before it, and everything after its bench_end (later passes, the launch's end).
+        scrapes before it, and everything after its bench_end (later passes, the launch's end)
+        but its own phase=end /metrics scrapes, which the job takes right after the client exits.
         (None, None) when the pass never started."""
         start = next((e for e in self.events if e.name == "bench_start"
                       and e.fields.get("pass") == key), None)
@@ -153,7 +154,11 @@ class EventLog:
         keep = []
         for e in self.events:
             if end is not None and e.line > end.line:
-                break
+                if e.name == "bench_start":
+                    break
+                if e.name == "metrics_scrape" and e.fields.get("phase") == "end":
+                    keep.append(e)
+                continue
             if e.name in PASS_EVENTS and e.line < start.line:
                 continue
             keep.append(e)
