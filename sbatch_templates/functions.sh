@@ -624,6 +624,14 @@ teardown() {
     [[ -n "$(job_steps)" ]] || break
     sleep 0.3
   done
+  if (( ${#pids[@]} == 0 )); then
+    # What Slurm still lists had its SIGTERM, grace and SIGKILL from the launch's own teardown
+    # (a step on a node that stopped answering never ends): SIGKILL again, no second grace.
+    signal_steps KILL
+    record_node_states
+    log "teardown ($reason) done"
+    return 0
+  fi
   signal_steps TERM
   for pid in "${pids[@]}"; do
     [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == srun ]] || kill -TERM "$pid" 2>/dev/null

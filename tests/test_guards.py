@@ -95,6 +95,16 @@ def test_the_jobs_teardown_leaves_completing_steps_of_a_torn_down_launch_alone(l
     assert [e.name for e in ev.events] == ["teardown"] and "scancel" not in calls
 
 
+def test_a_step_a_torn_down_launch_could_not_end_gets_sigkill_without_a_second_grace(lib, tmp_path):
+    # the launch's teardown gave it TERM, the grace and KILL; its node stopped answering, so Slurm
+    # lists it to the end: the job's own teardown sends KILL at once (GRACE=1 would show)
+    r, ev, calls = bash(lib, tmp_path, "teardown exit\n", env=HET, squeue="echo 5.7", scancel="true", sinfo="true")
+    assert r.returncode == 0, r.stderr
+    names = [(e.name, e.fields.get("signal")) for e in ev.events]
+    assert names == [("teardown", None), ("steps_signal", "KILL")], names
+    assert "scancel --signal=KILL 5.7" in calls and "--signal=TERM" not in calls
+
+
 def _log(tmp_path, g, r, network):
     line = f"node0{g * 4 + r + 1}:100:100 [0] NCCL INFO Using network {network}\n" if network else "nothing\n"
     (tmp_path / "run" / "logs").mkdir(parents=True, exist_ok=True)
