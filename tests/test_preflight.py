@@ -9,6 +9,7 @@ profiles and the three address modes run a whole benchmark.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import time
@@ -33,9 +34,8 @@ def _functions(script: str) -> str:
 
 
 def _preflight_settings(script: str) -> str:
-    start = script.index("PF_MODULES=(")
-    end = script.index("write_preflight_script\n", start)
-    return script[start:end]
+    """The script's generated part (every PF_* setting and what they use, e.g. CACHE_DIR)."""
+    return script[:script.index("# ---- helpers (static)")]
 
 
 def write_check(run_dir: Path, *sets: str) -> Path:
@@ -43,9 +43,10 @@ def write_check(run_dir: Path, *sets: str) -> Path:
     script = render("tp32", site="local", sets=sets)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     harness = run_dir / "harness.sh"
-    harness.write_text(f"RUN_DIR={run_dir}\n" + _functions(script) + _preflight_settings(script)
+    harness.write_text(_preflight_settings(script) + f"RUN_DIR={run_dir}\n" + _functions(script)
                        + "write_preflight_script\n")
-    r = subprocess.run(["bash", str(harness)], capture_output=True, text=True)
+    r = subprocess.run(["bash", str(harness)], capture_output=True, text=True,
+                       env={**os.environ, "SLURM_JOB_ID": "1"})
     assert r.returncode == 0, r.stderr
     return run_dir / "preflight" / "check.sh"
 
@@ -202,25 +203,37 @@ def test_server_info_answer_is_a_note_not_an_error(tmp_path):
 
 
 # ---- rendering ---------------------------------------------------------------------------------
+def _generated(text: str) -> str:
+    return text[:text.index("# ---- helpers (static)")]
+
+
+def _function(text: str, name: str) -> str:
+    body = text[text.index(f"\n{name}() {{\n"):]
+    return body[:body.index("\n}\n") + 3]
+
+
 def test_preflight_is_the_first_step_one_per_component():
     text = render("tp32")
-    first_srun = text.index("\nsrun ")
-    assert text.index("write_preflight_script\nevent preflight_start") < first_srun
-    assert text.count("bash \"$RUN_DIR/preflight/check.sh\"") == 2
-    assert text.index("wait_preflight") < text.index("event server_launch")
-    assert '"$R0_PORT" "$R0_DIST_PORT" "$ROUTER_PORT" "$ROUTER_METRICS_PORT" &' in text
-    assert '"$R1_PORT" "$R1_DIST_PORT" &' in text
-    assert "PF_GPUS=8\n" in text and "PF_MODULES=(sglang sglang_router=sglang-router)\n" in text
-    assert "PF_CLIENT_PATHS=(dataset /shared/datasets/speed_bench/throughput_16k.jsonl)\n" in text
-    # the same container settings as the servers
-    pf = text[text.index("srun --het-group=0 --nodes=4 --ntasks-per-node=1 \\\n  --output=\"$RUN_DIR/logs/preflight"):]
-    assert '"${CONTAINER[@]}" "${SRUN_EXTRA[@]}"' in pf.splitlines()[1]
+    gen, main = _generated(text), _function(text, "main")
+    assert "PREFLIGHT=1\n" in gen and "PREFLIGHT_TIMEOUT=300\n" in gen
+    # before any server: after the hosts are known, before the addresses and the launches
+    assert main.index("record_hosts") < main.index("(( PREFLIGHT )) && run_preflight") < \
+        main.index("resolve_addresses") < main.index("run_launches")
+    pf = _function(text, "run_preflight")
+    # one srun per component (het group), in the servers' container, on every node of it; the
+    # router's ports checked on the first component's nodes; then wait_preflight
+    assert pf.index("write_preflight_script\n  event preflight_start") < pf.index("srun --het-group=\"$g\"")
+    assert pf.count("\n    srun ") == 1 and 'for g in "${!HEADS[@]}"' in pf
+    assert '(( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")' in pf
+    assert '"${CONTAINER[@]}" "${SRUN_EXTRA[@]}"' in pf and 'bash "$RUN_DIR/preflight/check.sh" "$g" "${PORTS[g]}"' in pf
+    assert pf.rstrip().endswith("wait_preflight\n}")
+    assert "PF_GPUS=8\n" in gen and "PF_MODULES=(sglang sglang_router=sglang-router)\n" in gen
+    assert "PF_CLIENT_PATHS=(dataset /shared/datasets/speed_bench/throughput_16k.jsonl)\n" in gen
 
 
 def test_preflight_disabled_is_said():
-    text = render("tp32", sets=["preflight.enabled=false"])
-    assert 'bash "$RUN_DIR/preflight/check.sh"' not in text and "event preflight_start" not in text
-    assert "\nwait_preflight\n" not in text and "\nwrite_preflight_script\n" not in text
+    gen = _generated(render("tp32", sets=["preflight.enabled=false"]))
+    assert "PREFLIGHT=0\n" in gen and "PF_MODULES=" not in gen
     plan = plan_for(Sources("example", (), ("preflight.enabled=false",)), "tp32", "R")
     assert "preflight: disabled" in summary(plan)
     assert "note: preflight.enabled = false" in summary(plan)
@@ -230,7 +243,11 @@ def test_prologue_is_verbatim_before_any_step_and_shown():
     prologue = "module load cuda/12.8\nsource /opt/sglang/bin/activate  # site's own"
     text = render("tp32", sets=[f"cluster.prologue={json.dumps(prologue)}"])
     block = "# shellcheck disable=all\n{\n" + prologue + "\n}\n# <<< cluster.prologue\n"
-    assert block in text and text.index(block) < text.index("\nsrun ")
+    # in the generated part, as a function main runs before the first step (the preflight)
+    gen = _generated(text)
+    assert block in gen and gen.index("\nsite_prologue() {\n") < gen.index(block)
+    main = _function(text, "main")
+    assert main.index("site_prologue") < main.index("run_preflight") < main.index("run_launches")
     plan = plan_for(Sources("example", (), (f"cluster.prologue={json.dumps(prologue)}",)), "tp32", "R")
     s = summary(plan)
     assert "  | module load cuda/12.8\n  | source /opt/sglang/bin/activate  # site's own\n" in s
@@ -239,21 +256,26 @@ def test_prologue_is_verbatim_before_any_step_and_shown():
 
 
 def test_address_modes_render():
-    assert "ADDRESS_MODE=name\n" in render("tp32")
-    text = render("tp32", sets=['cluster.address="nodeaddr"'])
-    assert "ADDRESS_MODE=nodeaddr\n" in text and "PF_IFACE=''\n" in text
-    assert 'R1_ADDR=$(head_address "$R1_HEAD") || fatal address' in text
+    assert "ADDRESS_MODE=name\n" in _generated(render("tp32"))
+    gen = _generated(render("tp32", sets=['cluster.address="nodeaddr"']))
+    assert "ADDRESS_MODE=nodeaddr\n" in gen and "PF_IFACE=''\n" in gen
     text = render("tp32", sets=['cluster.address="interface"', 'cluster.address_interface="ib0"'])
-    assert "PF_IFACE=ib0\n" in text and "PF_ADDRESS=(python3 -c" in text
-    # the address is resolved after the preflight, which reads it on the node
-    assert text.index("wait_preflight\n\n") < text.index('R0_ADDR=$(head_address')
+    assert "PF_IFACE=ib0\n" in _generated(text) and "PF_ADDRESS=(python3 -c" in _generated(text)
+    # every head's address is resolved after the preflight (which reads it on the node), and a
+    # head without one fails the job naming it
+    res = _function(text, "resolve_addresses")
+    assert 'ADDRS[g]=$(head_address "${HEADS[g]}") || fatal address' in res
+    main = _function(text, "main")
+    assert main.index("run_preflight") < main.index("resolve_addresses")
 
 
 def test_router_profiles_render_with_their_command():
     assert "  python3 -m sglang_router.launch_router\n" in render("tp32")
     text = render("tp32", sets=['router.profile="smg"'])
-    assert "  python3 -m smg.launch_router\n" in text and "PF_MODULES=(sglang smg=smg)\n" in text
-    assert 'event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=smg"' in text
+    gen = _generated(text)
+    assert "  python3 -m smg.launch_router\n" in gen and "PF_MODULES=(sglang smg=smg)\n" in gen
+    assert "ROUTER_PROFILE=smg\n" in gen
+    assert 'event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=$ROUTER_PROFILE"' in text
 
 
 def _router_argv(sets=()) -> list[str]:
@@ -428,4 +450,5 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
         steps = [line.split("|") for line in out.splitlines() if line.startswith(f"{j.job_id}+0.")
                  and not line.split("|")[0].endswith((".batch", ".extern"))]
         without_gpu = [s for s in steps if "gres/gpu" not in s[1]]
-        assert len(without_gpu) == 2 and len(steps) == 4, steps    # preflight, server | router, client
+        # preflight, server | router, client, the nodes' clean-up at the end (cache, container)
+        assert len(without_gpu) == 3 and len(steps) == 5, steps
