@@ -164,3 +164,21 @@ def test_router_retries_make_the_run_say_so(tmp_path):
                    "attempt, and the replicas' shares are not the policy's"]
     (tmp_path / "metrics" / "router-b.prom").write_text(_prom(0, 0))
     assert router_retry_reasons(tmp_path, ev) == []
+
+
+def test_a_campaign_collected_with_another_jobs_sacct_keeps_its_passes_verdicts(tmp_path):
+    """A campaign's passes are judged from its own files when sacct describes another job: the
+    job's end (in the job's events.log, not the launches') tells they ended; none is 'running'."""
+    import shutil
+    from slurm_ab.collect.campaign import collect
+
+    from helpers import ROOT
+    run = tmp_path / "camp-sweep"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "report-campaign" / "camp-sweep", run)
+    other = {"job_id": "118", "state": "CANCELLED by 0", "exit_code": "0:0", "job_name": "ab-cancel-143843",
+             "submit": "2026-12-01T14:38:44", "start": "2026-12-01T14:38:44", "end": "2026-12-01T14:39:40",
+             "expected": {"job_name": "ab-camp-sweep-1796053139", "submitted_at": None, "cluster": None}}
+    cs = collect(run, sacct=other, workers=1)
+    assert [p.verdict for p in cs.passes] == ["ok"] * 4
+    assert cs.job.state is None and cs.job.note.startswith("sacct ignored: Slurm's job 118 is another job")
+    assert not cs.running

@@ -64,7 +64,7 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     launches, passes = [], []
     for launch in campaign.launches:
         lay = root.launch(launch, single)
-        events = root_events if single else read_events(lay.events)
+        events = root_events if single else with_job_end(read_events(lay.events), root_events)
         lman = manifest if single else (rundir.read_manifest(lay.root) or replace(manifest, campaign=None))
         summaries = _collect_launch(run_dir, lay, launch, lman, events, who, single, sacct,
                                     outputs, all_samples, workers)
@@ -83,16 +83,33 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
              st.get("status") or ("not run" if not events.exists else "unfinished")),
             dict(fail.fields) if fail else None, tuple(verdicts)))
     job = passes[0].job if single and passes else job_info(sacct, root_events, who.job_id)
-    running = sacct is not None and is_active(str(sacct.get("state", "")))
+    running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
     return CampaignSummary(who.run_id, manifest.job_id or who.job_id, campaign, single, job,
                            running, tuple(launches), tuple(passes))
+
+
+def with_job_end(launch_events: EventLog, root_events: EventLog) -> EventLog:
+    """A launch's events with the job's job_end line (the job script writes it to the job's
+    events.log only): without Slurm's word (sacct absent, or about another job) a launch of an
+    ended job does not look like a running one."""
+    end = root_events.named("job_end")
+    if not end or launch_events.named("job_end"):
+        return launch_events
+    return replace(launch_events, events=launch_events.events + (end[-1],))
+
+
+def _with_end(view: tuple, launch_events: EventLog) -> tuple:
+    """A pass view keeps the job's end (pass_view drops what follows the pass's bench_end)."""
+    ev, rc = view
+    return (with_job_end(ev, launch_events), rc) if ev is not None else view
 
 
 def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manifest,
                     events: EventLog, who, single: bool, sacct, outputs, all_samples: bool,
                     workers) -> list[PassSummary]:
     """Every pass of one launch, its server logs scanned once for all of them."""
-    views = {p.key: (events, None) if single else events.pass_view(p.key) for p in launch.passes}
+    views = {p.key: (events, None) if single else _with_end(events.pass_view(p.key), events)
+             for p in launch.passes}
     windows = []
     for p in launch.passes:
         view = views[p.key][0]

@@ -105,6 +105,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     elif verdict in ("failed", "cancelled", "timeout"):
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)
                     if r not in reasons]
+        if has_result and bench.total and bench.completed and bench.completed < bench.total:
+            reasons.append(f"only {bench.completed}/{bench.total} requests succeeded")    # cut short
     if verdict in ("failed", "cancelled", "timeout"):
         files = list(inp.job_outputs) + (lay.server_logs() + [lay.router_log, inp.client_log]
                                          if logs_exist else [])
