@@ -38,7 +38,7 @@ def ab(workdir):
     # the default design's shape (counterbalanced launches of several passes), smaller: A B B A,
     # 2 passes per launch
     return _submit(workdir, f"camp-ab-{int(time.time())}", "tp32", "tp32-dflash", "--launches", "2",
-                   "--repeats", "2")
+                   "--repeats", "2", "--set", "benchmark.num_prompts=16")
 
 
 def _summary(run_dir: Path) -> dict:

@@ -256,6 +256,7 @@ def test_plain_sbatch_of_a_rendered_script(workdir):
     """`sbatch` of a generated script works on its own and writes the same layout; collect finds it."""
     run_id = f"e2e-sbatch-{int(time.time())}"
     r = slurm_ab("render", "tp32", "--site", "local", "--run-id", run_id, "-o", f"{run_id}.sbatch", *CLIENT_052,
+                 "--set", "preflight.enabled=false", "--set", 'server.env.SLURM_AB_EMU_TIME_SCALE="0.02"',
                  cwd=workdir)
     assert r.returncode == 0, r.stderr
     import subprocess
