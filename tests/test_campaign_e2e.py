@@ -127,7 +127,9 @@ def test_plan_from_the_campaign_prices_a_design(ab, workdir):
     """`slurm-ab plan A B --from CAMPAIGN` estimates the variance components and times from the
     campaign's own passes and events, and prints the cheapest design with its node-hours."""
     _, run_dir, _ = ab
-    r = slurm_ab("plan", "tp32", "tp32-dflash", "--from", str(run_dir), "--detect", "5%",
+    # the campaign is small and fast (16 prompts, time scale 0.02): its noise is large (launch CoV
+    # ~15 %), so the target is one it can price
+    r = slurm_ab("plan", "tp32", "tp32-dflash", "--from", str(run_dir), "--detect", "50%",
                  "--site", "local", "--time-limit-min", "100000", cwd=workdir)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"from {run_dir.name}:" in r.stdout and "over 8 passes in 4 launches" in r.stdout

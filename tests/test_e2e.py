@@ -314,7 +314,8 @@ def test_server_metrics_beside_the_logs(runs, mode):
         # every node scraped: each stage's own KV pool, and running requests that are the client's
         # in flight (HTTP, node rank 0, minus queued), not a stage's micro-batch of ~1
         pooled = sm["pooled"]
-        assert abs(pooled["running_peak"] - 8) <= 1 and pooled["in_flight_peak"] == 8, pooled
+        # (within one: a finished request's stream may close just after the client's next one opens)
+        assert abs(pooled["running_peak"] - 8) <= 1 and abs(pooled["in_flight_peak"] - 8) <= 1, pooled
         for r in sm["replicas"]:
             assert [k for k, _ in r["kv_stage_peaks"]] == list(range(8)), r["kv_stage_peaks"]
             assert all(v > 0 for _, v in r["kv_stage_peaks"]) and r["micro_batch_peak"] <= 2
