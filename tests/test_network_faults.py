@@ -456,7 +456,7 @@ def test_one_slow_node(job):
     assert m and float(m.group(1)) >= 1.5, s["reasons"]       # 1.8-2.9x measured (load, time scale)
     assert s["bench"]["completed"] == 40, s["bench"]
     tpot = {r["replica"]: r["tpot"] for r in s["server_metrics"]["replicas"]}
-    assert tpot[1]["mean_ms"] > 2 * tpot[0]["mean_ms"] and tpot[0]["count"] == tpot[1]["count"] == 20, tpot
+    assert tpot[1]["mean_ms"] > 1.5 * tpot[0]["mean_ms"] and tpot[0]["count"] == tpot[1]["count"] == 20, tpot
     # the client's pooled TPOT lies between the two replicas' (it mixes them)
     client = s["bench"]["tpot"]["mean"]
     assert tpot[0]["mean_ms"] < client < tpot[1]["mean_ms"], (client, tpot)
@@ -465,7 +465,7 @@ def test_one_slow_node(job):
     html = (j.run_dir / "report.html").read_text()
     assert "decoded" in html and "(server)" in html
     j.assert_nothing_left()
-    measure(f"one slow node (tbf {rate} on replica 1's node rank 2)", None,
+    measure(f"one slow node (tbf {rate} on replica 1's node rank 2), benchmark", s["bench"]["duration_s"],
             f"{s['verdict']}: replica TPOT {tpot[0]['mean_ms']:.1f} vs {tpot[1]['mean_ms']:.1f} ms, "
             f"client TPOT mean {client:.1f} ms p95 {s['bench']['tpot']['p95']:.1f} ms, "
             f"duration {s['bench']['duration_s']:.0f} s")
