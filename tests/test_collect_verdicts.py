@@ -191,3 +191,22 @@ def test_no_bench_window(tmp_path):
     assert "no bench_start in events.log: the benchmark window is unknown" in s.reasons
     assert s.accept.samples == 0                     # nothing to window: no samples ...
     assert collect_run(run, sacct=DONE, all_samples=True).accept.samples == 37 + 4  # ... unless asked
+
+
+def test_an_interrupted_benchmark_never_counts_more_successes_than_prompts(tmp_path):
+    """The router's retries (a PD decode that lost its prefill) put more HTTP 200s in the access
+    logs than the client sent prompts: the reason says the count is unknown, not '22 of 16'."""
+    from types import SimpleNamespace
+
+    from slurm_ab.collect.passes import interrupted_reason
+    from slurm_ab.parse.events import read_events
+
+    ev = tmp_path / "events.log"
+    ev.write_text("1.000 2026-12-01 17:50:06.000 bench_start pass=c8-r1\n"
+                  "21.000 2026-12-01 17:50:26.000 fail kind=step_exited\n")
+    rep = lambda n: SimpleNamespace(requests_served=n, role="decode", requests_source="access_log", name="decode 0")
+    events = read_events(ev)
+    assert interrupted_reason(events, [rep(12)], 16, False).startswith(
+        "benchmark interrupted 20 s after it started: 12 of 16 requests had succeeded")
+    text = interrupted_reason(events, [rep(22)], 16, False)
+    assert "22 of 16" not in text and "more than the 16 prompts: the router retried some" in text

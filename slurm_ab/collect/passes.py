@@ -158,6 +158,12 @@ def interrupted_reason(events, replicas, total: int | None, has_result: bool) ->
     n = sum(r.requests_served for r in counted)
     exact = all(r.requests_source == "access_log" for r in counted)
     per = ", ".join(f"{r.name}: {r.requests_served}" for r in counted)
+    if total and n > total:
+        # more 200s than prompts: the router retried requests (a lost prefill, a dead replica), so
+        # the access logs cannot say how many of the client's requests succeeded
+        return (f"benchmark interrupted{after}: the servers answered {n} requests with HTTP 200 ({per}), "
+                f"more than the {total} prompts: the router retried some, so how many succeeded is "
+                "unknown; the client wrote no result")
     if exact:
         return (f"benchmark interrupted{after}: {n}" + (f" of {total}" if total else "")
                 + f" requests had succeeded (HTTP 200 in the server access logs: {per}; a "
