@@ -112,6 +112,10 @@ def test_a_pass_view_keeps_only_this_pass_window(tmp_path):
     assert rc == 0 and [e.line for e in view.events] == [1, 6, 7, 8]
     view, rc = events.pass_view("c8-r3")
     assert rc is None and [e.line for e in view.events] == [1, 9, 10, 11]
+    # the job's end stays in every pass's view, wherever it stands
+    ev.write_text(ev.read_text() + "9.000 2026-09-02 12:00:09.000 job_end rc=1\n")
+    view, _ = read_events(ev).pass_view("c8-r1")
+    assert [e.line for e in view.events] == [1, 2, 3, 4, 5, 12]
     assert events.pass_view("c1-r1") == (None, None)
 
 

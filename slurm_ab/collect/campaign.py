@@ -98,18 +98,11 @@ def with_job_end(launch_events: EventLog, root_events: EventLog) -> EventLog:
     return replace(launch_events, events=launch_events.events + (end[-1],))
 
 
-def _with_end(view: tuple, launch_events: EventLog) -> tuple:
-    """A pass view keeps the job's end (pass_view drops what follows the pass's bench_end)."""
-    ev, rc = view
-    return (with_job_end(ev, launch_events), rc) if ev is not None else view
-
-
 def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manifest,
                     events: EventLog, who, single: bool, sacct, outputs, all_samples: bool,
                     workers) -> list[PassSummary]:
     """Every pass of one launch, its server logs scanned once for all of them."""
-    views = {p.key: (events, None) if single else _with_end(events.pass_view(p.key), events)
-             for p in launch.passes}
+    views = {p.key: (events, None) if single else events.pass_view(p.key) for p in launch.passes}
     windows = []
     for p in launch.passes:
         view = views[p.key][0]

@@ -23,7 +23,7 @@ from .pd import collect_pd, component_name, pd_reasons, role_names
 from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
-from .verdict import (diagnosis_reasons, outcome_reasons, state_verdict, validity_reasons)
+from .verdict import (diagnosis_reasons, outcome_reasons, short_of_requests, state_verdict, validity_reasons)
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)
                     if r not in reasons]
         if has_result and bench.total and bench.completed and bench.completed < bench.total:
-            reasons.append(f"only {bench.completed}/{bench.total} requests succeeded")    # cut short
+            reasons.append(short_of_requests(bench))    # cut short
     if verdict in ("failed", "cancelled", "timeout"):
         files = list(inp.job_outputs) + (lay.server_logs() + [lay.router_log, inp.client_log]
                                          if logs_exist else [])

@@ -87,6 +87,10 @@ def outcome_reasons(job: JobInfo, events: EventLog, bench: BenchResult, has_resu
     return out
 
 
+def short_of_requests(bench: BenchResult) -> str:
+    return f"only {bench.completed}/{bench.total} requests succeeded"
+
+
 def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replicas,
                      window, replica_metrics: Sequence = ()) -> list[str]:
     """Reasons that make a completed run 'invalid'."""
@@ -95,7 +99,7 @@ def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replic
     if bench.total is None:
         out.append("number of prompts unknown (no per-request details, no num_prompts)")
     elif bench.completed is not None and bench.completed != bench.total:
-        out.append(f"only {bench.completed}/{bench.total} requests succeeded")
+        out.append(short_of_requests(bench))
     if bench.failed:
         first = bench.errors[0] if bench.errors else "error text not recorded"
         out.append(f"{bench.failed} request(s) failed: {first}")

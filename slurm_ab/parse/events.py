@@ -143,8 +143,9 @@ class EventLog:
         """A campaign launch's events as one of its passes sees them, and that pass's client
         exit status (None: it never ended). Left out: the other passes' benchmark windows and
         scrapes before it, and everything after its bench_end (later passes, the launch's end)
-        but its own phase=end /metrics scrapes, which the job takes right after the client exits.
-        (None, None) when the pass never started."""
+        but its own phase=end /metrics scrapes, which the job takes right after the client exits,
+        and the job's end (job_end: without Slurm's word, what tells an ended job from a running
+        one). (None, None) when the pass never started."""
         start = next((e for e in self.events if e.name == "bench_start"
                       and e.fields.get("pass") == key), None)
         if start is None:
@@ -162,6 +163,7 @@ class EventLog:
             if e.name in PASS_EVENTS and e.line < start.line:
                 continue
             keep.append(e)
+        keep += [e for e in self.named("job_end") if e not in keep]
         view = EventLog(tuple(keep), self.bad_lines, self.exists)
         return view, (end.get_int("rc") if end is not None else None)
 
