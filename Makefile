@@ -7,6 +7,9 @@ SET     ?=
 SETARGS  = $(foreach s,$(SET),--set $(s))
 SLURM_AB = $(PY) -m slurm_ab
 CLUSTER  = bash testbed/slurm_ab_testbed/cluster.sh
+# 27 emulated nodes: three lanes of 9 (partitions lane1..lane3), so that `make test` runs three
+# seed-shaped jobs side by side; the demo and users' runs take the partition gpu (all of them).
+CLUSTER_NODES ?= 27
 SETUP_STAMP = build/setup.stamp
 # The real benchmark client of the local site (client profile sglang_0_5_23), and the older one
 # kept beside it for the profile sglang_0_5_2 (testbed/configs/client-sglang-0.5.2.toml).
@@ -27,7 +30,7 @@ export SLURM_AB_SITES := $(if $(findstring $(TESTBED_SITES),$(SLURM_AB_SITES)),$
 help:
 	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck, chromium),"
 	@echo "                               slurm-ab and the testbed (emulator, local cluster); a quick no-op when done"
-	@echo "make cluster-up | cluster-down start/stop the local 9-node Slurm cluster (cluster-status: its state"
+	@echo "make cluster-up | cluster-down start/stop the local Slurm cluster, 27 nodes in 3 lanes (cluster-status: its state"
 	@echo "                               and network layout; SLURM_AB_CLUSTER_NET=netns|localhost picks one)"
 	@echo "make demo                      run the three modes on the local cluster and print the tables"
 	@echo "make dry-run MODE=tp32         print the job script (SITE=example|local|FILE)"
@@ -74,7 +77,7 @@ $(OLD_CLIENT)/sglang/version.py:
 	$(PY) -m pip install -q --no-deps --target $(OLD_CLIENT) 'sglang==0.5.2'
 
 cluster-up: local-assets
-	$(CLUSTER) up
+	SLURM_AB_CLUSTER_NODES=$(CLUSTER_NODES) $(CLUSTER) up
 
 cluster-down:
 	$(CLUSTER) down
@@ -82,9 +85,14 @@ cluster-down:
 cluster-status:
 	$(CLUSTER) status
 
-# The README's test command: on a fresh machine it installs, starts the cluster, then tests.
+# The README's test command: on a fresh machine it installs, starts the cluster, then tests: one
+# pytest-xdist worker per lane of the cluster, a test file per worker at a time (tests/helpers/lanes.py),
+# then the `exclusive` tests (they take the whole cluster down and up) alone. Both parts always run.
 test: setup cluster-up
-	$(PY) -m pytest -q -ra
+	@lanes=$$(sinfo -h -o %R | grep -c '^lane[0-9]'); echo "test: $$lanes lane(s) of 9 nodes: $$lanes worker(s)"; \
+	$(PY) -m pytest -q -ra -p no:cacheprovider -n "$$lanes" --dist loadfile -m 'not exclusive'; a=$$?; \
+	$(PY) -m pytest -q -ra -p no:cacheprovider -m exclusive; b=$$?; \
+	exit $$((a ? a : b))
 
 test-fast: setup
 	$(PY) -m pytest -q -m 'not slow and not cluster'

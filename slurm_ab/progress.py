@@ -60,6 +60,7 @@ class _Replica:
     last_sample: object = None                      # latest Decode/Prefill BatchSample
     last_decode: object = None
     last_scrape: object = None                      # latest usable metrics_scrape event of node rank 0
+    scraped: tuple | None = None                    # (that event, its in-flight gauge), parsed once
 
 
 @dataclass(frozen=True)
@@ -282,16 +283,19 @@ class Tracker:
         return max(total - min(in_flight, c), 0)
 
     def _scraped_in_flight(self, r: _Replica, since: datetime | None) -> tuple[datetime, int] | None:
-        """(time, HTTP requests in flight) of the replica's latest head scrape in this pass."""
+        """(time, HTTP requests in flight) of the replica's latest head scrape in this pass; each
+        scrape file is parsed once (a poll comes every second or two, a scrape every few)."""
         ev = r.last_scrape
         if ev is None or ev.local is None or (since is not None and ev.local < since):
             return None
-        from .collect.gauges import in_flight
-        from .parse.prometheus import ScrapeError, read_scrape
-        try:
-            n = in_flight(read_scrape(self.run_dir / ev.fields["file"]))
-        except (OSError, ScrapeError):
-            return None
+        if r.scraped is None or r.scraped[0] is not ev:
+            from .collect.gauges import in_flight
+            from .parse.prometheus import ScrapeError, read_scrape
+            try:
+                r.scraped = (ev, in_flight(read_scrape(self.run_dir / ev.fields["file"])))
+            except (OSError, ScrapeError):
+                return None                     # (not kept: the next poll reads it again)
+        n = r.scraped[1]
         return (ev.local, int(n)) if n is not None else None
 
 
@@ -378,7 +382,9 @@ def follow_live(job_id: str, run_dir: str | Path, *, out: TextIO | None = None,
     display, trackers = Display(out), {}
 
     def on_poll(state, live_dir):
-        tracker = trackers.setdefault(live_dir, Tracker(live_dir))
+        if live_dir not in trackers:            # (setdefault would read the manifest every poll)
+            trackers[live_dir] = Tracker(live_dir)
+        tracker = trackers[live_dir]
         display.update(tracker.poll(state))
         trackers["last"] = tracker
 

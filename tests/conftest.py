@@ -5,12 +5,19 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
+from helpers.lanes import VARS as LANE_VARS, lane_of
 
 # The testbed's `local` site is not shipped with slurm-ab; the site loader finds it through
 # $SLURM_AB_SITES (as with `make`), here and in every slurm-ab the tests start.
 TESTBED_SITES = ROOT / "testbed" / "sites"
 if str(TESTBED_SITES) not in os.environ.get("SLURM_AB_SITES", "").split(os.pathsep):
     os.environ["SLURM_AB_SITES"] = os.pathsep.join(filter(None, [str(TESTBED_SITES), os.environ.get("SLURM_AB_SITES")]))
+
+# pytest-xdist worker gwN runs its jobs in the cluster's partition lane(N+1) (helpers/lanes.py):
+# every Slurm command this process and its children start reads these variables.
+LANE = lane_of(os.environ.get("PYTEST_XDIST_WORKER"))
+if LANE:
+    os.environ.update(dict.fromkeys(LANE_VARS, LANE))
 
 
 @pytest.fixture
@@ -40,6 +47,12 @@ def local_cluster():
         if os.environ.get("CI"):
             pytest.fail("the local Slurm cluster is not up in CI (make cluster-up)")
         pytest.skip("local Slurm cluster not up (make cluster-up)")
+    if LANE:
+        from helpers.lanes import nodes
+        if len(nodes()) != 9:
+            pytest.fail(f"worker {os.environ.get('PYTEST_XDIST_WORKER')} runs in partition {LANE}, which the "
+                        "cluster does not have with 9 nodes: one pytest -n worker per lane (make test counts "
+                        "them; SLURM_AB_CLUSTER_NODES=27 make cluster-up gives 3)")
     if not Path("/var/lib/slurm-ab-local/models/Kimi-K3/tokenizer.json").exists():
         if os.environ.get("CI"):
             pytest.fail("local model assets missing in CI (make cluster-up makes them)")
@@ -62,3 +75,17 @@ def procs(tmp_path):
     ep = EmuProcs(str(tmp_path / "logs"))
     yield ep
     ep.close()
+
+
+# The longest files first (measured on 2 cores, 2026-12-01: seconds of one worker): with `make test`'s
+# --dist loadfile each worker takes whole files, two at a start, so a long file started last would
+# keep one worker busy while the others idle. The order of the rest is pytest's.
+LONG_FILES = ("test_network_faults.py", "test_campaign_e2e.py", "test_e2e.py", "test_pd_cluster.py",
+              "test_faults.py", "test_site_faults.py", "test_preflight.py", "test_progress_cluster.py",
+              "test_emulator_pd.py", "test_secrets_and_stub.py", "test_report_browser.py", "test_guards.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
+

@@ -2,7 +2,7 @@
 own guards (stalled replica, pass time limit, NCCL fallback) as reasons, router retries."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from helpers.rundir_builder import build_run
 from slurm_ab.collect.job import identity_problem, job_info

@@ -1,7 +1,6 @@
 """The real clients against the emulator: SGLang 0.5.23's bench_serving (its steady-state entry
 point, as the local site runs it) and 0.5.2's, and sglang-router 0.3.2."""
 import json
-import os
 import re
 import subprocess
 import sys

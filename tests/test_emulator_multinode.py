@@ -5,10 +5,8 @@ import signal
 import time
 import urllib.request
 
-import pytest
 
-from slurm_ab_testbed.make_model import make_model
-from slurm_ab_testbed.testing import DECODE_RE, PREFIX, EmuProcs, free_ports, http_get, wait_healthy
+from slurm_ab_testbed.testing import DECODE_RE, PREFIX, free_ports, http_get, wait_healthy
 
 
 

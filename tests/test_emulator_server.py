@@ -7,8 +7,7 @@ import urllib.request
 
 import pytest
 
-from slurm_ab_testbed.make_model import make_model
-from slurm_ab_testbed.testing import DECODE_RE, PREFILL_RE, PREFIX, SPEC, EmuProcs, free_ports, http_get, wait_healthy
+from slurm_ab_testbed.testing import DECODE_RE, PREFILL_RE, PREFIX, SPEC, free_ports, http_get, wait_healthy
 
 ACCESS_RE = re.compile(r'^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?\] INFO:     127\.0\.0\.1:\d+ - '
                        r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/1\.1" (?P<code>\d{3}) ')

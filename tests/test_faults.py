@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.jobdrive import Job, Tracker, access_posts, cli, processes_of_job, wait_cluster_idle
+from helpers.jobdrive import Job, Tracker, access_posts, cli, processes_of_job
+from helpers.lanes import idle_nodes
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)")
 # Short scenarios: the emulator's clock at 0.02 (start-up ~6 s, the benchmark ~13 s on 2 cores).
@@ -60,22 +61,6 @@ def measure(scenario: str, seconds: float, verdict_line: str) -> None:
     print(f"MEASURE {scenario}: {seconds:.1f} s | {verdict_line}")
 
 
-def predicted_nodes() -> tuple[list[str], list[str]]:
-    """Nodes the next job's two components will get: Slurm gives each component the lowest
-    idle nodes, in order (the tests check the real assignment from events.log)."""
-    wait_cluster_idle()
-    deadline = time.monotonic() + 120
-    while True:
-        out = subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True,
-                             text=True).stdout.split()
-        idle = sorted(set(out))
-        if len(idle) >= 8:
-            return idle[:4], idle[4:8]
-        if time.monotonic() > deadline:
-            return [f"node0{i}" for i in range(1, 5)], [f"node0{i}" for i in range(5, 9)]
-        time.sleep(0.5)
-
-
 def last_stamp(path: Path) -> float:
     """Epoch of the last SGLang-stamped line of a log (local time, like events.log's)."""
     stamps = [m.group(1) for line in path.read_text(errors="replace").splitlines()
@@ -108,7 +93,7 @@ def tree_digest(d: Path) -> dict[str, str]:
 @pytest.mark.slow
 def test_rank_crash_while_loading(job):
     """crash_rank=2 on one replica's node: fails within 30 s, names replica, node and cause."""
-    _, r1 = predicted_nodes()
+    _, r1 = idle_nodes()
     node = r1[2]
     j = job("crash", 'server.env.SLURM_AB_EMU_FAULT="crash_rank=2"',
             f'server.env.SLURM_AB_EMU_FAULT_NODES="{node}"')
@@ -176,7 +161,7 @@ def test_replica_head_killed_mid_benchmark(job):
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_startup_hang_hits_ready_timeout_and_collect_waits(job, workdir):
-    _, r1 = predicted_nodes()
+    _, r1 = idle_nodes()
     j = job("hang", 'server.env.SLURM_AB_EMU_FAULT="hang_startup"',
             f'server.env.SLURM_AB_EMU_FAULT_NODES="{r1[0]}"', f"cluster.ready_timeout_s={READY_TIMEOUT}")
     j.wait_event("server_launch", replica=1)
@@ -280,13 +265,10 @@ def _node_state(node: str) -> str:
 
 
 def _restore(node: str) -> None:
-    """cluster.sh up restarts the missing slurmd and resumes the node."""
-    from slurm_ab_testbed.cluster import cluster_script
-    subprocess.run(["bash", str(cluster_script()), "up"], capture_output=True, timeout=180)
-    deadline = time.monotonic() + 60
-    while re.match(r"(down|drain|fail|unk)|.*\*$", _node_state(node)) and time.monotonic() < deadline:
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
-        time.sleep(1)
+    """`cluster.sh heal` restarts the missing slurmd and resumes the node (this node only: other
+    lanes' tests may hold faults on theirs)."""
+    from slurm_ab_testbed.cluster import net
+    net("heal", node, timeout=180)
 
 
 @pytest.mark.cluster

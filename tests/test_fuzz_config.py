@@ -1,6 +1,5 @@
 """Config fuzzing: random keys and values for every field give a validation error naming the key,
 or a valid script; never a traceback, and never a written or submitted script on error."""
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

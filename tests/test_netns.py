@@ -7,9 +7,10 @@ Safety first: no packet may go to a test address unless the fallback route
 connect fails at once instead of following the default route off the machine). Every test here
 that sends anything to a node address checks the route first (``_assert_fallback``).
 
-The last test takes the shared cluster down and up again (it runs under the cluster lock like
-every cluster test): `down` must leave no namespace, link or hosts line behind, and `up` must
-remove the leftovers of an interrupted run (a namespace with a process in it, a veth, a hosts line).
+The last test takes the shared cluster down and up again (marked ``exclusive``: `make test` runs
+it alone, after the side-by-side part): `down` must leave no namespace, link or hosts line behind,
+and `up` must remove the leftovers of an interrupted run (a namespace with a process in it, a
+veth, a hosts line).
 """
 from __future__ import annotations
 
@@ -22,12 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from helpers.lanes import nodes as lane_nodes
 from slurm_ab_testbed.cluster import (BRIDGE, FALLBACK_METRIC, NS_PREFIX, SUBNET, VETH_PREFIX,
-                                      cluster_script, is_up, layout, run)
+                                      cluster_script, is_up, layout, node_count, run)
 
 pytestmark = pytest.mark.cluster
 HOSTS_MARK = "# slurm-ab-cluster"
-NODES = [f"node{i:02d}" for i in range(1, 10)]
+N = node_count()                     # 9, or 9 per lane when the tests run side by side
+NODES = [f"node{i:02d}" for i in range(1, N + 1)]
 
 
 def our_namespaces() -> list[str]:
@@ -85,11 +88,11 @@ def test_fallback_route_exists_whenever_the_namespaces_do():
         assert our_namespaces() == [f"{NS_PREFIX}{n}" for n in NODES]
 
 
-def test_nine_distinct_addresses_in_slurm_and_hosts(netns_cluster):
+def test_distinct_addresses_in_slurm_and_hosts(netns_cluster):
     addrs = node_addrs()
     assert sorted(addrs) == NODES
     ips = [a for a, _ in addrs.values()]
-    assert len(set(ips)) == 9
+    assert len(set(ips)) == N
     assert all(ipaddress.ip_address(a) in ipaddress.ip_network(SUBNET) for a in ips), ips
     assert all(h == n for n, (_, h) in addrs.items()), addrs
     # /etc/hosts: one marked line per node, name -> its NodeAddr (the resolver agrees)
@@ -100,7 +103,7 @@ def test_nine_distinct_addresses_in_slurm_and_hosts(netns_cluster):
 
 
 def test_every_step_runs_in_its_nodes_namespace_with_its_hostname(netns_cluster):
-    """A 9-node step: each task sees its node's hostname (UTS namespace), its own network
+    """A 9-node step (this worker's lane): each task sees its node's hostname (UTS namespace), its own network
     namespace (not the host's, not another node's), and its own address on eth0; slurmd itself
     runs in the namespace named after the node."""
     _assert_fallback()
@@ -110,7 +113,7 @@ def test_every_step_runs_in_its_nodes_namespace_with_its_hostname(netns_cluster)
     proc = run("srun", "-N9", "--ntasks-per-node=1", "-t", "1", "--job-name=slurm-ab-test-netns",
                "bash", "-c", script, timeout=90)
     rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines() if line.strip()}
-    assert sorted(rows) == NODES, proc.stdout + proc.stderr
+    assert sorted(rows) == lane_nodes(), proc.stdout + proc.stderr
     host_ns = os.readlink("/proc/self/ns/net")
     addrs = node_addrs()
     assert len({ns for _, ns, _ in rows.values()} | {host_ns}) == 10
@@ -124,13 +127,14 @@ def test_every_step_runs_in_its_nodes_namespace_with_its_hostname(netns_cluster)
 
 def test_status_names_the_layout(netns_cluster):
     out = subprocess.run(["bash", str(cluster_script()), "status"], capture_output=True, text=True).stdout
-    assert re.search(r"^network +netns: 9 namespaces", out, re.M), out
+    assert re.search(rf"^network +netns: {N} namespaces", out, re.M), out
     assert re.search(rf"^fallback +unreachable {re.escape(SUBNET)} metric {FALLBACK_METRIC}", out, re.M), out
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive
 def test_down_leaves_nothing_and_up_removes_leftovers(netns_cluster):
-    """Last of the module: the shared cluster goes down and up again (under the cluster lock).
+    """The shared cluster goes down and up again (``exclusive``: nothing else may run meanwhile).
     `down` removes every namespace, link and hosts line (the fallback route stays: it only ever
     refuses traffic). Then leftovers of an interrupted run are planted (a namespace with a
     process in it, a veth pair, a stale hosts line) and `up` must clean them and come back."""
@@ -157,8 +161,8 @@ def test_down_leaves_nothing_and_up_removes_leftovers(netns_cluster):
     assert sleeper.wait(10) is not None                     # ended by up (it ran in our namespace)
     assert "removing the node network of an earlier run" in up.stderr
     assert our_namespaces() == [f"{NS_PREFIX}{n}" for n in NODES]
-    assert sorted(our_links()) == sorted([BRIDGE] + [f"{VETH_PREFIX}{i:02d}" for i in range(1, 10)])
+    assert sorted(our_links()) == sorted([BRIDGE] + [f"{VETH_PREFIX}{i:02d}" for i in range(1, N + 1)])
     assert "sabtmp07" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    assert len(hosts_lines()) == 9 and not any("node99" in line for line in hosts_lines())
-    assert fallback_route() and layout() == "netns" and is_up(min_nodes=9)
+    assert len(hosts_lines()) == N and not any("node99" in line for line in hosts_lines())
+    assert fallback_route() and layout() == "netns" and is_up(min_nodes=N)
     print(f"MEASURE cluster down: {t_down:.1f} s, up (netns, leftovers cleaned): {t_up:.1f} s")

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import textwrap
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

@@ -134,18 +134,12 @@ def test_pd_dflash_acceptance_comes_from_the_decode(job):
 
 def _fault_job(job, name, *sets, nodes="decode"):
     """A PD job with the emulator fault SETS on the prefill's or the decode's nodes."""
-    from helpers.jobdrive import wait_cluster_idle
-    wait_cluster_idle()
-    first = sorted(_idle_nodes())[:8]
+    from helpers.lanes import idle_nodes
+    p, d = idle_nodes()
+    first = p + d
     on = first[:4] if nodes == "prefill" else first[4:8] if nodes == "decode" else [first[0]]
     return job(name, NO_PREFLIGHT, *sets, f'server.env.SLURM_AB_EMU_FAULT_NODES="{",".join(on)}"',
                mode="pd-1p1d"), on
-
-
-def _idle_nodes() -> list[str]:
-    import subprocess
-    return subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True,
-                          text=True).stdout.split()
 
 
 def _first_reason(j) -> str:

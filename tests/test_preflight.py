@@ -335,6 +335,12 @@ def run_job(workdir: Path, name: str, *sets: str) -> Job:
     return j
 
 
+def node(i: int) -> str:
+    """The i-th node (1-based, as in node01) of this worker's lane: jobs get the lowest idle ones."""
+    from helpers.lanes import nodes
+    return nodes()[i - 1]
+
+
 def assert_failed_fast(j: Job, first_reason: str) -> dict:
     ev = j.events()
     start = next(t for t, k, _ in ev if k == "job_start")
@@ -354,21 +360,21 @@ def assert_failed_fast(j: Job, first_reason: str) -> dict:
 @pytest.mark.cluster
 def test_cluster_missing_module(workdir):
     j = run_job(workdir, "pf-import", 'preflight.server_module="no_such_sglang"')
-    assert_failed_fast(j, "preflight: node01 (replica 0 node rank 0): module no_such_sglang is not importable: "
+    assert_failed_fast(j, f"preflight: {node(1)} (replica 0 node rank 0): module no_such_sglang is not importable: "
                           "ModuleNotFoundError: No module named 'no_such_sglang'")
 
 
 @pytest.mark.cluster
 def test_cluster_gpu_count_on_one_node(workdir):
-    j = run_job(workdir, "pf-gpus", 'server.env.SLURM_AB_FAKE_GPUS="4"', 'server.env.SLURM_AB_FAKE_GPU_NODES="node06"')
-    assert_failed_fast(j, "preflight: node06 (replica 1 node rank 1): 4 GPUs visible, the mode needs 8 per node")
-    assert json.loads((j.run_dir / "preflight" / "node05.json").read_text())["gpu_count"] == 8
+    j = run_job(workdir, "pf-gpus", 'server.env.SLURM_AB_FAKE_GPUS="4"', f'server.env.SLURM_AB_FAKE_GPU_NODES="{node(6)}"')
+    assert_failed_fast(j, f"preflight: {node(6)} (replica 1 node rank 1): 4 GPUs visible, the mode needs 8 per node")
+    assert json.loads((j.run_dir / "preflight" / f"{node(5)}.json").read_text())["gpu_count"] == 8
 
 
 @pytest.mark.cluster
 def test_cluster_missing_model_path(workdir):
     j = run_job(workdir, "pf-path", "paths.model=/nonexistent/Kimi-K3")
-    assert_failed_fast(j, "preflight: node01 (replica 0 node rank 0): model path /nonexistent/Kimi-K3 is missing")
+    assert_failed_fast(j, f"preflight: {node(1)} (replica 0 node rank 0): model path /nonexistent/Kimi-K3 is missing")
 
 
 @pytest.mark.cluster
@@ -377,9 +383,9 @@ def test_cluster_port_taken_on_the_router_node(workdir):
     port = _free_port_range(18123)
     from slurm_ab_testbed.cluster import NS_PREFIX, layout
     if layout() == "netns":
-        # node01 is a host of its own (its network namespace): hold the port there
+        # the first node is a host of its own (its network namespace): hold the port there
         holder = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{NS_PREFIX}node01", "python3", "-c",
+            ["nsenter", f"--net=/run/netns/{NS_PREFIX}{node(1)}", "python3", "-c",
              f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); "
              "print('listening', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
         try:
@@ -393,7 +399,7 @@ def test_cluster_port_taken_on_the_router_node(workdir):
             s.bind(("127.0.0.1", port))
             s.listen()
             j = run_job(workdir, "pf-port", "ports.job_slots=1", f"ports.router={port}")
-    assert_failed_fast(j, f"preflight: node01 (replica 0 node rank 0): port {port} is already in use "
+    assert_failed_fast(j, f"preflight: {node(1)} (replica 0 node rank 0): port {port} is already in use "
                           "(Address already in use)")
 
 
@@ -402,12 +408,12 @@ def test_cluster_prologue_environment_reaches_every_step(workdir):
     """The site prologue runs in the batch shell before any step: what it exports, the steps see
     (here a GPU query that fails on every node)."""
     j = run_job(workdir, "pf-prologue", 'cluster.prologue="export SLURM_AB_FAKE_GPU_FAIL=9"')
-    assert_failed_fast(j, "preflight: node01 (replica 0 node rank 0): GPU query failed (status 9): NVIDIA-SMI has "
+    assert_failed_fast(j, f"preflight: {node(1)} (replica 0 node rank 0): GPU query failed (status 9): NVIDIA-SMI has "
                           "failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
                           "latest NVIDIA driver is installed and running.")
     names = [k for _, k, _ in j.events()]
     assert names.index("prologue_end") < names.index("preflight_start")
-    assert len(list((j.run_dir / "preflight").glob("node0*.json"))) == 8
+    assert len(list((j.run_dir / "preflight").glob("node*.json"))) == 8
 
 
 @pytest.mark.cluster
@@ -432,7 +438,7 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
     expect = ({f"replica{g}": socket.gethostbyname(nodes[0]) for g, nodes in j.hosts().items()} if netns
               else {"replica0": expect_addr, "replica1": expect_addr})
     assert ev["addresses"] == {"mode": address, **expect}
-    assert ev["router_launch"]["profile"] == profile and ev["router_launch"]["host"] == "node01"
+    assert ev["router_launch"]["profile"] == profile and ev["router_launch"]["host"] == node(1)
     assert ev["router_server_info"] == {"http": "404"}          # recorded, not an error
     info = ran_on(read_reports(j.run_dir))
     assert info["nodes"] == 8 and info["problems"] == 0 and profile in info["modules"]

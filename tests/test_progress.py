@@ -3,12 +3,9 @@ directory line by line up to a moment, as the job would have written it, and pol
 from __future__ import annotations
 
 import io
-import json
-import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import pytest
 
 from helpers import ROOT
 from slurm_ab.parse.text import line_timestamp

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 

@@ -1,7 +1,6 @@
 """The run directory's owner: its layout, the Manifest (current and older layouts), who a run is."""
 import dataclasses
 import json
-import re
 
 import pytest
 

@@ -16,7 +16,6 @@ import re
 
 import pytest
 
-from slurm_ab.collect.records import Pooled, ReplicaSummary
 from slurm_ab.collect.server_metrics import choose_tpot
 from test_replica_speed import with_tpot
 from test_server_metrics import END, START, Run, rep, set_value

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.jobdrive import Job, cli, final_sacct, job_starter, measure, wait_cluster_idle
+from helpers.lanes import idle_nodes
+from helpers.jobdrive import Job, cli, final_sacct, job_starter, measure
 
 FAST = 'server.env.SLURM_AB_EMU_TIME_SCALE="0.02"'
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -32,14 +33,6 @@ def job(workdir):
     yield job_starter(workdir, made, FAST)
     for j in made:
         j.cleanup()
-
-
-def idle_nodes() -> tuple[list[str], list[str]]:
-    """The nodes the next job's components get (Slurm gives each the lowest idle ones)."""
-    wait_cluster_idle()
-    out = subprocess.run(["sinfo", "-h", "-N", "-t", "idle", "-o", "%N"], capture_output=True, text=True).stdout
-    idle = sorted(set(out.split()))
-    return idle[:4], idle[4:8]
 
 
 def first_reason(j: Job) -> str:
@@ -61,7 +54,7 @@ def log_line(path: Path, needle: str) -> str:
 
 def test_a_hung_replica_is_caught_and_torn_down_with_its_grace(job):
     _, r1 = idle_nodes()
-    j = job("hung", 'server.env.SLURM_AB_EMU_FAULT="hang_after_requests=6"',
+    j = job("hung", "preflight.enabled=false", 'server.env.SLURM_AB_EMU_FAULT="hang_after_requests=6"',
             f'server.env.SLURM_AB_EMU_FAULT_NODES="{r1[0]}"')
     rc = j.finish(420)
     assert rc == 1, j.output()[-3000:]

@@ -89,6 +89,14 @@ def ctld_running() -> bool:
     return comm == "slurmctld" and state != "Z"
 
 
+def node_count() -> int:
+    """How many nodes the cluster was last started with (cluster.sh up records it; 9 before that)."""
+    try:
+        return int((cluster_dir() / "etc" / "nodes").read_text())
+    except (OSError, ValueError):
+        return 9
+
+
 def node_states() -> dict[str, str]:
     """``{node: compact state}`` from ``sinfo -N`` (e.g. ``{"node01": "idle"}``); {} if unreachable."""
     if shutil.which("sinfo") is None:

@@ -3,7 +3,8 @@
 # --enable-multiple-slurmd build) with real accounting (slurmdbd + MariaDB) on ONE machine.
 #
 # Usage: cluster.sh install | up | down [--purge] | status | env | link NODE up|down
-#                   | rate NODE RATE|off | names plain|ib | block FROM TO PORT | block FROM off
+#                   | rate NODE RATE|off | names plain|ib [NODE...] | block FROM TO PORT
+#                   | block FROM off | heal NODE...
 #
 #   install   apt-get the packages, shellcheck included (skips what is installed; never starts the
 #             distro services)
@@ -22,11 +23,17 @@
 #             nodeNN-ib (ib: the Slurm name is not an address; Slurm itself uses NodeAddr IPs)
 #   block     (netns layout) block FROM TO PORT: FROM's TCP connections to TO's address and PORT
 #             fail ("No route to host"; a policy route inside FROM's namespace); block FROM off
-#   (`up` on a running netns cluster undoes link, rate and block; names is reset by a fresh up)
+#   names ib NODE...: only those nodes (the other jobs' nodes keep their names)
+#   heal      heal NODE...: undo link, rate and block on those nodes, restart their slurmd if it
+#             died, resume them (a test's repair that leaves other tests' faults alone)
+#   (`up` on a running netns cluster undoes link, rate and block everywhere; names is reset by a
+#   fresh up)
 #
 # Environment:
 #   SLURM_AB_CLUSTER_DIR      all state (default /var/lib/slurm-ab-cluster)
-#   SLURM_AB_CLUSTER_NODES    number of emulated nodes (default 9: node01..node09)
+#   SLURM_AB_CLUSTER_NODES    number of emulated nodes (default: as at the last `up`, else 9); every
+#                             9 of them also form a partition laneN (the tests run one per worker;
+#                             `make cluster-up` asks for 27). A running cluster keeps its count.
 #   SLURM_AB_CLUSTER_TIMEOUT  seconds to wait for each daemon (default 60)
 #   SLURM_AB_CLUSTER_NET      node network layout for `up`: auto (default: netns where network
 #                             namespaces can be created, else localhost) | netns | localhost
@@ -88,7 +95,6 @@
 set -euo pipefail
 
 D="${SLURM_AB_CLUSTER_DIR:-/var/lib/slurm-ab-cluster}"
-NNODES="${SLURM_AB_CLUSTER_NODES:-9}"
 TIMEOUT="${SLURM_AB_CLUSTER_TIMEOUT:-60}"
 CLUSTER_NAME=slurmab
 CTLD_PORT=6817
@@ -116,8 +122,13 @@ PACKAGES=(slurmctld slurmd slurm-client munge slurmdbd mariadb-server shellcheck
 
 ETC="$D/etc"; RUN="$D/run"; LOG="$D/log"; DBDIR="$D/mysql"; MUNGE_DIR="$D/munge"
 CONF="$ETC/slurm.conf"
+NODES_FILE="$ETC/nodes"     # the node count the cluster was last started with
+# The node count: SLURM_AB_CLUSTER_NODES, else the count of the last `up` (so that a later `up`, a
+# repair or `heal`, never shrinks a grown cluster), else 9.
+NNODES="${SLURM_AB_CLUSTER_NODES:-$(cat "$NODES_FILE" 2>/dev/null || echo 9)}"
+[[ $NNODES =~ ^[1-9][0-9]?$ ]] || { echo "cluster: ERROR: SLURM_AB_CLUSTER_NODES=$NNODES: expected 1-99" >&2; exit 1; }
 LAYOUT_FILE="$ETC/layout"   # netns | localhost: the layout the running cluster was started with
-NAMES_FILE="$ETC/names"     # plain | ib (see `names`)
+NAMES_FILE="$ETC/names"     # plain | ib [NODE...] (see `names`)
 LAYOUT=localhost            # set by choose_layout (up) or current_layout
 DB_SOCK="$RUN/mariadb.sock"
 export SLURM_CONF="$CONF"
@@ -284,7 +295,19 @@ JobCompType=jobcomp/none
 GresTypes=gpu
 $(render_node_lines)
 PartitionName=gpu Nodes=$(node_range) Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+$(render_lanes)
 EOF
+}
+
+# Lanes: each run of 9 nodes is also a partition of its own (lane1 = node[01-09], lane2 =
+# node[10-18], ...), so that test workers run seed-shaped jobs side by side without taking each
+# other's nodes (tests/conftest.py sends each pytest-xdist worker's jobs to one lane).
+render_lanes() {
+  local l
+  for ((l = 1; l * 9 <= NNODES; l++)); do
+    printf 'PartitionName=lane%s Nodes=node[%02d-%02d] MaxTime=INFINITE State=UP OverSubscribe=NO\n' \
+      "$l" "$(((l - 1) * 9 + 1))" "$((l * 9))"
+  done
 }
 
 # The controller's address: in the netns layout the nodes reach it on the bridge. slurmctld
@@ -397,10 +420,15 @@ hosts_lines() {
     printf '127.0.0.1 %s %s\n' "$(all_nodes | tr '\n' ' ' | sed 's/ $//')" "$HOSTS_MARK"
     return
   fi
-  local suffix="" i
-  [[ -s $NAMES_FILE && $(<"$NAMES_FILE") == ib ]] && suffix=-ib
+  local names=(plain) i n suffix
+  [[ -s $NAMES_FILE ]] && read -r -a names <"$NAMES_FILE"
   for ((i = 1; i <= NNODES; i++)); do
-    printf '%s %s%s %s\n' "$(node_addr "$i")" "$(node_name "$i")" "$suffix" "$HOSTS_MARK"
+    n=$(node_name "$i") suffix=""
+    # ib: every node (no list), or the listed ones only (a test's own nodes; other jobs keep theirs)
+    if [[ ${names[0]} == ib ]] && { ((${#names[@]} == 1)) || [[ " ${names[*]:1} " == *" $n "* ]]; }; then
+      suffix=-ib
+    fi
+    printf '%s %s%s %s\n' "$(node_addr "$i")" "$n" "$suffix" "$HOSTS_MARK"
   done
 }
 ensure_hosts() {
@@ -538,6 +566,12 @@ choose_layout() {
   case $NET_REQ in auto|netns|localhost) ;; *) die "SLURM_AB_CLUSTER_NET=$NET_REQ: expected auto, netns or localhost" ;; esac
   if pid_alive "$RUN/slurmctld.pid" slurmctld; then
     current_layout
+    local had
+    had=$(cat "$NODES_FILE" 2>/dev/null || echo "$NNODES")
+    if [[ $had != "$NNODES" ]]; then
+      log "WARNING: the running cluster has $had nodes, not $NNODES: kept (for $NNODES: $0 down && SLURM_AB_CLUSTER_NODES=$NNODES $0 up)"
+      NNODES=$had
+    fi
     if [[ $NET_REQ != auto && $NET_REQ != "$LAYOUT" ]]; then
       log "WARNING: the running cluster uses the $LAYOUT layout; to switch: $0 down && SLURM_AB_CLUSTER_NET=$NET_REQ $0 up"
     fi
@@ -729,6 +763,7 @@ cmd_up() {
     [[ -x $b ]] || die "$b not found; run: $0 install"
   done
   choose_layout
+  printf '%s\n' "$NNODES" >"$NODES_FILE"
   write_configs
   ensure_hosts
   ensure_conf_link
@@ -844,7 +879,10 @@ cmd_fault() {
   local what=$1 node=${2:-} arg=${3:-} ns
   if [[ $what == names ]]; then
     [[ $node == plain || $node == ib ]] || die "names: expected plain or ib, got '$node'"
-    printf '%s\n' "$node" >"$NAMES_FILE"
+    shift 2
+    local n
+    for n in "$@"; do [[ $n =~ ^node[0-9]+$ ]] || die "names $node: not a node name: '$n'"; done
+    printf '%s\n' "$node${*:+ $*}" >"$NAMES_FILE"
     ensure_hosts
     return 0
   fi
@@ -867,6 +905,37 @@ cmd_fault() {
   log "$what $node $arg"
 }
 
+# heal NODE...: what `up` repairs on a running cluster, for these nodes only (link up, no rate
+# limit, no block, their slurmd restarted if it died, resumed if Slurm marked them down), so that a
+# test repairs its own nodes without undoing faults other tests hold on theirs.
+cmd_heal() {
+  need_root
+  current_layout
+  (($#)) || die "heal: name the node(s)"
+  local n ns st i
+  for n in "$@"; do
+    [[ $n =~ ^node[0-9]+$ ]] || die "heal: not a node name: '$n'"
+    if [[ $LAYOUT == netns ]]; then
+      ns=$(node_ns "$n")
+      [[ -e /run/netns/$ns ]] || die "heal: no namespace for node '$n'"
+      ip -n "$ns" link set eth0 up
+      tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
+      unblock "$ns"
+    fi
+  done
+  start_slurmds
+  for n in "$@"; do
+    for ((i = 0; i < 5 * TIMEOUT; i++)); do
+      st=$(sinfo -h -N -n "$n" -o '%t' 2>/dev/null | head -n 1)
+      [[ $st =~ ^(idle|alloc|mix|comp)$ ]] && break
+      case $st in down*|drain*|drng*|fail*) scontrol update nodename="$n" state=resume 2>/dev/null || true ;; esac
+      sleep 0.2
+    done
+    [[ $st =~ ^(idle|alloc|mix|comp)$ ]] || die "heal: $n is still $st"
+  done
+  log "healed $*"
+}
+
 main() {
   local cmd=${1:-}
   shift || true
@@ -877,7 +946,8 @@ main() {
     status) cmd_status ;;
     env) echo "export SLURM_CONF=$CONF" ;;
     link|rate|names|block) cmd_fault "$cmd" "$@" ;;
-    *) sed -n '4,33s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
+    heal) cmd_heal "$@" ;;
+    *) sed -n '4,38s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
   esac
 }
 

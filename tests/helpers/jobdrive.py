@@ -10,31 +10,18 @@ of them still run, whatever they did to their environment or parent since.
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import CLIENT_052
+from .lanes import wait_idle as wait_cluster_idle  # noqa: F401  (tests import it from here)
 from .jobs import Proc, Tracker, all_procs, alive, component_ids, events, final_sacct, processes_of_job, slurm_env  # noqa: F401
 
 def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_ab", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**slurm_env(), **(env or {})})
-
-
-def wait_cluster_idle(timeout_s: float = 180) -> None:
-    """Wait (bounded) until no slurm-ab job (name ab-*, collectors included) is queued or running,
-    so that jobs do not slow each other down and node assignment is predictable."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True).stdout
-        if not [line for line in out.splitlines() if line.startswith("ab-")]:
-            return
-        time.sleep(0.5)
 
 
 class Job:
@@ -60,6 +47,7 @@ class Job:
         self.t_submit = time.time()
         self.job_id: str | None = None
         self.tracker: Tracker | None = None
+        self._snapped = 0.0
         self.rc: int | None = None
         self.end_wall: float | None = None     # when the submit --wait command returned
 
@@ -72,7 +60,10 @@ class Job:
                 pass
             if self.job_id:
                 self.tracker = Tracker(str(self.job_id))
-        if self.tracker is not None:
+        # A snapshot reads every process's stat, cmdline and environ (10-40 ms of CPU): once a
+        # second is enough to see every process of a job that lives on (find() takes its own).
+        if self.tracker is not None and time.monotonic() - self._snapped >= 1.0:
+            self._snapped = time.monotonic()
             self.tracker.snapshot()
 
     def events(self):
