@@ -20,6 +20,11 @@ SPEED_BENCH = $(LOCAL)/datasets/speed-bench/throughput_16k.jsonl
 # chromium renders the HTML reports headless.
 APT_TEST_TOOLS = chromium
 
+# Python writes its bytecode caches here even where the environment says not to (some images set
+# PYTHONDONTWRITEBYTECODE=1): without them every CLI call, emulator and job step recompiles slurm-ab
+# from source (~0.3 s of CPU each) and every pytest worker re-rewrites every test module.
+unexport PYTHONDONTWRITEBYTECODE
+
 # The `local` site belongs to the testbed, not to slurm-ab: tell the site loader where it lives.
 TESTBED_SITES := $(CURDIR)/testbed/sites
 export SLURM_AB_SITES := $(if $(findstring $(TESTBED_SITES),$(SLURM_AB_SITES)),$(SLURM_AB_SITES),$(TESTBED_SITES)$(if $(SLURM_AB_SITES),:$(SLURM_AB_SITES)))

@@ -15,7 +15,7 @@ REL_PATH = re.compile(r"(?:\.|[A-Za-z0-9_.+@=-]+(?:/[A-Za-z0-9_.+@=-]+)*)")
 CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")   # no ':' (pyxis NAME[:FLAG])
 WORD = re.compile(r"[A-Za-z0-9_.-]+")
 METRIC = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:+=@/%-]*")
+SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:+=@/%-]*")    # what may stand unquoted on an #SBATCH line
 SBATCH_OPTION = re.compile(r"--[a-z][a-z0-9-]*(=[^\s'\"\\#]+)?")
 MEM = re.compile(r"\d+[KMGT]?")
 SQUASHFS = (".sqsh", ".squashfs", ".sqfs")

@@ -12,6 +12,7 @@ from typing import Any
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
 from . import pd_checks, site_checks
+from .site_checks import SBATCH_OPTION, SBATCH_VALUE
 from .experiment import Experiment, build, merge_flags
 
 # Flags slurm-ab writes itself from the mode and the job's hosts and ports.
@@ -28,8 +29,6 @@ RESERVED_FLAGS = {
 AMBIGUOUS_FLAGS = {"pp": "pp-size (set it with modes.<mode>.pp)"}
 GPU_REQUESTS = ("gpus-per-node", "gres", "none")
 TIME_LIMIT = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE")
-SBATCH_SAFE = re.compile(r"[A-Za-z0-9_.,:+=@/%-]*")  # what may stand unquoted on an #SBATCH line
-SBATCH_OPTION = re.compile(r"--[a-z][a-z0-9-]*(=[^\s'\"\\#]+)?")
 PATH_SAFE = re.compile(r"[A-Za-z0-9_.+,@:=/-]+")  # run directory: used in #SBATCH --output (no %)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 NO_DRAFT_NEEDED = {"NGRAM"}
@@ -158,7 +157,7 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("cluster.time_limit", c["time_limit"], "not a Slurm time",
                                 "MM, MM:SS, HH:MM:SS, D-HH:MM:SS, or auto (sized by the job's estimate)"))
     for k in ("partition", "account"):
-        if not SBATCH_SAFE.fullmatch(c[k]):
+        if not SBATCH_VALUE.fullmatch(c[k]):
             errs.append(ConfigError(f"cluster.{k}", c[k], "contains characters that cannot stand on an #SBATCH line",
                                     "letters, digits and _ . , : + = @ / % -"))
     for i, opt in enumerate(c["sbatch_extra"]):

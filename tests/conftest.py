@@ -13,6 +13,9 @@ TESTBED_SITES = ROOT / "testbed" / "sites"
 if str(TESTBED_SITES) not in os.environ.get("SLURM_AB_SITES", "").split(os.pathsep):
     os.environ["SLURM_AB_SITES"] = os.pathsep.join(filter(None, [str(TESTBED_SITES), os.environ.get("SLURM_AB_SITES")]))
 
+# The jobs and CLIs the tests start keep their bytecode caches (see the Makefile's unexport).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 # pytest-xdist worker gwN runs its jobs in the cluster's partition lane(N+1) (helpers/lanes.py):
 # every Slurm command this process and its children start reads these variables.
 LANE = lane_of(os.environ.get("PYTEST_XDIST_WORKER"))
