@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import SMALL
 from helpers.jobdrive import Job, access_posts, wait_cluster_idle
 from slurm_ab_testbed.testing import free_ports, wait_healthy
 
@@ -309,7 +310,7 @@ def test_node_name_is_not_its_address_resolved_by_nodeaddr(job):
     try:
         assert subprocess.run(["getent", "hosts", lane[4]], capture_output=True).returncode != 0
         assert subprocess.run(["getent", "hosts", f"{lane[4]}-ib"], capture_output=True).returncode == 0
-        j = job("nodeaddr", 'cluster.address="nodeaddr"')
+        j = job("nodeaddr", 'cluster.address="nodeaddr"', *SMALL)
         rc = j.finish(240)
     finally:
         net("names", "plain")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import SMALL
 from helpers.jobdrive import Job
 from helpers.scripts import render
 from slurm_ab.parse.events import read_events
@@ -431,7 +432,7 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
     if address == "interface":
         sets.append('cluster.gpu_request="gpus-per-node"')     # the local nodes declare gpu:8 GRES
         sets.append(f'cluster.address_interface="{"eth0" if netns else "lo"}"')
-    j = run_job(workdir, f"pf-{profile}-{address}", *sets)
+    j = run_job(workdir, f"pf-{profile}-{address}", *sets, *SMALL)
     s = j.summary()
     assert j.rc == 0 and s["verdict"] == "ok", s
     ev = {k: kv for _, k, kv in j.events()}

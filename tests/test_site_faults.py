@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import SMALL
 from helpers.lanes import idle_nodes
 from helpers.jobdrive import Job, cli, final_sacct, job_starter, measure
 
@@ -160,7 +161,7 @@ def test_an_unwritable_cache_directory_fails_the_preflight(job, readonly_dir):
 # ---- a normal end: SIGTERM, the drain, no SIGKILL; then collect of a reused job id -----------------
 
 def test_sigterm_reaches_sglang_first_and_collect_refuses_another_jobs_sacct(job, workdir):
-    j = job("graceful", "preflight.enabled=false")       # the end of a job is the point
+    j = job("graceful", "preflight.enabled=false", *SMALL)       # the end of a job is the point
     assert j.finish(420) == 0, j.output()[-3000:]
     assert j.summary()["verdict"] == "ok"
     events = j.events()

@@ -16,3 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]   # the checkout
 # ROUTER_HOST 15-28 s against 8 s. The seed's client (0.5.23, speed-bench) runs in test_e2e's three
 # modes, test_pd_cluster and test_preflight's module checks.
 CLIENT_052 = ("--config", str(ROOT / "testbed" / "configs" / "client-sglang-0.5.2.toml"))
+
+# --set values for a job whose benchmark is not what the test checks (a run that must simply end
+# ok, a layout, a signal at the job's end): the client, the router and the emulators spend their
+# CPU per streamed token, and the suite is CPU-bound on 2 cores (40 x 512 tokens: ~30 s of CPU).
+# At the site's clock (0.05, TPOT ~10 ms): at 0.02 (4 ms) the host's scheduling jitter under three
+# side-by-side jobs made one replica of a healthy 16-prompt run 1.6-1.7x slower than the other,
+# and the slow-replica rule rightly called that invalid (twice in one run).
+SMALL = ("benchmark.num_prompts=16", "benchmark.output_len=128", 'server.env.SLURM_AB_EMU_TIME_SCALE="0.05"')
