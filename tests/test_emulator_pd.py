@@ -335,7 +335,9 @@ def test_decode_loses_its_prefill(procs, model_dir, tmp_path):
                      rf"decode_req\.req\.bootstrap_room=(\d+) with exception KVTransferError\(bootstrap_room=\1\): "
                      rf"Lost connection with prefill instance \(bootstrap_addr: {addr}\)$", dlog, re.M)
     print(f"MEASURE prefill lost: the decode declared it lost {lost:.1f} s after the kill")
-    assert 3.5 < lost < 8.0                      # 2 missed heartbeats at >= 2 s
+    # 2 missed heartbeats 2 s apart: the kill falls anywhere in a period, so the second miss comes
+    # 2-4 s after it (3.47 s seen with three jobs beside it), later under load
+    assert 2.0 < lost < 8.0
     assert code == 500 and json.loads(text)["detail"].startswith("Decode transfer failed for request rank=0 ")
     assert d.p.poll() is None and http_get(durl + "/health")[0] == 200
     assert value(metrics(durl), "sglang:num_transfer_failed_reqs_total") == 1

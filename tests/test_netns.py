@@ -113,7 +113,7 @@ def test_every_step_runs_in_its_nodes_namespace_with_its_hostname(netns_cluster)
     proc = run("srun", "-N9", "--ntasks-per-node=1", "-t", "1", "--job-name=slurm-ab-test-netns",
                "bash", "-c", script, timeout=90)
     rows = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines() if line.strip()}
-    assert sorted(rows) == lane_nodes(), proc.stdout + proc.stderr
+    assert sorted(rows) == lane_nodes()[:9], proc.stdout + proc.stderr    # (no lane: the cluster's first 9)
     host_ns = os.readlink("/proc/self/ns/net")
     addrs = node_addrs()
     assert len({ns for _, ns, _ in rows.values()} | {host_ns}) == 10

@@ -204,7 +204,10 @@ def test_decode_loses_its_prefill_mid_run(job):
     assert any(x.startswith(f"prefill 0 node rank 0 ({nodes[0]})") for x in s["reasons"][:3]), s["reasons"]
     assert any(x.startswith(f"prefill 0 ({nodes[0]}") and "exited during pass" in x and "decode 0" in x
                for x in s["reasons"]), s["reasons"]
-    assert any(x.startswith("benchmark interrupted") and "decode 0: " in x for x in s["reasons"]), s["reasons"]
+    # the pass's result: cut short by the teardown (its requests counted per server), or, when the
+    # client saw its last requests fail before the teardown reached it, written (seen on 3 loaded lanes)
+    assert any(x.startswith("benchmark interrupted") and "decode 0: " in x or re.fullmatch(r"only \d+/16 requests succeeded", x)
+               for x in s["reasons"]), s["reasons"]
     j.assert_nothing_left()
     t, kv = j.event("fail", kind="step_exited")
     measure("PD: the decode loses its prefill mid-run (prefill head dies)", j.job_end() - t, s["reasons"][0])
