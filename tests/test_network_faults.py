@@ -437,7 +437,9 @@ def test_one_slow_node(job):
     speeds. The client cannot say which replica served a request; the servers' own TPOT
     histograms (/metrics, per replica) can: the verdict names the slow replica with its nodes and
     both TPOTs, and summary.md / report.html show each replica's TPOT."""
-    rate = "8mbit"      # a healthy node exchanges ~3 MB/s with its head at this time scale
+    # a healthy node exchanges ~3 MB/s with its head at this time scale when the machine is idle;
+    # with three jobs side by side the forwards are slower and 8mbit once slowed replica 1 < 1.5x
+    rate = "4mbit"
     j = job("slow", report=True)
     j.wait_event("router_ready")
     slow = j.hosts()[1][2]

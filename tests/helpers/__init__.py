@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]   # the checkout
 CLIENT_052 = ("--config", str(ROOT / "testbed" / "configs" / "client-sglang-0.5.2.toml"))
 
 # --set values for a job whose benchmark is not what the test checks (a run that must simply end
-# ok, a layout, a signal at the job's end): the client, the router and the emulators spend their
-# CPU per streamed token, and the suite is CPU-bound on 2 cores (40 x 512 tokens: ~30 s of CPU).
-# At the site's clock (0.05, TPOT ~10 ms): at 0.02 (4 ms) the host's scheduling jitter under three
-# side-by-side jobs made one replica of a healthy 16-prompt run 1.6-1.7x slower than the other,
-# and the slow-replica rule rightly called that invalid (twice in one run).
-SMALL = ("benchmark.num_prompts=16", "benchmark.output_len=128", 'server.env.SLURM_AB_EMU_TIME_SCALE="0.05"')
+# ok, a layout, a signal at the job's end): 16 prompts instead of 40 (the client, the router and
+# the emulators spend their CPU per streamed token; the suite is CPU-bound on 2 cores), at the
+# site's clock. Not fewer output tokens: with 128 a replica's TPOT is mostly its decode stalled
+# behind 16K-token prefills, which requests happen to share a batch decides it, and the
+# slow-replica rule called healthy 16-prompt runs invalid (1.6-1.9x, three times in two runs).
+SMALL = ("benchmark.num_prompts=16", 'server.env.SLURM_AB_EMU_TIME_SCALE="0.05"')
