@@ -511,9 +511,7 @@ net_up() {
     ip link set "$veth" up || return 1
     ip -n "$ns" link set lo up || return 1
     ip -n "$ns" addr replace "$(node_addr "$i")/24" dev eth0 || return 1
-    ip -n "$ns" link set eth0 up || return 1
-    tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
-    unblock "$ns"
+    clear_faults "$ns" || return 1
   done
   fallback_route_ok || { echo "the fallback route disappeared"; return 1; }
 }
@@ -546,6 +544,14 @@ net_down() {
     sleep 0.1
   done
   log "WARNING: still present after 10 s: $(our_links | tr '\n' ' ')$(our_namespaces | tr '\n' ' ')"
+}
+
+# clear_faults NS: what the fault commands change inside a node's namespace, undone (link up, no
+# rate limit, no block); `up` does it for every node, `heal` for the nodes it is given.
+clear_faults() {
+  ip -n "$1" link set eth0 up || return 1
+  tc -n "$1" qdisc del dev eth0 root 2>/dev/null || true
+  unblock "$1"
 }
 
 BLOCK_TABLE=77; BLOCK_PREF=100
@@ -713,13 +719,15 @@ start_slurmds() {
   ((started == 0)) || log "started $started slurmd"
 }
 
-# All nodes are usable: idle, allocated, mixed or completing, with no flags (* not responding,
+# A usable node (sinfo %t): idle, allocated, mixed or completing, with no flags (* not responding,
 # ~ powered off, # powering up, ! pending power down, % powering down, $ maintenance, @ reboot).
+USABLE='idle|alloc|mix|comp'
+# All nodes are usable.
 nodes_ready() {
   local out
   out=$(sinfo -h -N -o '%N %t') || return 1
   [[ $(printf '%s\n' "$out" | grep -c .) -ge $NNODES ]] || return 1
-  ! printf '%s\n' "$out" | awk '{print $2}' | grep -qvxE 'idle|alloc|mix|comp'
+  ! printf '%s\n' "$out" | awk '{print $2}' | grep -qvxE "$USABLE"
 }
 
 # Nodes that stay down/drained although their slurmd runs (e.g. "Not responding" left over from a
@@ -744,7 +752,7 @@ wait_nodes() {
       printf 'cluster: ERROR: timed out after %ss waiting for %s nodes to be idle\n' "$TIMEOUT" "$NNODES" >&2
       sinfo -N -o '%N %T %E' >&2 || true
       local bad
-      bad=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 !~ /^(idle|alloc|mix|comp)$/ {print $1; exit}')
+      bad=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk -v ok="^($USABLE)\$" '$2 !~ ok {print $1; exit}')
       for f in "$LOG/slurmd.${bad:-node01}.log" "$LOG/slurmctld.log"; do
         [[ -f $f ]] && { printf -- '--- last lines of %s ---\n' "$f" >&2; tail -n 20 "$f" >&2; }
       done
@@ -918,20 +926,18 @@ cmd_heal() {
     if [[ $LAYOUT == netns ]]; then
       ns=$(node_ns "$n")
       [[ -e /run/netns/$ns ]] || die "heal: no namespace for node '$n'"
-      ip -n "$ns" link set eth0 up
-      tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
-      unblock "$ns"
+      clear_faults "$ns"
     fi
   done
   start_slurmds
   for n in "$@"; do
     for ((i = 0; i < 5 * TIMEOUT; i++)); do
       st=$(sinfo -h -N -n "$n" -o '%t' 2>/dev/null | head -n 1)
-      [[ $st =~ ^(idle|alloc|mix|comp)$ ]] && break
+      [[ $st =~ ^($USABLE)$ ]] && break
       case $st in down*|drain*|drng*|fail*) scontrol update nodename="$n" state=resume 2>/dev/null || true ;; esac
       sleep 0.2
     done
-    [[ $st =~ ^(idle|alloc|mix|comp)$ ]] || die "heal: $n is still $st"
+    [[ $st =~ ^($USABLE)$ ]] || die "heal: $n is still $st"
   done
   log "healed $*"
 }
