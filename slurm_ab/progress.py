@@ -60,7 +60,6 @@ class _Replica:
     last_sample: object = None                      # latest Decode/Prefill BatchSample
     last_decode: object = None
     last_scrape: object = None                      # latest usable metrics_scrape event of node rank 0
-    scraped: tuple | None = None                    # (that event, its in-flight gauge), parsed once
 
 
 @dataclass(frozen=True)
@@ -283,19 +282,17 @@ class Tracker:
         return max(total - min(in_flight, c), 0)
 
     def _scraped_in_flight(self, r: _Replica, since: datetime | None) -> tuple[datetime, int] | None:
-        """(time, HTTP requests in flight) of the replica's latest head scrape in this pass; each
-        scrape file is parsed once (a poll comes every second or two, a scrape every few)."""
+        """(time, HTTP requests in flight) of the replica's latest head scrape in this pass (polls
+        come faster than scrapes: a file read again is parsed once, parse_scrape keeps it)."""
         ev = r.last_scrape
         if ev is None or ev.local is None or (since is not None and ev.local < since):
             return None
-        if r.scraped is None or r.scraped[0] is not ev:
-            from .collect.gauges import in_flight
-            from .parse.prometheus import ScrapeError, read_scrape
-            try:
-                r.scraped = (ev, in_flight(read_scrape(self.run_dir / ev.fields["file"])))
-            except (OSError, ScrapeError):
-                return None                     # (not kept: the next poll reads it again)
-        n = r.scraped[1]
+        from .collect.gauges import in_flight
+        from .parse.prometheus import ScrapeError, read_scrape
+        try:
+            n = in_flight(read_scrape(self.run_dir / ev.fields["file"]))
+        except (OSError, ScrapeError):
+            return None
         return (ev.local, int(n)) if n is not None else None
 
 

@@ -60,11 +60,13 @@ class Scrape:
         return {v for ss in pick.values() for s in ss if (v := s.label(key)) is not None}
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=16)
 def parse_scrape(text: str) -> Scrape:
     """Parse exposition text; raise ScrapeError when prometheus_client cannot read it. Kept per
     text: a run's idle nodes are scraped to the same text again and again (48 distinct of 135
-    scrapes in a 40-prompt run), and prometheus_client's parser is most of collect's time."""
+    scrapes in a 40-prompt run), and prometheus_client's parser is most of collect's time. The
+    repeats come in a row, so a few entries catch them (that run: 87 hits with 256 entries, 84
+    with 8), and a parsed scrape weighs ~260 KB: a long watch or collect holds ~4 MB, not ~70."""
     from prometheus_client.parser import text_string_to_metric_families
 
     samples: dict[str, list[Sample]] = {}
