@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import CLIENT_052, SMALL
+from helpers import CLIENT_052, SMALL, set_args
 from helpers.jobs import final_sacct, slurm_ab, wait_no_processes
 from slurm_ab.parse.events import read_events
 
@@ -168,8 +168,7 @@ def test_concurrency_sweep_gives_the_curve(workdir):
 def test_second_mode_oom_keeps_the_first_modes_passes(workdir):
     r, run_dir, _ = _submit(workdir, f"camp-oom-{int(time.time())}", "tp32", "tp32-dflash", "--order",
                             "blocked", "--launches", "1", "--repeats", "2",
-                            "--set", "modes.tp32-dflash.args.mem-fraction-static=0.86",
-                            *(a for s in SMALL for a in ("--set", s)))
+                            *set_args("modes.tp32-dflash.args.mem-fraction-static=0.86", *SMALL))
     assert r.returncode == 1                      # not every pass ok
     s = _summary(run_dir)
     verdicts = [(x["mode"], x["verdict"]) for x in s["passes"]]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import CLIENT_052, SMALL
+from helpers import CLIENT_052, SMALL, set_args
 from helpers.jobs import events, final_sacct, run_tracked, slurm_ab, wait_no_processes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -258,8 +258,7 @@ def test_plain_sbatch_of_a_rendered_script(workdir):
     """`sbatch` of a generated script works on its own and writes the same layout; collect finds it."""
     run_id = f"e2e-sbatch-{int(time.time())}"
     r = slurm_ab("render", "tp32", "--site", "local", "--run-id", run_id, "-o", f"{run_id}.sbatch", *CLIENT_052,
-                 "--set", "preflight.enabled=false", "--set", 'server.env.SLURM_AB_EMU_TIME_SCALE="0.02"',
-                 *(a for s in SMALL for a in ("--set", s)), cwd=workdir)
+                 *set_args("preflight.enabled=false", *SMALL), cwd=workdir)
     assert r.returncode == 0, r.stderr
     import subprocess
     out = subprocess.run(["sbatch", f"results/{run_id}/job.sbatch"], cwd=workdir, capture_output=True, text=True, check=True).stdout

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from helpers.jobdrive import Job, Tracker, access_posts, cli, processes_of_job
-from helpers.lanes import idle_nodes
+from helpers.lanes import heal, idle_nodes
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)")
 # Short scenarios: the emulator's clock at 0.02 (start-up ~6 s, the benchmark ~13 s on 2 cores).
@@ -264,13 +264,6 @@ def _node_state(node: str) -> str:
                           text=True).stdout.strip()
 
 
-def _restore(node: str) -> None:
-    """`cluster.sh heal` restarts the missing slurmd and resumes the node (this node only: other
-    lanes' tests may hold faults on theirs)."""
-    from slurm_ab_testbed.cluster import net
-    net("heal", node, timeout=180)
-
-
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_node_lost_mid_benchmark(job):
@@ -292,7 +285,7 @@ def test_node_lost_mid_benchmark(job):
         # the job's processes on the lost node end too (their peers are gone), slurmd or not
         j.assert_nothing_left()
     finally:
-        _restore(node)
+        heal(node)
     assert not re.match(r"(down|drain|fail)", _node_state(node)), _node_state(node)
     assert detect < 30, detect
     info = j.sacct()

@@ -22,6 +22,7 @@ import pytest
 
 from helpers import SMALL
 from helpers.jobdrive import Job, access_posts, wait_cluster_idle
+from helpers.lanes import heal
 from slurm_ab_testbed.testing import free_ports, wait_healthy
 
 WATCHDOG = re.compile(
@@ -241,14 +242,6 @@ def wait_log(j: Job, path: Path, needle: str, timeout_s: float = 90) -> None:
                f"{needle!r} in {path.name}")
 
 
-def restore(node: str) -> None:
-    """`cluster.sh heal NODE`: link up, no rate limit or block, slurmd restarted if it died, the
-    node resumed if Slurm marked it DOWN while it could not reach it; this node only (other lanes'
-    tests may hold faults on theirs)."""
-    from slurm_ab_testbed.cluster import net as cluster_net
-    cluster_net("heal", node, timeout=180)
-
-
 def watchdog_epoch(path: Path) -> float | None:
     """Epoch of the first watchdog line of a log (its stamp has no year: this year, local time)."""
     m = re.search(r"^\[rank\d+\]:\[E(\d{4} \d\d:\d\d:\d\d\.\d{6})", path.read_text(errors="replace"), re.M)
@@ -276,7 +269,7 @@ def link_down_until_job_end(j: Job, node: str, timeout_s: float) -> tuple[float,
     try:
         return t, hard_end(j, timeout_s)
     finally:
-        restore(node)
+        heal(node)
 
 
 @pytest.mark.cluster

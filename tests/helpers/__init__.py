@@ -24,3 +24,8 @@ CLIENT_052 = ("--config", str(ROOT / "testbed" / "configs" / "client-sglang-0.5.
 # behind 16K-token prefills, which requests happen to share a batch decides it, and the
 # slow-replica rule called healthy 16-prompt runs invalid (1.6-1.9x, three times in two runs).
 SMALL = ("benchmark.num_prompts=16", 'server.env.SLURM_AB_EMU_TIME_SCALE="0.05"')
+
+
+def set_args(*sets: str) -> list[str]:
+    """Config values as slurm-ab's command-line options: --set KEY=VALUE each."""
+    return [a for s in sets for a in ("--set", s)]

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import CLIENT_052
+from . import CLIENT_052, set_args
 from .lanes import wait_idle as wait_cluster_idle  # noqa: F401  (tests import it from here)
 from .jobs import Proc, Tracker, all_procs, alive, component_ids, events, final_sacct, processes_of_job, slurm_env  # noqa: F401
 
@@ -35,9 +35,7 @@ class Job:
         self.workdir, self.run_id = workdir, run_id
         self.run_dir = workdir / "results" / run_id
         args = ["submit", mode, "--site", site, "--run-id", run_id, "--wait", "--no-collector", *client, *extra,
-                *(() if report else ("--no-report",))]
-        for s in sets:
-            args += ["--set", s]
+                *(() if report else ("--no-report",)), *set_args(*sets)]
         wait_cluster_idle()
         self.out_path = workdir / f"{run_id}.submit.out"
         self._out = open(self.out_path, "w+")

@@ -48,6 +48,14 @@ def wait_idle(timeout_s: float = 180) -> None:
         time.sleep(0.5)
 
 
+def heal(node: str) -> None:
+    """Repair NODE after a test's fault (`cluster.sh heal`: link up, no rate limit or block, its
+    slurmd restarted if it died, resumed if Slurm marked it down); this node only, where `up`
+    would undo the faults other lanes' tests hold on theirs."""
+    from slurm_ab_testbed.cluster import net
+    net("heal", node, timeout=180)
+
+
 def idle_nodes(timeout_s: float = 120) -> tuple[list[str], list[str]]:
     """The nodes the next seed-shaped job's two components get: Slurm gives each component the
     lowest idle nodes of the partition, in order (tests check the real assignment in events.log)."""
