@@ -100,7 +100,7 @@ def log_line(draw, ranks=None, at=st.integers(0, 120_000), spec=None):
 def _add_decode_sample(dec: dict, s) -> None:
     """The reference's sums per stream: samples, accept len (n, sum), accept rate (n, sum),
     gen throughput (n, sum)."""
-    a = dec.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
+    a = dec.setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0])
     a[0] += 1
     if s.accept_len is not None:
         a[1] += 1
@@ -111,6 +111,10 @@ def _add_decode_sample(dec: dict, s) -> None:
     if s.gen_throughput is not None:
         a[5] += 1
         a[6] += s.gen_throughput
+        if s.running_req:
+            a[7] += 1
+            a[8] += s.gen_throughput / s.running_req
+            a[9] += (s.gen_throughput / s.running_req) ** 2
 
 
 RETRACTED = "#retracted_reqs: "
@@ -246,9 +250,11 @@ def _tagged(lines) -> bool:
 def _assert_window(got: WindowScan, dec, win, ret):
     """One window's scan equals the reference's decode sums, prefill/POST counts, retractions."""
     have = {k: (v.samples, v.accept_samples, round(v.accept_len_sum, 6), v.rate_samples,
-                round(v.accept_rate_sum, 6), v.gen_samples, round(v.gen_sum, 4))
+                round(v.accept_rate_sum, 6), v.gen_samples, round(v.gen_sum, 4), v.speed_samples,
+                round(v.speed_sum, 4), round(v.speed_sq, 2))
             for k, v in got.decode.items()}
-    want = {k: (a[0], a[1], round(a[2], 6), a[3], round(a[4], 6), a[5], round(a[6], 4))
+    want = {k: (a[0], a[1], round(a[2], 6), a[3], round(a[4], 6), a[5], round(a[6], 4), a[7],
+                round(a[8], 4), round(a[9], 2))
             for k, a in dec.items()}
     assert have == want
     assert _flat(got.counts) == (win[0], win[1])
@@ -441,6 +447,9 @@ def test_bulk_path_is_taken_and_agrees(tmp_path, monkeypatch):
         (s.samples, s.accept_samples, s.rate_samples, s.gen_samples) == (401, 401, 401, 401)
     assert f.accept_len_sum == pytest.approx(s.accept_len_sum, rel=1e-12)
     assert f.gen_sum == pytest.approx(s.gen_sum, rel=1e-12)
+    assert (f.speed_samples, f.speed_sum, f.speed_sq) == \
+        (s.speed_samples, pytest.approx(s.speed_sum, rel=1e-12), pytest.approx(s.speed_sq, rel=1e-12))
+    assert f.speed_samples == 401 and f.speed_mean > 0 and f.speed_sd is not None
     assert (fast.window, fast.intervals) == (slow.window, slow.intervals)
     assert fast.window.posts == 401 and fast.intervals["w"].primary().tokens == 11 * 8192
     assert (fast.decode_lines, fast.prefill_lines, fast.first_decode_ts) == \

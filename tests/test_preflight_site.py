@@ -15,7 +15,8 @@ from helpers.scripts import generated, render, static
 
 FAKE_IB = 'preflight.hca_command=["python3", "-m", "slurm_ab_testbed.fake_ib"]'
 NO_IMPORT = "preflight.import_command=[]"
-IFACES = ",".join(n for _, n in socket.if_nameindex())
+def ifaces() -> str:
+    return ",".join(n for _, n in socket.if_nameindex())
 
 
 def write_check(run_dir: Path, *sets: str, job_id: int = 77) -> Path:
@@ -49,19 +50,34 @@ def fabric(check, **env):
 
 def test_socket_interfaces(tmp_path):
     check = write_check(tmp_path, NO_IMPORT)
-    assert fabric(check, NCCL_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo") == []
-    assert fabric(check, NCCL_SOCKET_IFNAME="=lo") == [] and fabric(check, NCCL_SOCKET_IFNAME="l") == []
-    assert fabric(check, NCCL_SOCKET_IFNAME="ib") == [
-        ("fabric", f"NCCL_SOCKET_IFNAME=ib matches no interface here (interfaces: {IFACES})")]
-    assert fabric(check, NCCL_SOCKET_IFNAME="=l") == [
-        ("fabric", f"NCCL_SOCKET_IFNAME==l matches no interface here (interfaces: {IFACES})")]
+
+    def steady(**env):
+        """fabric() and the host's interfaces while it ran (other tests' namespaces come and go
+        on this host: a check is only compared with the interfaces it saw)."""
+        for _ in range(5):
+            before = ifaces()
+            got = fabric(check, **env)
+            if ifaces() == before:
+                return got, before
+        raise AssertionError("the host's interfaces kept changing")
+
+    assert steady(NCCL_SOCKET_IFNAME="lo", GLOO_SOCKET_IFNAME="lo")[0] == []
+    assert steady(NCCL_SOCKET_IFNAME="=lo")[0] == [] and steady(NCCL_SOCKET_IFNAME="l")[0] == []
+    got, seen = steady(NCCL_SOCKET_IFNAME="ib")
+    assert got == [("fabric", f"NCCL_SOCKET_IFNAME=ib matches no interface here (interfaces: {seen})")]
+    got, seen = steady(NCCL_SOCKET_IFNAME="=l")
+    assert got == [("fabric", f"NCCL_SOCKET_IFNAME==l matches no interface here (interfaces: {seen})")]
     # an exclusion list needs one interface left that is not loopback
-    other = [n for n in IFACES.split(",") if n != "lo"]
-    assert fabric(check, NCCL_SOCKET_IFNAME="^" + ",".join(other)) == [
-        ("fabric", f"NCCL_SOCKET_IFNAME=^{','.join(other)} matches no interface here (interfaces: {IFACES})")]
+    for _ in range(5):
+        other = [n for n in ifaces().split(",") if n != "lo"]
+        got, seen = steady(NCCL_SOCKET_IFNAME="^" + ",".join(other))
+        if [n for n in seen.split(",") if n != "lo"] == other:
+            break
+    assert got == [
+        ("fabric", f"NCCL_SOCKET_IFNAME=^{','.join(other)} matches no interface here (interfaces: {seen})")]
     # Gloo takes exact names, each must exist
-    assert fabric(check, GLOO_SOCKET_IFNAME="lo,ib0") == [
-        ("fabric", f"GLOO_SOCKET_IFNAME=lo,ib0: interface ib0 does not exist here (interfaces: {IFACES})")]
+    got, seen = steady(GLOO_SOCKET_IFNAME="lo,ib0")
+    assert got == [("fabric", f"GLOO_SOCKET_IFNAME=lo,ib0: interface ib0 does not exist here (interfaces: {seen})")]
 
 
 def test_hcas_of_nccl_ib_hca_need_an_active_port(tmp_path):

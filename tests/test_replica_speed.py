@@ -9,13 +9,14 @@ other states change sample values only.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
 from slurm_ab.collect.records import Pooled, ReplicaSummary, RunSummary
 from slurm_ab.collect.server_metrics import (E2E_HISTOGRAM, HistogramWindow, ReplicaMetrics,
                                              ServerMetrics, histogram_quantile, histogram_window)
-from slurm_ab.collect.verdict import SPEED_RATIO, speed_reasons
+from slurm_ab.collect.speed import SPEED_RATIO, speed_notes, speed_reasons
 from slurm_ab.tables.runs import run_md
 from slurm_ab.parse.prometheus import parse_scrape
 from test_server_metrics import END, START, Run, rep, set_value
@@ -82,7 +83,7 @@ def test_a_quantile_in_the_first_bucket_prints_the_bucket_not_its_midpoint():
 
 # ---- the collector and the rule ----------------------------------------------------------------
 
-def _run(tmp_path, r1_tpot: float):
+def _run(tmp_path, r1_tpot: float, log_speed: float | None = None, lines: int = 20):
     run = Run(tmp_path)
     run.event("bench_start")
     for g in (0, 1):
@@ -90,9 +91,12 @@ def _run(tmp_path, r1_tpot: float):
     run.event("bench_end", "rc=0")
     run.scrape("r0", "end", with_tpot(END, 0.098))
     run.scrape("r1", "end", with_tpot(END, r1_tpot))
+    # decode lines at each replica's speed (1 / TPOT tokens/s per running request), 5 % spread
+    speeds = {0: 1 / 0.098, 1: 1 / r1_tpot if log_speed is None else log_speed}
     reps = [ReplicaSummary(replica=g, nodes=tuple(f"node0{4 * g + k}" for k in range(1, 5)),
                            accept_samples=18, accept_len=3.76, requests_served=20,
-                           requests_source="access_log", logs=(f"logs/server-r{g}-n0.log",))
+                           requests_source="access_log", logs=(f"logs/server-r{g}-n0.log",),
+                           speed_samples=lines, speed_mean=speeds[g], speed_sd=0.05 * speeds[g])
             for g in (0, 1)]
     return reps, run.collect(reps, Pooled())
 
@@ -106,8 +110,40 @@ def test_a_slow_replica_is_named_with_its_nodes_and_both_figures(tmp_path):
     assert reasons == [
         "replica 1 (node05, node06, node07, node08) decoded 4.6x slower than replica 0: server TPOT "
         "mean 450.0 vs 98.0 ms, p95 in 400-600 ms vs 80-100 ms over 20 and 20 requests "
-        "(sglang:request_time_per_output_token_seconds); a slow node or link in replica 1: the "
-        "pooled latencies mix two speeds"]
+        "(sglang:request_time_per_output_token_seconds); decode lines 2.22 vs 10.2 tokens/s per "
+        "running request (4.59x) over 20 and 20 lines, one-sided Welch p = 2.9e-26; a slow node or link in "
+        "replica 1: the pooled latencies mix two speeds"]
+    assert speed_notes(reps, sm.replicas) == []
+
+
+def test_a_tpot_gap_the_decode_lines_do_not_show_is_a_note_not_a_verdict(tmp_path):
+    """Replica 1's requests took 1.6x longer per token, but its decode lines ran as fast as
+    replica 0's: the gap is waiting behind prefills (16K prompts, short outputs), not its nodes.
+    Figures of a real healthy pass of the local cluster (camp-oom, launch 1, pass 2: TPOT 7.9
+    vs 5.2 ms; decode lines 177 +- 93 over 26 vs 222 +- 77 over 30: 1.26x, p = 0.027)."""
+    reps, sm = _run(tmp_path, 0.16, log_speed=1 / 0.098)
+    assert speed_reasons(reps, sm.replicas) == []
+    assert speed_notes(reps, sm.replicas) == [
+        "replica 1's server TPOT mean was 1.6x replica 0's (160.0 vs 98.0 ms over 20 and 20 "
+        "requests), but its decode lines show 10.2 vs 10.2 tokens/s per running request (1.00x) over "
+        "20 and 20 lines, one-sided Welch p = 0.5 (a slow node shows 1.5x at p < 0.01): not called a "
+        "slow node (its requests may have waited behind more prefills)"]
+    real = [replace(reps[0], speed_samples=30, speed_mean=222.2, speed_sd=77.2),
+            replace(reps[1], speed_samples=26, speed_mean=176.8, speed_sd=93.0)]
+    assert speed_reasons(real, sm.replicas) == []
+    assert "177 vs 222 tokens/s per running request (1.26x) over 26 and 30 lines, one-sided Welch " \
+        "p = 0.027" in speed_notes(real, sm.replicas)[0]
+    # ten times the lines make the 1.26x gap certain, but it is no slow node's 1.5x
+    more = [replace(real[0], speed_samples=300), replace(real[1], speed_samples=260)]
+    assert speed_reasons(more, sm.replicas) == [] and "(1.26x) over 260 and 300 lines" in \
+        speed_notes(more, sm.replicas)[0]
+    # 1.5x in the decode lines as well, with their spread: named
+    slow = [real[0], replace(real[1], speed_mean=222.2 / 1.6, speed_sd=93.0 / 1.6)]
+    assert speed_reasons(slow, sm.replicas) and not speed_notes(slow, sm.replicas)
+    # too few lines to tell: said, not judged
+    few = [replace(reps[0], speed_samples=2), reps[1]]
+    assert speed_reasons(few, sm.replicas) == []
+    assert "too few decode lines in the window (20 and 2; 3 each needed)" in speed_notes(few, sm.replicas)[0]
 
 
 def test_replicas_within_the_ratio_are_not_flagged(tmp_path):
@@ -117,7 +153,7 @@ def test_replicas_within_the_ratio_are_not_flagged(tmp_path):
 
 def test_too_few_requests_or_no_histogram_is_not_judged():
     w = lambda ms, n: HistogramWindow(TPOT, n, ms, ms, ms)            # noqa: E731
-    reps = [rep(0), rep(1)]
+    reps = [replace(rep(g), speed_samples=20, speed_mean=m, speed_sd=m / 20) for g, m in ((0, 100), (1, 30))]
     assert speed_reasons(reps, [ReplicaMetrics(0, tpot=w(10, 2)), ReplicaMetrics(1, tpot=w(90, 2))]) == []
     assert speed_reasons(reps, [ReplicaMetrics(0, tpot=w(10, 20)), ReplicaMetrics(1)]) == []
     assert speed_reasons(reps, [ReplicaMetrics(0, tpot=w(10, 20)), ReplicaMetrics(1, tpot=w(30, 20))])

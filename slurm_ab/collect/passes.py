@@ -23,6 +23,7 @@ from .pd import collect_pd, component_name, pd_reasons, role_names
 from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
+from .speed import speed_notes
 from .verdict import (diagnosis_reasons, outcome_reasons, short_of_requests, state_verdict, validity_reasons)
 
 
@@ -82,7 +83,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     notes += [n for r in reps for n in r.notes]
     accept = pooled_acceptance(reps)
     server_metrics = collect_server_metrics(lay.root, events, replicas, accept, manifest.config)
-    notes += server_metrics.notes
+    notes += [*server_metrics.notes, *speed_notes(replicas, server_metrics.replicas)]
     pd = None
     if names:
         pd = collect_pd(lay.root, events, names, job.node_lists, bench.ttft.mean if bench.ttft else None,

@@ -126,6 +126,9 @@ class ReplicaSummary:
     accept_len: float | None = None
     accept_rate: float | None = None
     gen_throughput: float | None = None
+    speed_samples: int = 0              # decode lines' tokens/s per running request (speed rule)
+    speed_mean: float | None = None
+    speed_sd: float | None = None
     requests_served: int | None = None
     requests_source: str | None = None  # access_log | prefill_new_seq
     warmup_seen: bool = False

@@ -21,6 +21,7 @@ from ..parse.preflight import preflight_reasons
 from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
 from .pd import component_name, pd_fail_reasons
 from .records import BenchResult, JobInfo
+from .speed import speed_reasons
 
 
 def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
@@ -133,52 +134,6 @@ def balance_reasons(replicas) -> list[str]:
         out += [f"{r.name}{f' (head {r.nodes[0]})' if r.nodes else ''} served {n} of {total} requests during "
                 f"the benchmark (an even share is {even:.0f}): unbalanced, the router may have marked it unhealthy"
                 for r, n in served if 0 < n < BALANCE_MIN_SHARE * even]
-    return out
-
-
-SPEED_RATIO = 1.5        # identical replicas of one job decode within a few % of each other
-SPEED_MIN_REQUESTS = 3
-
-
-def _nodes(r) -> str:
-    return f" ({', '.join(r.nodes)})" if r.nodes else ""
-
-
-def speed_reasons(replicas, replica_metrics: Sequence) -> list[str]:
-    """A replica whose server-side TPOT (mean over the window, from /metrics) is SPEED_RATIO
-    times the fastest replica's: its nodes decode slower (a slow node or link: every collective
-    of the replica waits for it), so the pooled latencies mix two speeds and measure the
-    hardware, not the configuration. The client cannot attribute requests to replicas; the
-    servers' own histograms can."""
-    by_id = {r.replica: r for r in replicas}
-    out = []
-    for role in dict.fromkeys(r.role for r in replicas):      # PD: decodes against decodes
-        out += _speed_reasons([m for m in replica_metrics if getattr(by_id.get(m.replica), "role", None) == role],
-                              by_id)
-    return out
-
-
-def _speed_reasons(replica_metrics: Sequence, by_id: dict) -> list[str]:
-    timed = [m for m in replica_metrics if m.tpot is not None and m.tpot.mean_ms
-             and m.tpot.count >= SPEED_MIN_REQUESTS]
-    if len(timed) < 2:
-        return []
-    fast = min(timed, key=lambda m: m.tpot.mean_ms)
-    out = []
-    for m in timed:
-        ratio = m.tpot.mean_ms / fast.tpot.mean_ms
-        if m is fast or ratio < SPEED_RATIO:
-            continue
-        r = by_id.get(m.replica)
-        p95 = "" if m.tpot.p95_bucket is None or fast.tpot.p95_bucket is None else \
-            f", p95 in {m.tpot.bucket_text('p95')} vs {fast.tpot.bucket_text('p95')}"
-        name = r.name if r else f"replica {m.replica}"
-        fname = by_id[fast.replica].name if fast.replica in by_id else f"replica {fast.replica}"
-        out.append(f"{name}{_nodes(r) if r else ''} decoded {ratio:.1f}x slower than "
-                   f"{fname}: server TPOT mean {m.tpot.mean_ms:.1f} vs "
-                   f"{fast.tpot.mean_ms:.1f} ms{p95} over {m.tpot.count:g} and "
-                   f"{fast.tpot.count:g} requests ({m.tpot.metric}); a slow node or link in "
-                   f"{name}: the pooled latencies mix two speeds")
     return out
 
 

@@ -36,6 +36,7 @@ prefill counts are therefore kept per (DP, PP) stream and pooled with `lowest_st
 """
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_right
 from collections import Counter
@@ -43,7 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import reduce
-from operator import add
+from operator import add, mul, truediv
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping, Sequence, TypeVar
 
@@ -77,6 +78,7 @@ LAST_OF_PREFILL = PREFILL[-1]     # 'l'
 ACCEPT_LEN = b", accept len: "
 ACCEPT_RATE = b" accept rate: "   # right after the accept len's ','
 GEN_TPUT = b"gen throughput (token/s): "
+RUNNING = b"#running-req: "       # the first field of every decode line
 # fields read from a prefill line
 NEW_SEQ = b"#new-seq: "
 NEW_TOKEN = b"#new-token: "
@@ -92,8 +94,8 @@ GEN_PATHS = tuple(p.encode() for p in GENERATE_PATHS)
 RETRACTED = b"#retracted_reqs: "
 # their lengths, spelled out for the per-line loops (len() is a call each time)
 BATCH_LEN, DECODE_LEN, PREFILL_LEN = len(BATCH), len(DECODE), len(PREFILL)
-ACCEPT_LEN_LEN, ACCEPT_RATE_LEN, GEN_TPUT_LEN, POST_LEN = \
-    len(ACCEPT_LEN), len(ACCEPT_RATE), len(GEN_TPUT), len(POST)
+ACCEPT_LEN_LEN, ACCEPT_RATE_LEN, GEN_TPUT_LEN, POST_LEN, RUNNING_LEN = \
+    len(ACCEPT_LEN), len(ACCEPT_RATE), len(GEN_TPUT), len(POST), len(RUNNING)
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,11 @@ class Interval:
 
 @dataclass(frozen=True)
 class DecodeAgg:
-    """Sums over the decode samples of one (DP, PP) stream."""
+    """Sums over the decode samples of one (DP, PP) stream.
+
+    speed: each line's tokens per second per running request (gen throughput / #running-req),
+    with its sum of squares: the decode speed of the interval since the previous decode line,
+    whose spread says whether two replicas' speeds differ beyond their own variation."""
 
     samples: int = 0
     accept_samples: int = 0
@@ -114,13 +120,17 @@ class DecodeAgg:
     accept_rate_sum: float = 0.0
     gen_samples: int = 0
     gen_sum: float = 0.0
+    speed_samples: int = 0
+    speed_sum: float = 0.0
+    speed_sq: float = 0.0
 
     def __add__(self, other: "DecodeAgg") -> "DecodeAgg":
         return DecodeAgg(*(a + b for a, b in zip(self._tuple(), other._tuple())))
 
     def _tuple(self) -> tuple:
         return (self.samples, self.accept_samples, self.accept_len_sum, self.rate_samples,
-                self.accept_rate_sum, self.gen_samples, self.gen_sum)
+                self.accept_rate_sum, self.gen_samples, self.gen_sum, self.speed_samples,
+                self.speed_sum, self.speed_sq)
 
     @property
     def accept_len(self) -> float | None:
@@ -133,6 +143,18 @@ class DecodeAgg:
     @property
     def gen_throughput(self) -> float | None:
         return self.gen_sum / self.gen_samples if self.gen_samples else None
+
+    @property
+    def speed_mean(self) -> float | None:
+        return self.speed_sum / self.speed_samples if self.speed_samples else None
+
+    @property
+    def speed_sd(self) -> float | None:
+        """Sample standard deviation (n - 1)."""
+        n = self.speed_samples
+        if n < 2:
+            return None
+        return math.sqrt(max(0.0, (self.speed_sq - self.speed_sum ** 2 / n) / (n - 1)))
 
 
 @dataclass(frozen=True)
@@ -519,7 +541,7 @@ def _batch_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
                 else:
                     a = decode.get(key)
                     if a is None:
-                        a = decode[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0]
+                        a = decode[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0]
                     _decode_fields(buf, p, le, a)
         else:
             acc.prefill_lines += 1
@@ -539,7 +561,7 @@ def _decode_in_windows(buf: bytes, p: int, le: int, tsk: bytes, ms: bool, key: t
         sums = rg.dec_sums[k]
         a = sums.get(key)
         if a is None:
-            a = sums[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0]
+            a = sums[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0]
         _decode_fields(buf, p, le, a)
     if len(hits) > 1:
         acc.shared += 1
@@ -572,10 +594,24 @@ def _decode_fields(buf: bytes, p: int, le: int, a: list) -> None:
         i += GEN_TPUT_LEN
         j = find(b",", i, le)
         try:
-            a[6] += float(buf[i: le if j < 0 else j])
-            a[5] += 1
+            gen = float(buf[i: le if j < 0 else j])
         except ValueError:
-            pass
+            return
+        a[6] += gen
+        a[5] += 1
+        i = find(RUNNING, p, le)
+        if i >= 0:
+            i += RUNNING_LEN
+            j = find(b",", i, le)
+            try:
+                running = int(buf[i: le if j < 0 else j])
+            except ValueError:
+                return
+            if running:
+                x = gen / running
+                a[7] += 1
+                a[8] += x
+                a[9] += x * x
 
 
 def _prefill_in_ranges(buf: bytes, p: int, le: int, tsk: bytes, ms: bool, key: tuple,
@@ -635,7 +671,7 @@ def _slow_batch(raw: bytes, complete: bool, rg: _Ranges, acc: _Acc) -> None:
                 if (start is None and end is None if ts is None
                     else in_window(ts, start, end, whole_seconds=whole))]
         for k in hits:
-            a = rg.dec_sums[k].setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0])
+            a = rg.dec_sums[k].setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0])
             a[0] += 1
             if s.accept_len is not None:
                 a[1] += 1
@@ -646,6 +682,11 @@ def _slow_batch(raw: bytes, complete: bool, rg: _Ranges, acc: _Acc) -> None:
             if s.gen_throughput is not None:
                 a[5] += 1
                 a[6] += s.gen_throughput
+                if s.running_req:
+                    x = s.gen_throughput / s.running_req
+                    a[7] += 1
+                    a[8] += x
+                    a[9] += x * x
         acc.shared += len(hits) > 1
         return
     acc.prefill_lines += 1
@@ -840,7 +881,10 @@ DECODE_TAGGED = b"] " + DECODE + BATCH
 PREFILL_TAGGED = b"] " + PREFILL + BATCH
 _ACC_RATE = re.compile(rb", accept len: ([0-9.]+), accept rate: ([0-9.]+),")
 _ACC = re.compile(rb", accept len: ([0-9.]+),")
-_GEN = re.compile(rb"gen throughput \(token/s\): ([0-9.]+)[,\r\n]")
+# a decode line's running requests and gen throughput (greedy to the line's end and back: a
+# third of the time of a lazy match)
+_RUN_GEN = re.compile(rb"Decode batch(?: \[\d+\])?[.,] #running-req: (\d+),[^\n]*"
+                      rb"gen throughput \(token/s\): ([0-9.]+)[,\r\n]")
 NEW_SEQ_ONE = NEW_SEQ + b"1, "
 
 
@@ -955,9 +999,9 @@ def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _R
     acc.decode_lines += n_dec
     acc.prefill_lines += n_pre
     if sums is not None:
-        a = rg.dec_sums[dec].setdefault((0, 0), [0, 0, 0.0, 0, 0.0, 0, 0.0])
+        a = rg.dec_sums[dec].setdefault((0, 0), [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0])
         for i, v in enumerate(sums):
-            a[i] = reduce(add, v, a[i]) if exact and i in (2, 4, 6) else a[i] + v
+            a[i] = reduce(add, v, a[i]) if exact and i in (2, 4, 6, 8, 9) else a[i] + v
     if win >= 0 and n_pre:
         c = rg.counts[win][0].setdefault((0, 0), [0, 0, 0])
         c[0] += n_pre
@@ -980,21 +1024,30 @@ def _bulk_decode(buf: bytes, lo: int, hi: int, n_dec: int, total) -> tuple | Non
     findall + map(float) keep the per-value work in C; a rate only counts right after its
     accept len (the per-line rule), which is what _ACC_RATE matches. Speculative decoding puts
     'accept len' (and since 0.5.6 'accept rate') in every decode line or in none."""
-    gens = _GEN.findall(buf, lo, hi)
-    if len(gens) != n_dec:
+    pairs = _RUN_GEN.findall(buf, lo, hi)
+    if len(pairs) != n_dec:
         return None
+    runs, gens = zip(*pairs) if pairs else ((), ())
+    runs = list(map(int, runs))
+    gens = list(map(float, gens))
+    if 0 in runs:                             # an idle line has no speed
+        speeds = [g / r for g, r in zip(gens, runs) if r]
+    else:
+        speeds = list(map(truediv, gens, runs))
+    floats = sum if total is _sum else total  # these are floats already
+    tail = (n_dec, floats(gens), len(speeds), floats(speeds), floats(list(map(mul, speeds, speeds))))
     if buf.find(ACCEPT_LEN, lo, hi) < 0:
-        return (n_dec, 0, total(()), 0, total(()), n_dec, total(gens))
-    pairs = _ACC_RATE.findall(buf, lo, hi)
-    if len(pairs) == n_dec:
-        lens, rates = zip(*pairs)
-        return (n_dec, n_dec, total(lens), n_dec, total(rates), n_dec, total(gens))
-    if pairs:                                 # some lines with a rate, some without
+        return (n_dec, 0, total(()), 0, total(())) + tail
+    acc = _ACC_RATE.findall(buf, lo, hi)
+    if len(acc) == n_dec:
+        lens, rates = zip(*acc)
+        return (n_dec, n_dec, total(lens), n_dec, total(rates)) + tail
+    if acc:                                   # some lines with a rate, some without
         return None
     lens = _ACC.findall(buf, lo, hi)          # 0.4.x: accept len, no rate
     if len(lens) != n_dec or buf.count(ACCEPT_LEN, lo, hi) != n_dec:
         return None
-    return (n_dec, n_dec, total(lens), 0, total(()), n_dec, total(gens))
+    return (n_dec, n_dec, total(lens), 0, total(())) + tail
 
 
 def _bulk_new_seq(buf: bytes, lo: int, hi: int, n_pre: int) -> int | None:
