@@ -94,8 +94,7 @@ GEN_PATHS = tuple(p.encode() for p in GENERATE_PATHS)
 RETRACTED = b"#retracted_reqs: "
 # their lengths, spelled out for the per-line loops (len() is a call each time)
 BATCH_LEN, DECODE_LEN, PREFILL_LEN = len(BATCH), len(DECODE), len(PREFILL)
-ACCEPT_LEN_LEN, ACCEPT_RATE_LEN, GEN_TPUT_LEN, POST_LEN, RUNNING_LEN = \
-    len(ACCEPT_LEN), len(ACCEPT_RATE), len(GEN_TPUT), len(POST), len(RUNNING)
+ACCEPT_LEN_LEN, ACCEPT_RATE_LEN, POST_LEN = len(ACCEPT_LEN), len(ACCEPT_RATE), len(POST)
 
 
 @dataclass(frozen=True)
@@ -569,7 +568,7 @@ def _decode_in_windows(buf: bytes, p: int, le: int, tsk: bytes, ms: bool, key: t
 
 def _decode_fields(buf: bytes, p: int, le: int, a: list) -> None:
     """Add one decode line's sample to its stream's sums: accept len (and the accept rate right
-    after it), gen throughput."""
+    after it), gen throughput, and gen throughput per running request."""
     a[0] += 1
     find = buf.find
     i = find(ACCEPT_LEN, p, le)
@@ -589,29 +588,17 @@ def _decode_fields(buf: bytes, p: int, le: int, a: list) -> None:
                     pass
         except ValueError:
             pass
-    i = find(GEN_TPUT, p, le)
-    if i >= 0:
-        i += GEN_TPUT_LEN
-        j = find(b",", i, le)
-        try:
-            gen = float(buf[i: le if j < 0 else j])
-        except ValueError:
-            return
-        a[6] += gen
-        a[5] += 1
-        i = find(RUNNING, p, le)
-        if i >= 0:
-            i += RUNNING_LEN
-            j = find(b",", i, le)
-            try:
-                running = int(buf[i: le if j < 0 else j])
-            except ValueError:
-                return
-            if running:
-                x = gen / running
-                a[7] += 1
-                a[8] += x
-                a[9] += x * x
+    gen = _num(buf, GEN_TPUT, p, le)
+    if gen is None:
+        return
+    a[6] += gen
+    a[5] += 1
+    running = _num(buf, RUNNING, p, le)
+    if running:
+        x = gen / running
+        a[7] += 1
+        a[8] += x
+        a[9] += x * x
 
 
 def _prefill_in_ranges(buf: bytes, p: int, le: int, tsk: bytes, ms: bool, key: tuple,
