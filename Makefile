@@ -94,9 +94,10 @@ cluster-status:
 # pytest-xdist worker per lane of the cluster, a test file per worker at a time (tests/helpers/lanes.py;
 # in conftest.py's order, the longest first: xdist's own reorder puts the files with most tests first),
 # then the `exclusive` tests (they take the whole cluster down and up) alone. Both parts always run.
+# The 30 longest tests are listed at the end (where the suite's time goes, issue 17).
 test: setup cluster-up
 	@lanes=$$(sinfo -h -o %R | grep -c '^lane[0-9]'); echo "test: $$lanes lane(s) of 9 nodes: $$lanes worker(s)"; \
-	$(PY) -m pytest -q -ra -p no:cacheprovider -n "$$lanes" --dist loadfile --no-loadscope-reorder -m 'not exclusive'; a=$$?; \
+	$(PY) -m pytest -q -ra -p no:cacheprovider --durations=30 -n "$$lanes" --dist loadfile --no-loadscope-reorder -m 'not exclusive'; a=$$?; \
 	$(PY) -m pytest -q -ra -p no:cacheprovider -m exclusive; b=$$?; \
 	exit $$((a ? a : b))
 
