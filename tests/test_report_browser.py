@@ -121,11 +121,13 @@ def test_page_renders_in_chromium(name, pages, shots):
         row = main_row(dom)                                            # the browser's DOM
         for k, v in expected_cells(summary).items():
             assert row[k] == v, (name, k)
-        reps = {r[0]: r for r in tables(dom)[1][1:]}                   # the replicas table
+        head, *rows = tables(dom)[1]                                   # the replicas table
+        reps = {r[0]: dict(zip(head, r)) for r in rows}
         for r in summary["replicas"]:
-            assert reps[str(r["replica"])][1] == str(r["decode_samples"])
+            cells = reps[str(r["replica"])]
+            assert cells["decode samples"] == str(r["decode_samples"])
             served = r["requests_served"]
-            assert reps[str(r["replica"])][5].startswith(str(served) if served is not None else "-")
+            assert cells["requests"].startswith(str(served) if served is not None else "-")
 
 
 def test_plot_files_match_the_embedded_images(pages):

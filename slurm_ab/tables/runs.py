@@ -91,6 +91,13 @@ def runs_text(summaries: Sequence[PassSummary], fmt: str = "md") -> str:
     return numeric_frame([numeric_row(s) for s in summaries], fmt)
 
 
+def _per_request(r) -> str:
+    """A replica's decode-line speed per running request: 'mean ± sd' ('-' without lines)."""
+    if r.speed_mean is None:
+        return "-"
+    return f"{r.speed_mean:.1f}" + (f" ± {r.speed_sd:.1f}" if r.speed_sd is not None else "")
+
+
 def run_md(s: PassSummary) -> str:
     """A run's summary.md: verdict and reasons, its row, replicas, server metrics, notes."""
     lines = [f"# {s.run_id}", "", f"Verdict: **{s.verdict}**", ""]
@@ -98,14 +105,16 @@ def run_md(s: PassSummary) -> str:
     lines += [runs_text([s]).rstrip("\n"), ""]
     speed = _server_latency(s)
     rep = [[r.name if r.role else r.replica, r.decode_samples, num(r.accept_len, ".2f"), num(r.accept_rate, ".3f"),
-            num(r.gen_throughput, ".2f"), *([speed[r.replica]] if speed else []),
+            num(r.gen_throughput, ".2f"), _per_request(r), *([speed[r.replica]] if speed else []),
             "-" if r.requests_served is None else f"{r.requests_served} ({r.requests_source})",
             "yes" if r.warmup_seen else "no", r.warmup] for r in s.replicas]
     if rep:
         lines += ["## Replicas", "", Table.of(
-            ["replica", "decode samples", "accept len", "accept rate", "gen tok/s",
+            ["replica", "decode samples", "accept len", "accept rate", "gen tok/s", "tok/s per request",
              *(["TPOT mean / p50 / p95 (server)"] if speed else []),
              "requests", "warm-up", "warm-up evidence"], rep).md(), ""]
+        lines += ["tok/s per request: each decode line's gen throughput / #running-req, mean ± sd "
+                  "(the decode speed of its nodes; the slow-replica rule compares it).", ""]
         if speed:
             metric = next(m.tpot.metric for m in s.server_metrics.replicas if m.tpot)
             lines += [f"TPOT (server) per replica: {metric} over the benchmark window; the mean "
