@@ -23,7 +23,7 @@ from .pd import collect_pd, component_name, pd_reasons, role_names
 from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
-from .speed import speed_notes
+from .speed import speed_findings
 from .verdict import (diagnosis_reasons, outcome_reasons, short_of_requests, state_verdict, validity_reasons)
 
 
@@ -83,7 +83,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     notes += [n for r in reps for n in r.notes]
     accept = pooled_acceptance(reps)
     server_metrics = collect_server_metrics(lay.root, events, replicas, accept, manifest.config)
-    notes += [*server_metrics.notes, *speed_notes(replicas, server_metrics.replicas)]
+    speed = speed_findings(replicas, server_metrics.replicas)     # (confirmed, text): reason or note
+    notes += [*server_metrics.notes, *(text for confirmed, text in speed if not confirmed)]
     pd = None
     if names:
         pd = collect_pd(lay.root, events, names, job.node_lists, bench.ttft.mean if bench.ttft else None,
@@ -101,7 +102,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
             verdict, reasons = "failed", failed
         else:
             invalid = validity_reasons(bench, problems, replicas, window,
-                                       server_metrics.replicas) + (pd_reasons(pd, replicas) if pd else [])
+                                       [text for confirmed, text in speed if confirmed]) + \
+                (pd_reasons(pd, replicas) if pd else [])
             verdict, reasons = ("invalid", invalid) if invalid else ("ok", [])
     elif verdict in ("failed", "cancelled", "timeout"):
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)

@@ -96,12 +96,12 @@ def decode_lines_agree(slow, fast) -> tuple[bool, str]:
                        f"{SPEED_MIN_LINES} each needed) to tell a slow node from queueing")
     ratio = fast.speed_mean / slow.speed_mean
     p = welch_greater(fast.speed_mean, fast.speed_sd or 0.0, n2, slow.speed_mean, slow.speed_sd or 0.0, n1)
-    text = (f"decode lines {slow.speed_mean:.3g} vs {fast.speed_mean:.3g} tokens/s per running request "
-            f"({ratio:.2f}x) over {n1} and {n2} lines, one-sided Welch p = {p:.2g}")
+    figures = (f"{slow.speed_mean:.3g} vs {fast.speed_mean:.3g} tokens/s per running request "
+               f"({ratio:.2f}x) over {n1} and {n2} lines, one-sided Welch p = {p:.2g}")
     if ratio >= LOG_RATIO and p < SPEED_ALPHA:
-        return True, text
-    return False, text.replace("decode lines", "its decode lines show", 1) + \
-        f" (a slow node shows {LOG_RATIO:g}x at p < {SPEED_ALPHA:g})"
+        return True, f"decode lines {figures}"
+    return False, (f"its decode lines show {figures} (a slow node shows {LOG_RATIO:g}x at "
+                   f"p < {SPEED_ALPHA:g})")
 
 
 def welch_greater(m1: float, s1: float, n1: int, m2: float, s2: float, n2: int) -> float:

@@ -21,7 +21,6 @@ from ..parse.preflight import preflight_reasons
 from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
 from .pd import component_name, pd_fail_reasons
 from .records import BenchResult, JobInfo
-from .speed import speed_reasons
 
 
 def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
@@ -93,10 +92,11 @@ def short_of_requests(bench: BenchResult) -> str:
 
 
 def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replicas,
-                     window, replica_metrics: Sequence = ()) -> list[str]:
-    """Reasons that make a completed run 'invalid'."""
+                     window, slow_replicas: Sequence[str] = ()) -> list[str]:
+    """Reasons that make a completed run 'invalid'; slow_replicas: the speed rule's confirmed
+    findings (collect/speed.py)."""
     # A replica the router starved (e.g. marked unhealthy) explains the failed requests: first.
-    out = balance_reasons(replicas) + speed_reasons(replicas, replica_metrics)
+    out = balance_reasons(replicas) + list(slow_replicas)
     if bench.total is None:
         out.append("number of prompts unknown (no per-request details, no num_prompts)")
     elif bench.completed is not None and bench.completed != bench.total:

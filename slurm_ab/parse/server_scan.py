@@ -156,6 +156,16 @@ class DecodeAgg:
         return math.sqrt(max(0.0, (self.speed_sq - self.speed_sum ** 2 / n) / (n - 1)))
 
 
+# The scan accumulates each stream's DecodeAgg as a list of its fields (in place, per line); the
+# float ones are the sums that exact mode adds value by value in line order.
+_NO_DECODE = DecodeAgg()._tuple()
+_FLOAT_SUMS = tuple(i for i, v in enumerate(_NO_DECODE) if isinstance(v, float))
+
+
+def _decode_sums() -> list:
+    return list(_NO_DECODE)
+
+
 @dataclass(frozen=True)
 class Prefill:
     """Prefill lines of one (DP, PP) stream in one time range."""
@@ -321,7 +331,7 @@ class _Ranges:
         self.w19, self.w23 = _columns(wb)
         # decode samples and retractions: per window, or one set for the whole file
         self.dec_spans = [_FOREVER] if all_samples else [(w.start, w.end) for w in windows]
-        self.dec_sums = [{} for _ in self.dec_spans]      # (dp, pp) -> [7 sums as in DecodeAgg]
+        self.dec_sums = [{} for _ in self.dec_spans]      # (dp, pp) -> DecodeAgg's sums (a list)
         self.retractions = [{} for _ in self.dec_spans]   # (dp, pp, rest) -> [events, requests]
         db = [_bounds(*span) for span in self.dec_spans]
         self.d19, self.d23 = _columns(db)
@@ -540,7 +550,7 @@ def _batch_lines(buf: bytes, lo: int, hi: int, rg: _Ranges, acc: _Acc) -> None:
                 else:
                     a = decode.get(key)
                     if a is None:
-                        a = decode[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0]
+                        a = decode[key] = _decode_sums()
                     _decode_fields(buf, p, le, a)
         else:
             acc.prefill_lines += 1
@@ -560,7 +570,7 @@ def _decode_in_windows(buf: bytes, p: int, le: int, tsk: bytes, ms: bool, key: t
         sums = rg.dec_sums[k]
         a = sums.get(key)
         if a is None:
-            a = sums[key] = [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0]
+            a = sums[key] = _decode_sums()
         _decode_fields(buf, p, le, a)
     if len(hits) > 1:
         acc.shared += 1
@@ -593,7 +603,11 @@ def _decode_fields(buf: bytes, p: int, le: int, a: list) -> None:
         return
     a[6] += gen
     a[5] += 1
-    running = _num(buf, RUNNING, p, le)
+    _add_speed(a, gen, _num(buf, RUNNING, p, le))
+
+
+def _add_speed(a: list, gen: float, running) -> None:
+    """One decode line's tokens/s per running request into the sums (none for an idle line)."""
     if running:
         x = gen / running
         a[7] += 1
@@ -658,7 +672,7 @@ def _slow_batch(raw: bytes, complete: bool, rg: _Ranges, acc: _Acc) -> None:
                 if (start is None and end is None if ts is None
                     else in_window(ts, start, end, whole_seconds=whole))]
         for k in hits:
-            a = rg.dec_sums[k].setdefault(s.stream, [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0])
+            a = rg.dec_sums[k].setdefault(s.stream, _decode_sums())
             a[0] += 1
             if s.accept_len is not None:
                 a[1] += 1
@@ -669,11 +683,7 @@ def _slow_batch(raw: bytes, complete: bool, rg: _Ranges, acc: _Acc) -> None:
             if s.gen_throughput is not None:
                 a[5] += 1
                 a[6] += s.gen_throughput
-                if s.running_req:
-                    x = s.gen_throughput / s.running_req
-                    a[7] += 1
-                    a[8] += x
-                    a[9] += x * x
+                _add_speed(a, s.gen_throughput, s.running_req)
         acc.shared += len(hits) > 1
         return
     acc.prefill_lines += 1
@@ -986,9 +996,9 @@ def _bulk_block(buf: bytes, lo: int, hi: int, plan: _BulkPlan, acc: _Acc, rg: _R
     acc.decode_lines += n_dec
     acc.prefill_lines += n_pre
     if sums is not None:
-        a = rg.dec_sums[dec].setdefault((0, 0), [0, 0, 0.0, 0, 0.0, 0, 0.0, 0, 0.0, 0.0])
+        a = rg.dec_sums[dec].setdefault((0, 0), _decode_sums())
         for i, v in enumerate(sums):
-            a[i] = reduce(add, v, a[i]) if exact and i in (2, 4, 6, 8, 9) else a[i] + v
+            a[i] = reduce(add, v, a[i]) if exact and i in _FLOAT_SUMS else a[i] + v
     if win >= 0 and n_pre:
         c = rg.counts[win][0].setdefault((0, 0), [0, 0, 0])
         c[0] += n_pre
