@@ -12,8 +12,11 @@ CLUSTER  = bash testbed/slurm_ab_testbed/cluster.sh
 CLUSTER_NODES ?= 27
 SETUP_STAMP = build/setup.stamp
 # The real benchmark client of the local site (client profile sglang_0_5_23), and the older one
-# kept beside it for the profile sglang_0_5_2 (testbed/configs/client-sglang-0.5.2.toml).
+# kept beside it for the profile sglang_0_5_2 (testbed/configs/client-sglang-0.5.2.toml): each in a
+# directory of its own that the site's (or the config's) [env] PYTHONPATH names, as a client
+# environment apart from the router's (testbed/sites/local.toml says why).
 SGLANG_CLIENT = 0.5.23
+CLIENT = $(LOCAL)/clients/sglang-$(SGLANG_CLIENT)
 OLD_CLIENT = $(LOCAL)/clients/sglang-0.5.2
 SPEED_BENCH = $(LOCAL)/datasets/speed-bench/throughput_16k.jsonl
 # Debian packages the tests use besides the cluster's (cluster.sh install; shellcheck is there):
@@ -48,7 +51,7 @@ help:
 # Idempotent and fast when done: testbed/setup_check.py looks (in ~0.1 s) for the tools and for
 # slurm_ab + slurm_ab_testbed installed from this checkout; the stamp is redone when a pyproject changes.
 setup:
-	@SGLANG_CLIENT=$(SGLANG_CLIENT) $(PY) testbed/setup_check.py || rm -f $(SETUP_STAMP)
+	@$(PY) testbed/setup_check.py || rm -f $(SETUP_STAMP)
 	@$(MAKE) --no-print-directory $(SETUP_STAMP)
 
 $(SETUP_STAMP): pyproject.toml testbed/pyproject.toml
@@ -59,24 +62,26 @@ $(SETUP_STAMP): pyproject.toml testbed/pyproject.toml
 	  DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; fi
 	$(PY) -m pip install -q -e '.[test]' -e ./testbed
-	# The real benchmark client, without its GPU dependencies (what it imports comes with the testbed).
-	$(PY) -m pip install -q --no-deps 'sglang==$(SGLANG_CLIENT)'
-	@SGLANG_CLIENT=$(SGLANG_CLIENT) $(PY) testbed/setup_check.py
+	@$(PY) testbed/setup_check.py
 	@mkdir -p $(@D) && touch $@
 
 install:
 	$(PY) -m pip install -e .
 
 # Tokenizer-only model directories for the local site and a SPEED-Bench JSONL of ~16K-token prompts
-# in their words (generated, no download); SGLang 0.5.2's client in a directory of its own.
+# in their words (generated, no download); the two clients (SGLang 0.5.23's and 0.5.2's
+# bench_serving, without their GPU dependencies: what 0.5.23 imports comes with the testbed).
 local-assets: setup
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3-DFlash
-	@$(MAKE) --no-print-directory $(SPEED_BENCH) $(OLD_CLIENT)/sglang/version.py
+	@$(MAKE) --no-print-directory $(SPEED_BENCH) $(CLIENT)/sglang/version.py $(OLD_CLIENT)/sglang/version.py
 
 $(SPEED_BENCH): testbed/slurm_ab_testbed/make_speed_bench.py testbed/slurm_ab_testbed/make_model.py
 	$(PY) -m slurm_ab_testbed.make_speed_bench $@ --model $(LOCAL)/models/Kimi-K3
 	@touch $@
+
+$(CLIENT)/sglang/version.py:
+	$(PY) -m pip install -q --no-deps --target $(CLIENT) 'sglang==$(SGLANG_CLIENT)'
 
 $(OLD_CLIENT)/sglang/version.py:
 	$(PY) -m pip install -q --no-deps --target $(OLD_CLIENT) 'sglang==0.5.2'
@@ -101,7 +106,7 @@ test: setup cluster-up
 	$(PY) -m pytest -q -ra -p no:cacheprovider -m exclusive; b=$$?; \
 	exit $$((a ? a : b))
 
-test-fast: setup
+test-fast: local-assets
 	$(PY) -m pytest -q -m 'not slow and not cluster'
 
 dry-run:

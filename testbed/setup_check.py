@@ -2,13 +2,11 @@
 
 Checks in well under a second what `make setup` leaves behind: the tools on PATH, and slurm_ab and
 slurm_ab_testbed importable from this checkout (CI clones the repo elsewhere on a machine that may
-hold an install from another checkout) with the modules the tests and the local site use, and the
-benchmark client's version ($SGLANG_CLIENT, from the Makefile). Nothing heavy is imported: the
-client's own import takes 15-30 s here (torch, sglang.srt).
+hold an install from another checkout) with the modules the tests and the local site use. Nothing
+heavy is imported (torch alone takes seconds here). The benchmark clients (sglang) are not
+installed here but in directories of their own (`make local-assets`).
 """
-import importlib.metadata
 import importlib.util
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -17,7 +15,7 @@ sys.path.pop(0)  # not testbed/: it holds slurm_ab_testbed whether installed or 
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = ("sbatch", "sacct", "slurmctld", "shellcheck", "chromium", "ip", "tc", "nsenter")
 MODULES = ("submitit", "click", "jinja2", "pandas", "tabulate", "pytest", "hypothesis",
-           "sglang", "sglang_router", "tokenizers", "torch", "torchvision", "triton")
+           "sglang_router", "tokenizers", "torch", "torchvision", "triton")
 OURS = {"slurm_ab": ROOT / "slurm_ab", "slurm_ab_testbed": ROOT / "testbed" / "slurm_ab_testbed"}
 
 
@@ -29,13 +27,6 @@ def missing() -> list[str]:
         if origin != where:
             out.append(f"{name} imports from {origin or 'nowhere'}, not {where}")
     out += [f"python module {m} missing" for m in MODULES if importlib.util.find_spec(m) is None]
-    want = os.environ.get("SGLANG_CLIENT")
-    try:
-        have = importlib.metadata.version("sglang")
-    except importlib.metadata.PackageNotFoundError:
-        have = None
-    if want and have and have != want:
-        out.append(f"sglang {have} installed, the benchmark client is sglang {want}")
     return out
 
 

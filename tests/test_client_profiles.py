@@ -14,7 +14,7 @@ from slurm_ab.shell import Var
 from slurm_ab.sources import Sources, load_experiment, plan_for
 from slurm_ab.validate import notices
 
-from helpers.clients import ENV
+from helpers.clients import ENV, client_dir
 
 PASS = {"${PASS_PROMPTS}": "40", "${PASS_C}": "8", "${RUN_DIR}/${PASS_BENCH}": "/r/bench.jsonl",
         "http://${ROUTER_ADDR}:${ROUTER_PORT}": "http://node01:8000"}
@@ -103,7 +103,7 @@ def test_commands_parse_with_0523s_own_argparse():
     argv = client_argv("benchmark.slo.ttft_ms=500", "benchmark.slo.tpot_ms=50", "benchmark.slo.e2e_ms=60000")
     assert argv[:3] == ["python3", "-m", "sglang.benchmark.steady_state_serving"]
     r = subprocess.run([sys.executable, "-c", PARSE, json.dumps(argv[3:])], capture_output=True, text=True,
-                       timeout=300, env={**__import__("os").environ, **ENV})
+                       timeout=300, env={**__import__("os").environ, **ENV, "PYTHONPATH": str(client_dir())})
     line = next((l for l in r.stdout.splitlines() if l.startswith("ARGS ")), None)
     assert r.returncode == 0 and line, r.stdout[-2000:] + r.stderr[-3000:]
     a = json.loads(line[5:])

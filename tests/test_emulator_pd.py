@@ -21,6 +21,7 @@ import urllib.request
 
 import pytest
 
+from helpers.clients import client_cmd
 from slurm_ab_testbed.emulator.cli_args import ServerArgsError, parse
 from slurm_ab_testbed.emulator.logfmt import (DecodePD, DecodeStats, PrefillPD, PrefillStats, decode_line,
                                               prefill_line)
@@ -207,16 +208,15 @@ def test_bench_serving_through_the_pd_router(procs, model_dir, tmp_path):
     with its token counts and the prefill prefilled each prompt once. Backend vllm (/v1/completions):
     with the sglang backend the client dies after the run on router 0.3.2's own /get_server_info
     summary (KeyError 'internal_states'), in PD mode as in regular mode (test_emulator_bench)."""
-    pytest.importorskip("sglang.bench_serving")
     (p, purl, bport), (d, durl) = pair(procs, model_dir)
     rurl, _ = router(procs, purl, bport, durl)
     out = tmp_path / "b.jsonl"
-    r = subprocess.run([sys.executable, "-m", "sglang.bench_serving", "--backend", "vllm", "--base-url", rurl,
+    prefix, env = client_cmd(old=True)
+    r = subprocess.run([*prefix, "--backend", "vllm", "--base-url", rurl,
                         "--dataset-name", "random-ids", "--random-input-len", "2048", "--random-output-len", "32",
                         "--random-range-ratio", "1.0", "--num-prompts", "8", "--max-concurrency", "4",
                         "--tokenizer", model_dir, "--output-file", str(out), "--output-details", "--disable-tqdm"],
-                       capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+                       capture_output=True, text=True, timeout=120, env=env)
     assert re.search(r"^Successful requests:\s+8\s*$", r.stdout, re.M), r.stdout[-2000:] + r.stderr[-2000:]
     rec = json.loads(out.read_text().splitlines()[-1])
     assert rec["completed"] == 8 and rec["total_output_tokens"] == 256 and rec["errors"] == [""] * 8

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from helpers.clients import importable_sglang
 from helpers.scripts import GOLDEN_SETS, check_golden, generated, render, shellcheck
 from slurm_ab.campaign_plan import CampaignOptions, plan_campaign
 from slurm_ab.errors import ConfigErrors
@@ -51,6 +52,7 @@ def router_argv(text: str) -> list[str]:
 @pytest.fixture(scope="module")
 def sglang_parser():
     """SGLang 0.5.23's own launch_server parser (ServerArgs.add_cli_args), imported once."""
+    importable_sglang()
     from sglang.srt.server_args import ServerArgs
 
     p = argparse.ArgumentParser(exit_on_error=False)
@@ -93,6 +95,9 @@ def test_router_in_pd_mode_parses_with_the_profiles_parser(mode, profile):
         assert argv[:3] == ["python3", "-m", "smg.launch_router"]
     else:
         from sglang_router.launch_router import parse_router_args
+        # the local site runs it without the client's PYTHONPATH (testbed/sites/local.toml)
+        assert argv[:3] == ["env", "-u", "PYTHONPATH"]
+        argv = argv[3:]
         assert argv[:3] == ["python3", "-m", "sglang_router.launch_router"]
     a = parse_router_args(argv[3:])
     assert a.pd_disaggregation and a.prefill_urls == [("http://node01:30000", 25000)]
@@ -169,7 +174,7 @@ def test_campaign_dry_run_shows_the_pd_modes_roles_and_router():
     for line in ("  pd-1p1d launches: het groups 0 = prefill 0, 1 = decode 0\n",
                  "    KV bootstrap of prefill 0: $R0_ADDR:$R0_BOOT = its head, port 25000 + slot*20",
                  "    KV canary prefill 0 -> decode 0: POST /generate to both at once",
-                 '    router of pd-1p1d: python3 -m sglang_router.launch_router --pd-disaggregation --prefill',
+                 '    router of pd-1p1d: env -u PYTHONPATH python3 -m sglang_router.launch_router --pd-disaggregation --prefill',
                  "  prefill role of pd-1p1d: SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=15 ",
                  "  server of tp32: python3 -m slurm_ab_testbed.emulator "):
         assert line in text, line

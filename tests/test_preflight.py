@@ -19,6 +19,7 @@ import pytest
 
 from helpers import SMALL
 from helpers.jobdrive import Job
+from helpers.clients import client_dir
 from helpers.scripts import render
 from slurm_ab.parse.events import read_events
 from slurm_ab.parse.preflight import describe, preflight_reasons, ran_on, read_reports, server_info_note
@@ -55,7 +56,9 @@ def write_check(run_dir: Path, *sets: str) -> Path:
 def run_check(check: Path, node: str, g: int, rank: int, *ports: int, env: dict | None = None) -> dict:
     import os
 
-    e = {**os.environ, "SLURMD_NODENAME": node, "SLURM_NODEID": str(rank), "SLURM_AB_FAKE_GPUS": "8", **(env or {})}
+    # the job runs it under the server steps' environment: the local site's PYTHONPATH among it
+    e = {**os.environ, "SLURMD_NODENAME": node, "SLURM_NODEID": str(rank), "SLURM_AB_FAKE_GPUS": "8",
+         "PYTHONPATH": str(client_dir()), **(env or {})}
     r = subprocess.run(["bash", str(check), str(g), *map(str, ports)], capture_output=True, text=True, env=e, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads((check.parent / f"{node}.json").read_text())
@@ -76,7 +79,8 @@ def test_node_check_passes_and_records_what_it_ran_on(tmp_path):
     assert head["modules"]["slurm_ab_testbed.emulator"] == md.version("slurm-ab-testbed")
     assert head["modules"]["sglang_router"] == sglang_router.__version__
     client = "sglang.benchmark.steady_state_serving"
-    assert head["modules"][client] == md.version("sglang") == "0.5.23"     # on ROUTER_HOST only
+    installed = next(md.distributions(name="sglang", path=[str(client_dir())])).version
+    assert head["modules"][client] == installed == "0.5.23"     # on ROUTER_HOST only
     assert head["gpu_count"] == 8 and head["gpus"] == ["NVIDIA H200 (emulated)"] * 8 and head["driver"] == "570.86.15"
     other = run_check(check, "nodeB", 1, 2)
     assert other["ok"] is True and client not in other["modules"]
@@ -308,8 +312,9 @@ def test_sglang_router_profile_parses_with_its_own_parser():
     from sglang_router.launch_router import parse_router_args
 
     argv = _router_argv()
-    assert argv[:3] == ["python3", "-m", "sglang_router.launch_router"]
-    args = parse_router_args(argv[3:])
+    # the local site runs it without the client's PYTHONPATH (testbed/sites/local.toml)
+    assert argv[:6] == ["env", "-u", "PYTHONPATH", "python3", "-m", "sglang_router.launch_router"]
+    args = parse_router_args(argv[6:])
     assert args.worker_urls == ["http://node01:30000", "http://node05:30010"] and args.policy == "round_robin"
 
 

@@ -126,9 +126,10 @@ def recorded(tmp_path_factory, local_cluster):
         "[paths]", f"model = {toml_str(str(model))}",
         "[commands]",
         f"server = {toml_list(stub + ['python3', '-m', 'slurm_ab_testbed.emulator'])}",
-        # The router's and the client's commands belong to their profiles (the site picks them).
+        # The router's and the client's commands belong to their profiles (the site picks them);
+        # the stub goes right before the program (after the site's `env -u PYTHONPATH`)
         "[router_profiles.sglang_router]",
-        f"command = {toml_list(stub + ['python3', '-m', 'sglang_router.launch_router'])}",
+        f"command = {toml_list(_before_python(_site_router(site), stub))}",
         f"[client_profiles.{client['name']}]", f"command = {toml_list(stub + client['command'])}",
         "[env]", f"SLURM_AB_NASTY = {toml_str(NASTY)}",
         "[server.env]", f"SLURM_AB_NASTY_SERVER = {toml_str(NASTY)}", 'SLURM_AB_EMU_TIME_SCALE = "0.02"',
@@ -153,6 +154,18 @@ def _site_client(site) -> dict:
     tree = load_tree(str(site))
     name = tree["benchmark"]["client"]
     return {"name": name, "command": list(tree["client_profiles"][name]["command"])}
+
+
+def _site_router(site) -> list[str]:
+    """The site's command of the sglang_router profile."""
+    from slurm_ab.config import load_tree
+
+    return list(load_tree(str(site))["router_profiles"]["sglang_router"]["command"])
+
+
+def _before_python(command: list[str], stub: list[str]) -> list[str]:
+    i = command.index("python3")
+    return command[:i] + stub + command[i:]
 
 
 def _role(r: dict) -> str:

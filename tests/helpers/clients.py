@@ -1,12 +1,13 @@
-"""Where the two benchmark clients the testbed installs live (`make setup`, `make local-assets`).
+"""Where the two benchmark clients the testbed installs live (`make local-assets`).
 
-SGLang 0.5.23 is the Python environment's own sglang; 0.5.2 sits in a directory of its own, which
-testbed/configs/client-sglang-0.5.2.toml puts on PYTHONPATH. Nothing here imports sglang (its
-import takes 15-30 s here); a missing client is a failure that names the make target, not a skip.
+Each sits in a directory of its own, which the local site's [env] PYTHONPATH names (SGLang 0.5.23)
+or testbed/configs/client-sglang-0.5.2.toml's (0.5.2); the Python environment itself holds no
+sglang, as the local site's router expects (testbed/sites/local.toml). Nothing here imports sglang
+(its import takes 15-30 s here); a missing client is a failure that names the make target, not a
+skip.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import tomllib
@@ -15,22 +16,40 @@ from pathlib import Path
 from helpers import ROOT
 
 OLD_CONFIG = ROOT / "testbed" / "configs" / "client-sglang-0.5.2.toml"
+LOCAL_SITE = ROOT / "testbed" / "sites" / "local.toml"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _client_dir(config: Path, version: str) -> Path:
+    path = Path(tomllib.loads(config.read_text())["env"]["PYTHONPATH"])
+    assert (path / "sglang" / "bench_serving.py").is_file(), \
+        f"sglang {version} is not installed in {path}: run `make local-assets`"
+    return path
 
 
 def old_client_dir() -> Path:
     """The directory holding sglang 0.5.2 (the 0.5.2 config's PYTHONPATH)."""
-    path = Path(tomllib.loads(OLD_CONFIG.read_text())["env"]["PYTHONPATH"])
-    assert (path / "sglang" / "bench_serving.py").is_file(), \
-        f"sglang 0.5.2 is not installed in {path}: run `make local-assets`"
-    return path
+    return _client_dir(OLD_CONFIG, "0.5.2")
+
+
+def client_dir() -> Path:
+    """The directory holding sglang 0.5.23 (the local site's PYTHONPATH)."""
+    return _client_dir(LOCAL_SITE, "0.5.23")
 
 
 def installed_sglang() -> Path:
-    """The installed sglang package directory (0.5.23)."""
-    spec = importlib.util.find_spec("sglang")
-    assert spec is not None and spec.submodule_search_locations, "sglang is not installed: run `make setup`"
-    return Path(list(spec.submodule_search_locations)[0])
+    """The sglang package directory of 0.5.23."""
+    return client_dir() / "sglang"
+
+
+def importable_sglang() -> None:
+    """Put 0.5.23's directory on this process's sys.path (tests that import its parsers)."""
+    if str(client_dir()) not in sys.path:
+        sys.path.append(str(client_dir()))
+
+
+def _with_path(env: dict, path: Path) -> dict:
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))}
 
 
 def client_cmd(old: bool = False) -> tuple[list[str], dict]:
@@ -38,7 +57,6 @@ def client_cmd(old: bool = False) -> tuple[list[str], dict]:
     sglang.bench_serving, as the local site's profiles run them."""
     env = {**os.environ, **ENV}
     if old:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(old_client_dir()), env.get("PYTHONPATH")]))
-        return [sys.executable, "-m", "sglang.bench_serving"], env
+        return [sys.executable, "-m", "sglang.bench_serving"], _with_path(env, old_client_dir())
     return [sys.executable, "-m", "sglang.benchmark.steady_state_serving",
-            "--steady-state-concurrency-ratio", "0.5"], env
+            "--steady-state-concurrency-ratio", "0.5"], _with_path(env, client_dir())
