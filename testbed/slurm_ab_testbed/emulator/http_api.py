@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from .engine import Engine, RequestStream
 from .metrics import HttpMetrics, render
 from .scheduler import Req
+from .tokenizer import StreamText
 
 HEALTH_CHECK_TIMEOUT = 20.0
 WARMUP_HEADER = "X-Slurm-Ab-Emulator-Warmup"
@@ -385,14 +386,14 @@ class Handler(BaseHTTPRequestHandler):
             return self._end_stream()
         self._start_stream()
         app.submit(req, body)
-        out_ids: list[int] = []
+        out = StreamText(app.tok)
         try:
             for ev in app.events(req, rs):
-                out_ids.extend(ev.new_ids)
-                meta = app.meta(req, created, ev.now, len(out_ids), ev.finished)
+                out.add(ev.new_ids)
+                meta = app.meta(req, created, ev.now, len(out.ids), ev.finished)
                 if ev.abort:                   # SGLang streams the aborted output, finish_reason "abort"
                     meta["finish_reason"] = ev.abort
-                self._sse({"text": app.tok.decode(out_ids), "output_ids": ev.new_ids, "meta_info": meta})
+                self._sse({"text": out.text, "output_ids": ev.new_ids, "meta_info": meta})
             self._sse(b"[DONE]")
             self._end_stream()
         except (BrokenPipeError, ConnectionResetError):
@@ -467,8 +468,8 @@ class Handler(BaseHTTPRequestHandler):
         stream = bool(body.get("stream", False))
         usage = lambda n: {"prompt_tokens": len(ids), "total_tokens": len(ids) + n, "completion_tokens": n,  # noqa: E731
                            "prompt_tokens_details": None}
-        out_ids: list[int] = []
         if not stream:
+            out_ids: list[int] = []
             for ev in app.events(req, rs):
                 out_ids.extend(ev.new_ids)
                 if ev.abort:
@@ -477,23 +478,21 @@ class Handler(BaseHTTPRequestHandler):
                                     "choices": [choice(app.tok.decode(out_ids), "length")],
                                     "usage": usage(len(out_ids))})
         self._start_stream()
+        out = StreamText(app.tok)
         try:
-            sent = ""
             for ev in app.events(req, rs):
                 if ev.abort:                   # serving_completions: a streaming error chunk, then [DONE]
                     code = ev.abort["status_code"]
                     self._sse({"error": {"object": "error", "message": ev.abort["message"],
                                          "type": HTTPStatus(code).name, "param": None, "code": code}})
                     break
-                out_ids.extend(ev.new_ids)
-                text = app.tok.decode(out_ids)
-                delta, sent = text[len(sent):], text
+                delta = out.add(ev.new_ids)
                 self._sse({"id": req.rid, "object": kind + ".chunk" if chat else kind, "created": created,
                            "model": model, "choices": [choice(delta, "length" if ev.finished else None)],
                            "usage": None})
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._sse({"id": req.rid, "object": kind + ".chunk" if chat else kind, "created": created,
-                           "model": model, "choices": [], "usage": usage(len(out_ids))})
+                           "model": model, "choices": [], "usage": usage(len(out.ids))})
             self._sse(b"[DONE]")
             self._end_stream()
         except (BrokenPipeError, ConnectionResetError):
