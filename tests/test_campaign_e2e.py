@@ -25,11 +25,13 @@ def workdir(tmp_path_factory, local_cluster):
 def _submit(workdir: Path, run_id: str, *args: str):
     t0 = time.monotonic()
     # --time auto: a campaign's limit sized by its estimate (the local site's 15 min is a single run's);
-    # these tests are about the campaign, not the client: 0.5.2's client. The emulator keeps the
-    # site's clock (0.05): at 0.02 a 2-4 ms TPOT is the host's jitter, and the slow-replica rule
-    # flagged healthy passes (1.6x between replicas) in one of two runs
+    # these tests are about the campaign, not the client nor the preflight (one per job, whatever
+    # the campaign; test_preflight*.py has its own): 0.5.2's client, no preflight, 128 output tokens
+    # (SMALL). The emulator keeps the site's clock (0.05): at 0.02 a 2-4 ms TPOT is the host's
+    # jitter
     r = slurm_ab("submit", *args, "--site", "local", "--run-id", run_id, "--wait", "--no-collector",
-                 "--time", "auto", "--no-report", *CLIENT_052, cwd=workdir, timeout=900)
+                 "--time", "auto", "--no-report", *CLIENT_052, *set_args("preflight.enabled=false", *SMALL),
+                 cwd=workdir, timeout=900)
     return r, workdir / "results" / run_id, time.monotonic() - t0
 
 
@@ -38,7 +40,7 @@ def ab(workdir):
     # the default design's shape (counterbalanced launches of several passes), smaller: A B B A,
     # 2 passes per launch
     return _submit(workdir, f"camp-ab-{int(time.time())}", "tp32", "tp32-dflash", "--launches", "2",
-                   "--repeats", "2", "--set", "benchmark.num_prompts=16")
+                   "--repeats", "2")
 
 
 def _summary(run_dir: Path) -> dict:
@@ -168,7 +170,7 @@ def test_concurrency_sweep_gives_the_curve(workdir):
 def test_second_mode_oom_keeps_the_first_modes_passes(workdir):
     r, run_dir, _ = _submit(workdir, f"camp-oom-{int(time.time())}", "tp32", "tp32-dflash", "--order",
                             "blocked", "--launches", "1", "--repeats", "2",
-                            *set_args("modes.tp32-dflash.args.mem-fraction-static=0.86", *SMALL))
+                            *set_args("modes.tp32-dflash.args.mem-fraction-static=0.86"))
     assert r.returncode == 1                      # not every pass ok
     s = _summary(run_dir)
     verdicts = [(x["mode"], x["verdict"]) for x in s["passes"]]

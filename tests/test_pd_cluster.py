@@ -114,7 +114,7 @@ def test_pd_launch_proves_every_pair_and_collects_the_breakdown(dp2_vs_pd):
 
 
 def test_pd_dflash_acceptance_comes_from_the_decode(job):
-    j = job("pd-dflash", mode="pd-1p1d-dflash")
+    j = job("pd-dflash", NO_PREFLIGHT, mode="pd-1p1d-dflash")      # dp2_vs_pd's job runs the PD preflight
     assert j.finish(400) == 0, j.output()[-3000:]
     s = j.summary()
     assert (s["verdict"], s["bench"]["completed"], s["bench"]["total"]) == ("ok", 40, 40), s["reasons"]

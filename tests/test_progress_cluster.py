@@ -1,8 +1,10 @@
-"""Live progress on the local cluster: `slurm-ab watch` under a pseudo-terminal draws a bar that
-ends at 40/40; `submit --wait` into a pipe prints plain progress lines."""
+"""Live progress on the local cluster, one job seen two ways: `slurm-ab watch` under a
+pseudo-terminal draws a bar that ends at 40/40; `submit --wait` into a pipe prints plain progress
+lines."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import re
@@ -65,12 +67,34 @@ def _bar_states(text: str) -> list[str]:
     return states
 
 
-def test_watch_in_a_terminal_draws_a_bar_that_reaches_40_of_40(workdir):
-    run_id = f"prog-tty-{int(time.time())}"
-    r = slurm_ab("submit", "tp32", "--site", "local", "--run-id", run_id, *CLIENT_052, cwd=workdir)
-    assert r.returncode == 0, r.stderr
-    job_id = re.search(r"submitted job (\d+)", r.stdout).group(1)
-    rc, out = run_in_pty([sys.executable, "-m", "slurm_ab", "watch", run_id], cwd=workdir)
+@pytest.fixture(scope="module")
+def one_job(workdir):
+    """One job seen both ways at once, as two terminals of one user would: `submit --wait` with its
+    output into a pipe, and `slurm-ab watch` of the same run under a pseudo-terminal, started as
+    soon as the job is submitted. Both follow the job to its end and collect it (atomic writes)."""
+    run_id = f"prog-{int(time.time())}"
+    submit = subprocess.Popen([sys.executable, "-m", "slurm_ab", "submit", "tp32", "--site", "local", "--run-id",
+                               run_id, "--wait", *CLIENT_052], cwd=workdir, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=slurm_env())
+    manifest = workdir / "results" / run_id / "manifest.json"
+
+    def job_id():       # the manifest is written before sbatch, and again with the job id
+        try:
+            return json.loads(manifest.read_text()).get("job_id")
+        except (OSError, ValueError):
+            return None
+    deadline = time.monotonic() + 120
+    while not job_id() and submit.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert job_id(), submit.communicate(timeout=60)
+    tty = run_in_pty([sys.executable, "-m", "slurm_ab", "watch", run_id], cwd=workdir)
+    out, err = submit.communicate(timeout=600)
+    return dict(run_dir=workdir / "results" / run_id, job_id=str(job_id()), tty=tty,
+                pipe=subprocess.CompletedProcess(submit.args, submit.returncode, out, err))
+
+
+def test_watch_in_a_terminal_draws_a_bar_that_reaches_40_of_40(one_job):
+    rc, out = one_job["tty"]
     assert rc == 0, out[-3000:]
     states = _bar_states(out)
     assert states, out[-3000:]
@@ -83,13 +107,12 @@ def test_watch_in_a_terminal_draws_a_bar_that_reaches_40_of_40(workdir):
               for m in [re.search(r"(\d+)/40", s)] if m]
     assert counts == sorted(counts) and len(set(counts)) >= 3, counts
     assert "verdict: ok" in out
-    assert (workdir / "results" / run_id / "report.html").exists()
-    assert wait_no_processes(job_id, 30) == []
+    assert (one_job["run_dir"] / "report.html").exists()
+    assert wait_no_processes(one_job["job_id"], 30) == []
 
 
-def test_submit_wait_into_a_pipe_prints_plain_progress_lines(workdir):
-    run_id = f"prog-pipe-{int(time.time())}"
-    r = slurm_ab("submit", "tp32", "--site", "local", "--run-id", run_id, "--wait", *CLIENT_052, cwd=workdir)
+def test_submit_wait_into_a_pipe_prints_plain_progress_lines(one_job):
+    r = one_job["pipe"]
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "\r" not in r.stdout and "\x1b" not in r.stdout
     lines = [ln for ln in r.stdout.splitlines() if re.match(r"^\[\d\d:\d\d\] ", ln)]
@@ -97,8 +120,8 @@ def test_submit_wait_into_a_pipe_prints_plain_progress_lines(workdir):
     for p in ("loading replica 0,1", "benchmark pass 1 of 1", "collecting"):
         assert p in phases, lines
     assert lines[-1].startswith("[") and "collecting: 40/40 requests" in lines[-1], lines
-    assert (workdir / "results" / run_id / "report.html").exists()
+    assert (one_job["run_dir"] / "report.html").exists()
     # the progress is not buried under the job's events: no scrape lines (they need -v)
     assert "metrics_scrape" not in r.stdout and "bench_start" not in r.stdout
-    events = (workdir / "results" / run_id / "events.log").read_text()
+    events = (one_job["run_dir"] / "events.log").read_text()
     assert events.count(" metrics_scrape ") >= 9                  # the job did scrape
