@@ -177,3 +177,24 @@ print(json.dumps([tok.vocab_size, len(tok.encode(text)), tok.encode(text) == ids
     from slurm_ab_testbed.emulator.tokenizer import EmuTokenizer
     tok = EmuTokenizer(str(d))
     assert len(tok.encode("w10 w11 <s> w12")) == 4
+
+
+def test_streamed_text_is_the_full_decode_and_each_token_a_small_decode(tmp_path):
+    """StreamText (SGLang's incremental detokenization): the deltas of a stream concatenate to the
+    decode of all its ids, whatever the steps' sizes (empty ones included), and each step decodes a
+    window of a few ids, not the whole output."""
+    import random
+
+    from slurm_ab_testbed.emulator.tokenizer import EmuTokenizer, StreamText
+
+    tok = EmuTokenizer(str(make_model(tmp_path / "m", vocab_size=4000)))
+    decoded: list[int] = []
+    real = tok.decode
+    tok.decode = lambda ids: decoded.append(len(ids)) or real(ids)
+    rng = random.Random(7)
+    for _ in range(40):
+        st, deltas = StreamText(tok), []
+        for _ in range(rng.randrange(1, 80)):
+            deltas.append(st.add(tok.output_ids(rng, rng.choice([0, 1, 1, 1, 2, 3]))))
+        assert "".join(deltas) == st.text == real(st.ids) and st.text
+    assert max(decoded) <= 6
