@@ -94,7 +94,9 @@ def test_node_check_names_each_cause(tmp_path):
         s.bind(("0.0.0.0", 0))
         s.listen()
         taken = s.getsockname()[1]
-        head = run_check(check, "nodeA", 0, 0, taken, 0, env={"SLURM_AB_FAKE_GPUS": "4"})
+        # replica 1's head: a head's checks without ROUTER_HOST's import of the client (13 s of
+        # CPU here; test_node_check_passes_and_records_what_it_ran_on has it)
+        head = run_check(check, "nodeA", 1, 0, taken, 0, env={"SLURM_AB_FAKE_GPUS": "4"})
     got = causes(head)
     assert got[0] == ("import", "module no_such_sglang is not importable: ModuleNotFoundError: "
                                 "No module named 'no_such_sglang'")
@@ -104,6 +106,7 @@ def test_node_check_names_each_cause(tmp_path):
     assert head["ok"] is False and head["gpu_count"] == 4
     import smg
     assert head["modules"]["smg"] == smg.__version__          # the router of the selected profile
+    assert "sglang.benchmark.steady_state_serving" not in head["modules"]
     assert (check.parent / "nodeA.problems").read_text().splitlines()[0] == \
         "import\tmodule no_such_sglang is not importable: ModuleNotFoundError: No module named 'no_such_sglang'"
     # ports are checked on head nodes only (node rank 0): the others listen on none
