@@ -4,7 +4,6 @@ lines."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import pty
 import re
@@ -18,7 +17,8 @@ import time
 import pytest
 
 from helpers import CLIENT_052
-from helpers.jobs import slurm_ab, slurm_env, wait_no_processes
+from helpers.jobs import slurm_env, wait_no_processes
+from slurm_ab.rundir import job_id_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -76,20 +76,15 @@ def one_job(workdir):
     submit = subprocess.Popen([sys.executable, "-m", "slurm_ab", "submit", "tp32", "--site", "local", "--run-id",
                                run_id, "--wait", *CLIENT_052], cwd=workdir, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=slurm_env())
-    manifest = workdir / "results" / run_id / "manifest.json"
-
-    def job_id():       # the manifest is written before sbatch, and again with the job id
-        try:
-            return json.loads(manifest.read_text()).get("job_id")
-        except (OSError, ValueError):
-            return None
-    deadline = time.monotonic() + 120
-    while not job_id() and submit.poll() is None and time.monotonic() < deadline:
+    run_dir = workdir / "results" / run_id
+    deadline = time.monotonic() + 120      # the manifest is written before sbatch, then with the job id
+    while not job_id_of(run_dir) and submit.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert job_id(), submit.communicate(timeout=60)
+    job_id = job_id_of(run_dir)
+    assert job_id, submit.communicate(timeout=60)
     tty = run_in_pty([sys.executable, "-m", "slurm_ab", "watch", run_id], cwd=workdir)
     out, err = submit.communicate(timeout=600)
-    return dict(run_dir=workdir / "results" / run_id, job_id=str(job_id()), tty=tty,
+    return dict(run_dir=run_dir, job_id=str(job_id), tty=tty,
                 pipe=subprocess.CompletedProcess(submit.args, submit.returncode, out, err))
 
 

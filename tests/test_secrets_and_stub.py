@@ -120,7 +120,7 @@ def recorded(tmp_path_factory, local_cluster):
     token = "hf_" + secrets.token_hex(16)
     site = _secret_site(work)
     stub = ["python3", str(STUB), str(rec)]
-    client = _site_client(site)
+    client, router = _site_commands(site)
     cfg = work / "nasty.toml"
     cfg.write_text("\n".join([
         "[paths]", f"model = {toml_str(str(model))}",
@@ -129,7 +129,7 @@ def recorded(tmp_path_factory, local_cluster):
         # The router's and the client's commands belong to their profiles (the site picks them);
         # the stub goes right before the program (after the site's `env -u PYTHONPATH`)
         "[router_profiles.sglang_router]",
-        f"command = {toml_list(_before_python(_site_router(site), stub))}",
+        f"command = {toml_list(_before_python(router, stub))}",
         f"[client_profiles.{client['name']}]", f"command = {toml_list(stub + client['command'])}",
         "[env]", f"SLURM_AB_NASTY = {toml_str(NASTY)}",
         "[server.env]", f"SLURM_AB_NASTY_SERVER = {toml_str(NASTY)}", 'SLURM_AB_EMU_TIME_SCALE = "0.02"',
@@ -147,20 +147,14 @@ def recorded(tmp_path_factory, local_cluster):
         j.cleanup()
 
 
-def _site_client(site) -> dict:
-    """The site's client profile: its name and command."""
+def _site_commands(site) -> tuple[dict, list[str]]:
+    """The site's client profile (its name and command) and its sglang_router profile's command."""
     from slurm_ab.config import load_tree
 
     tree = load_tree(str(site))
     name = tree["benchmark"]["client"]
-    return {"name": name, "command": list(tree["client_profiles"][name]["command"])}
-
-
-def _site_router(site) -> list[str]:
-    """The site's command of the sglang_router profile."""
-    from slurm_ab.config import load_tree
-
-    return list(load_tree(str(site))["router_profiles"]["sglang_router"]["command"])
+    return ({"name": name, "command": list(tree["client_profiles"][name]["command"])},
+            list(tree["router_profiles"]["sglang_router"]["command"]))
 
 
 def _before_python(command: list[str], stub: list[str]) -> list[str]:

@@ -601,13 +601,14 @@ def _decode_fields(buf: bytes, p: int, le: int, a: list) -> None:
     gen = _num(buf, GEN_TPUT, p, le)
     if gen is None:
         return
-    a[6] += gen
+    _add_gen(a, gen, _num(buf, RUNNING, p, le))
+
+
+def _add_gen(a: list, gen: float, running) -> None:
+    """One decode line's gen throughput into the sums, and its tokens/s per running request (none
+    for an idle line)."""
     a[5] += 1
-    _add_speed(a, gen, _num(buf, RUNNING, p, le))
-
-
-def _add_speed(a: list, gen: float, running) -> None:
-    """One decode line's tokens/s per running request into the sums (none for an idle line)."""
+    a[6] += gen
     if running:
         x = gen / running
         a[7] += 1
@@ -681,9 +682,7 @@ def _slow_batch(raw: bytes, complete: bool, rg: _Ranges, acc: _Acc) -> None:
                     a[3] += 1
                     a[4] += s.accept_rate
             if s.gen_throughput is not None:
-                a[5] += 1
-                a[6] += s.gen_throughput
-                _add_speed(a, s.gen_throughput, s.running_req)
+                _add_gen(a, s.gen_throughput, s.running_req)
         acc.shared += len(hits) > 1
         return
     acc.prefill_lines += 1

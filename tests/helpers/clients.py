@@ -44,8 +44,9 @@ def installed_sglang() -> Path:
 
 def importable_sglang() -> None:
     """Put 0.5.23's directory on this process's sys.path (tests that import its parsers)."""
-    if str(client_dir()) not in sys.path:
-        sys.path.append(str(client_dir()))
+    path = str(client_dir())
+    if path not in sys.path:
+        sys.path.append(path)
 
 
 def _with_path(env: dict, path: Path) -> dict:
