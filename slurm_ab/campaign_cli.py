@@ -102,7 +102,7 @@ def report(run_dir: Path, passes: bool, fmt: str) -> str:
     from .tables.campaign import campaign_md
     from .tables.table import numeric_frame
 
-    result, _ = collect_campaign_and_write(run_dir)
+    result, _ = collect_campaign_and_write(run_dir, report=False)   # --html draws its own page
     if fmt == "md":
         return campaign_md(result, passes=passes)
     if fmt == "csv":
@@ -124,13 +124,13 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
 
     run_dir = find(ref)
     if is_campaign(run_dir):
-        result, _ = collect_campaign_and_write(run_dir)
+        result, _ = collect_campaign_and_write(run_dir, report=False)
         modes = result["campaign"]["modes"]
         if len(modes) != 1:
             raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
                              f"(slurm-ab compare {ref}) or name campaigns of one mode each")
         return modes[0], result["passes"], result["variance"]
-    s = collect_and_write(run_dir)[0].only
+    s = collect_and_write(run_dir, report=False)[0].only
     row = dict(numeric_row(s), concurrency=s.spec.max_concurrency or 0, repeat=1, launch=1)
     return s.mode or s.run_id, [row], None
 
@@ -142,7 +142,7 @@ def compare(refs: list[str], fmt: str, find) -> str:
     from .tables.campaign import comparison_json, comparison_section
 
     if len(refs) == 1:
-        result, _ = collect_campaign_and_write(find(refs[0]))
+        result, _ = collect_campaign_and_write(find(refs[0]), report=False)
         if fmt == "json":
             return comparison_json(result)
         if not result["comparisons"]:

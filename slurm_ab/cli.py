@@ -151,7 +151,7 @@ def render(modes, output, run_id, repeats, concurrency, order, burn_in, time_lim
 @click.option("-v", "--verbose", is_flag=True, help="With --wait: every event line of the job (metrics scrapes included).")
 @click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report.")
+              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
 @campaign_options
 @_time_option
 @_config_options
@@ -226,7 +226,7 @@ def _collect_and_print(run_dir: Path, **kw):
 @click.argument("run")
 @click.option("-v", "--verbose", is_flag=True, help="Every event line of the job (metrics scrapes included).")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report.")
+              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
 def watch(run, verbose, no_report):
     """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
     run_dir = _find_run(run)
@@ -237,7 +237,7 @@ def watch(run, verbose, no_report):
 @click.argument("run")
 @click.option("--all-samples", is_flag=True, help="Average decode samples of the whole logs (warm-ups included), as in the seed.")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report.")
+              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
 def collect(run, all_samples, no_report):
     """Turn a run's (or campaign's) raw logs into summary.json/csv/md and print its tables and
     verdict.
@@ -258,12 +258,19 @@ def collect(run, all_samples, no_report):
         click.echo(f"wrote {', '.join(p.name for p in written)}" if written else "summary files unchanged")
 
 
-def _summaries(refs):
-    from . import rundir
+def _summaries(dirs: list[Path]):
+    """Each run collected (its summary files rewritten when they changed); no missing page drawn."""
     from .collect import collect_and_write
 
-    dirs = [_find_run(r) for r in refs] if refs else rundir.all_runs(_results_dir())
-    return [collect_and_write(d)[0].only for d in dirs]
+    return [collect_and_write(d, report=False)[0].only for d in dirs]
+
+
+def _draw_missing_pages(pairs) -> None:
+    """The report.html of each (run dir, summary) that has none: an --html page links to them."""
+    from .collect.run import write_report
+
+    for d, s in pairs:
+        write_report(d, changed=False, running=s.verdict == "running")
 
 
 def _html_option(f):
@@ -287,7 +294,6 @@ def _html_option(f):
 def report(runs, fmt, since, modes, verdicts, html_out):
     """One row per run (default: every run under results/, oldest first), in the seed's layout."""
     from . import campaign_cli, rundir
-    from .collect import collect_and_write
     from .tables.runs import runs_text
 
     if len(runs) == 1 and campaign_cli.is_campaign(_find_run(runs[0])):
@@ -306,7 +312,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     if campaigns:
         click.echo("campaigns (slurm-ab report CAMPAIGN): " + ", ".join(d.name for d in campaigns), err=True)
         dirs = [d for d in dirs if d not in campaigns]
-    pairs = [(d, collect_and_write(d)[0].only) for d in dirs]
+    pairs = list(zip(dirs, _summaries(dirs)))
     pairs = [(d, s) for d, s in pairs if by_verdict([s], verdicts)]
     if not pairs:
         filt = " matching the filters" if since or modes or verdicts else ""
@@ -316,6 +322,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     if html_out:
         from .report import render_runs_html
 
+        _draw_missing_pages(pairs)
         _write_page(html_out, render_runs_html([d for d, _ in pairs], runs_text(summaries, "md"),
                                                base_dir=Path(html_out).parent, campaigns=campaigns))
 
@@ -359,7 +366,7 @@ def compare(run_a, run_b, fmt, html_out):
                 base_dir=Path(html_out).parent, forests=forests))
         return
 
-    a, b = _summaries([run_a, run_b])
+    a, b = _summaries([_find_run(run_a), _find_run(run_b)])
     metrics = None
     if fmt == "json":   # the rows and warnings, plus the per-metric records (n=1: no interval)
         from .ab_stats import deltas

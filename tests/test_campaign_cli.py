@@ -72,8 +72,12 @@ def test_report_and_compare_of_a_campaign(cli, tmp_path):
         "launches_a", "launches_b", "variance_levels", "p_value", "drift_adjusted", "label", "role", "p_holm",
         "same_as"]
     assert data["comparisons"][0]["metrics"][0]["role"] == "primary"
+    assert not (root / "report.html").exists()                  # the tables draw no page
     code, out, _ = cli("collect", str(root))
-    assert code == 0 and "summary files unchanged" in out        # report already wrote them
+    # report already wrote the summary files; collect draws the missing page
+    wrote = out.splitlines()[-1]
+    assert code == 0 and wrote.startswith("wrote ") and "summary" not in wrote and "report.html" in wrote, wrote
+    assert cli("collect", str(root))[1].splitlines()[-1] == "summary files unchanged"
     assert (root / "summary.md").read_text().startswith("# Campaign camp")
 
 

@@ -39,6 +39,8 @@ def _runs(out: str) -> list[str]:
 def test_report_filters(cli, results):
     code, out, _ = cli("report")
     assert code == 0 and _runs(out) == ["dev-oom", "dev-pp8", "dev-tp32", "dev-tp32-dflash"]
+    # a table draws no page (listing a history stays fast); collect and --html do
+    assert not list(results.glob("*/report.html")) and not list(results.glob("*/plots"))
     assert _runs(cli("report", "--verdict", "failed")[1]) == ["dev-oom"]
     assert _runs(cli("report", "--mode", "tp32-dflash")[1]) == ["dev-oom", "dev-tp32-dflash"]
     assert _runs(cli("report", "--mode", "tp32-dflash", "--verdict", "ok")[1]) == ["dev-tp32-dflash"]
@@ -81,6 +83,8 @@ def test_report_and_compare_html(cli, results, tmp_path):
     page.parent.mkdir()
     code, out, err = cli("report", "--verdict", "ok", "--html", str(page))
     assert code == 0 and f"wrote {page}" in err
+    # the page links each run's own page: --html draws those that are missing
+    assert sorted(p.parent.name for p in results.glob("*/report.html")) == ["dev-pp8", "dev-tp32", "dev-tp32-dflash"]
     text = page.read_text()
     assert "dev-tp32-dflash" in text and "dev-oom" not in text
     assert 'href="../results/dev-tp32/logs/server-r0-n0.log"' in text

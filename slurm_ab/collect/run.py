@@ -19,37 +19,37 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
     """Collect a run or a campaign; write its summary files unless the job is still running.
 
     Returns the summary and the summary files that changed. final=False skips asking Slurm;
-    report=False leaves report.html and its plots (most of collect's time) to the next collect
-    or `slurm-ab report`, which draw a missing page.
+    report=False draws no missing report.html (most of collect's time: the next collect or
+    `report --html` does), so the tables of `report` and `compare` never draw a history's pages;
+    a page that exists is still redrawn when its summary changed, never left stale.
     """
     jid = job_id or rundir.job_id_of(run_dir)
     facts = slurm_facts(str(jid) if jid else None, run_dir=run_dir) if final else None
     cs = collect(run_dir, sacct=facts, all_samples=all_samples)
     running = cs.verdict == "running"
     written = write_summary(cs, run_dir)
-    if report:
-        written += write_report(run_dir, changed=bool(written), running=running)
+    written += write_report(run_dir, changed=bool(written), running=running, missing=report)
     rundir.record_nodes(run_dir, dict(cs.job.node_lists or {}))
     return cs, written
 
 
-def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None,
-                               final: bool = True) -> tuple[dict, list[Path]]:
+def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None, final: bool = True,
+                               report: bool = True) -> tuple[dict, list[Path]]:
     """A campaign collected and written; its summary.json's dict."""
     from .rows import campaign_record
 
-    cs, written = collect_and_write(run_dir, job_id=job_id, final=final)
+    cs, written = collect_and_write(run_dir, job_id=job_id, final=final, report=report)
     return campaign_record(cs), written
 
 
-def write_report(run_dir: Path, *, changed: bool, running: bool) -> list[Path]:
+def write_report(run_dir: Path, *, changed: bool, running: bool, missing: bool = True) -> list[Path]:
     """report.html and plots/ next to summary.md (a run's or a campaign's), redrawn when the
-    summary changed or the page is missing (listing a results/ history stays fast). A plotting
-    failure never costs the summary: it is said on stderr."""
+    summary changed, drawn when the page is missing and MISSING says so. A plotting failure never
+    costs the summary: it is said on stderr."""
     if running:
         return []
     page = rundir.Layout(Path(run_dir)).report_html
-    if not changed and page.exists():
+    if not (changed and page.exists() or missing and not page.exists()):
         return []
     try:
         from ..report import write_run_report
