@@ -1,7 +1,8 @@
 """Prefill/decode (PD) modes on the real local Slurm cluster: the emulator's PD roles, the real
-sglang-router 0.3.2 in PD mode and SGLang 0.5.23's client. DP2 against 1P1D in one allocation (the
-campaign), 1P1D + DFlash, every PD failure with its time to a named verdict, and a slow link between
-the prefill and the decode. Lean: the emulator at time scale 0.02, the failures without the
+sglang-router 0.3.2 in PD mode and SGLang 0.5.23's client (0.5.2's in the faults that come during a
+benchmark: its import is half the CPU). DP2 against 1P1D in one allocation (the campaign), 1P1D +
+DFlash, every PD failure with its time to a named verdict, and a slow link between the prefill and
+the decode. Lean: the emulator at time scale 0.02, the failures without the
 preflight (it checks nothing PD-specific they need) and with short PD timeouts; one shared
 campaign run for every test that reads it. Measured times: 'MEASURE ...' lines (pytest -rA)."""
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import CLIENT_052
 from helpers.jobdrive import Job, job_starter, measure
 from helpers.jobs import slurm_ab, wait_no_processes
 
@@ -31,8 +33,8 @@ def workdir(tmp_path_factory, local_cluster):
 def job(workdir):
     made: list[Job] = []
     start = job_starter(workdir, made, FAST)
-    # the seed's client (0.5.23) through the router in PD mode
-    yield lambda name, *sets, **kw: start(name, *sets, client=(), **kw)
+    # the seed's client (0.5.23) through the router in PD mode, unless the test says
+    yield lambda name, *sets, client=(), **kw: start(name, *sets, client=client, **kw)
     for j in made:
         j.cleanup()
 
@@ -132,14 +134,14 @@ def test_pd_dflash_acceptance_comes_from_the_decode(job):
             f"{s['accept']['samples']} decode samples")
 
 
-def _fault_job(job, name, *sets, nodes="decode"):
+def _fault_job(job, name, *sets, nodes="decode", client=()):
     """A PD job with the emulator fault SETS on the prefill's or the decode's nodes."""
     from helpers.lanes import idle_nodes
     p, d = idle_nodes()
     first = p + d
     on = first[:4] if nodes == "prefill" else first[4:8] if nodes == "decode" else [first[0]]
     return job(name, NO_PREFLIGHT, *sets, f'server.env.SLURM_AB_EMU_FAULT_NODES="{",".join(on)}"',
-               mode="pd-1p1d"), on
+               mode="pd-1p1d", client=client), on
 
 
 def _first_reason(j) -> str:
@@ -196,7 +198,7 @@ def test_role_mismatch_is_caught_before_any_request(job):
 
 def test_decode_loses_its_prefill_mid_run(job):
     j, nodes = _fault_job(job, "pd-lost", 'server.env.SLURM_AB_EMU_FAULT="die_after_requests=12"',
-                          "benchmark.num_prompts=16", nodes="prefill-head")
+                          "benchmark.num_prompts=16", nodes="prefill-head", client=CLIENT_052)
     rc = j.finish(400)
     assert rc != 0
     s = j.summary()
@@ -215,7 +217,8 @@ def test_decode_loses_its_prefill_mid_run(job):
 
 def test_decode_kv_exhaustion_makes_the_run_invalid(job):
     j, nodes = _fault_job(job, "pd-kv", 'server.env.SLURM_AB_EMU_FAULT="kv_pool_tokens=33000"',
-                          "benchmark.num_prompts=16", 'mode.roles.decode.args.num-reserved-decode-tokens=16')
+                          "benchmark.num_prompts=16", 'mode.roles.decode.args.num-reserved-decode-tokens=16',
+                          client=CLIENT_052)
     rc = j.finish(400)
     assert rc == 1, j.output()[-3000:]              # completed, but not ok: submit --wait exits 1
     s = j.summary()
@@ -236,7 +239,7 @@ def test_a_slow_link_shows_as_kv_transfer_share_of_ttft(job, dp2_vs_pd):
     _, run_dir, _ = dp2_vs_pd
     from slurm_ab.collect.campaign import collect
     base = next(x for x in collect(run_dir).passes if x.mode == "pd-1p1d").pd.breakdown
-    j = job("pd-slow", NO_PREFLIGHT, "benchmark.num_prompts=16", mode="pd-1p1d")
+    j = job("pd-slow", NO_PREFLIGHT, "benchmark.num_prompts=16", mode="pd-1p1d", client=CLIENT_052)
     j.wait_event("router_ready", timeout_s=240)
     head = j.hosts()[0][0]
     net("rate", head, "8mbit")

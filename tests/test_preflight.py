@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SMALL
+from helpers import NO_IMPORT, SMALL
 from helpers.jobdrive import Job
 from helpers.clients import client_dir
 from helpers.scripts import render
@@ -375,14 +375,14 @@ def test_cluster_missing_module(workdir):
 
 @pytest.mark.cluster
 def test_cluster_gpu_count_on_one_node(workdir):
-    j = run_job(workdir, "pf-gpus", 'server.env.SLURM_AB_FAKE_GPUS="4"', f'server.env.SLURM_AB_FAKE_GPU_NODES="{node(6)}"')
+    j = run_job(workdir, "pf-gpus", NO_IMPORT, 'server.env.SLURM_AB_FAKE_GPUS="4"', f'server.env.SLURM_AB_FAKE_GPU_NODES="{node(6)}"')
     assert_failed_fast(j, f"preflight: {node(6)} (replica 1 node rank 1): 4 GPUs visible, the mode needs 8 per node")
     assert json.loads((j.run_dir / "preflight" / f"{node(5)}.json").read_text())["gpu_count"] == 8
 
 
 @pytest.mark.cluster
 def test_cluster_missing_model_path(workdir):
-    j = run_job(workdir, "pf-path", "paths.model=/nonexistent/Kimi-K3")
+    j = run_job(workdir, "pf-path", NO_IMPORT, "paths.model=/nonexistent/Kimi-K3")
     assert_failed_fast(j, f"preflight: {node(1)} (replica 0 node rank 0): model path /nonexistent/Kimi-K3 is missing")
 
 
@@ -399,7 +399,7 @@ def test_cluster_port_taken_on_the_router_node(workdir):
              "print('listening', flush=True); time.sleep(600)"], stdout=subprocess.PIPE, text=True)
         try:
             assert holder.stdout.readline().strip() == "listening"
-            j = run_job(workdir, "pf-port", "ports.job_slots=1", f"ports.router={port}")
+            j = run_job(workdir, "pf-port", NO_IMPORT, "ports.job_slots=1", f"ports.router={port}")
         finally:
             holder.kill()
             holder.wait()
@@ -407,7 +407,7 @@ def test_cluster_port_taken_on_the_router_node(workdir):
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
             s.listen()
-            j = run_job(workdir, "pf-port", "ports.job_slots=1", f"ports.router={port}")
+            j = run_job(workdir, "pf-port", NO_IMPORT, "ports.job_slots=1", f"ports.router={port}")
     assert_failed_fast(j, f"preflight: {node(1)} (replica 0 node rank 0): port {port} is already in use "
                           "(Address already in use)")
 
@@ -416,7 +416,7 @@ def test_cluster_port_taken_on_the_router_node(workdir):
 def test_cluster_prologue_environment_reaches_every_step(workdir):
     """The site prologue runs in the batch shell before any step: what it exports, the steps see
     (here a GPU query that fails on every node)."""
-    j = run_job(workdir, "pf-prologue", 'cluster.prologue="export SLURM_AB_FAKE_GPU_FAIL=9"')
+    j = run_job(workdir, "pf-prologue", NO_IMPORT, 'cluster.prologue="export SLURM_AB_FAKE_GPU_FAIL=9"')
     assert_failed_fast(j, f"preflight: {node(1)} (replica 0 node rank 0): GPU query failed (status 9): NVIDIA-SMI has "
                           "failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
                           "latest NVIDIA driver is installed and running.")

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers import NO_IMPORT
 from helpers.scripts import generated, render, static
 
 FAKE_IB = 'preflight.hca_command=["python3", "-m", "slurm_ab_testbed.fake_ib"]'
-NO_IMPORT = "preflight.import_command=[]"
+
+
 def ifaces() -> str:
     return ",".join(n for _, n in socket.if_nameindex())
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SMALL
+from helpers import NO_IMPORT, SMALL
 from helpers.lanes import idle_nodes
 from helpers.jobdrive import Job, cli, final_sacct, job_starter, measure
 
@@ -95,7 +95,7 @@ def test_a_hung_replica_is_caught_and_torn_down_with_its_grace(job):
 def test_nccl_socket_fallback_on_an_ib_site_fails_before_the_benchmark(job):
     _, r1 = idle_nodes()
     node = r1[1]
-    j = job("ibfall", 'cluster.nccl_network="IB"', 'env.NCCL_IB_HCA="mlx5"',
+    j = job("ibfall", NO_IMPORT, 'cluster.nccl_network="IB"', 'env.NCCL_IB_HCA="mlx5"',
             'server.env.SLURM_AB_EMU_IB_DEVICES="mlx5_0,mlx5_1"', 'server.env.SLURM_AB_EMU_IB_FAULT="no_ibverbs"',
             f'server.env.SLURM_AB_EMU_FAULT_NODES="{node}"')
     assert j.finish(420) == 1, j.output()[-3000:]
@@ -116,7 +116,7 @@ def test_nccl_socket_fallback_on_an_ib_site_fails_before_the_benchmark(job):
 # ---- preflight: a missing interface, an unwritable cache directory ----------------------------------
 
 def test_a_missing_interface_fails_the_preflight(job):
-    j = job("noiface", 'env.NCCL_SOCKET_IFNAME="ib"', 'env.GLOO_SOCKET_IFNAME="ib0"')
+    j = job("noiface", NO_IMPORT, 'env.NCCL_SOCKET_IFNAME="ib"', 'env.GLOO_SOCKET_IFNAME="ib0"')
     assert j.finish(420) == 1
     s = j.summary()
     head = j.hosts()[0][0]
