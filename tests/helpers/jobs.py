@@ -101,24 +101,42 @@ class Proc:
         return None
 
 
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# (pid, start, cmdline) -> environment: a process's environment block is read once per program it
+# runs (an exec changes its command line), not at every snapshot (a third of a snapshot's CPU). The
+# first one read is kept: a program that renames itself overwrites the block, not its origin.
+_ENV: dict[tuple[int, int, bytes], tuple[bytes, ...]] = {}
+
+
 def all_procs() -> dict[int, Proc]:
-    out = {}
+    global _ENV
+    out, envs = {}, {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            try:
-                env = tuple(Path(f"/proc/{d}/environ").read_bytes().split(b"\0"))
-            except OSError:
-                env = ()
+            stat = _read(f"/proc/{d}/stat")
+            raw = _read(f"/proc/{d}/cmdline")
         except OSError:
             continue
-        rest = stat[stat.rindex(")") + 2:].split()
-        if rest[0] == "Z":
+        rest = stat[stat.rindex(b")") + 2:].split()
+        if rest[0] == b"Z":
             continue
-        out[int(d)] = Proc(int(d), int(rest[1]), int(rest[19]), cmd, env)
+        key = (int(d), int(rest[19]), raw)
+        env = _ENV.get(key)
+        if env is None:
+            try:
+                env = tuple(_read(f"/proc/{d}/environ").split(b"\0"))
+            except OSError:
+                env = ()
+        envs[key] = env
+        cmd = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+        out[int(d)] = Proc(int(d), int(rest[1]), key[1], cmd, env)
+    _ENV = envs                   # the processes of this snapshot only
     return out
 
 
