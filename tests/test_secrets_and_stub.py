@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import CLIENT_052
 from helpers.jobdrive import Job, cli as run_cli
 
 STUB = Path(__file__).parent / "stubs" / "record_exec.py"
@@ -120,7 +121,7 @@ def recorded(tmp_path_factory, local_cluster):
     token = "hf_" + secrets.token_hex(16)
     site = _secret_site(work)
     stub = ["python3", str(STUB), str(rec)]
-    client, router = _site_commands(site)
+    client, router = _site_commands(site, CLIENT_052[1])
     cfg = work / "nasty.toml"
     cfg.write_text("\n".join([
         "[paths]", f"model = {toml_str(str(model))}",
@@ -137,8 +138,10 @@ def recorded(tmp_path_factory, local_cluster):
         "[router.args]", f"request-id-headers = {toml_str(NASTY)}",
         "[benchmark]", f"extra_args = {toml_list(['--disable-tqdm', '--prompt-suffix', NASTY])}",
         "num_prompts = 16", ""]))
+    # 0.5.2's client (Job's default; the quoting is the script's, whatever the client): its import
+    # is half of 0.5.23's, on ROUTER_HOST's preflight and in the pass
     j = Job(work, f"stub-{time.strftime('%H%M%S')}", site=str(site), extra=("--config", str(cfg)),
-            client=(), env={"HF_TOKEN": token})
+            env={"HF_TOKEN": token})
     try:
         j.finish(180)
         records = [json.loads(p.read_text()) for p in sorted(rec.glob("*.json"))]
@@ -147,11 +150,12 @@ def recorded(tmp_path_factory, local_cluster):
         j.cleanup()
 
 
-def _site_commands(site) -> tuple[dict, list[str]]:
-    """The site's client profile (its name and command) and its sglang_router profile's command."""
+def _site_commands(site, *configs: str) -> tuple[dict, list[str]]:
+    """The client profile of the site with CONFIGS (its name and command) and its sglang_router
+    profile's command."""
     from slurm_ab.config import load_tree
 
-    tree = load_tree(str(site))
+    tree = load_tree(str(site), configs)
     name = tree["benchmark"]["client"]
     return ({"name": name, "command": list(tree["client_profiles"][name]["command"])},
             list(tree["router_profiles"]["sglang_router"]["command"]))

@@ -143,7 +143,7 @@ def readonly_dir(tmp_path):
 
 
 def test_an_unwritable_cache_directory_fails_the_preflight(job, readonly_dir):
-    j = job("rocache", f'cache.dir="{readonly_dir}"')
+    j = job("rocache", NO_IMPORT, f'cache.dir="{readonly_dir}"')
     assert j.finish(420) == 1
     s = j.summary()
     head = j.hosts()[0][0]
