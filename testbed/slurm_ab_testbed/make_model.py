@@ -69,7 +69,7 @@ def files(vocab_size: int, architecture: str, model_type: str, context_length: i
 
 
 def make_model(directory: str | os.PathLike, vocab_size: int = 32000,
-               architecture: str = "KimiK3ForConditionalGeneration", model_type: str = "llama",
+               architecture: str = "KimiK3ForConditionalGeneration", model_type: str = "deepseek_v3",
                context_length: int = 262144) -> Path:
     """Write (or rewrite identically) the model directory; returns its path."""
     if vocab_size < len(SPECIALS) + 1:
@@ -96,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--architecture", default="KimiK3ForConditionalGeneration",
                     help="config.json architectures[0] (shown as type= in the emulator's startup log)")
-    ap.add_argument("--model-type", default="llama",
+    # Kimi K2/K3 are DeepSeek-V3 models (SGLang serves them with models/deepseek_v2.py). A type
+    # transformers knows keeps AutoConfig working offline; transformers 5's configuration_llama
+    # imports its image utilities (torchvision, torch._dynamo: +3 s of CPU in every AutoTokenizer
+    # load of a client), configuration_deepseek_v3 does not.
+    ap.add_argument("--model-type", default="deepseek_v3",
                     help="config.json model_type; keep one transformers knows so AutoConfig works offline")
     ap.add_argument("--context-length", type=int, default=262144)
     a = ap.parse_args(argv)

@@ -30,8 +30,13 @@ _LOOP = [
 ]
 
 
+# config.json model_type -> SGLang's model module (DeepseekV3ForCausalLM lives in deepseek_v2.py)
+_MODULE = {"deepseek_v3": "deepseek_v2"}
+
+
 def oom_traceback(model_type: str, speculative: str | None, oom_text: str) -> str:
     """The first-big-prefill OOM in the FlashInfer MXFP4 MoE workspace allocation."""
+    module = _MODULE.get(model_type, model_type)
     frames = list(_LOOP)
     if speculative:
         worker = "dflash_worker_v2.py" if speculative == "DFLASH" else "eagle_worker_v2.py"
@@ -43,11 +48,11 @@ def oom_traceback(model_type: str, speculative: str | None, oom_text: str) -> st
         ("sglang/srt/model_executor/model_runner.py", 2391, "forward", "output = self._forward_raw("),
         ("sglang/srt/model_executor/model_runner.py", 2468, "_forward_raw", "ret = self.forward_extend("),
         ("sglang/srt/model_executor/model_runner.py", 2320, "forward_extend", "return self.model.forward("),
-        (f"sglang/srt/models/{model_type}.py", 1290, "forward",
+        (f"sglang/srt/models/{module}.py", 1290, "forward",
          "hidden_states = self.model(input_ids, positions, forward_batch, input_embeds)"),
         ("torch/nn/modules/module.py", 1775, "_wrapped_call_impl", "return self._call_impl(*args, **kwargs)"),
         ("torch/nn/modules/module.py", 1786, "_call_impl", "return forward_call(*args, **kwargs)"),
-        (f"sglang/srt/models/{model_type}.py", 1104, "forward",
+        (f"sglang/srt/models/{module}.py", 1104, "forward",
          "hidden_states, residual = layer(positions, hidden_states, forward_batch, residual)"),
         ("sglang/srt/layers/moe/fused_moe_triton/layer.py", 1042, "forward",
          "final_hidden_states = self.run_moe_core(dispatch_output)"),
