@@ -102,7 +102,7 @@ def report(run_dir: Path, passes: bool, fmt: str) -> str:
     from .tables.campaign import campaign_md
     from .tables.table import numeric_frame
 
-    result, _ = collect_campaign_and_write(run_dir, report=False)   # --html draws its own page
+    result, _ = collect_campaign_and_write(run_dir)   # --html draws its own page
     if fmt == "md":
         return campaign_md(result, passes=passes)
     if fmt == "csv":
@@ -124,7 +124,7 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
 
     run_dir = find(ref)
     if is_campaign(run_dir):
-        result, _ = collect_campaign_and_write(run_dir, report=False)
+        result, _ = collect_campaign_and_write(run_dir)
         modes = result["campaign"]["modes"]
         if len(modes) != 1:
             raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
@@ -142,7 +142,7 @@ def compare(refs: list[str], fmt: str, find) -> str:
     from .tables.campaign import comparison_json, comparison_section
 
     if len(refs) == 1:
-        result, _ = collect_campaign_and_write(find(refs[0]), report=False)
+        result, _ = collect_campaign_and_write(find(refs[0]))
         if fmt == "json":
             return comparison_json(result)
         if not result["comparisons"]:

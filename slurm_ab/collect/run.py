@@ -33,12 +33,13 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
     return cs, written
 
 
-def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None, final: bool = True,
-                               report: bool = True) -> tuple[dict, list[Path]]:
-    """A campaign collected and written; its summary.json's dict."""
+def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None,
+                               final: bool = True) -> tuple[dict, list[Path]]:
+    """A campaign collected and written for its tables (no missing page drawn); its summary.json's
+    dict."""
     from .rows import campaign_record
 
-    cs, written = collect_and_write(run_dir, job_id=job_id, final=final, report=report)
+    cs, written = collect_and_write(run_dir, job_id=job_id, final=final, report=False)
     return campaign_record(cs), written
 
 
@@ -49,7 +50,7 @@ def write_report(run_dir: Path, *, changed: bool, running: bool, missing: bool =
     if running:
         return []
     page = rundir.Layout(Path(run_dir)).report_html
-    if not (changed and page.exists() or missing and not page.exists()):
+    if not (changed if page.exists() else missing):
         return []
     try:
         from ..report import write_run_report

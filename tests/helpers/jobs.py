@@ -17,19 +17,7 @@ def processes_of_job(job_id: str) -> list[tuple[int, str]]:
     """Processes on this machine started by the job: their environment carries its SLURM_JOB_ID
     (the job's own marker; never a broad name match)."""
     marker = f"SLURM_JOB_ID={job_id}".encode()
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        if marker in env and "State:\tZ" not in status and "slurmstepd" not in cmd:
-            found.append((int(pid), cmd.strip()))
-    return found
+    return [(p.pid, p.cmd) for p in all_procs().values() if marker in p.env and "slurmstepd" not in p.cmd]
 
 
 def wait_no_processes(job_id: str, timeout_s: float = 30) -> list[tuple[int, str]]:
@@ -106,9 +94,9 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
-# (pid, start, cmdline) -> environment: a process's environment block is read once per program it
-# runs (an exec changes its command line), not at every snapshot (a third of a snapshot's CPU). The
-# first one read is kept: a program that renames itself overwrites the block, not its origin.
+# (pid, start, cmdline) -> environment: a process's environment block is read once per command
+# line it shows (an exec, or a rename that overwrites the block, changes it and the block is read
+# again), not at every snapshot (a third of a snapshot's CPU).
 _ENV: dict[tuple[int, int, bytes], tuple[bytes, ...]] = {}
 
 
