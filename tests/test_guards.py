@@ -61,11 +61,11 @@ def test_teardown_terms_through_slurm_then_kills_after_the_grace(lib, tmp_path):
     # an "srun" (comm srun: a script's comm is its file name) that would answer SIGTERM by killing
     # its tasks: it must not get one from the job; and a launch subshell that ends on SIGTERM
     srun = tmp_path / "srun"
-    srun.write_text(f"#!/bin/bash\ntrap 'echo got-TERM >>{tmp_path}/srun.log; exit 143' TERM\nsleep 30 & wait\n")
+    srun.write_text(f"#!/bin/bash\ntrap 'echo got-TERM >>{tmp_path}/srun.log; exit 143' TERM\nsleep 30 >/dev/null 2>&1 & wait\n")
     srun.chmod(0o755)
     script = f"""
 {srun} & STEP_PIDS[server-r0]=$!
-( trap 'exit 143' TERM; sleep 30 & wait ) & CLIENT_PID=$!
+( trap 'kill $!; exit 143' TERM; sleep 30 >/dev/null 2>&1 & wait ) & CLIENT_PID=$!
 sleep 0.3
 teardown exit
 kill -0 "${{STEP_PIDS[server-r0]}}" 2>/dev/null && echo srun-alive || echo srun-gone
@@ -81,7 +81,7 @@ kill -0 "${{STEP_PIDS[server-r0]}}" 2>/dev/null && echo srun-alive || echo srun-
 
 
 def test_teardown_stops_early_when_everything_has_ended(lib, tmp_path):
-    script = "( trap 'exit 143' TERM; sleep 30 & wait ) & CLIENT_PID=$!\nsleep 0.2\nteardown exit\n"
+    script = "( trap 'kill $!; exit 143' TERM; sleep 30 >/dev/null 2>&1 & wait ) & CLIENT_PID=$!\nsleep 0.2\nteardown exit\n"
     r, ev, calls = bash(lib, tmp_path, script, env=HET, squeue="true", scancel="true", sinfo="true")
     assert r.returncode == 0, r.stderr
     assert [e.name for e in ev.events] == ["teardown"]               # no step left: no signal, no KILL
