@@ -250,6 +250,7 @@ class Preflight:
     interfaces_command: tuple[str, ...] = ()
     hca_command: tuple[str, ...] = ()
     tokenizer_command: tuple[str, ...] = ()
+    client_import: bool = True       # also import the client profile's module on ROUTER_HOST
 
 
 @dataclass(frozen=True)

@@ -531,7 +531,7 @@ def _preflight(exps: Sequence[Experiment], server: Command, client: Command) -> 
     return Preflight(
         modules=tuple(m for m in (pf.server_module, router, pd.transfer_module if pd else "") if m),
         client_modules=(exp.client.module + (f"={exp.client.distribution}" if exp.client.distribution
-                                             else ""),) if exp.client.module else (),
+                                             else ""),) if exp.client.module and pf.client_import else (),
         import_command=pf.import_command, gpu_command=pf.gpu_command,
         gpus=exp.cluster.gpus_per_node, port_command=pf.port_command,
         address_command=pf.address_command if interface else (),

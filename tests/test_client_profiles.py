@@ -39,6 +39,10 @@ def test_default_client_is_0523_steady_state_entry_point():
     assert "--goodput" not in argv
     plan = plan_for(Sources("example", (), ("paths.results=/results",)), "tp32", "R")
     assert plan.preflight.client_modules == ("sglang.benchmark.steady_state_serving=sglang",)
+    # a site whose client import is slow, or checked otherwise, turns ROUTER_HOST's import off
+    off = plan_for(Sources("example", (), ("paths.results=/results", "preflight.client_import=false")), "tp32", "R")
+    assert off.preflight.client_modules == () and off.preflight.modules == plan.preflight.modules
+    assert errors("preflight.client_import=5") == ["preflight.client_import = 5: must be a true/false"]
 
 
 def test_slo_reaches_goodput_only_when_set():

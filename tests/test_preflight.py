@@ -353,8 +353,8 @@ def node(i: int) -> str:
 def assert_failed_fast(j: Job, first_reason: str) -> dict:
     ev = j.events()
     start = next(t for t, k, _ in ev if k == "job_start")
-    # the slowest node sets the pace: ROUTER_HOST imports the client (SGLang 0.5.23, torch
-    # included: 13-14 s of CPU, ~28 s on the loaded 2-core test machine)
+    # the slowest node sets the pace (these jobs skip ROUTER_HOST's import of the client, helpers.
+    # jobdrive.Job; with it, SGLang 0.5.23 and torch: 13-14 s of CPU, ~28 s on the loaded machine)
     assert j.job_end() - start < 60, f"job ran {j.job_end() - start:.1f} s"
     s = j.summary()
     assert s["verdict"] == "failed", s

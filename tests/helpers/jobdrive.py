@@ -28,12 +28,17 @@ class Job:
     """``slurm-ab submit MODE --site local --wait`` in the background, with its processes tracked."""
 
     def __init__(self, workdir: Path, run_id: str, *sets: str, mode: str = "tp32", env: dict | None = None,
-                 site: str = "local", extra: tuple = (), client: tuple = CLIENT_052, report: bool = False):
+                 site: str = "local", extra: tuple = (), client: tuple = CLIENT_052, report: bool = False,
+                 client_import: bool = False):
         """CLIENT: config arguments of the client profile (0.5.2's unless the test is about the
         client: ``client=()`` keeps the site's). REPORT: draw report.html and its plots at the end
-        (9-13 s of this machine's CPU per run; only tests that read the page ask for it)."""
+        (9-13 s of this machine's CPU per run; only tests that read the page ask for it).
+        CLIENT_IMPORT: the preflight also imports the client's module on ROUTER_HOST (7-14 s of CPU
+        here, and the client imports it again seconds later; test_preflight's node check and the
+        seed-shaped runs of test_e2e keep it)."""
         self.workdir, self.run_id = workdir, run_id
         self.run_dir = workdir / "results" / run_id
+        sets = (*(() if client_import else ("preflight.client_import=false",)), *sets)
         args = ["submit", mode, "--site", site, "--run-id", run_id, "--wait", "--no-collector", *client, *extra,
                 *(() if report else ("--no-report",)), *set_args(*sets)]
         wait_cluster_idle()
