@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ab.slurm import is_active
 from slurm_ab_testbed.cluster import cluster_script, is_up, run
 
 
@@ -121,7 +122,7 @@ def test_het_job_node_assignment_and_accounting(tmp_path: Path) -> None:
         if not all(c in rows for c in comps):
             return False
         steps = [k for k in rows if k.startswith(comps[0] + ".") or k.startswith(comps[1] + ".")]
-        return len(steps) >= 4 and all(state not in ("RUNNING", "PENDING") for state, _ in rows.values())
+        return len(steps) >= 4 and not any(is_active(state) for state, _ in rows.values())
 
     rows = _wait_sacct(job_id, complete)
     for comp in comps:

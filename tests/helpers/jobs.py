@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_ab.slurm import sacct
+from slurm_ab.slurm import is_active, sacct
 
 
 def processes_of_job(job_id: str) -> list[tuple[int, str]]:
@@ -30,11 +30,15 @@ def wait_no_processes(job_id: str, timeout_s: float = 30) -> list[tuple[int, str
 
 
 def final_sacct(job_id: str, timeout_s: float = 20) -> dict:
-    """sacct lags the end of a het job by about a second (one merged row first): poll."""
+    """sacct lags the end of a het job by about a second (one merged row first), and a step's end
+    can reach slurmdbd after its component's (CI saw ID+0 COMPLETED beside ID+0.batch RUNNING):
+    poll until every component and step has ended."""
     deadline = time.monotonic() + timeout_s
     while True:
         info = sacct(job_id)
-        if info and f"{job_id}+0" in info["components"] and info["state"] not in ("RUNNING", "PENDING", "COMPLETING"):
+        rows = [*(info or {}).get("components", {}).values(), *(info or {}).get("steps", ())]
+        if info and f"{job_id}+0" in info["components"] and not any(
+                is_active(state) for state in (info["state"], *(r["state"] for r in rows))):
             return info
         if time.monotonic() > deadline:
             return info or {}
