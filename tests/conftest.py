@@ -92,3 +92,14 @@ def pytest_collection_modifyitems(items):
     rank = {name: i for i, name in enumerate(LONG_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
 
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Tests that draw a figure directly (plots.fig_*) leave it open in pyplot; the tests that need
+    no cluster share one process (make test), where open figures would pile up."""
+    yield
+    import sys
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        plt.close("all")
