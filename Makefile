@@ -18,6 +18,12 @@ SETUP_STAMP = build/setup.stamp
 SGLANG_CLIENT = 0.5.23
 CLIENT = $(LOCAL)/clients/sglang-$(SGLANG_CLIENT)
 OLD_CLIENT = $(LOCAL)/clients/sglang-0.5.2
+# ... and the Python environment 0.5.2's client runs in (testbed/configs/client-sglang-0.5.2.toml):
+# a venv with what its bench_serving imports, at this machine's versions (both clients tokenize
+# alike), and no torch. 0.5.2's bench_serving does not use torch, but transformers imports it
+# whenever it is installed: 3 of the 6 s of CPU each client start costs here.
+OLD_CLIENT_ENV = $(LOCAL)/clients/sglang-0.5.2-env
+OLD_CLIENT_PACKAGES = transformers tokenizers huggingface_hub aiohttp numpy requests tqdm ipython pillow pybase64
 SPEED_BENCH = $(LOCAL)/datasets/speed-bench/throughput_16k.jsonl
 # Debian packages the tests use besides the cluster's (cluster.sh install; shellcheck is there):
 # chromium renders the HTML reports headless.
@@ -74,7 +80,8 @@ install:
 local-assets: setup
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3-DFlash
-	@$(MAKE) --no-print-directory $(SPEED_BENCH) $(CLIENT)/sglang/version.py $(OLD_CLIENT)/sglang/version.py
+	@$(MAKE) --no-print-directory $(SPEED_BENCH) $(CLIENT)/sglang/version.py $(OLD_CLIENT)/sglang/version.py \
+	  $(OLD_CLIENT_ENV)/installed
 
 $(SPEED_BENCH): testbed/slurm_ab_testbed/make_speed_bench.py testbed/slurm_ab_testbed/make_model.py
 	$(PY) -m slurm_ab_testbed.make_speed_bench $@ --model $(LOCAL)/models/Kimi-K3
@@ -85,6 +92,13 @@ $(CLIENT)/sglang/version.py:
 
 $(OLD_CLIENT)/sglang/version.py:
 	$(PY) -m pip install -q --no-deps --target $(OLD_CLIENT) 'sglang==0.5.2'
+
+$(OLD_CLIENT_ENV)/installed:
+	rm -rf $(OLD_CLIENT_ENV)
+	$(PY) -m venv $(OLD_CLIENT_ENV)
+	$(OLD_CLIENT_ENV)/bin/python3 -m pip install -q $$($(PY) -c 'import importlib.metadata as m, sys; \
+	  print(*(f"{p}=={m.version(p)}" for p in sys.argv[1:]))' $(OLD_CLIENT_PACKAGES))
+	@touch $@
 
 cluster-up: local-assets
 	SLURM_AB_CLUSTER_NODES=$(CLUSTER_NODES) $(CLUSTER) up

@@ -57,7 +57,9 @@ def client_cmd(old: bool = False) -> tuple[list[str], dict]:
     """(argv prefix, environment) of one client: 0.5.23's steady-state entry point or 0.5.2's
     sglang.bench_serving, as the local site's profiles run them."""
     env = {**os.environ, **ENV}
-    if old:
-        return [sys.executable, "-m", "sglang.bench_serving"], _with_path(env, old_client_dir())
+    if old:   # the 0.5.2 config's own command: its Python environment (no torch) and module
+        command = tomllib.loads(OLD_CONFIG.read_text())["client_profiles"]["sglang_0_5_2"]["command"]
+        assert Path(command[0]).is_file(), f"{command[0]} is missing: run `make local-assets`"
+        return list(command), _with_path(env, old_client_dir())
     return [sys.executable, "-m", "sglang.benchmark.steady_state_serving",
             "--steady-state-concurrency-ratio", "0.5"], _with_path(env, client_dir())
