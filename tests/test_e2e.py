@@ -317,8 +317,11 @@ def test_server_metrics_beside_the_logs(runs, mode):
         # every node scraped: each stage's own KV pool, and running requests that are the client's
         # in flight (HTTP, node rank 0, minus queued), not a stage's micro-batch of ~1
         pooled = sm["pooled"]
-        # (within one: a finished request's stream may close just after the client's next one opens)
-        assert abs(pooled["running_peak"] - 8) <= 1 and abs(pooled["in_flight_peak"] - 8) <= 1, pooled
+        # (C=8, up to a few more: SGLang counts a request until its response body has closed, and
+        # the client opens its next request when it has read the last chunk; requests that finish
+        # in the same decode step overlap so on both replicas: 10 seen on a loaded machine. Summed
+        # over the 8 stages it would be 64, a micro-batch 1-2.)
+        assert 7 <= pooled["running_peak"] <= 12 and 7 <= pooled["in_flight_peak"] <= 12, pooled
         for r in sm["replicas"]:
             assert [k for k, _ in r["kv_stage_peaks"]] == list(range(8)), r["kv_stage_peaks"]
             assert all(v > 0 for _, v in r["kv_stage_peaks"]) and r["micro_batch_peak"] <= 2
