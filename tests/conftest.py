@@ -1,5 +1,6 @@
 """Fixtures for every test; plain helpers are the package tests/helpers/ (``helpers.X``)."""
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,6 @@ def _close_figures():
     """Tests that draw a figure directly (plots.fig_*) leave it open in pyplot; the tests that need
     no cluster share one process (make test), where open figures would pile up."""
     yield
-    import sys
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is not None:
         plt.close("all")

@@ -36,9 +36,8 @@ def final_sacct(job_id: str, timeout_s: float = 20) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
         info = sacct(job_id)
-        rows = [*(info or {}).get("components", {}).values(), *(info or {}).get("steps", ())]
-        if info and f"{job_id}+0" in info["components"] and not any(
-                is_active(state) for state in (info["state"], *(r["state"] for r in rows))):
+        if info and f"{job_id}+0" in info["components"] and not any(is_active(r["state"]) for r in (
+                info, *info["components"].values(), *info["steps"])):
             return info
         if time.monotonic() > deadline:
             return info or {}
