@@ -210,30 +210,18 @@ preflight_node() {
   local g=$1; shift
   local node=${SLURMD_NODENAME:-${HOSTNAME:-unknown}} rank=${SLURM_NODEID:-0} start=$SECONDS
   local dir="$RUN_DIR/preflight" out rc line mod ver what path i n=0 name driver="" addr="" taken
-  local -a problems=() checks=() mods=("${PF_MODULES[@]}") names=() jmods=()
+  local -a problems=() checks=() mods=("${PF_MODULES[@]}") cmods=() names=() jmods=()
   local router_node=0 tok_pid="" tok_out="$dir/$node.tokenizer"
   [[ "$g" == 0 && "$rank" == 0 ]] && router_node=1
   problem() { checks+=("$1"); problems+=("$2"); }
-  # the client's tokenizer, loaded as the client will load it (in the background: it overlaps the
-  # other checks); before anything, the cache directory every step writes to
-  if [[ -n "${CACHE_DIR:-}" ]]; then
-    out=$( { mkdir -p -- "$CACHE_DIR" && : >"$CACHE_DIR/.slurm-ab-write-test.$node" \
-             && rm -f -- "$CACHE_DIR/.slurm-ab-write-test.$node"; } 2>&1 ) \
-      || problem cache "cache directory $CACHE_DIR is not writable: $(tail -n 1 <<<"$out")"
-  fi
-  if (( router_node && ${#PF_TOKENIZER[@]} )) && [[ -n "${PF_TOKENIZER_PATH:-}" ]]; then
-    "${PF_TOKENIZER[@]}" "$PF_TOKENIZER_PATH" >"$tok_out" 2>&1 &
-    tok_pid=$!
-  fi
-  (( router_node )) && for i in "${PF_CLIENT_MODULES[@]}"; do
-    [[ " ${mods[*]} " == *" $i "* ]] || mods+=("$i")
-  done
-  # modules: "MODULE VERSION" or "MODULE ERROR ..." per line
-  if (( ${#PF_IMPORT[@]} && ${#mods[@]} )); then
-    out=$("${PF_IMPORT[@]}" "${mods[@]}" 2>&1); rc=$?
+  # import_modules CMD_ARRAY MODULE[=DIST]...: CMD prints "MODULE VERSION" or "MODULE ERROR ..."
+  import_modules() {
+    local -n imp=$1; shift
+    (( ${#imp[@]} && $# )) || return 0
+    out=$("${imp[@]}" "$@" 2>&1); rc=$?
     while IFS= read -r line; do
       mod=${line%% *}; ver=${line#* }
-      for i in "${mods[@]}"; do
+      for i in "$@"; do
         [[ "${i%%=*}" == "$mod" ]] || continue
         if [[ "$ver" == ERROR* ]]; then
           problem import "module $mod is not importable: ${ver#ERROR }"
@@ -245,7 +233,26 @@ preflight_node() {
     if (( rc != 0 )) && ! grep -q ' ERROR ' <<<"$out"; then
       problem import "import check failed (status $rc): $(head -n 1 <<<"$out")"
     fi
+  }
+  # the client's tokenizer, loaded as the client will load it (in the background: it overlaps the
+  # other checks); before anything, the cache directory every step writes to
+  if [[ -n "${CACHE_DIR:-}" ]]; then
+    out=$( { mkdir -p -- "$CACHE_DIR" && : >"$CACHE_DIR/.slurm-ab-write-test.$node" \
+             && rm -f -- "$CACHE_DIR/.slurm-ab-write-test.$node"; } 2>&1 ) \
+      || problem cache "cache directory $CACHE_DIR is not writable: $(tail -n 1 <<<"$out")"
   fi
+  if (( router_node && ${#PF_TOKENIZER[@]} )) && [[ -n "${PF_TOKENIZER_PATH:-}" ]]; then
+    "${PF_TOKENIZER[@]}" "$PF_TOKENIZER_PATH" >"$tok_out" 2>&1 &
+    tok_pid=$!
+  fi
+  # the client's modules, on ROUTER_HOST, by the client's own Python when it has another
+  # (PF_CLIENT_IMPORT), else in the one import with the others
+  (( router_node )) && for i in "${PF_CLIENT_MODULES[@]}"; do
+    if (( ${#PF_CLIENT_IMPORT[@]} )); then cmods+=("$i")
+    elif [[ " ${mods[*]} " != *" $i "* ]]; then mods+=("$i"); fi
+  done
+  import_modules PF_IMPORT "${mods[@]}"
+  import_modules PF_CLIENT_IMPORT "${cmods[@]}"
   # GPUs: one "NAME, DRIVER" line per visible GPU
   if (( ${#PF_GPU[@]} )); then
     out=$("${PF_GPU[@]}" 2>&1); rc=$?
@@ -410,7 +417,8 @@ write_preflight_script() {
     echo '# slurm-ab preflight, run on every node by the job'"'"'s first steps (written by the job script).'
     declare -p RUN_DIR PF_MODULES PF_CLIENT_MODULES PF_IMPORT PF_GPU PF_GPUS PF_PORT PF_ADDRESS PF_IFACE PF_PATHS PF_CLIENT_PATHS
     # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
-    declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB 2>/dev/null
+    declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB \
+      PF_CLIENT_IMPORT 2>/dev/null
     declare -f json_str preflight_node preflight_fabric iface_matches preflight_pd
     echo 'preflight_node "$@"'
   } >"$RUN_DIR/preflight/check.sh"

@@ -317,6 +317,7 @@ class Preflight:
     tokenizer_command: tuple[str, ...] = ()     # + the client's tokenizer, on ROUTER_HOST
     tokenizer: str = ""
     pd_ib: str = ""                             # PD: RDMA devices of pd.ib_device, each ACTIVE
+    client_import_command: tuple[str, ...] = ()  # by the client's Python, when not import_command's
 
 
 def job_name(run_id: str) -> str:
@@ -515,6 +516,16 @@ def _side_step(exp: Experiment) -> tuple[str, ...]:
     return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args)
 
 
+def client_python(check: tuple[str, ...], client_command: tuple[str, ...]) -> tuple[str, ...]:
+    """A client-side check (`PY -c SCRIPT`) run by the Python that runs the client: the words of the
+    client's command before its `-m` (a venv's python3, `env -u X python3`). A client installed in
+    another environment than the site's python3 is checked where it runs, not where it is absent
+    (a false failure) or where another version is (a false pass)."""
+    if len(check) < 2 or check[1] != "-c" or "-m" not in client_command[1:]:
+        return check
+    return (*client_command[:client_command.index("-m", 1)], *check[1:])
+
+
 def _preflight(exps: Sequence[Experiment], server: Command, client: Command) -> Preflight | None:
     """The preflight of the job's first mode's settings, checking the paths every mode reads
     (a draft model that one mode of a campaign uses)."""
@@ -528,17 +539,20 @@ def _preflight(exps: Sequence[Experiment], server: Command, client: Command) -> 
     router = exp.router.module + (f"={exp.router.distribution}" if exp.router.distribution else "")
     interface = exp.cluster.address == "interface"
     pd = next((e.pd for e in exps if e.mode.roles), None)
+    client_import = client_python(pf.import_command, exp.client.command)
     return Preflight(
         modules=tuple(m for m in (pf.server_module, router, pd.transfer_module if pd else "") if m),
         client_modules=(exp.client.module + (f"={exp.client.distribution}" if exp.client.distribution
                                              else ""),) if exp.client.module and pf.client_import else (),
         import_command=pf.import_command, gpu_command=pf.gpu_command,
+        client_import_command=() if client_import == pf.import_command else client_import,
         gpus=exp.cluster.gpus_per_node, port_command=pf.port_command,
         address_command=pf.address_command if interface else (),
         interface=exp.cluster.address_interface if interface else "",
         paths=tuple(paths), client_paths=tuple(client_paths), timeout_s=pf.timeout_s,
         interfaces_command=pf.interfaces_command, hca_command=pf.hca_command,
-        tokenizer_command=pf.tokenizer_command, tokenizer=exp.paths.tokenizer,
+        tokenizer_command=client_python(pf.tokenizer_command, exp.client.command),
+        tokenizer=exp.paths.tokenizer,
         pd_ib=pd.ib_device if pd and pd.transfer_backend != "mooncake_tcp" else "")
 
 

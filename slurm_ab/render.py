@@ -64,7 +64,9 @@ def summary(plan: JobPlan) -> str:
                  f"{e.router.ready_path} counts {e.replicas} {e.router.ready_field}")
     pf = plan.preflight
     if pf:
-        checks = [f"imports {', '.join(pf.modules)}" + (f" (+ {', '.join(pf.client_modules)} on ROUTER_HOST)" if pf.client_modules else "")]
+        by = f" by {words(pf.client_import_command[:-2])}" if pf.client_import_command else ""
+        checks = [f"imports {', '.join(pf.modules)}"
+                  + (f" (+ {', '.join(pf.client_modules)} on ROUTER_HOST{by})" if pf.client_modules else "")]
         if pf.gpu_command:
             checks.append(f"{pf.gpus} GPUs per node ({words(pf.gpu_command)})")
         checks.append("paths " + ", ".join(f"{w} {p}" for w, p in pf.paths + pf.client_paths))

@@ -43,6 +43,22 @@ def test_default_client_is_0523_steady_state_entry_point():
     off = plan_for(Sources("example", (), ("paths.results=/results", "preflight.client_import=false")), "tp32", "R")
     assert off.preflight.client_modules == () and off.preflight.modules == plan.preflight.modules
     assert errors("preflight.client_import=5") == ["preflight.client_import = 5: must be a true/false"]
+    assert plan.preflight.client_import_command == ()           # python3 runs it: one import for all
+
+
+def test_client_side_checks_run_with_the_clients_python():
+    venv = "/opt/client-env/bin/python3"
+    sets = ("paths.results=/results", f'client_profiles.sglang_0_5_23.command=["env", "-u", "PYTHONPATH", "{venv}", '
+            '"-m", "sglang.benchmark.steady_state_serving"]', 'preflight.tokenizer_command=["python3", "-c", "T"]')
+    pf = plan_for(Sources("example", (), sets), "tp32", "R").preflight
+    assert pf.client_import_command[:4] == ("env", "-u", "PYTHONPATH", venv)
+    assert pf.client_import_command[4:] == pf.import_command[1:]
+    assert pf.tokenizer_command == ("env", "-u", "PYTHONPATH", venv, "-c", "T")
+    # a client without `-m` (a console script), or a check that is not `PY -c`: as the site wrote it
+    other = plan_for(Sources("example", (), ("paths.results=/results",
+                                             'client_profiles.sglang_0_5_23.command=["bench-serving"]',
+                                             'preflight.tokenizer_command=["check-tok"]')), "tp32", "R").preflight
+    assert other.client_import_command == () and other.tokenizer_command == ("check-tok",)
 
 
 def test_slo_reaches_goodput_only_when_set():

@@ -137,3 +137,30 @@ def test_the_clients_tokenizer_loads_on_the_routers_node(tmp_path, model_dir, to
     other = run_check(check, "nodeB", 0, 1)                   # only ROUTER_HOST loads it
     assert not [c for c in causes(other) if c[0] == "tokenizer"]
     assert not (check.parent / "nodeB.tokenizer").exists()
+
+
+def test_the_clients_modules_are_imported_by_the_clients_python(tmp_path):
+    # a client installed in an environment of its own (a venv's python3, as the 0.5.2 config's):
+    # its module imports there and nowhere else; the site's python3 imports the server's modules
+    env_dir = tmp_path / "client-env"
+    (env_dir / "only_in_client_env").mkdir(parents=True)
+    (env_dir / "only_in_client_env" / "__init__.py").write_text("__version__ = '9.9'\n")
+    py = tmp_path / "client-python3"
+    py.write_text(f'#!/bin/bash\nPYTHONPATH={env_dir} exec python3 "$@"\n')
+    py.chmod(0o755)
+    sets = ('preflight.enabled=true', 'preflight.tokenizer_command=[]',
+            f'client_profiles.sglang_0_5_23.command=["{py}", "-m", "only_in_client_env"]',
+            'client_profiles.sglang_0_5_23.module="only_in_client_env"',
+            'client_profiles.sglang_0_5_23.distribution=""')
+    check = write_check(tmp_path, *sets)
+    head = run_check(check, "nodeA", 0, 0)
+    assert not [c for c in causes(head) if c[0] == "import"], causes(head)
+    assert head["modules"]["only_in_client_env"] == "9.9"
+    assert "slurm_ab_testbed.emulator" in head["modules"]
+    other = run_check(check, "nodeB", 0, 1)                   # only ROUTER_HOST imports the client's
+    assert "only_in_client_env" not in other["modules"] and not causes(other)
+    # the client run by the site's python3 (the default): one import, where the module is absent
+    check = write_check(tmp_path / "plain", *sets[:2], 'client_profiles.sglang_0_5_23.module="only_in_client_env"',
+                        'client_profiles.sglang_0_5_23.distribution=""')
+    assert [c[1] for c in causes(run_check(check, "nodeA", 0, 0)) if c[0] == "import"] == [
+        "module only_in_client_env is not importable: ModuleNotFoundError: No module named 'only_in_client_env'"]
