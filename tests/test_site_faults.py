@@ -75,8 +75,10 @@ def test_a_hung_replica_is_caught_and_torn_down_with_its_grace(job):
     assert [kv["signal"] for _, kv in signals] == ["TERM", "KILL"], signals
     (t_term, _), (t_kill, kill) = signals
     # SGLang got SIGTERM first and its grace (cluster.teardown_grace_s = 10) before SIGKILL: the hung
-    # replica could not drain, the healthy one exited on its own well before
-    assert 9.5 <= t_kill - t_term <= 12, t_kill - t_term
+    # replica could not drain, the healthy one exited on its own well before. Besides the grace the
+    # gap holds two Slurm calls (scancel of the TERM, before the grace starts; squeue, before the
+    # KILL): up to ~1 s each while slurmctld serves the other lanes' jobs (2.0 s seen)
+    assert 9.5 <= t_kill - t_term <= 13, t_kill - t_term
     hung = j.run_dir / "logs" / "server-r1-n0.log"
     term = stamp_of(log_line(hung, "SIGTERM received. signum=15"))
     assert t_term - 0.5 <= term <= t_term + 2
