@@ -1,10 +1,12 @@
-"""The one list of Slurm job states (slurm.py), as watch and the collector read them."""
+"""The one list of Slurm job states (slurm.py), as watch and the collector read them; node states
+as the verdict says them."""
 import pytest
 
 from slurm_ab import slurm
 from slurm_ab.collect.job import job_info
-from slurm_ab.collect.verdict import state_verdict
-from slurm_ab.parse.events import EventLog
+from slurm_ab.collect.verdict import node_reasons, node_state_words, state_verdict
+from slurm_ab.parse.diagnose import Finding
+from slurm_ab.parse.events import EventLog, read_events
 
 # squeue(1) "JOB STATE CODES", Slurm 22.05: every state a job can be in
 SQUEUE_STATES = """BOOT_FAIL CANCELLED COMPLETED CONFIGURING COMPLETING DEADLINE FAILED NODE_FAIL
@@ -33,3 +35,16 @@ def test_watch_and_the_collector_agree_on_every_state(state):
     verdict, _ = state_verdict(job_info({"state": state}, EventLog()), EventLog(), [])
     assert (verdict == "running") == slurm.is_active(state), state
     assert slurm.is_active(f"{state} by 0") == slurm.is_active(state)
+
+
+def test_a_nodes_state_flag_is_said_in_words(tmp_path):
+    # sinfo's %T: "down*" = down and not responding (sinfo(1), NODE STATE CODES)
+    (tmp_path / "events.log").write_text(
+        "1.0 2026-12-02 12:00:01.000 node_state node=node06 state=down* reason=slurm-ab-test-node-lost\n"
+        "1.1 2026-12-02 12:00:01.100 node_state node=node07 state=drain reason=none\n")
+    lost = [Finding("node_lost", "slurm-5.out", 3, "srun: error: Node failure on node06", {"node": "node06"})]
+    assert node_reasons(lost, read_events(tmp_path / "events.log"), {}) == [
+        "node node06 failed (srun: Node failure on node06; Slurm: down (not responding), reason: slurm-ab-test-node-lost)",
+        "node node07 was drain in Slurm when the job ended"]
+    assert [node_state_words(s) for s in ("down", "idle~", "mixed-", "*")] == [
+        "down", "idle (powered off)", "mixed (planned by the backfill scheduler)", "*"]

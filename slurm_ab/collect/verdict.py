@@ -184,6 +184,19 @@ def _is_job_output(name: str) -> bool:
     return PurePath(name).name.startswith("slurm-")
 
 
+# sinfo's flags after a node's state (sinfo(1), NODE STATE CODES), in words.
+_STATE_FLAGS = {"*": "not responding", "~": "powered off", "#": "powering up", "!": "pending power down",
+                "%": "powering down", "@": "pending reboot", "^": "reboot issued",
+                "$": "in a maintenance reservation", "-": "planned by the backfill scheduler"}
+
+
+def node_state_words(state: str) -> str:
+    """"down*" -> "down (not responding)": the flag is what tells a lost node from a drained one."""
+    if state[-1:] in _STATE_FLAGS and len(state) > 1:
+        return f"{state[:-1]} ({_STATE_FLAGS[state[-1]]})"
+    return state
+
+
 def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict, names=None) -> list[str]:
     """Nodes that failed under the job: srun's 'Node failure on X' lines and the nodes the job
     found down, drained or not responding in Slurm as it ended (events 'node_state')."""
@@ -195,7 +208,7 @@ def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict, na
         if e.fields.get("node"):
             reason = e.fields.get("reason", "")
             nodes.setdefault(e.fields["node"], {}).update(
-                state=e.fields.get("state") or "?",
+                state=node_state_words(e.fields.get("state") or "?"),
                 reason=reason if reason and reason != "none" else None)
     out = []
     for node, info in nodes.items():
