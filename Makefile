@@ -24,6 +24,9 @@ OLD_CLIENT = $(LOCAL)/clients/sglang-0.5.2
 # whenever it is installed: 3 of the 6 s of CPU each client start costs here.
 OLD_CLIENT_ENV = $(LOCAL)/clients/sglang-0.5.2-env
 OLD_CLIENT_PACKAGES = transformers tokenizers huggingface_hub aiohttp numpy requests tqdm ipython pillow pybase64
+# NAME==VERSION of each at this machine's versions; the venv's stamp holds them: a change rebuilds it
+OLD_CLIENT_PINS = $(PY) -c 'import importlib.metadata as m, sys; print(*(f"{p}=={m.version(p)}" for p in sys.argv[1:]))' \
+  $(OLD_CLIENT_PACKAGES)
 SPEED_BENCH = $(LOCAL)/datasets/speed-bench/throughput_16k.jsonl
 # Debian packages the tests use besides the cluster's (cluster.sh install; shellcheck is there):
 # chromium renders the HTML reports headless.
@@ -80,6 +83,8 @@ install:
 local-assets: setup
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3-DFlash
+	@pins=$$($(OLD_CLIENT_PINS)); [ "$$(cat $(OLD_CLIENT_ENV)/installed 2>/dev/null)" = "$$pins" ] \
+	  || rm -f $(OLD_CLIENT_ENV)/installed
 	@$(MAKE) --no-print-directory $(SPEED_BENCH) $(CLIENT)/sglang/version.py $(OLD_CLIENT)/sglang/version.py \
 	  $(OLD_CLIENT_ENV)/installed
 
@@ -96,9 +101,7 @@ $(OLD_CLIENT)/sglang/version.py:
 $(OLD_CLIENT_ENV)/installed:
 	rm -rf $(OLD_CLIENT_ENV)
 	$(PY) -m venv $(OLD_CLIENT_ENV)
-	$(OLD_CLIENT_ENV)/bin/python3 -m pip install -q $$($(PY) -c 'import importlib.metadata as m, sys; \
-	  print(*(f"{p}=={m.version(p)}" for p in sys.argv[1:]))' $(OLD_CLIENT_PACKAGES))
-	@touch $@
+	pins=$$($(OLD_CLIENT_PINS)) && $(OLD_CLIENT_ENV)/bin/python3 -m pip install -q $$pins && echo "$$pins" >$@
 
 cluster-up: local-assets
 	SLURM_AB_CLUSTER_NODES=$(CLUSTER_NODES) $(CLUSTER) up
