@@ -64,7 +64,8 @@ def summary(plan: JobPlan) -> str:
                  f"{e.router.ready_path} counts {e.replicas} {e.router.ready_field}")
     pf = plan.preflight
     if pf:
-        by = f" by {words(pf.client_import_command[:-2])}" if pf.client_import_command else ""
+        py = pf.client_import_command[:len(pf.client_import_command) - len(pf.import_command) + 1]
+        by = f" by {words(py)}" if pf.client_import_command else ""
         checks = [f"imports {', '.join(pf.modules)}"
                   + (f" (+ {', '.join(pf.client_modules)} on ROUTER_HOST{by})" if pf.client_modules else "")]
         if pf.gpu_command:

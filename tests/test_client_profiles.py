@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from slurm_ab.errors import ConfigErrors
+from slurm_ab.render import summary
 from slurm_ab.shell import Var
 from slurm_ab.sources import Sources, load_experiment, plan_for
 from slurm_ab.validate import notices
@@ -50,7 +51,10 @@ def test_client_side_checks_run_with_the_clients_python():
     venv = "/opt/client-env/bin/python3"
     sets = ("paths.results=/results", f'client_profiles.sglang_0_5_23.command=["env", "-u", "PYTHONPATH", "{venv}", '
             '"-m", "sglang.benchmark.steady_state_serving"]', 'preflight.tokenizer_command=["python3", "-c", "T"]')
-    pf = plan_for(Sources("example", (), sets), "tp32", "R").preflight
+    plan = plan_for(Sources("example", (), sets), "tp32", "R")
+    pf = plan.preflight
+    assert "(+ sglang.benchmark.steady_state_serving=sglang on ROUTER_HOST by env -u PYTHONPATH " \
+           f"{venv})" in summary(plan)                        # the dry-run says which Python
     assert pf.client_import_command[:4] == ("env", "-u", "PYTHONPATH", venv)
     assert pf.client_import_command[4:] == pf.import_command[1:]
     assert pf.tokenizer_command == ("env", "-u", "PYTHONPATH", venv, "-c", "T")
