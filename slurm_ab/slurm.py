@@ -1,5 +1,5 @@
-"""Thin wrappers over Slurm's commands (sacct, squeue, scancel), every call bounded in time, and
-the one list of Slurm job states."""
+"""Thin wrappers over Slurm's commands (sacct, squeue, scancel), every call bounded in time, the
+one list of Slurm job states, and sinfo's node-state flags in words."""
 from __future__ import annotations
 
 import shutil
@@ -103,3 +103,16 @@ def base_state(raw: str | None) -> str | None:
 def is_active(state: str | None) -> bool:
     """The job is queued or holds (or is about to hold) an allocation: it has not ended."""
     return base_state(state) in ACTIVE_STATES
+
+
+# sinfo's flags after a node's state (sinfo(1), NODE STATE CODES), in words.
+_STATE_FLAGS = {"*": "not responding", "~": "powered off", "#": "powering up", "!": "pending power down",
+                "%": "powering down", "@": "pending reboot", "^": "reboot issued",
+                "$": "in a maintenance reservation", "-": "planned by the backfill scheduler"}
+
+
+def node_state_words(state: str) -> str:
+    """"down*" -> "down (not responding)": the flag is what tells a lost node from a drained one."""
+    if state[-1:] in _STATE_FLAGS and len(state) > 1:
+        return f"{state[:-1]} ({_STATE_FLAGS[state[-1]]})"
+    return state

@@ -4,7 +4,7 @@ import pytest
 
 from slurm_ab import slurm
 from slurm_ab.collect.job import job_info
-from slurm_ab.collect.verdict import node_reasons, node_state_words, state_verdict
+from slurm_ab.collect.verdict import node_reasons, state_verdict
 from slurm_ab.parse.diagnose import Finding
 from slurm_ab.parse.events import EventLog, read_events
 
@@ -46,5 +46,5 @@ def test_a_nodes_state_flag_is_said_in_words(tmp_path):
     assert node_reasons(lost, read_events(tmp_path / "events.log"), {}) == [
         "node node06 failed (srun: Node failure on node06; Slurm: down (not responding), reason: slurm-ab-test-node-lost)",
         "node node07 was drain in Slurm when the job ended"]
-    assert [node_state_words(s) for s in ("down", "idle~", "mixed-", "*")] == [
+    assert [slurm.node_state_words(s) for s in ("down", "idle~", "mixed-", "*")] == [
         "down", "idle (powered off)", "mixed (planned by the backfill scheduler)", "*"]

@@ -18,7 +18,7 @@ from typing import Sequence
 from ..parse.diagnose import NO_KV_MEMORY, ROOT_CAUSE_KINDS, Finding
 from ..parse.events import EventLog
 from ..parse.preflight import preflight_reasons
-from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
+from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES, node_state_words
 from .pd import component_name, pd_fail_reasons
 from .records import BenchResult, JobInfo
 
@@ -182,19 +182,6 @@ _SRUN_TASK = re.compile(r"^(\S+): task (\d+): (.+)$")
 
 def _is_job_output(name: str) -> bool:
     return PurePath(name).name.startswith("slurm-")
-
-
-# sinfo's flags after a node's state (sinfo(1), NODE STATE CODES), in words.
-_STATE_FLAGS = {"*": "not responding", "~": "powered off", "#": "powering up", "!": "pending power down",
-                "%": "powering down", "@": "pending reboot", "^": "reboot issued",
-                "$": "in a maintenance reservation", "-": "planned by the backfill scheduler"}
-
-
-def node_state_words(state: str) -> str:
-    """"down*" -> "down (not responding)": the flag is what tells a lost node from a drained one."""
-    if state[-1:] in _STATE_FLAGS and len(state) > 1:
-        return f"{state[:-1]} ({_STATE_FLAGS[state[-1]]})"
-    return state
 
 
 def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict, names=None) -> list[str]:
