@@ -619,17 +619,18 @@ signal_steps() {
 # Runs once, on every exit path.
 # shellcheck disable=SC2317  # runs from a trap
 teardown() {
-  local reason=$1 pid deadline alive i
+  local reason=$1 pid deadline alive
   (( TORN_DOWN )) && return 0
   TORN_DOWN=1
   event teardown "reason=$reason"
   local -a pids=()
   [[ -n "${CLIENT_PID:-}" ]] && pids+=("$CLIENT_PID")
   for pid in "${STEP_PIDS[@]}"; do pids+=("$pid"); done
-  # Nothing of this shell runs any more (a campaign launch tore its own steps down): steps Slurm
-  # still lists are completing; give them a moment before signalling them again.
-  for (( i = 0; ${#pids[@]} == 0 && i < 10; i++ )); do
-    [[ -n "$(job_steps)" ]] || break
+  # Nothing of this shell runs any more (a launch tore its own steps down): steps Slurm still lists
+  # are completing; give them 3 s (a deadline, not a count of squeue calls that may each take 10 s
+  # while slurmctld waits for a node that stopped answering) before signalling them again.
+  deadline=$(( ${EPOCHREALTIME/./} + 3000000 ))
+  while (( ${#pids[@]} == 0 && ${EPOCHREALTIME/./} < deadline )) && [[ -n "$(job_steps)" ]]; do
     sleep 0.3
   done
   if (( ${#pids[@]} == 0 )); then

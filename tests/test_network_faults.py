@@ -330,7 +330,7 @@ def test_link_down_while_loading(job):
     j.wait_event("server_launch", replica=1)
     node = j.hosts()[1][1]
     wait_log(j, log_of(j, 1, 1), "Load weight begin")
-    t, end = link_down_until_job_end(j, node, dist + 90)
+    t, end = link_down_until_job_end(j, node, ready + 180)
     assert j.finish(120) == 1
     detect = end - t
     j.assert_nothing_left(90)
@@ -344,9 +344,14 @@ def test_link_down_while_loading(job):
     watchdog = [watchdog_epoch(log_of(j, 1, n)) for n in (0, 1)]
     assert all(w is not None and dist - 1 <= w - t < dist + 10 for w in watchdog), (watchdog, t)
     launch = j.event("server_launch", replica=1)[0]
-    # after the ready timeout: the launch's teardown (scancel --signal to the unreachable node's
-    # step: up to 10 s each, then the grace), node states, the job's SIGKILL and the clean-up step
-    assert dist <= detect and end - launch < ready + 60, (detect, end - launch)
+    # The job gives up at its ready timeout, not at Slurm's SlurmdTimeout or the time limit (15 min)...
+    failed = j.event("fail", kind="not_ready")[0]
+    assert ready - 1 <= failed - launch < ready + 10, (failed - launch, ready)
+    # ...then tears down: scancel --signal TERM goes to the slurmds directly (scancel(1)) and waits
+    # MessageTimeout (10 s) for the unreachable one, then the 10 s grace, SIGKILL, node states, the
+    # job's own SIGKILL and the clean-up step; the Slurm calls wait longer while slurmctld itself
+    # waits for the node (93 s from launch to job_end was seen in CI, 62 s here).
+    assert dist <= detect and end - failed < 120, (detect, end - failed)
     measure(f"link down while loading (dist-timeout {dist} s, ready timeout {ready} s)", detect,
             f"watchdog after {min(watchdog) - t:.1f} s | {first_reason(j)}")
 
