@@ -122,3 +122,22 @@ def test_watch_pid_returns_the_status_and_a_dead_step_fails_the_job(flow, tmp_pa
     assert r.returncode == 1 and "router exited with status 3" in r.stderr
     e = parse_event_line((tmp_path / "run" / "events.log").read_text().splitlines()[-1], 1)
     assert e.fields == {"kind": "step_exited", "step": "router", "rc": "3"}
+
+
+def test_teardown_after_a_launchs_own_waits_for_leftover_steps_by_a_deadline(flow, tmp_path):
+    """Nothing of the script runs any more and Slurm still lists a step (on a node that stopped
+    answering, it never ends): the exit teardown waits 3 s for it, however slow squeue is (each
+    call took ~3 s in the cluster tests while slurmctld waited for the node), then SIGKILLs it once
+    more. No SIGTERM: that step had its grace from the launch's teardown."""
+    calls = tmp_path / "calls"
+    stub(tmp_path, "squeue", f'echo squeue >> "{calls}"; sleep 1; echo 12.4')
+    stub(tmp_path, "scancel", f'echo "scancel $*" >> "{calls}"')
+    stub(tmp_path, "sinfo", "true")
+    r = bash(flow, "teardown exit", tmp_path, {"SLURM_JOB_ID": "12"})
+    assert r.returncode == 0, r.stderr
+    lines = calls.read_text().splitlines()
+    # 3 s of 1 s squeue calls (a count of ten calls took 13 s here), then signal_steps' own one
+    assert 2 <= lines.count("squeue") <= 5 and lines[-1] == "scancel --signal=KILL 12.4", lines
+    kinds = [parse_event_line(l, 1).fields.get("signal") for l in
+             (tmp_path / "run" / "events.log").read_text().splitlines()]
+    assert kinds == [None, "KILL"], kinds     # teardown, steps_signal KILL
