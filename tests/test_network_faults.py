@@ -397,8 +397,12 @@ def test_link_down_mid_benchmark(job):
 def test_head_unreachable_from_the_router_node_only(job):
     """Replica 1's head stops being reachable from the router's node (and only from there) while
     the benchmark runs: the router marks the worker unhealthy and sends everything to replica 0;
-    the per-replica balance check flags the run."""
-    j = job("unreach")
+    the per-replica balance check flags the run. The router's node is the batch host, whose pass
+    watchdog cannot read replica 1's /metrics either: after watchdog.stall_s (15 s at the local
+    site) it would fail the pass as stalled, first when a loaded machine makes the rest of the
+    benchmark on replica 0 longer than that (seen under load); this test gives the watchdog 120 s
+    (its own test is test_site_faults.py's hung replica)."""
+    j = job("unreach", "watchdog.stall_s=120")
     j.wait_event("bench_start")
     head1 = j.hosts()[1][0]
     router_node = j.hosts()[0][0]
