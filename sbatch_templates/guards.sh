@@ -42,7 +42,7 @@ metric_sum() {
 # WATCH_STALL_S while requests were in flight (or the replica no longer answers /metrics). Reads
 # and updates watch_pass's prog / prog_at / inflight.
 stall_check() {
-  local g=$1 text count n=0 m state=answered
+  local g=$1 text count n=0 m state=answered what="is stalled"
   if text=$(curl -sS -m "$METRICS_TIMEOUT" "http://${ADDRS[g]}:${PORTS[g]}/metrics" 2>&1); then
     count=$(metric_sum "$WATCH_PROGRESS" <<<"$text")
     for m in "${WATCH_INFLIGHT[@]}"; do n=$(( n + $(metric_sum "$m" <<<"$text") )); done
@@ -59,10 +59,11 @@ stall_check() {
   fi
   (( SECONDS - prog_at[$g] >= WATCH_STALL_S )) || return 0
   [[ "${inflight[$g]:-?}" == 0 ]] && return 0          # idle, not hung
+  [[ $state == answered ]] || what="is stalled or unreachable from the batch host"
   tail_log "$RUN_DIR/logs/server-r$g-n0.log"
   fatal stalled "replica=$g" "node=${HEADS[g]}" "pass=${PASS_KEY:-bench}" "seconds=$(( SECONDS - prog_at[$g] ))" \
     "inflight=${inflight[$g]:-?}" "finished=${prog[$g]:-?}" "metrics=${state%% *}" \
-    "replica $g (head ${HEADS[g]}) is stalled: no request finished for $(( SECONDS - prog_at[$g] )) s while ${inflight[$g]:-some} were in flight ($WATCH_PROGRESS stayed at ${prog[$g]:-?}; its /metrics $state)"
+    "replica $g (head ${HEADS[g]}) $what: no request finished for $(( SECONDS - prog_at[$g] )) s while ${inflight[$g]:-some} were in flight ($WATCH_PROGRESS stayed at ${prog[$g]:-?}; its /metrics $state)"
 }
 
 # pass_limit PROMPTS CONCURRENCY MODE: seconds a pass may take, WATCH_FACTOR_PCT % of its estimate

@@ -87,6 +87,12 @@ def test_guard_reasons_from_the_jobs_own_failures(tmp_path):
                       "were in flight (12 finished before; its /metrics answered); the job stopped the pass "
                       "(watchdog.stall_s)")
     assert got[1].startswith("pass c8-r2 ran 61 s, past its limit of 60 s")
+    unreachable = _events(tmp_path, "fail kind=stalled replica=1 node=node05 pass=c8-r1 seconds=16 inflight=2 "
+                                    "finished=2 metrics=did")
+    assert guard_reasons(unreachable, [], {}) == [
+        "replica 1 (head node05) stalled or unreachable in pass c8-r1: no request seen to finish for 16 s "
+        "while 2 were in flight (2 finished before; its /metrics did not answer the batch host: a hung "
+        "server or a network path down); the job stopped the pass (watchdog.stall_s)"]
     assert got[2] == ("NCCL on node06 (replica 1 node rank 1) used network Socket, not IB (cluster.nccl_network): "
                       "every collective of replica 1 crossed the fallback, so the job stopped before the "
                       "benchmark: node06:3101:3140 [0] NCCL INFO NET/IB : No device found. [logs/server-r1-n1.log:3]")

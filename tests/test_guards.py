@@ -157,6 +157,7 @@ def _watch(lib, tmp_path, counts, inflight):
     seq = tmp_path / "seq"
     seq.write_text("".join(f"{c}\n" for c in counts))
     curl = (f'n=$(head -n 1 {seq}); [ $(wc -l <{seq}) -gt 1 ] && sed -i 1d {seq}\n'
+            '[ "$n" = down ] && { echo "curl: (7) Failed to connect to a0 port 1" >&2; exit 7; }\n'
             f'printf "sglang:num_requests_total{{a=\\"b\\"}} $n\\nsglang:num_running_reqs{{a=\\"b\\"}} {inflight}\\n"')
     script = (NODES + "ADDRS=(a0 a1)\nPORTS=(1 2)\nHEADS=(node01)\nMETRICS_SERVERS=1\nWATCH_STALL_S=2\n"
               "WATCH_EVERY=0\nWATCH_PROGRESS=sglang:num_requests_total\nWATCH_INFLIGHT=(sglang:num_running_reqs)\n"
@@ -170,6 +171,17 @@ def test_a_replica_that_finishes_nothing_while_busy_fails_the_pass(lib, tmp_path
     f = ev.failures()[0].fields
     assert f["kind"] == "stalled" and f["replica"] == "0" and f["pass"] == "c8-r1" and f["finished"] == "5"
     assert f["inflight"] == "4" and f["metrics"] == "answered" and int(f["seconds"]) >= 2
+    assert "replica 0 (head node01) is stalled: no request finished for" in r.stderr, r.stderr
+
+
+def test_a_replica_whose_metrics_stop_answering_fails_the_pass_as_stalled_or_unreachable(lib, tmp_path):
+    """The batch host cannot tell a hung server from a path down between them: it says both."""
+    r, ev, _ = _watch(lib, tmp_path, [3, 4, "down"], inflight=4)
+    assert r.returncode == 1 and "client_rc" not in r.stdout
+    f = ev.failures()[0].fields
+    assert f["kind"] == "stalled" and f["finished"] == "4" and f["metrics"] == "did", f
+    assert "replica 0 (head node01) is stalled or unreachable from the batch host: no request finished for" in r.stderr
+    assert "its /metrics did not answer (curl: (7) Failed to connect to a0 port 1)" in r.stderr, r.stderr
 
 
 def test_progress_or_an_idle_replica_is_no_stall(lib, tmp_path):

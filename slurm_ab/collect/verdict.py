@@ -291,11 +291,16 @@ def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dic
             g = f.get("replica", "?")
             head = f.get("node") or (node_lists.get(str(g)) or ["?"])[0]
             who = component_name(int(g), names) if g.isdigit() else f"replica {g}"
-            out.append(f"{who} (head {head}) stalled in pass {f.get('pass', '?')}: no request "
-                       f"finished for {f.get('seconds', '?')} s while {f.get('inflight', '?')} were in "
-                       f"flight ({f.get('finished', '?')} finished before; its /metrics "
-                       f"{'answered' if f.get('metrics') == 'answered' else 'did not answer'}); the "
-                       "job stopped the pass (watchdog.stall_s)")
+            # A /metrics that did not answer the batch host cannot tell a hung server from a path
+            # down between them (the replica may still serve the router): say both.
+            answered = f.get("metrics") == "answered"
+            what, seen, metrics = (("stalled", "finished", "its /metrics answered") if answered else
+                                   ("stalled or unreachable", "seen to finish", "its /metrics did not answer "
+                                    "the batch host: a hung server or a network path down"))
+            out.append(f"{who} (head {head}) {what} in pass {f.get('pass', '?')}: no request {seen} for "
+                       f"{f.get('seconds', '?')} s while {f.get('inflight', '?')} were in flight "
+                       f"({f.get('finished', '?')} finished before; {metrics}); the job stopped the pass "
+                       "(watchdog.stall_s)")
         elif kind == "pass_timeout":
             out.append(f"pass {f.get('pass', '?')} ran {f.get('seconds', '?')} s, past its limit of "
                        f"{f.get('limit', '?')} s (watchdog.pass_factor x its estimated duration); the "
