@@ -367,7 +367,8 @@ def test_link_down_mid_benchmark(job):
     j.wait_event("bench_start")
     j.wait_for(lambda: access_posts(j.run_dir) >= 4, 60, "4 requests through the router")
     node = j.hosts()[1][1]
-    t, end = link_down_until_job_end(j, node, dist + 180)   # a wait, not a bound: Slurm calls slow down while a node is unreachable
+    # a wait, not a bound: Slurm calls slow down while a node is unreachable
+    t, end = link_down_until_job_end(j, node, dist + 180)
     j.finish(120)
     j.assert_nothing_left(90)
     s = j.summary()
