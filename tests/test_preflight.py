@@ -59,7 +59,10 @@ def run_check(check: Path, node: str, g: int, rank: int, *ports: int, env: dict 
     # the job runs it under the server steps' environment: the local site's PYTHONPATH among it
     e = {**os.environ, "SLURMD_NODENAME": node, "SLURM_NODEID": str(rank), "SLURM_AB_FAKE_GPUS": "8",
          "PYTHONPATH": str(client_dir()), **(env or {})}
-    r = subprocess.run(["bash", str(check), str(g), *map(str, ports)], capture_output=True, text=True, env=e, timeout=60)
+    # a guard against a hang, not a bound: the check imports SGLang 0.5.23's client (torch,
+    # transformers), 18 s on this idle machine, past 60 s with three CPU hogs beside the suite
+    r = subprocess.run(["bash", str(check), str(g), *map(str, ports)], capture_output=True, text=True, env=e,
+                       timeout=240)
     assert r.returncode == 0, r.stderr
     return json.loads((check.parent / f"{node}.json").read_text())
 
