@@ -43,7 +43,7 @@ for p in (ROOT, ROOT / "testbed"):
 
 from slurm_ab.ab_stats import BETTER, WORSE  # noqa: E402
 from slurm_ab.ab_stats.family import compare  # noqa: E402
-from slurm_ab.campaign import schedule  # noqa: E402
+from slurm_ab.model.campaign import schedule  # noqa: E402
 from slurm_ab_testbed.emulator.costs import load_costs  # noqa: E402
 from slurm_ab_testbed.emulator.noise import lognormal_factor  # noqa: E402
 

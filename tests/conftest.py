@@ -29,7 +29,7 @@ def cli(tmp_path, monkeypatch):
     """Run the slurm-ab CLI in an empty working directory; returns (exit code, stdout, stderr)."""
     from click.testing import CliRunner
 
-    from slurm_ab.cli import main
+    from slurm_ab.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("SLURM_AB_SITE", raising=False)

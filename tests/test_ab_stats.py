@@ -145,7 +145,7 @@ def test_interval_is_95_percent_by_default_and_widens_with_confidence():
 
 def test_importing_ab_stats_and_dry_run_import_no_scipy_or_numpy():
     code = ("import sys, slurm_ab.ab_stats\n"
-            "from slurm_ab.cli import main\n"
+            "from slurm_ab.cli.main import main\n"
             "try:\n    main(['dry-run', 'tp32'])\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('scipy', 'numpy', 'pandas') if m in sys.modules]\n"
             "print('HEAVY', heavy, file=sys.stderr)")

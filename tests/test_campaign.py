@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_ab.rundir import launch_dirname
-from slurm_ab.campaign import Campaign, parse_concurrencies, prompts_for, schedule
+from slurm_ab.model.rundir import launch_dirname
+from slurm_ab.model.campaign import Campaign, parse_concurrencies, prompts_for, schedule
 from slurm_ab.collect import rows as data
 from slurm_ab.tables import campaign as ct
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_ab.campaign import Campaign, launch_order, schedule
+from slurm_ab.model.campaign import Campaign, launch_order, schedule
 
 
 def test_counterbalanced_order_is_a_b_b_a_and_cancels_a_linear_drift():
@@ -37,15 +37,15 @@ def test_an_old_manifest_reads_its_launches_per_mode():
 
 
 def _resolve(**kw):
-    from slurm_ab.campaign_plan import CampaignOptions, resolve_options
-    from slurm_ab.sources import Sources, load_experiment
+    from slurm_ab.job.campaign_plan import CampaignOptions, resolve_options
+    from slurm_ab.model.sources import Sources, load_experiment
     sets = tuple(kw.pop("sets", ()))
     exps = [load_experiment(Sources(None, (), sets), m) for m in ("tp32", "tp32-dflash")]
     return resolve_options(exps, CampaignOptions(**kw))
 
 
 def test_defaults_of_a_comparison_and_their_validation():
-    from slurm_ab.errors import ConfigErrors
+    from slurm_ab.model.errors import ConfigErrors
     c = _resolve()
     assert (c.order, c.launches_per_mode, c.repeats) == ("counterbalanced", 4, 2) and len(c.launches) == 8
     assert _resolve(launches=3, repeats=1).launches_per_mode == 3

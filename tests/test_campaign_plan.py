@@ -9,10 +9,10 @@ import pytest
 
 from helpers.scripts import (GOLDEN_RUN_ID, GOLDEN_SETS, check_golden, generated, render,
                              shellcheck, static)
-from slurm_ab.campaign_plan import CampaignOptions, campaign_summary, plan_campaign, resolve_options
-from slurm_ab.errors import ConfigErrors
-from slurm_ab.render import render_script
-from slurm_ab.sources import Sources, load_experiment
+from slurm_ab.job.campaign_plan import CampaignOptions, campaign_summary, plan_campaign, resolve_options
+from slurm_ab.model.errors import ConfigErrors
+from slurm_ab.job.render import render_script
+from slurm_ab.model.sources import Sources, load_experiment
 
 AB = ["tp32", "tp32-dflash"]
 

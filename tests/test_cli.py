@@ -72,7 +72,7 @@ def test_modes_lists_parallelism(cli):
 
 
 def test_help_does_not_import_heavy_libraries():
-    code = ("import sys; from slurm_ab.cli import main\n"
+    code = ("import sys; from slurm_ab.cli.main import main\n"
             "try:\n    main(['dry-run', 'tp32'])\nexcept SystemExit:\n    pass\n"
             "heavy = [m for m in ('pandas', 'submitit', 'numpy', 'tabulate', 'matplotlib', 'tqdm')\n"
             "         if m in sys.modules]\n"

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from slurm_ab.errors import ConfigErrors
-from slurm_ab.render import summary
-from slurm_ab.shell import Var
-from slurm_ab.sources import Sources, load_experiment, plan_for
-from slurm_ab.validate import notices
+from slurm_ab.model.errors import ConfigErrors
+from slurm_ab.job.render import summary
+from slurm_ab.job.shell import Var
+from slurm_ab.model.sources import Sources, load_experiment, plan_for
+from slurm_ab.model.validate import notices
 
 from helpers.clients import ENV, client_dir
 

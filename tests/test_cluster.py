@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ab.slurm import is_active
+from slurm_ab.model.slurm import is_active
 from slurm_ab_testbed.cluster import cluster_script, is_up, run
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers.rundir_builder import build_run
 
-from slurm_ab.rundir import find_run_dirs  # noqa: E402
+from slurm_ab.model.rundir import find_run_dirs  # noqa: E402
 
 
 def test_importing_the_collector_does_not_import_pandas_or_tabulate():

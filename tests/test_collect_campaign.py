@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run
-from slurm_ab.campaign import schedule
+from slurm_ab.model.campaign import schedule
 from slurm_ab.collect.campaign import collect, collect_campaign
 from slurm_ab.collect.write import write_summary
 from slurm_ab.parse.events import read_events

@@ -6,7 +6,7 @@ import pytest
 
 from helpers.rundir_builder import build_oom_run, build_run
 from slurm_ab.collect.chained import collect_after_job
-from slurm_ab.rundir import Layout
+from slurm_ab.model.rundir import Layout
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import shlex
 import pytest
 
 from slurm_ab.collect.server_metrics import draft_tokens_of
-from slurm_ab.experiment import Experiment
-from slurm_ab.render import render_script, summary
+from slurm_ab.model.experiment import Experiment
+from slurm_ab.job.render import render_script, summary
 from slurm_ab.report.html import _flags
-from slurm_ab.sources import Sources, plan_for
+from slurm_ab.model.sources import Sources, plan_for
 
 from helpers.scripts import GOLDEN_SETS, MODES
 

@@ -3,10 +3,10 @@ or a valid script; never a traceback, and never a written or submitted script on
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_ab.config import builtin_experiment
-from slurm_ab.errors import ConfigError, ConfigErrors
-from slurm_ab.sources import Sources, plan_for
-from slurm_ab.render import render_script
+from slurm_ab.model.config import builtin_experiment
+from slurm_ab.model.errors import ConfigError, ConfigErrors
+from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.job.render import render_script
 
 
 def _leaf_keys(tree, prefix=""):

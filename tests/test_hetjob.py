@@ -1,4 +1,4 @@
-"""submitit's private surface that slurm_ab.hetjob relies on: a submitit that changes it fails here."""
+"""submitit's private surface that slurm_ab.job.hetjob relies on: a submitit that changes it fails here."""
 import importlib
 import inspect
 import os
@@ -7,7 +7,7 @@ import stat
 import pytest
 import submitit
 
-from slurm_ab.hetjob import PRIVATE_SURFACE, HetSlurmExecutor, HetSlurmInfoWatcher, HetSlurmJob
+from slurm_ab.job.hetjob import PRIVATE_SURFACE, HetSlurmExecutor, HetSlurmInfoWatcher, HetSlurmJob
 
 SCRIPT = """#!/bin/bash
 #SBATCH --job-name=ab-x

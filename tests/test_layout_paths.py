@@ -8,10 +8,10 @@ import re
 import pytest
 
 from helpers.scripts import render
-from slurm_ab.campaign_plan import CampaignOptions, plan_campaign
-from slurm_ab.render import render_script
-from slurm_ab.rundir import PATHS, Layout
-from slurm_ab.sources import Sources
+from slurm_ab.job.campaign_plan import CampaignOptions, plan_campaign
+from slurm_ab.job.render import render_script
+from slurm_ab.model.rundir import PATHS, Layout
+from slurm_ab.model.sources import Sources
 
 from helpers.scripts import GOLDEN_SETS
 

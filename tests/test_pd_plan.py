@@ -12,10 +12,10 @@ import pytest
 
 from helpers.clients import importable_sglang
 from helpers.scripts import GOLDEN_SETS, check_golden, generated, render, shellcheck
-from slurm_ab.campaign_plan import CampaignOptions, plan_campaign
-from slurm_ab.errors import ConfigErrors
-from slurm_ab.render import render_script, summary
-from slurm_ab.sources import Sources, load_experiment, plan_for
+from slurm_ab.job.campaign_plan import CampaignOptions, plan_campaign
+from slurm_ab.model.errors import ConfigErrors
+from slurm_ab.job.render import render_script, summary
+from slurm_ab.model.sources import Sources, load_experiment, plan_for
 
 PD_MODES = ("pd-1p1d", "pd-1p1d-dflash")
 # the job's run-time words, as pipeline.sh appends them (start_servers) and resolve_addresses sets them
@@ -169,7 +169,7 @@ def test_dp2_and_pd_share_one_allocation():
 
 
 def test_campaign_dry_run_shows_the_pd_modes_roles_and_router():
-    from slurm_ab.campaign_plan import campaign_summary
+    from slurm_ab.job.campaign_plan import campaign_summary
     text = campaign_summary(_campaign(["tp32", "pd-1p1d"]))
     for line in ("  pd-1p1d launches: het groups 0 = prefill 0, 1 = decode 0\n",
                  "    KV bootstrap of prefill 0: $R0_ADDR:$R0_BOOT = its head, port 25000 + slot*20",

@@ -6,7 +6,7 @@ import math
 import pytest
 from scipy import stats
 
-from slurm_ab.planner import Costs, Design, Noise, Target, candidates, plan, text, verify
+from slurm_ab.ab_stats.planner import Costs, Design, Noise, Target, candidates, plan, text, verify
 
 EMU = Noise(0.015, 0.015)               # the emulator's costs.toml: launch 1.5 %, pass 1.5 %
 SEED = Costs(load_min=15, pass_min=5)   # the seed: load 10-20 min, pass 4-6 min, 2 x 4 nodes
@@ -81,7 +81,7 @@ def _campaign_dir(tmp_path):
 
 
 def test_inputs_measured_from_a_campaign(tmp_path):
-    from slurm_ab.planner_cli import from_campaign, inputs
+    from slurm_ab.cli.planner import from_campaign, inputs
     m = from_campaign(_campaign_dir(tmp_path))
     assert m["load_min"] == pytest.approx(1.0) and m["warmup_min"] == pytest.approx(0.5)
     assert m["pass_min"] == pytest.approx(2.0)

@@ -23,8 +23,8 @@ from helpers.clients import client_dir
 from helpers.scripts import render
 from slurm_ab.parse.events import read_events
 from slurm_ab.parse.preflight import describe, preflight_reasons, ran_on, read_reports, server_info_note
-from slurm_ab.render import summary
-from slurm_ab.sources import Sources, plan_for
+from slurm_ab.job.render import summary
+from slurm_ab.model.sources import Sources, plan_for
 
 
 # ---- the node-side check, in bash ------------------------------------------------------------

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from helpers import ROOT
 from slurm_ab.parse.text import line_timestamp
-from slurm_ab.progress import Display, Snapshot, Tracker, describe
+from slurm_ab.job.progress import Display, Snapshot, Tracker, describe
 
 FIX = ROOT / "tests" / "fixtures" / "report"
 
@@ -186,7 +186,7 @@ def test_a_campaign_is_followed_launch_by_launch(tmp_path):
 # ---- what submit --wait / watch print ----------------------------------------------------------
 
 def test_scrape_events_are_shown_only_verbose():
-    from slurm_ab.watch import shown
+    from slurm_ab.job.watch import shown
     scrape = ("1796126965.5 2026-12-01 12:09:25.500 metrics_scrape target=r0n0 phase=start "
               "round=start node=node01 ok=1 http=200 file=metrics/r0n0-x.prom")
     fail = "1796126966.0 2026-12-01 12:09:26.000 fail kind=step_exited step=router rc=1"

@@ -18,7 +18,7 @@ import pytest
 
 from helpers import CLIENT_052
 from helpers.jobs import slurm_env, wait_no_processes
-from slurm_ab.rundir import job_id_of
+from slurm_ab.model.rundir import job_id_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -53,7 +53,7 @@ def pages(tmp_path_factory):
                                                      base_dir=root, campaigns=[res / "camp-ab", res / "camp-sweep"]))
     out["runs"] = root / "runs.html"
     # a run (C=8) against a sweep campaign (C=1, 8): compared at C=8, as `slurm-ab compare` does
-    from slurm_ab import campaign_cli
+    from slurm_ab.cli import campaign as campaign_cli
     sides = campaign_cli.pair([str(res / "dev-tp32"), str(res / "camp-sweep")], lambda r: Path(r))
     from slurm_ab.ab_stats import METRIC_BY_NAME
     forests = {e["concurrency"]: [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in e["metrics"]

@@ -105,7 +105,7 @@ def test_report_and_compare_html(cli, results, tmp_path):
 @pytest.mark.parametrize("args", [["--help"], ["report", "--help"], ["watch", "--help"],
                                   ["dry-run", "tp32"]])
 def test_fast_paths_do_not_import_plotting(args):
-    code = ("import sys; from slurm_ab.cli import main\n"
+    code = ("import sys; from slurm_ab.cli.main import main\n"
             f"try:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
             "print('HEAVY', [m for m in ('matplotlib', 'tqdm', 'numpy', 'pandas') if m in sys.modules],"
             " file=sys.stderr)")
@@ -138,7 +138,7 @@ def test_campaign_report_and_compare_html(cli, results, tmp_path):
 def test_since_dates_and_run_times(tmp_path):
     from datetime import datetime, timezone
 
-    from slurm_ab.errors import UsageError
+    from slurm_ab.model.errors import UsageError
     from slurm_ab.report.select import parse_since, run_time
     now = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
     assert parse_since("90m", now) == datetime(2026, 11, 30, 10, 30, tzinfo=timezone.utc)

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from helpers.rundir_builder import build_run
-from slurm_ab import rundir
+from slurm_ab.model import rundir
 from slurm_ab.collect import collect_run
-from slurm_ab.experiment import Experiment
-from slurm_ab.rundir import Layout, Manifest
+from slurm_ab.model.experiment import Experiment
+from slurm_ab.model.rundir import Layout, Manifest
 
 
 @pytest.fixture

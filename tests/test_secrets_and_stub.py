@@ -153,7 +153,7 @@ def recorded(tmp_path_factory, local_cluster):
 def _site_commands(site, *configs: str) -> tuple[dict, list[str]]:
     """The client profile of the site with CONFIGS (its name and command) and its sglang_router
     profile's command."""
-    from slurm_ab.config import load_tree
+    from slurm_ab.model.config import load_tree
 
     tree = load_tree(str(site), configs)
     name = tree["benchmark"]["client"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ab.collect.records import Pooled, ReplicaSummary
-from slurm_ab.experiment import Experiment
+from slurm_ab.model.experiment import Experiment
 from slurm_ab.collect.server_metrics import (collect_server_metrics, draft_tokens_of, gauge,
                                              increase)
 from slurm_ab.parse.events import read_events

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from slurm_ab.errors import ConfigErrors
-from slurm_ab.render import summary
-from slurm_ab.site_checks import image_path
-from slurm_ab.sources import Sources, load_experiment, plan_for
-from slurm_ab.shell import Var
+from slurm_ab.model.errors import ConfigErrors
+from slurm_ab.job.render import summary
+from slurm_ab.model.site_checks import image_path
+from slurm_ab.model.sources import Sources, load_experiment, plan_for
+from slurm_ab.job.shell import Var
 
 
 def _plan(mode="tp32", *sets, site="example"):
@@ -129,7 +129,7 @@ def test_dry_run_summary_of_a_pyxis_site():
 
 
 def test_the_collector_job_asks_for_what_it_needs(tmp_path):
-    from slurm_ab.submit import collector_python, collector_request
+    from slurm_ab.job.submit import collector_python, collector_request
 
     p = _plan("tp32", 'collector.partition="cpu"', 'collector.qos="short"', 'collector.sbatch_extra=["--reservation=x", "--requeue"]')
     r = collector_request(p, "123", tmp_path)

@@ -2,7 +2,7 @@
 as the verdict says them."""
 import pytest
 
-from slurm_ab import slurm
+from slurm_ab.model import slurm
 from slurm_ab.collect.job import job_info
 from slurm_ab.collect.verdict import node_reasons, state_verdict
 from slurm_ab.parse.diagnose import Finding

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from slurm_ab import rundir
-from slurm_ab.errors import UsageError
-from slurm_ab.hetjob import HetSlurmInfoWatcher
+from slurm_ab.model import rundir
+from slurm_ab.model.errors import UsageError
+from slurm_ab.job.hetjob import HetSlurmInfoWatcher
 from submitit.slurm.slurm import SlurmInfoWatcher
 
 SACCT = """JobID|State|NodeList

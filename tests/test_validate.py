@@ -1,8 +1,8 @@
 """Every invalid input gives an error naming the key, the value and what is allowed; exit 2; nothing written."""
 import pytest
 
-from slurm_ab.errors import ConfigError, ConfigErrors
-from slurm_ab.sources import Sources, load_experiment, plan_for
+from slurm_ab.model.errors import ConfigError, ConfigErrors
+from slurm_ab.model.sources import Sources, load_experiment, plan_for
 
 
 def errors_of(mode="tp32", sets=(), site="example", configs=()):
@@ -110,7 +110,7 @@ def test_unknown_site_says_where_it_looked(tmp_path, monkeypatch):
 
 def test_named_sites_come_from_slurm_ab_sites_dirs_in_order(tmp_path, monkeypatch):
     """A cluster's shared site files (and the testbed's `local`) are found by name, first dir first."""
-    from slurm_ab.config import site_text
+    from slurm_ab.model.config import site_text
 
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     (tmp_path / "a" / "mine.toml").write_text("# a\n")

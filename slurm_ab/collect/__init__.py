@@ -8,7 +8,7 @@ Public entry points (the CLI calls these):
     write_summary(summary, run_dir) -> list[Path]
 The records are printed by slurm_ab.tables (markdown, CSV, JSON, HTML tables) and drawn by
 slurm_ab.report (HTML pages). The chained collector job runs collect.chained.collect_after_job.
-Run lookup (by run id or job id) lives in slurm_ab.rundir.
+Run lookup (by run id or job id) lives in slurm_ab.model.rundir.
 """
 from .campaign import collect
 from .run import collect_and_write

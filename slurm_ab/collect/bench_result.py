@@ -15,7 +15,7 @@ from typing import Mapping
 
 from ..parse.bench import (ABS_TOL_MS, RecordRead, Request, ResultBlock, agreement, busiest_window,
                            goodput, latency_stats, requests, steady_window)
-from ..experiment import slo_ms
+from ..model.experiment import slo_ms
 from .records import BenchResult, BenchSpec, Goodput, Latency, Lengths, SteadyState
 
 # The client's steady-state throughput is compared with the same window definition (its minimum

@@ -13,12 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
-from .. import rundir
-from ..campaign import Campaign, Launch, Pass
+from ..model import rundir
+from ..model.campaign import Campaign, Launch, Pass
 from ..parse.events import EventLog, read_events
 from ..parse.server_scan import Interval
-from ..rundir import Layout, Manifest
-from ..slurm import is_active
+from ..model.rundir import Layout, Manifest
+from ..model.slurm import is_active
 from .job import job_info
 from .passes import PassInputs, collect_pass
 from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Mapping
 
 from ..parse.events import EventLog
-from ..slurm import base_state
+from ..model.slurm import base_state
 from .records import JobInfo
 
 

@@ -16,7 +16,7 @@ from ..parse.bench import parse_result_block, read_last_record
 from ..parse.diagnose import ROOT_CAUSE_KINDS, diagnose
 from ..parse.events import EventLog
 from ..parse.preflight import ran_on_note, server_info_note
-from ..rundir import Layout, Manifest
+from ..model.rundir import Layout, Manifest
 from .bench_result import bench_result, bench_spec
 from .job import job_info
 from .pd import collect_pd, component_name, pd_reasons, role_names
@@ -24,7 +24,7 @@ from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .speed import speed_findings
-from .verdict import (diagnosis_reasons, outcome_reasons, short_of_requests, state_verdict, validity_reasons)
+from .verdict import diagnosis_reasons, outcome_reasons, short_of_requests, state_verdict, validity_reasons
 
 
 @dataclass(frozen=True)

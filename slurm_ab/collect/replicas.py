@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 from ..parse.events import EventLog, Warmup
 from ..parse.server_scan import (Counts, DecodeAgg, Interval, Prefill, Retractions,
                                  ServerLogScan, lowest_stage, pooled_retractions, scan_server_log)
-from ..rundir import Layout, server_log_identity
+from ..model.rundir import Layout, server_log_identity
 from .pd import component_name
 from .records import Pooled, ReplicaSummary
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import rundir
+from ..model import rundir
 from .campaign import collect
 from .records import CampaignSummary
 from .slurm_facts import slurm_facts

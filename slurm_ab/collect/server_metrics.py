@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 from ..parse.events import EventLog
 from ..parse.prometheus import Scrape
-from ..rundir import Layout
+from ..model.rundir import Layout
 from .gauges import (DRAFT_TOKENS, QUEUED, RETRACTED, RUNNING, by_stage, first_stage, gauge,
                      gauge_max, in_flight, kv_by_stage, label_set)
 from .histograms import (E2E_HISTOGRAM, TPOT_HISTOGRAMS, HistogramWindow, histogram_quantile,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..slurm import is_active, sacct, squeue_state
+from ..model.slurm import is_active, sacct, squeue_state
 
 
 def slurm_facts(job_id: str | None, *, settle_s: float = 5.0, run_dir: Path | None = None) -> dict | None:
@@ -43,7 +43,7 @@ def slurm_facts(job_id: str | None, *, settle_s: float = 5.0, run_dir: Path | No
 
 def _expected(run_dir: Path) -> dict:
     """The run's own record of its job: name, submit time and cluster from manifest.json."""
-    from ..rundir import read_manifest
+    from ..model.rundir import read_manifest
 
     m = read_manifest(Path(run_dir))
     if m is None:

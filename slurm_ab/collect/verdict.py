@@ -18,7 +18,7 @@ from typing import Sequence
 from ..parse.diagnose import NO_KV_MEMORY, ROOT_CAUSE_KINDS, Finding
 from ..parse.events import EventLog
 from ..parse.preflight import preflight_reasons
-from ..slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES, node_state_words
+from ..model.slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES, node_state_words
 from .pd import component_name, pd_fail_reasons
 from .records import BenchResult, JobInfo
 

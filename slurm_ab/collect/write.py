@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..rundir import SUMMARY_FILES, Layout, write_atomic
+from ..model.rundir import SUMMARY_FILES, Layout, write_atomic
 from .records import CampaignSummary, PassSummary
 from .rows import campaign_record, numeric_row
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from ..rundir import server_log_identity
+from ..model.rundir import server_log_identity
 from .text import BLOCK, decode, iter_blocks, line_timestamp
 
 __all__ = ["Finding", "diagnose", "SIGNATURES", "ROOT_CAUSE_KINDS", "server_log_identity",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rundir import Layout
+from ..model.rundir import Layout
 from . import markdown, series
 from .html import esc, img, page, raw_files, verdict_badge, _rel
 from .rundata import load
@@ -34,7 +34,7 @@ def sweep_points(summary: dict) -> list[dict]:
 
 def campaign_context(run_dir: Path, summary: dict) -> str:
     """'tp32, tp32-dflash · 16384 -> 512 tokens · C=1,8 · 2 prompts per pass · Kimi-K3 · campaign <id>'."""
-    from ..rundir import read_manifest
+    from ..model.rundir import read_manifest
     m = read_manifest(run_dir)
     e = m.config if m is not None else None
     camp = summary.get("campaign") or {}
@@ -55,7 +55,7 @@ def campaign_context(run_dir: Path, summary: dict) -> str:
 
 def goodput_rows(run_dir: Path, summary: dict) -> list[dict]:
     """Per (mode, concurrency) the goodput of its ok passes (benchmark.slo), for fig_goodput."""
-    from ..rundir import read_manifest
+    from ..model.rundir import read_manifest
     m = read_manifest(run_dir)
     slo = dict(getattr(getattr(m.config, "benchmark", None), "slo", ()) or ()) if m and m.config else {}
     groups: dict = {}

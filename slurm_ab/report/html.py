@@ -14,7 +14,7 @@ import io
 import os
 from pathlib import Path
 
-from ..rundir import Layout
+from ..model.rundir import Layout
 from . import markdown, series
 from .rundata import RunFiles, load
 
@@ -88,8 +88,8 @@ def _flags(cfg: dict) -> str:
     [server.args] and the mode's args: Experiment.server_flags)."""
     if not cfg:
         return ""
-    from ..experiment import Experiment
-    from ..plan import server_flags_text
+    from ..model.experiment import Experiment
+    from ..job.plan import server_flags_text
     return server_flags_text(Experiment.from_dict(cfg))
 
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..parse.bench import read_last_record
-from ..rundir import Layout, read_manifest
+from ..model.rundir import Layout, read_manifest
 from ..parse.events import EventLog, read_events
 from ..parse.server_log import iter_batch_samples, parse_access_line
 from ..parse.text import iter_lines

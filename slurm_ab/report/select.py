@@ -9,8 +9,8 @@ import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from ..errors import UsageError
-from ..rundir import identify, job_start, read_manifest
+from ..model.errors import UsageError
+from ..model.rundir import identify, job_start, read_manifest
 
 _REL = re.compile(r"^(\d+)\s*([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..rundir import Layout, read_manifest
+from ..model.rundir import Layout, read_manifest
 
 # What a settings table shows besides the merged server flags (Experiment.server_flags).
 BENCH_KEYS = ("dataset", "input_len", "output_len", "concurrency", "num_prompts", "backend")

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..rundir import Layout, write_atomic
+from ..model.rundir import Layout, write_atomic
 
 
 def write_run_report(run_dir: str | Path) -> list[Path]:
     """report.html and plots/<name>.png in the run directory; returns the files that changed."""
-    from ..rundir import read_manifest
+    from ..model.rundir import read_manifest
     from .html import render_run
 
     run_dir = Path(run_dir)

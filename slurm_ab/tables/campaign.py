@@ -12,7 +12,7 @@ import math
 from typing import Mapping, Sequence
 
 from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
-from ..campaign import Campaign
+from ..model.campaign import Campaign
 from ..collect.rows import aggregate_records, ok_rows, rows_of
 from .table import DASH, Table, notes
 

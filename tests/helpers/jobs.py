@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurm_ab.slurm import is_active, sacct
+from slurm_ab.model.slurm import is_active, sacct
 
 
 def processes_of_job(job_id: str) -> list[tuple[int, str]]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ab.render import render_script
-from slurm_ab.sources import Sources, plan_for
+from slurm_ab.job.render import render_script
+from slurm_ab.model.sources import Sources, plan_for
 
 from . import ROOT
 

@@ -11,10 +11,10 @@ import re
 import time
 from dataclasses import dataclass
 
-from .campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
-from .errors import ConfigError, ConfigErrors
-from .experiment import Experiment
-from .ab_stats.metrics import PRIMARY_CHOICES
+from ..model.campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
+from ..model.errors import ConfigError, ConfigErrors
+from ..model.experiment import Experiment
+from ..ab_stats.metrics import PRIMARY_CHOICES
 from .plan import JobPlan, check_run_id, make_plan
 from . import pd_summary
 
@@ -157,7 +157,7 @@ def plan_campaign(src, modes: list[str], run_id: str | None = None,
     """sources.plan_for for several modes: validate each, check their shapes, schedule, plan."""
     import os
 
-    from .sources import load_experiment, pick_run_id, run_dir_for
+    from ..model.sources import load_experiment, pick_run_id, run_dir_for
 
     errors: list[ConfigError] = []
     exps = []

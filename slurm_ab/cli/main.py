@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from .campaign_cli import campaign_options
-from .errors import ConfigError, ConfigErrors, UsageError
+from .campaign import campaign_options
+from ..model.errors import ConfigError, ConfigErrors, UsageError
 
 
 def _config_options(f):
@@ -30,8 +30,8 @@ def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, 
     """The validated plan of a single run or a campaign, its time limit fitted to its estimate."""
     import json
 
-    from . import campaign_cli
-    from .duration import fit_time_limit
+    from . import campaign as campaign_cli
+    from ..model.duration import fit_time_limit
 
     if time_limit is not None:
         sets = (*sets, f"cluster.time_limit={json.dumps(time_limit)}")
@@ -40,7 +40,7 @@ def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, 
 
 
 def _sources(site, configs, sets):
-    from .sources import Sources
+    from ..model.sources import Sources
 
     return Sources(site, tuple(configs), tuple(sets))
 
@@ -70,7 +70,7 @@ def main():
 @_config_options
 def modes(site, configs, sets):
     """List the experiment's modes with their parallelism."""
-    from .sources import load_tree_for
+    from ..model.sources import load_tree_for
 
     tree = load_tree_for(_sources(site, configs, sets))
     nodes = tree["experiment"]["nodes_per_replica"]
@@ -102,9 +102,9 @@ def dry_run(modes, run_id, repeats, concurrency, order, burn_in, time_limit, sit
     """Print the complete job script (stdout) and a resolved summary (stderr); submit nothing.
 
     Several MODES (or --repeats/--concurrency/--order/--burn-in): a campaign in one allocation."""
-    from . import campaign_cli
-    from .campaign_plan import campaign_summary
-    from .render import render_script, summary
+    from . import campaign as campaign_cli
+    from ..job.campaign_plan import campaign_summary
+    from ..job.render import render_script, summary
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     script = render_script(plan)
@@ -125,9 +125,10 @@ def render(modes, output, run_id, repeats, concurrency, order, burn_in, time_lim
 
     `sbatch results/<RUN_ID>/job.sbatch` then runs it on its own.
     """
-    from . import campaign_cli, rundir
-    from .render import render_script
-    from .submit import prepare
+    from . import campaign as campaign_cli
+    from ..model import rundir
+    from ..job.render import render_script
+    from ..job.submit import prepare
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     out = Path(output) if output and output != "-" else None
@@ -161,7 +162,7 @@ def submit(modes, run_id, wait, verbose, no_collector, no_report, repeats, concu
 
     Several MODES (e.g. tp32 tp32-dflash --repeats 3): a campaign, every mode in turn in one
     allocation, with a comparison (95% intervals) at the end."""
-    from .submit import submit as do_submit
+    from ..job.submit import submit as do_submit
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     s = do_submit(plan, collector=not no_collector)
@@ -184,13 +185,13 @@ def _results_dir() -> Path:
 
 
 def _find_run(ref: str) -> Path:
-    from . import rundir
+    from ..model import rundir
 
     return rundir.find(ref, _results_dir())
 
 
 def _job_id(run_dir: Path) -> str:
-    from . import rundir
+    from ..model import rundir
 
     jid = rundir.job_id_of(run_dir)
     if not jid:
@@ -201,8 +202,8 @@ def _job_id(run_dir: Path) -> str:
 def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False, report: bool = True) -> None:
     """Follow a run or a campaign to its end (a bar on a terminal, else phase lines), collect it,
     print its tables; exit 1 unless its verdict is ok (a campaign's: every pass ok)."""
-    from . import rundir
-    from .progress import follow_live
+    from ..model import rundir
+    from ..job.progress import follow_live
 
     state = follow_live(job_id, run_dir, verbose=verbose)
     click.echo(f"job {job_id} ended: {state}")
@@ -214,8 +215,8 @@ def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False, repor
 
 
 def _collect_and_print(run_dir: Path, **kw):
-    from .collect import collect_and_write
-    from .tables import collect_text
+    from ..collect import collect_and_write
+    from ..tables import collect_text
 
     cs, written = collect_and_write(run_dir, **{k: v for k, v in kw.items() if k != "passes"})
     click.echo(collect_text(cs, passes=kw.get("passes", False)).rstrip("\n"))
@@ -245,7 +246,7 @@ def collect(run, all_samples, no_report):
     RUN is a job id, a run id or a run directory. Idempotent; raw logs are never changed; a
     running job is reported as such and nothing final is written.
     """
-    from . import rundir
+    from ..model import rundir
 
     run_dir = _find_run(run)
     if not rundir.submitted(run_dir):
@@ -260,14 +261,14 @@ def collect(run, all_samples, no_report):
 
 def _summaries(dirs: list[Path]):
     """Each run collected (its summary files rewritten when they changed); no missing page drawn."""
-    from .collect import collect_and_write
+    from ..collect import collect_and_write
 
     return [collect_and_write(d, report=False)[0].only for d in dirs]
 
 
 def _draw_missing_pages(pairs) -> None:
     """The report.html of each (run dir, summary) that has none: an --html page links to them."""
-    from .collect.run import write_report
+    from ..collect.run import write_report
 
     for d, s in pairs:
         write_report(d, changed=False, running=s.verdict == "running")
@@ -293,17 +294,18 @@ def _html_option(f):
 @_html_option
 def report(runs, fmt, since, modes, verdicts, html_out):
     """One row per run (default: every run under results/, oldest first), in the seed's layout."""
-    from . import campaign_cli, rundir
-    from .tables.runs import runs_text
+    from . import campaign as campaign_cli
+    from ..model import rundir
+    from ..tables.runs import runs_text
 
     if len(runs) == 1 and campaign_cli.is_campaign(_find_run(runs[0])):
         passes = click.get_current_context().meta.get("passes", False)
         click.echo(campaign_cli.report(_find_run(runs[0]), passes, fmt), nl=False)
         if html_out:
-            from .report.campaign import render_campaign
+            from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(runs[0]), base_dir=Path(html_out).parent))
         return
-    from .report.select import by_verdict, parse_since, select
+    from ..report.select import by_verdict, parse_since, select
 
     dirs = [_find_run(r) for r in runs] if runs else rundir.all_runs(_results_dir())
     if since or modes:
@@ -320,7 +322,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     summaries = [s for _, s in pairs]
     click.echo(runs_text(summaries, fmt))
     if html_out:
-        from .report import render_runs_html
+        from ..report import render_runs_html
 
         _draw_missing_pages(pairs)
         _write_page(html_out, render_runs_html([d for d, _ in pairs], runs_text(summaries, "md"),
@@ -328,7 +330,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
 
 
 def _write_page(path: str, text: str) -> None:
-    from .report.write import write_html
+    from ..report.write import write_html
 
     click.echo(f"wrote {write_html(path, text)}", err=True)
 
@@ -342,22 +344,22 @@ def compare(run_a, run_b, fmt, html_out):
     """B against A: two runs (the seed's table, signed % change), or with campaigns (one
     campaign of several modes, or two campaigns/runs) per metric the change, its 95% interval
     and a verdict."""
-    from . import campaign_cli
-    from .tables.paired import paired_text
+    from . import campaign as campaign_cli
+    from ..tables.paired import paired_text
 
     refs = [r for r in (run_a, run_b) if r]
     if len(refs) == 1:
         click.echo(campaign_cli.compare(refs, fmt, _find_run), nl=False)
         if html_out:                                # the campaign's page holds its comparisons
-            from .report.campaign import render_campaign
+            from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
         return
     if any(campaign_cli.is_campaign(_find_run(r)) for r in refs):
         sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
         click.echo(campaign_cli.pair_text(sides, fmt), nl=False)
         if html_out:
-            from .ab_stats import METRIC_BY_NAME
-            from .report import render_compare_html
+            from ..ab_stats import METRIC_BY_NAME
+            from ..report import render_compare_html
             forests = {e["concurrency"]: [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in e["metrics"]
                                           if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
                        for e in campaign_cli.pair_records(sides)}
@@ -369,8 +371,8 @@ def compare(run_a, run_b, fmt, html_out):
     a, b = _summaries([_find_run(run_a), _find_run(run_b)])
     metrics = None
     if fmt == "json":   # the rows and warnings, plus the per-metric records (n=1: no interval)
-        from .ab_stats import deltas
-        from .collect.rows import numeric_row
+        from ..ab_stats import deltas
+        from ..collect.rows import numeric_row
 
         metrics = [d.to_dict() for d in deltas([numeric_row(a)], [numeric_row(b)])]
     click.echo(paired_text(a, b, fmt, metrics).rstrip("\n"))
@@ -378,7 +380,7 @@ def compare(run_a, run_b, fmt, html_out):
         click.echo("> inconclusive (n=1): one run per side, no interval can be given; a campaign "
                    "with --repeats gives 95% intervals and verdicts")
     if html_out:
-        from .report import render_compare_html
+        from ..report import render_compare_html
 
         _write_page(html_out, render_compare_html(_find_run(run_a), _find_run(run_b), paired_text(a, b, "md"),
                                                   base_dir=Path(html_out).parent))
@@ -388,7 +390,7 @@ def compare(run_a, run_b, fmt, html_out):
 @click.argument("run")
 def cancel(run):
     """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay."""
-    from .slurm import scancel
+    from ..model.slurm import scancel
 
     run_dir = _find_run(run)
     jid = _job_id(run_dir)
@@ -414,7 +416,8 @@ def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, det
              time_limit_min, site, configs, sets):
     """The cheapest campaign design (launches per mode, passes per launch, order) comparing two
     MODES to a target, its node-hours, queue waits and A/A false-positive rate."""
-    from . import planner, planner_cli
+    from ..ab_stats import planner
+    from . import planner as planner_cli
 
     opts = {"launch_cov": None if launch_cov is None else launch_cov / 100.0,
             "pass_cov": None if pass_cov is None else pass_cov / 100.0, "load_min": load_min,

@@ -15,7 +15,7 @@ Pure, like plan.py. What SGLang 0.5.23 and the routers take (shared/research/pd-
 """
 from __future__ import annotations
 
-from .experiment import Experiment
+from ..model.experiment import Experiment
 from .shell import Var, flag_words
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from .campaign import Campaign, Launch
 from .errors import UsageError
 from .experiment import Experiment
-from .parse.events import Event, read_events
+from ..parse.events import Event, read_events
 
 SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
 

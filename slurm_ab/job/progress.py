@@ -26,10 +26,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, TextIO
 
-from .parse.events import Event, parse_event_line
-from .parse.server_log import parse_access_line, parse_batch_line
-from .rundir import Layout, read_manifest
-from .slurm import PENDING_STATES, base_state
+from ..parse.events import Event, parse_event_line
+from ..parse.server_log import parse_access_line, parse_batch_line
+from ..model.rundir import Layout, read_manifest
+from ..model.slurm import PENDING_STATES, base_state
 
 _HEAD_SCRAPE = re.compile(r"^r(\d+)(?:n0)?$")       # node rank 0 of a replica (older jobs: r<G>)
 RECENT_S = 10.0
@@ -287,8 +287,8 @@ class Tracker:
         ev = r.last_scrape
         if ev is None or ev.local is None or (since is not None and ev.local < since):
             return None
-        from .collect.gauges import in_flight
-        from .parse.prometheus import ScrapeError, read_scrape
+        from ..collect.gauges import in_flight
+        from ..parse.prometheus import ScrapeError, read_scrape
         try:
             n = in_flight(read_scrape(self.run_dir / ev.fields["file"]))
         except (OSError, ScrapeError):

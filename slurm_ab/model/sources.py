@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .config import load_tree
 from .experiment import Experiment
-from .plan import JobPlan, check_run_id, make_plan
+from ..job.plan import JobPlan, check_run_id, make_plan
 from .validate import resolve
 
 DEFAULT_SITE = "example"

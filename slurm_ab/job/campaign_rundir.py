@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from . import rundir
+from ..model import rundir
 from .plan import JobPlan
 
 

@@ -109,7 +109,7 @@ def _run_dirs(results: Path) -> list[Path]:
 
 def _launch_figures(events_path: Path, mode: str, bench, run_id: str, pass_overhead_s: float,
                     loads: list, requests: list) -> None:
-    from .parse.events import read_events
+    from ..parse.events import read_events
 
     ev = read_events(events_path)
     launched = ev.named("server_launch")

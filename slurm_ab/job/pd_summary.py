@@ -4,7 +4,7 @@ campaign_plan.campaign_summary for a PD mode that is not the job's first)."""
 from __future__ import annotations
 
 from . import pd_plan
-from .experiment import Experiment
+from ..model.experiment import Experiment
 from .plan import JobPlan, Replica
 from .shell import words
 

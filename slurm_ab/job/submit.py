@@ -14,9 +14,10 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import __version__, rundir
-from .rundir import Layout, Manifest
-from .errors import ConfigError, UsageError
+from .. import __version__
+from ..model import rundir
+from ..model.rundir import Layout, Manifest
+from ..model.errors import ConfigError, UsageError
 from .campaign_rundir import campaign_manifest, write_launch_manifests
 from .plan import JobPlan
 from .render import render_script
@@ -182,7 +183,7 @@ def submit_collector(plan: JobPlan, job_id: str, run_dir: Path) -> str | None:
 
     import submitit
 
-    from .collect.chained import collect_after_job
+    from ..collect.chained import collect_after_job
 
     ex = submitit.SlurmExecutor(folder=Layout(run_dir).submitit, max_num_timeout=0,
                                 python=shlex.quote(collector_python()))

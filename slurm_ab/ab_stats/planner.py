@@ -134,8 +134,8 @@ def verify(d: Design, n: Noise, detect_pct: float, campaigns: int = 2000, seed: 
     called significant), simulated under `n` and analysed by ab_stats.delta as compare does."""
     import numpy as np
 
-    from .ab_stats import BETTER, WORSE, delta
-    from .campaign import launch_order
+    from . import BETTER, WORSE, delta
+    from ..model.campaign import launch_order
 
     rng = np.random.default_rng(seed)
     seq = launch_order(("A", "B"), d.launches, d.order)
@@ -201,7 +201,7 @@ def text(p: Plan, modes: tuple[str, str] = ("A", "B")) -> str:
         return "\n".join(lines + [p.reason if p.reason.startswith("out of reach") else f"out of reach: {p.reason}"]) + "\n"
     d = p.design
     seq = " ".join((modes[0] if m == "A" else modes[1]) for m in __import__(
-        "slurm_ab.campaign", fromlist=["launch_order"]).launch_order(("A", "B"), d.launches, d.order))
+        "slurm_ab.model.campaign", fromlist=["launch_order"]).launch_order(("A", "B"), d.launches, d.order))
     lines += ["",
               f"design: {d.launches} launches per mode x {d.repeats} passes per launch, {d.order} order "
               f"({2 * d.launches} launches: {seq})",

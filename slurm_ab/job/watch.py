@@ -5,8 +5,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .rundir import Layout
-from .slurm import base_state, is_active, squeue_state
+from ..model.rundir import Layout
+from ..model.slurm import base_state, is_active, squeue_state
 
 
 def _events_file(run_dir: Path, job_id: str) -> Path:

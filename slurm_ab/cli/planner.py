@@ -12,9 +12,9 @@ import statistics
 from pathlib import Path
 from typing import Optional
 
-from .errors import UsageError
-from .parse.events import read_events
-from .planner import Costs, Noise, Target
+from ..model.errors import UsageError
+from ..parse.events import read_events
+from ..ab_stats.planner import Costs, Noise, Target
 
 
 def _minutes(events_files: list[Path]) -> dict[str, Optional[float]]:
@@ -39,7 +39,7 @@ def _minutes(events_files: list[Path]) -> dict[str, Optional[float]]:
 
 def from_campaign(run_dir: Path, primary: str = "output_tps") -> dict:
     """The planner's inputs measured in a campaign (its collected summary.json)."""
-    from .ab_stats.components import components, first_pass
+    from ..ab_stats.components import components, first_pass
 
     summary = run_dir / "summary.json"
     if not summary.exists():
@@ -121,8 +121,8 @@ def time_limit_minutes(limit: str) -> Optional[float]:
 def plan_for_modes(src, modes: tuple, campaign: Optional[Path], opts: dict) -> tuple:
     """(Plan, notes) for the modes' experiment: its node count and time limit, the campaign's or
     the stated noise and times."""
-    from .planner import plan
-    from .sources import load_experiment
+    from ..ab_stats.planner import plan
+    from ..model.sources import load_experiment
 
     exp = load_experiment(src, modes[0])
     noise, minutes, notes = inputs(campaign, opts.get("launch_cov"), opts.get("pass_cov"), opts.get("load_min"),

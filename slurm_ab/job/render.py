@@ -4,18 +4,19 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from . import __version__, pd_summary
-from .duration import parse_time
+from .. import __version__
+from . import pd_summary
+from ..model.duration import parse_time
 from .plan import JobPlan
 from .shell import word, words
-from .validate import notices
+from ..model.validate import notices
 
 
 @lru_cache(maxsize=1)
 def _env():
     import jinja2
 
-    from . import sbatch_templates
+    from .. import sbatch_templates
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(Path(sbatch_templates.__file__).parent)),

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from typing import Sequence
 
-from .campaign import Campaign, Launch, Pass
+from ..model.campaign import Campaign, Launch, Pass
 from . import pd_plan
-from .experiment import Experiment
+from ..model.experiment import Experiment
 from .shell import Var, flag_words
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -66,7 +66,7 @@ class JobPlan:
         """The job's duration estimate: the fitted one, else from the [estimate] figures alone."""
         if self.estimate is not None:
             return self.estimate
-        from .duration import estimate
+        from ..model.duration import estimate
         return estimate(self)
 
     @property
@@ -257,7 +257,7 @@ def single_campaign(exp: Experiment) -> Campaign:
 
 def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignPlan:
     """The launches and passes with their directories and files (rundir.Layout's names)."""
-    from .rundir import PATHS, launch_dirname
+    from ..model.rundir import PATHS, launch_dirname
     single = campaign.single
     modes = tuple(e.mode.name for e in exps)
     steps = []
@@ -325,7 +325,7 @@ def job_name(run_id: str) -> str:
 
 
 def check_run_id(run_id: str) -> None:
-    from .errors import ConfigError
+    from ..model.errors import ConfigError
 
     if not RUN_ID.fullmatch(run_id) or ".." in run_id:
         raise ConfigError("run id", run_id, "not a valid run id",

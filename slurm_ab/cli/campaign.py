@@ -10,10 +10,10 @@ from pathlib import Path
 
 import click
 
-from .errors import UsageError
+from ..model.errors import UsageError
 
 
-META = "slurm_ab.campaign."      # click ctx.meta keys of the options the commands do not take
+META = "slurm_ab.model.campaign."      # click ctx.meta keys of the options the commands do not take
 
 
 def _remember(ctx, param, value):
@@ -59,8 +59,8 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
     """A single run's plan exactly as before for one mode without campaign options; else the
     campaign's (validated: every mode, shapes, options). --plan CAMPAIGN sets launches, repeats
     and order from the planner."""
-    from .campaign_plan import CampaignOptions, plan_campaign
-    from .sources import plan_for
+    from ..job.campaign_plan import CampaignOptions, plan_campaign
+    from ..model.sources import plan_for
 
     extra = _meta()
     launches = extra.get("launches")
@@ -77,7 +77,8 @@ def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
     """(launches, repeats, order) of the planner's design from a campaign's measurements."""
     import os
 
-    from . import planner_cli, rundir
+    from . import planner as planner_cli
+    from ..model import rundir
 
     run_dir = rundir.find(ref, Path(os.environ.get("SLURM_AB_RESULTS", "results")))
     p, _ = planner_cli.plan_for_modes(src, tuple(modes), run_dir, {})
@@ -89,7 +90,7 @@ def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
 
 
 def is_campaign(run_dir: Path) -> bool:
-    from .collect.campaign import campaign_of
+    from ..collect.campaign import campaign_of
 
     return campaign_of(run_dir) is not None
 
@@ -98,9 +99,9 @@ def report(run_dir: Path, passes: bool, fmt: str) -> str:
     """`report CAMPAIGN [--passes]`: the aggregate table (or every pass) in md, csv or json."""
     import json
 
-    from .collect.run import collect_campaign_and_write
-    from .tables.campaign import campaign_md
-    from .tables.table import numeric_frame
+    from ..collect.run import collect_campaign_and_write
+    from ..tables.campaign import campaign_md
+    from ..tables.table import numeric_frame
 
     result, _ = collect_campaign_and_write(run_dir)   # --html draws its own page
     if fmt == "md":
@@ -118,9 +119,9 @@ def report(run_dir: Path, passes: bool, fmt: str) -> str:
 def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
     """(name, ok pass rows, variance) of one side of a comparison: a campaign of one mode or a
     single run (a run = one pass)."""
-    from .collect import collect_and_write
-    from .collect.rows import numeric_row
-    from .collect.run import collect_campaign_and_write
+    from ..collect import collect_and_write
+    from ..collect.rows import numeric_row
+    from ..collect.run import collect_campaign_and_write
 
     run_dir = find(ref)
     if is_campaign(run_dir):
@@ -138,8 +139,8 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
 def compare(refs: list[str], fmt: str, find) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
     `compare A B` (runs or one-mode campaigns; runs count as one pass each)."""
-    from .collect.run import collect_campaign_and_write
-    from .tables.campaign import comparison_json, comparison_section
+    from ..collect.run import collect_campaign_and_write
+    from ..tables.campaign import comparison_json, comparison_section
 
     if len(refs) == 1:
         result, _ = collect_campaign_and_write(find(refs[0]))
@@ -191,7 +192,7 @@ def by_concurrency(sides: tuple) -> list[tuple[int, list[dict], list[dict]]]:
 
 def pair_records(sides: tuple) -> list[dict]:
     """Per concurrency both sides ran: {concurrency, metrics: the ab_stats records}."""
-    from .collect.rows import comparison
+    from ..collect.rows import comparison
 
     return [{"concurrency": c, "metrics": comparison(ra, rb)} for c, ra, rb in by_concurrency(sides)]
 
@@ -200,7 +201,7 @@ def pair_text(sides: tuple, fmt: str) -> str:
     """A pair's comparison as the table (md) or per-metric records (json), one per concurrency."""
     import json
 
-    from .tables.campaign import comparison_table
+    from ..tables.campaign import comparison_table
 
     na, _, nb, _, variance = sides
     if fmt == "json":
