@@ -10,7 +10,8 @@ from slurm_ab.collect.server_metrics import draft_tokens_of
 from slurm_ab.model.experiment import Experiment
 from slurm_ab.job.render import render_script, summary
 from slurm_ab.report.html import _flags
-from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.model.sources import Sources
+from helpers.scripts import plan_for
 
 from helpers.scripts import GOLDEN_SETS, MODES
 

@@ -18,10 +18,11 @@ from slurm_ab.report import plots, rundata, series
 
 FIX = ROOT / "tests" / "fixtures" / "report"
 CAMP = ROOT / "tests" / "fixtures" / "report-campaign"
+from slurm_ab.model.rundir import Layout
 
 
 def _summary(path) -> dict:
-    return json.loads((path / "summary.json").read_text())
+    return json.loads(Layout(path).summary("json").read_text())
 
 
 # ---- time axes ----------------------------------------------------------------------------------
@@ -101,7 +102,7 @@ def test_slide_quality_and_run_context():
 def test_tpot_and_itl_distributions_are_the_clients_numbers(name):
     run = rundata.load(FIX / name)
     d = series.tpot_itl(run.record)
-    s = _summary(FIX / name)["bench"]
+    s = _summary(FIX / name)["passes"][0]["bench"]
     assert len(d["tpot"]) == s["completed"]
     assert sum(d["tpot"]) / len(d["tpot"]) == pytest.approx(s["tpot"]["mean"], rel=1e-9)
     assert len(d["itl"]) == sum(len(x) for x in run.record["itls"])
@@ -175,7 +176,7 @@ def test_gpus_of_a_run():
 
 def test_every_pass_per_mode_and_the_failed_ones():
     s = _summary(CAMP / "camp-sweep")
-    passes = [dict(p) for p in s["passes"]]
+    passes = [dict(p) for p in s["rows"]]
     passes[0]["verdict"] = "failed"
     strips = series.pass_strips(passes)
     groups = {g["label"]: g for g in strips["output_tps"]}
@@ -257,10 +258,10 @@ def test_a_runs_page_draws_its_goodput(tmp_path):
     from slurm_ab.report import html
     d = tmp_path / "r"
     shutil.copytree(FIX / "dev-tp32", d)
-    s = json.loads((d / "summary.json").read_text())
-    s["bench"]["goodput"] = {"slo_ms": {"ttft": 500.0}, "requests": 40, "good": 30, "goodput_rps": 2.2,
-                             "attainment": 0.75, "attainment_by_metric": {"ttft": 0.75}}
-    (d / "summary.json").write_text(json.dumps(s))
+    s = _summary(d)
+    s["passes"][0]["bench"]["goodput"] = {"slo_ms": {"ttft": 500.0}, "requests": 40, "good": 30, "goodput_rps": 2.2,
+                                          "attainment": 0.75, "attainment_by_metric": {"ttft": 0.75}}
+    Layout(d).summary("json").write_text(json.dumps(s))
     names = [n for n, _, _ in html.run_plots(rundata.load(d))]
     assert "goodput.png" in names
     assert "goodput.png" not in [n for n, _, _ in html.run_plots(rundata.load(FIX / "dev-tp32"))]

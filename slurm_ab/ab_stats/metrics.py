@@ -18,7 +18,7 @@ class Metric:
     better: str        # HIGHER or LOWER
 
 
-# Every numeric metric of the single-run table, in the seed's order, plus the steady-state
+# Every numeric metric of the run table, in the seed's order, plus the steady-state
 # throughput (issue 22's column: the window where the client holds its full concurrency).
 METRICS = (
     Metric("input_tps", "Input TPS", HIGHER),

@@ -27,7 +27,7 @@ def _time_option(f):
 
 
 def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in):
-    """The validated plan of a single run or a campaign, its time limit fitted to its estimate."""
+    """The validated plan of a job (one mode or several), its time limit fitted to its estimate."""
     import json
 
     from . import campaign as campaign_cli
@@ -70,26 +70,29 @@ def main():
 @_config_options
 def modes(site, configs, sets):
     """List the experiment's modes with their parallelism."""
-    from ..model.sources import load_tree_for
+    from ..model.errors import ConfigError, ConfigErrors
+    from ..model.sources import load_experiment, mode_names
 
-    tree = load_tree_for(_sources(site, configs, sets))
-    nodes = tree["experiment"]["nodes_per_replica"]
-    reps = tree["experiment"]["replicas"]
-    for name, m in tree["modes"].items():
-        extra = ", ".join(f"{k}={v}" for k, v in m.get("args", {}).items())
-        roles = m.get("roles") or {}
-        if roles:           # prefill/decode: its description, else each role's parallelism
-            par = " + ".join(f"{r.get('instances')} x {role} TP{r.get('tp')}/PP{r.get('pp')}/EP{r.get('ep')} "
-                             f"({r.get('nodes')} nodes)" for role, r in roles.items())
-            click.echo(f"{name:<16} {m.get('description') or par}"
-                       + (f"  [both roles: {extra}]" if extra else ""))
-            continue
-        par = f"{reps} x TP{m.get('tp')}/PP{m.get('pp')}/EP{m.get('ep')}"
-        desc = m.get("description", "")
-        # the description usually starts with the parallelism ("2 x TP32/PP1/EP4 + DFlash"):
-        # print it once
-        head = desc if desc.startswith(par) else f"{par}  {desc}".rstrip()
-        click.echo(f"{name:<16} {head}, {nodes} nodes per replica{'  [' + extra + ']' if extra else ''}")
+    src = _sources(site, configs, sets)
+    for name in mode_names(src):
+        try:
+            click.echo(_mode_line(load_experiment(src, name)))
+        except (ConfigError, ConfigErrors) as e:       # listed, with why it cannot run
+            first = e.errors[0] if isinstance(e, ConfigErrors) else e
+            click.echo(f"{name:<16} (invalid: {first})")
+
+
+def _mode_line(exp) -> str:
+    """One mode as `modes` lists it, from its resolved experiment."""
+    m = exp.mode
+    extra = ", ".join(f"{k}={v}" for k, v in m.args)
+    if m.roles:             # prefill/decode: its description, else each role's parallelism
+        par = " + ".join(f"{r.instances} x {r.name} TP{r.tp}/PP{r.pp}/EP{r.ep} ({r.nodes} nodes)" for r in m.roles)
+        return f"{m.name:<16} {m.description or par}" + (f"  [both roles: {extra}]" if extra else "")
+    par = f"{exp.replicas} x TP{m.tp}/PP{m.pp}/EP{m.ep}"
+    # the description usually starts with the parallelism ("2 x TP32/PP1/EP4 + DFlash"): print it once
+    head = m.description if m.description.startswith(par) else f"{par}  {m.description}".rstrip()
+    return f"{m.name:<16} {head}, {exp.nodes_per_replica} nodes per replica{'  [' + extra + ']' if extra else ''}"
 
 
 @main.command("dry-run")
@@ -152,7 +155,7 @@ def render(modes, output, run_id, repeats, concurrency, order, burn_in, time_lim
 @click.option("-v", "--verbose", is_flag=True, help="With --wait: every event line of the job (metrics scrapes included).")
 @click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
+              help="Write the summary files only; the report page and its plots wait for the next collect or report --html.")
 @campaign_options
 @_time_option
 @_config_options
@@ -166,8 +169,8 @@ def submit(modes, run_id, wait, verbose, no_collector, no_report, repeats, concu
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     s = do_submit(plan, collector=not no_collector)
-    what = f"mode {modes[0]}" if plan.single else \
-        f"campaign of {', '.join(modes)}: {len(plan.campaign.campaign.passes)} passes"
+    n = len(plan.campaign.campaign.passes)
+    what = f"{', '.join(plan.campaign.modes)}: {n} timed pass{'es' if n != 1 else ''}"
     click.echo(f"submitted job {s.job_id} ({what}, run {plan.run_id})")
     click.echo(f"run directory: {s.run_dir}")
     if s.collector_job_id:
@@ -208,7 +211,7 @@ def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False, repor
     state = follow_live(job_id, run_dir, verbose=verbose)
     click.echo(f"job {job_id} ended: {state}")
     cs, _ = _collect_and_print(run_dir, job_id=job_id, report=report)
-    md = rundir.Layout(run_dir).summary("summary.md")
+    md = rundir.Layout(run_dir).summary("md")
     click.echo(f"summary: {md}" if md.exists() else "no summary written")
     if cs.verdict != "ok":
         sys.exit(1)
@@ -227,7 +230,7 @@ def _collect_and_print(run_dir: Path, **kw):
 @click.argument("run")
 @click.option("-v", "--verbose", is_flag=True, help="Every event line of the job (metrics scrapes included).")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
+              help="Write the summary files only; the report page and its plots wait for the next collect or report --html.")
 def watch(run, verbose, no_report):
     """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
     run_dir = _find_run(run)
@@ -238,7 +241,7 @@ def watch(run, verbose, no_report):
 @click.argument("run")
 @click.option("--all-samples", is_flag=True, help="Average decode samples of the whole logs (warm-ups included), as in the seed.")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
+              help="Write the summary files only; the report page and its plots wait for the next collect or report --html.")
 def collect(run, all_samples, no_report):
     """Turn a run's (or campaign's) raw logs into summary.json/csv/md and print its tables and
     verdict.
@@ -250,7 +253,7 @@ def collect(run, all_samples, no_report):
 
     run_dir = _find_run(run)
     if not rundir.submitted(run_dir):
-        raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no events.log): "
+        raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no {rundir.RELATIVE.events}): "
                          f"sbatch {rundir.Layout(run_dir).job_script}")
     cs, written = _collect_and_print(run_dir, all_samples=all_samples, report=not no_report)
     if cs.verdict == "running":
@@ -260,10 +263,12 @@ def collect(run, all_samples, no_report):
 
 
 def _summaries(dirs: list[Path]):
-    """Each run collected (its summary files rewritten when they changed); no missing page drawn."""
+    """The one pass of each job (its summary files rewritten when they changed); no missing page
+    drawn."""
     from ..collect import collect_and_write
+    from ..tables.campaign import the_pass
 
-    return [collect_and_write(d, report=False)[0].only for d in dirs]
+    return [the_pass(collect_and_write(d, report=False)[0]) for d in dirs]
 
 
 def _draw_missing_pages(pairs) -> None:
@@ -298,7 +303,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     from ..model import rundir
     from ..tables.runs import runs_text
 
-    if len(runs) == 1 and campaign_cli.is_campaign(_find_run(runs[0])):
+    if len(runs) == 1 and campaign_cli.shown_as_campaign(_find_run(runs[0])):
         passes = click.get_current_context().meta.get("passes", False)
         click.echo(campaign_cli.report(_find_run(runs[0]), passes, fmt), nl=False)
         if html_out:
@@ -310,7 +315,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     dirs = [_find_run(r) for r in runs] if runs else rundir.all_runs(_results_dir())
     if since or modes:
         dirs = select(dirs, since=parse_since(since) if since else None, modes=modes)
-    campaigns = [d for d in dirs if campaign_cli.is_campaign(d)]   # their own tables
+    campaigns = [d for d in dirs if campaign_cli.shown_as_campaign(d)]   # their own tables
     if campaigns:
         click.echo("campaigns (slurm-ab report CAMPAIGN): " + ", ".join(d.name for d in campaigns), err=True)
         dirs = [d for d in dirs if d not in campaigns]
@@ -354,7 +359,7 @@ def compare(run_a, run_b, fmt, html_out):
             from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
         return
-    if any(campaign_cli.is_campaign(_find_run(r)) for r in refs):
+    if any(campaign_cli.shown_as_campaign(_find_run(r)) for r in refs):
         sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
         click.echo(campaign_cli.pair_text(sides, fmt), nl=False)
         if html_out:

@@ -7,7 +7,6 @@ pass time (bench_start -> bench_end) from every launch's events.log, and the fir
 """
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Optional
@@ -18,7 +17,7 @@ from ..ab_stats.planner import Costs, Noise, Target
 
 
 def _minutes(events_files: list[Path]) -> dict[str, Optional[float]]:
-    """Median load, warm-up and pass minutes over the launches' events.log files."""
+    """Median load, warm-up and pass minutes over the launches' events files."""
     load, warm, passes = [], [], []
     for f in events_files:
         ev = read_events(f)
@@ -38,20 +37,24 @@ def _minutes(events_files: list[Path]) -> dict[str, Optional[float]]:
 
 
 def from_campaign(run_dir: Path, primary: str = "output_tps") -> dict:
-    """The planner's inputs measured in a campaign (its collected summary.json)."""
+    """The planner's inputs measured in a job (its collected summary, read back)."""
     from ..ab_stats.components import components, first_pass
+    from ..collect.rows import ok_rows, pass_rows
+    from ..collect.write import read_summary
+    from ..model.rundir import RELATIVE, open_run
 
-    summary = run_dir / "summary.json"
-    if not summary.exists():
-        raise UsageError(f"{run_dir} has no summary.json: collect it first (slurm-ab collect {run_dir.name})")
-    result = json.loads(summary.read_text())
-    rows = [r for r in result.get("passes", []) if r.get("verdict") == "ok"]
+    job = read_summary(run_dir)
+    if job is None:
+        raise UsageError(f"{run_dir} has no {RELATIVE.summary('json')}: collect it first "
+                         f"(slurm-ab collect {run_dir.name})")
+    rows = ok_rows(pass_rows(job))
     if not rows:
         raise UsageError(f"{run_dir}: no ok pass to estimate variance from")
     metric = "steady_output_tps" if primary == "output_tps" and all(
         isinstance(r.get("steady_output_tps"), (int, float)) for r in rows) else primary
     comp = components(rows, metric)
-    times = _minutes(sorted(run_dir.glob("launch*/events.log")))
+    run = open_run(run_dir)
+    times = _minutes([run.launch_layout(la).events for la in run.campaign.launches])
     return {"components": comp, "first_pass": first_pass(rows, metric), **times}
 
 

@@ -69,7 +69,7 @@ def pair_steps(e: Experiment) -> list[str]:
 
 
 def campaign_lines(plan: JobPlan) -> list[str]:
-    """The PD modes of a campaign after its first mode (whose summary is the single run's): their
+    """The PD modes of a job after its first mode (whose summary render.summary gives): their
     roles, bootstrap ports, pair steps and router."""
     cp = plan.campaign
     out = []

@@ -8,13 +8,11 @@ the same text as in the markdown.
 from __future__ import annotations
 
 import base64
-import csv
 import html
-import io
 import os
 from pathlib import Path
 
-from ..model.rundir import Layout
+from ..model.rundir import RELATIVE, Layout
 from . import markdown, series
 from .rundata import RunFiles, load
 
@@ -62,25 +60,19 @@ def _rel(target: Path, base_dir: Path) -> str:
 
 # ---- pieces of a run's page ---------------------------------------------------------------------
 
-RAW_PATTERNS = ("job.sbatch", "manifest.json", "slurm-*.out", "events.log", "bench.jsonl",
-                "logs/*", "summary.json", "summary.csv", "summary.md")
-
-
-def raw_files(run_dir: Path) -> list[Path]:
-    """The run's files worth a link (raw logs and the collector's summaries), in a stable order."""
-    seen, out = set(), []
-    for pat in RAW_PATTERNS:
-        for p in sorted(run_dir.glob(pat)):
-            if p.is_file() and p not in seen:
-                seen.add(p)
-                out.append(p)
-    return out
+def links_of(files: list[Path], run_dir: Path, base_dir: Path) -> str:
+    """Links to files of a run directory (named relative to it) from a page in base_dir."""
+    items = "".join(f'<li><a href="{esc(_rel(p, base_dir))}">{esc(p.relative_to(run_dir))}</a></li>'
+                    for p in files)
+    return f'<ul class="files">{items}</ul>\n' if items else "<p class=\"muted\">no files</p>\n"
 
 
 def links(run: RunFiles, base_dir: Path) -> str:
-    items = "".join(f'<li><a href="{esc(_rel(p, base_dir))}">{esc(p.relative_to(run.run_dir))}</a></li>'
-                    for p in raw_files(run.run_dir))
-    return f'<ul class="files">{items}</ul>\n' if items else "<p class=\"muted\">no files</p>\n"
+    """The pass's files worth a link: the job's, then its launch's (raw logs, summaries)."""
+    files = Layout(run.run_dir).raw_files()
+    if run.launch_dir is not None:
+        files += [p for p in Layout(run.launch_dir).raw_files() if p not in files]
+    return links_of(files, run.run_dir, base_dir)
 
 
 def _flags(cfg: dict) -> str:
@@ -135,7 +127,7 @@ def _client(cfg: dict, run: RunFiles) -> str:
     from ..parse.preflight import ran_on, read_reports
 
     client = cfg.get("client") or {}
-    modules = ran_on(read_reports(run.run_dir)).get("modules", {})
+    modules = ran_on(read_reports(Layout(run.run_dir).preflight_reports())).get("modules", {})
     module = client.get("module") or next((m for m in modules if m.startswith("sglang.bench")), "")
     version = modules.get(module)
     text = f"{module} {version}" if version else (f"{module} (version not recorded)" if module else "-")
@@ -262,7 +254,7 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
     lanes = series.phases(run)
     if lanes:
         lanes = [(n, [(ph, clk.at(s), clk.at(e)) for ph, s, e in spans]) for n, spans in lanes]
-        cap = "Job phases from events.log" + (" up to the failure (red)" if tl.failure is not None else "")
+        cap = f"Job phases from {RELATIVE.events}" + (" up to the failure (red)" if tl.failure is not None else "")
         end = series.job_end(run)
         out.append(("phases.png", cap, plots.png(plots.fig_phases(
             lanes, failure=stl.failure, end=clk.at(end), failed=tuple(win["failed"]),
@@ -286,7 +278,7 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
         body.append("<ul class=\"reasons\">" + "".join(f"<li>{esc(r)}</li>" for r in s["reasons"]) + "</ul>\n")
     body.append("<h2>Results</h2>\n")
     body.append(markdown.to_html(_without_reasons(run.summary_md)) if run.summary_md
-                else "<p class=\"muted\">not collected yet (no summary.md)</p>\n")
+                else f"<p class=\"muted\">not collected yet (no {RELATIVE.summary('md')})</p>\n")
     body.append("<h2>Provenance</h2>\n" + provenance(run))
     body.append(diagnosis(run, base))
     body.append("<h2>Plots</h2>\n")
@@ -337,8 +329,8 @@ def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: s
         body.append("<h2>Latency distributions</h2>\n")
         body.append(img(plots.png(plots.fig_cdfs(curves)), "Per-request TTFT and E2E CDFs, one line per run; "
                         "markers at each run's p50 (circle) and p95 (diamond)", "latency-cdf"))
-    rows = [row for side in [load_side(r.run_dir, r.mode) for r in runs if r.verdict == "ok"]
-            for row in side.interactivity_rows(gpus_of(side.run_dir))]
+    rows = [dict(row, label=r.mode) for r in runs if r.verdict == "ok"
+            for row in load_side(r.run_dir).interactivity_rows(gpus_of(r.run_dir))]
     rows += [dict(row, label=f"{row['label']} ({c.run_id})") for c in camps      # a line per campaign
              for row in c.interactivity_rows(gpus_of(c.run_dir))]
     pts = series.interactivity_points(rows)
@@ -362,34 +354,16 @@ def campaigns_table(camps, base: Path) -> str:
     """One row per campaign: its page, modes, concurrencies, ok passes, verdict."""
     rows = []
     for c in camps:
-        passes = c.summary.get("passes") or []
+        passes = c.job.passes if c.job else ()
         rep = Layout(c.run_dir).report_html
         name = (f'<a href="{esc(_rel(rep, base))}">{esc(c.run_id)}</a>' if rep.exists() else esc(c.run_id))
         rows.append(f"<tr><td>{name}</td><td>{esc(', '.join(c.modes) or '-')}</td>"
                     f"<td class=\"n\">{esc(','.join(map(str, c.concurrencies)) or '-')}</td>"
-                    f"<td class=\"n\">{sum(1 for p in passes if p.get('verdict') == 'ok')}/{len(passes)}</td>"
-                    f"<td>{verdict_badge(c.verdict)}</td><td>{esc(c.summary.get('job_id') or '-')}</td></tr>\n")
+                    f"<td class=\"n\">{sum(1 for p in passes if p.verdict == 'ok')}/{len(passes)}</td>"
+                    f"<td>{verdict_badge(c.verdict)}</td><td>{esc((c.job.job_id if c.job else None) or '-')}</td></tr>\n")
     return ('<table class="campaigns"><thead><tr><th>Campaign</th><th>Modes</th><th>C</th>'
             "<th>Passes ok</th><th>Verdict</th><th>Job</th></tr></thead>\n<tbody>\n"
             + "".join(rows) + "</tbody></table>\n")
-
-
-def numeric_row(run_dir: Path) -> dict:
-    """The run's numeric row (summary.csv: the collector's machine-readable table)."""
-    try:
-        text = Layout(Path(run_dir)).summary("summary.csv").read_text()
-    except OSError:
-        return {}
-    rows = list(csv.DictReader(io.StringIO(text)))
-    if not rows:
-        return {}
-    out = {}
-    for k, v in rows[0].items():
-        try:
-            out[k] = float(v) if v not in ("", None) else None
-        except ValueError:
-            out[k] = v
-    return out
 
 
 def forest_rows(a_rows: list[dict], b_rows: list[dict]) -> list[dict]:
@@ -397,6 +371,10 @@ def forest_rows(a_rows: list[dict], b_rows: list[dict]) -> list[dict]:
     from ..ab_stats import METRIC_BY_NAME, deltas
     return [dict(d.to_dict(), label=METRIC_BY_NAME[d.metric].label)
             for d in deltas(a_rows, b_rows) if d.change_pct is not None]
+
+
+def _passes(n: int) -> str:
+    return f"{n} pass{'es' if n != 1 else ''}"
 
 
 def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
@@ -414,9 +392,9 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
     base = Path(base_dir)
     title = f"slurm-ab compare: {sa.run_id} vs {sb.run_id}"
     body = [f"<h1>{esc(title)}</h1>\n",
-            f"<p>A: <code>{esc(sa.run_id)}</code> ({esc(', '.join(sa.modes))}{', campaign' if sa.campaign else ''}) "
+            f"<p>A: <code>{esc(sa.run_id)}</code> ({esc(', '.join(sa.modes))}, {_passes(sa.passes)}) "
             f"{verdict_badge(sa.verdict)} &nbsp; B: <code>{esc(sb.run_id)}</code> "
-            f"({esc(', '.join(sb.modes))}{', campaign' if sb.campaign else ''}) {verdict_badge(sb.verdict)}</p>\n",
+            f"({esc(', '.join(sb.modes))}, {_passes(sb.passes)}) {verdict_badge(sb.verdict)}</p>\n",
             "<h2>Paired comparison</h2>\n", markdown.to_html(compare_md)]
     ma, mb = mode_settings(sa.run_dir), mode_settings(sb.run_dir)
     if ma and mb:
@@ -434,9 +412,7 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
         if all(x.get("tpot") and x["tpot"][0] for x in curves):
             body.append(img(plots.png(plots.fig_cdfs(curves, plots.DECODE_PANELS)), "TPOT per request and "
                             f"every inter-token latency of A and B{at}", f"decode-cdf{'' if len(common) == 1 else f'-c{c}'}"))
-    good = series.goodput_rows([(f"{n}: {x.run_id}", x.summary.get("bench", {}).get("goodput")
-                                 if not x.campaign else series.goodput_of_rows(
-                                     [r for r in x.summary.get("passes") or [] if r.get("verdict") == "ok"]))
+    good = series.goodput_rows([(f"{n}: {x.run_id}", series.goodput_of_rows(x.ok_rows(), x.slo_ms))
                                 for n, x in (("A", sa), ("B", sb))])
     if good:
         body.append(img(plots.png(plots.fig_goodput(good)), "Requests meeting benchmark.slo and good "
@@ -449,9 +425,7 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
                         "interactivity (1000 / TPOT mean) of A and B, per concurrency; Pareto front dashed",
                         "interactivity"))
     if forests is None:
-        rows = forest if forest is not None else (
-            forest_rows([numeric_row(sa.run_dir)], [numeric_row(sb.run_dir)])
-            if not (sa.campaign or sb.campaign) else [])
+        rows = forest if forest is not None else forest_rows(sa.ok_rows(), sb.ok_rows())
         forests = {None: rows} if rows else {}
     for c, rows in forests.items():
         if not rows:

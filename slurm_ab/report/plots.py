@@ -15,6 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from ..model.rundir import RELATIVE
 from .figstyle import (DPI, FAILED, PHASE_COLORS, fig_axes as _fig, legend_beside,  # noqa: F401
                        nan_gaps as _nan, png, replica_color, series_color, shade as _shade, styled,
                        window_handles as _window_handles)
@@ -297,7 +298,7 @@ def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *
         handles.append(Line2D([], [], color=FAILED, lw=1.5, ls="--", label="job failure"))
     legend_beside(fig, handles)
     ax.set_xlabel(xlabel)
-    ax.set_title("Job phases (events.log)")
+    ax.set_title(f"Job phases ({RELATIVE.events})")
     ax.grid(axis="x", alpha=0.3)
     return fig
 
