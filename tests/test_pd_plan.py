@@ -147,9 +147,14 @@ def _campaign(modes, sets=()):
                          CampaignOptions(repeats=1, order="blocked"))
 
 
-@pytest.mark.parametrize("script", ["pd-1p1d", "pd-1p1d-dflash", "campaign"])
+@pytest.mark.parametrize("script", ["pd-1p1d", "pd-1p1d-dflash", "campaign", "1p2d"])
 def test_pd_scripts_pass_bash_n_and_shellcheck(tmp_path, script):
-    text = render_script(_campaign(["tp32", "pd-1p1d"])) if script == "campaign" else render(script, site="local")
+    text = (render_script(_campaign(["tp32", "pd-1p1d"])) if script == "campaign" else
+            render("pd-1p1d", site="local", sets=["mode.roles.decode.instances=2"]) if script == "1p2d" else
+            render(script, site="local"))
+    if script == "1p2d":                  # xPyD is a count: three het groups, the router told of both decodes
+        assert "MODE_ROLES_0=(prefill decode decode)" in text and text.count("#SBATCH hetjob") == 2
+        assert '--decode "http://${R1_ADDR}:${R1_PORT}"' in text and '--decode "http://${R2_ADDR}:${R2_PORT}"' in text
     p = tmp_path / "pd.sbatch"
     p.write_text(text)
     r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)

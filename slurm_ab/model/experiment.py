@@ -368,6 +368,15 @@ class Experiment:
                 out.append(Component(len(out), role.nodes, role.name, i))
         return tuple(out)
 
+    @property
+    def gpus(self) -> int | None:
+        """GPUs a launch holds: every role instance's nodes x GPUs per node (None when unknown)."""
+        comps = self.components
+        try:
+            return sum(c.nodes for c in comps) * self.cluster.gpus_per_node if comps else None
+        except TypeError:
+            return None
+
     def role_flags(self, role: str) -> Pairs:
         """The SGLang flags of one role: [server.args], each key the mode's args also set taking
         the mode's value in place, then the mode's other args; the role's own args over both

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from .config import Tree
 from .errors import ConfigError
-from .experiment import PD_KINDS, kind_of, merge_flags
+from .experiment import PD_KINDS, merge_flags
 
 SIZE = ("instances", "nodes", "tp", "pp", "ep")
 # Flags slurm-ab writes itself from the role, the job's hosts and ports.
@@ -327,4 +327,4 @@ def _show(v) -> str:
     return "unset" if v is None else repr(v)
 
 
-__all__ = ["RULES", "RoleTables", "check", "kind_of", "notices", "role_tables"]
+__all__ = ["RULES", "RoleTables", "check", "notices", "role_tables"]

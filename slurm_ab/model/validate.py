@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors

@@ -209,13 +209,9 @@ def load_side(run_dir, name: str | None = None) -> Side:
 
 
 def gpus_of(run_dir) -> int | None:
-    """GPUs the run held: replicas x nodes per replica x GPUs per node."""
+    """GPUs the run held: every role instance's nodes x GPUs per node."""
     m = read_manifest(Path(run_dir))
-    e = m.config if m is not None else None
-    try:
-        return int(e.replicas) * int(e.nodes_per_replica) * int(e.cluster.gpus_per_node)
-    except (AttributeError, TypeError, ValueError):
-        return None
+    return m.config.gpus if m is not None and m.config is not None else None
 
 
 def settings_table(sides: dict[str, dict]) -> str:
