@@ -154,8 +154,11 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
     if c["gpu_request"] not in GPU_REQUESTS:
         errs.append(ConfigError("cluster.gpu_request", c["gpu_request"], "unknown GPU request style", ", ".join(GPU_REQUESTS)))
     if not TIME_LIMIT.fullmatch(c["time_limit"]) and c["time_limit"] != "auto":
-        errs.append(ConfigError("cluster.time_limit", c["time_limit"], "not a Slurm time",
-                                "MM, MM:SS, HH:MM:SS, D-HH:MM:SS, or auto (sized by the job's estimate)"))
+        errs.append(ConfigError("cluster.time_limit", c["time_limit"],
+                                "not a Slurm time" + (" (did you mean 'auto'?)" if c["time_limit"].strip().lower() == "auto" else ""),
+                                "\"auto\" (the default: what the job's estimate needs, at most the partition's "
+                                "MaxTime), or a Slurm time that pins the limit: MM, MM:SS, HH:MM:SS, "
+                                "D-HH[:MM[:SS]], UNLIMITED"))
     for k in ("partition", "account"):
         if not SBATCH_VALUE.fullmatch(c[k]):
             errs.append(ConfigError(f"cluster.{k}", c[k], "contains characters that cannot stand on an #SBATCH line",
