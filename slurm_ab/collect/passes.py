@@ -48,6 +48,13 @@ class PassInputs:
     job_outputs: tuple = ()         # the job's slurm-<id>.out files (run directory)
 
 
+def _pass_benchmark(benchmark, ref: PassRef) -> dict:
+    """The manifest's [benchmark] with this pass's own concurrency and prompts (a sweep's passes
+    run other values than the experiment's defaults)."""
+    return {**(benchmark or {}), **{k: v for k, v in (("concurrency", ref.concurrency), ("num_prompts", ref.prompts))
+                                    if v is not None}}
+
+
 def collect_pass(inp: PassInputs) -> PassSummary:
     """Summarise one pass: numbers, per-replica facts, server metrics, verdict and diagnosis."""
     lay, root, events, manifest = inp.launch, inp.root, inp.events, inp.manifest
@@ -61,7 +68,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     # ---- benchmark numbers -------------------------------------------------------------
     read = read_last_record(inp.bench)
     block = parse_result_block(inp.client_log)
-    spec = bench_spec(read.record, block, manifest.benchmark)
+    spec = bench_spec(read.record, block, _pass_benchmark(manifest.benchmark, inp.ref))
     bench, bnotes = bench_result(read, block, spec)
     notes += bnotes
     has_result = bench.source is not None

@@ -87,6 +87,7 @@ class Benchmark:
     primary_metric: str = "output_tps"
     client: str = "sglang_0_5_23"  # a key of [client_profiles]
     slo: Pairs = ()                # goodput SLOs: (("ttft_ms", 500.0), ("tpot_ms", 0.0), ...); 0 = not set
+    steady_concurrency_ratio: float = 0.5   # the steady state's minimum concurrency / peak
 
     @property
     def slo_ms(self) -> Pairs:

@@ -250,6 +250,10 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     errs = [ConfigError(f"benchmark.slo.{k}", v, "not a latency in ms", "a number > 0, or 0 for no SLO on this metric")
             for k, v in b["slo"].items()
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0]
+    r = b["steady_concurrency_ratio"]
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
+        errs.append(ConfigError("benchmark.steady_concurrency_ratio", r, "not a share of the peak concurrency",
+                                "a number in (0, 1], e.g. 0.5 (SGLang's --steady-state-concurrency-ratio)"))
     prof, perrs = _profile("client", "benchmark.client", b["client"], tree["client_profiles"],
                            ("command", "module"), "sglang.bench_serving")
     errs += perrs
