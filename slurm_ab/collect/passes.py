@@ -24,7 +24,8 @@ from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .speed import speed_findings
-from .verdict import diagnosis_reasons, outcome_reasons, short_of_requests, state_verdict, validity_reasons
+from .verdict import (diagnosis_reasons, outcome_reasons, router_retries, router_retry_reasons, short_of_requests,
+                      state_verdict, validity_reasons)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ def _pass_benchmark(benchmark, ref: PassRef) -> dict:
     run other values than the experiment's defaults)."""
     return {**(benchmark or {}), **{k: v for k, v in (("concurrency", ref.concurrency), ("num_prompts", ref.prompts))
                                     if v is not None}}
+
+
+def _max_retry_pct(manifest: Manifest) -> float:
+    """router.max_retry_pct as the run recorded it; the built-in one for runs from before it."""
+    r = manifest.config.router if manifest.config is not None else None
+    if r is not None and r.max_retry_pct is not None:
+        return float(r.max_retry_pct)
+    from ..model.config import builtin_experiment
+    return float(builtin_experiment()["router"]["max_retry_pct"])
 
 
 def collect_pass(inp: PassInputs) -> PassSummary:
@@ -108,10 +118,12 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         if failed:
             verdict, reasons = "failed", failed
         else:
+            retried, flagged = router_retry_reasons(router_retries(lay.root, events), bench.total,
+                                                    _max_retry_pct(manifest))
             invalid = validity_reasons(bench, problems, replicas, window,
                                        [text for confirmed, text in speed if confirmed]) + \
-                (pd_reasons(pd, replicas) if pd else [])
-            verdict, reasons = ("invalid", invalid) if invalid else ("ok", [])
+                (pd_reasons(pd, replicas) if pd else []) + retried
+            verdict, reasons = ("invalid", invalid) if invalid else ("ok", flagged)
     elif verdict in ("failed", "cancelled", "timeout"):
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)
                     if r not in reasons]

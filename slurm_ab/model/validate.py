@@ -250,6 +250,10 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     errs = [ConfigError(f"benchmark.slo.{k}", v, "not a latency in ms", "a number > 0, or 0 for no SLO on this metric")
             for k, v in b["slo"].items()
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0]
+    m = tree["router"]["max_retry_pct"]
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 100:
+        errs.append(ConfigError("router.max_retry_pct", m, "not a percentage of a pass's requests",
+                                "a number in [0, 100], e.g. 5 (0: any retry makes the pass invalid)"))
     r = b["steady_concurrency_ratio"]
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
         errs.append(ConfigError("benchmark.steady_concurrency_ratio", r, "not a share of the peak concurrency",
