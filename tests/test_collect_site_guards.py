@@ -265,3 +265,30 @@ def test_a_campaign_collected_with_another_jobs_sacct_keeps_its_passes_verdicts(
     assert [p.verdict for p in cs.passes] == ["ok"] * 4
     assert cs.job.state is None and cs.job.note.startswith("sacct ignored: Slurm's job 118 is another job")
     assert not cs.running
+
+
+def test_a_completed_run_whose_nccl_used_the_fallback_is_invalid(tmp_path):
+    """Wired (issue 29 item 5): a completed run whose server log shows NCCL on sockets where the
+    site declares IB is invalid, naming the node and NCCL's own line; the same run declaring
+    Socket stays ok."""
+    import json
+    import shutil
+
+    from helpers import ROOT
+    from slurm_ab.collect.campaign import collect
+
+    def run(where, expected):
+        d = tmp_path / where
+        shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "tp32-stored", d)
+        log = d / "logs" / "server-r1-n1.log"
+        log.write_text(SOCKET_LINES + log.read_text())
+        m = json.loads((d / "manifest.json").read_text())
+        m["config"]["cluster"]["nccl_network"] = expected
+        (d / "manifest.json").write_text(json.dumps(m))
+        return collect(d).only
+
+    s = run("ib", "IB")
+    assert s.verdict == "invalid" and len(s.reasons) == 1
+    assert s.reasons[0].startswith("replica 1 node rank 1 (") and "NCCL used network Socket, not IB" in s.reasons[0]
+    assert "NET/IB : No device found. [logs/server-r1-n1.log:3]" in s.reasons[0]
+    assert run("socket", "Socket").verdict == "ok"

@@ -24,7 +24,7 @@ from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .speed import speed_findings
-from .verdict import (diagnosis_reasons, outcome_reasons, router_retries, router_retry_reasons, short_of_requests,
+from .verdict import (diagnosis_reasons, nccl_network_reasons, outcome_reasons, router_retries, router_retry_reasons, short_of_requests,
                       state_verdict, validity_reasons)
 
 
@@ -54,6 +54,12 @@ def _pass_benchmark(benchmark, ref: PassRef) -> dict:
     run other values than the experiment's defaults)."""
     return {**(benchmark or {}), **{k: v for k, v in (("concurrency", ref.concurrency), ("num_prompts", ref.prompts))
                                     if v is not None}}
+
+
+def _nccl_network(manifest: Manifest) -> str:
+    """cluster.nccl_network as the run recorded it ("": not checked)."""
+    c = manifest.config.cluster if manifest.config is not None else None
+    return (c.nccl_network if c is not None else None) or ""
 
 
 def _max_retry_pct(manifest: Manifest) -> float:
@@ -122,7 +128,9 @@ def collect_pass(inp: PassInputs) -> PassSummary:
                                                     _max_retry_pct(manifest))
             invalid = validity_reasons(bench, problems, replicas, window,
                                        [text for confirmed, text in speed if confirmed]) + \
-                (pd_reasons(pd, replicas) if pd else []) + retried
+                (pd_reasons(pd, replicas) if pd else []) + retried + \
+                (nccl_network_reasons(lay.server_logs(), _nccl_network(manifest), job.node_lists, root)
+                 if logs_exist else [])
             verdict, reasons = ("invalid", invalid) if invalid else ("ok", flagged)
     elif verdict in ("failed", "cancelled", "timeout"):
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)
