@@ -252,10 +252,6 @@ class CampaignPlan:
         """Per mode: 1 when its servers run with --enable-metrics (the job scrapes them)."""
         return tuple(int(e.server_metrics) for e in self.experiments)
 
-    @property
-    def launch_server(self) -> tuple[int, ...]:
-        return tuple(x.server for x in self.launches)
-
     def role_command(self, mode_index: int, role: str) -> Command:
         return dict(self.roles[mode_index])[role]
 
