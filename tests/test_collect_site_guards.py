@@ -145,6 +145,25 @@ def test_sacct_of_another_job_is_ignored_and_said(tmp_path):
         .startswith("it ended at ")
 
 
+def test_sacct_of_the_same_id_submitted_before_the_run_is_another_job(tmp_path):
+    """Job ids wrap: a record of the same id and name (a rebuilt cluster, the same run id reused)
+    submitted a day before this run's sbatch is another job, even with no start or end to compare
+    (it was cancelled while pending); one submitted a few seconds either side is this run's."""
+    run = build_run(tmp_path)
+    ev = read_events(run / "events.log")
+    at = ev.first["job_start"].epoch
+    submitted = datetime.fromtimestamp(at - 5).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
+    expected = {"job_name": f"ab-{run.name}", "submitted_at": submitted, "cluster": "abtest"}
+    early = _sacct(job_name=f"ab-{run.name}", state="CANCELLED", submit=_at(run, -86400), expected=expected)
+    assert identity_problem(early, ev) == f"it was submitted at {_at(run, -86400)}, this run at {submitted}"
+    job = job_info(early, ev, "4242")
+    assert job.source == "ignored" and job.state is None and "is another job (it was submitted at" in job.note
+    for skew in (-60, -3, 30):          # sbatch a moment after the manifest, or clocks apart
+        same = _sacct(job_name=f"ab-{run.name}", submit=_at(run, skew), expected=expected)
+        assert identity_problem(same, ev) is None, skew
+        assert job_info(same, ev, "4242").source == "sacct"
+
+
 def _prom(retries, failures):
     text = '# TYPE smg_worker_cb_outcomes_total counter\n'
     text += 'smg_worker_cb_outcomes_total{worker="http://node05:31790",outcome="success"} 20\n'
