@@ -126,14 +126,15 @@ def test_a_comparison_has_one_primary_row_and_folds_the_same_measurement():
     assert rows[0].metric == "output_tps" and rows[0].label == "Output TPS (= Input TPS, Duration)"
     assert {r.metric for r in rows}.isdisjoint({"input_tps", "duration_s", "accept_len"})
     assert rows[0].verdict == "worse" and rows[0].p_holm is None
-    assert "makespan" in primary_note(rows, "output_tps")
+    assert primary_note(rows, "output_tps").startswith("primary metric: Output TPS over the makespan")
     sec = [r for r in rows if r.role == "secondary" and r.delta.tested]
     assert sec and all(r.p_holm >= r.delta.p_value for r in sec)
     assert rows[0].to_dict()["same_as"] == ["input_tps", "duration_s"]
     # a steady-state throughput on every pass carries the headline; the makespan row is secondary
     a, b = _rows(1.0, (1, 4), 1, steady=True), _rows(0.90, (2, 3), 2, steady=True)
     rows = compare(a, b)
-    assert rows[0].metric == "steady_output_tps" and "steady state" in primary_note(rows, "output_tps")
+    assert rows[0].metric == "steady_output_tps"
+    assert primary_note(rows, "output_tps").startswith("primary metric: output throughput in the steady state")
     assert "output_tps" in [r.metric for r in rows[1:]]
     b[0]["steady_output_tps"] = None                          # one pass without it: makespan
     assert compare(a, b)[0].metric == "output_tps"
@@ -156,6 +157,20 @@ def test_a_secondary_significant_alone_is_not_after_holm():
     assert len(tested) == 6 and ttft.p_holm == pytest.approx(6 * ttft.delta.p_value)
     assert ttft.delta.verdict == "worse" and ttft.verdict == SAME
     assert rows[0].verdict == SAME                                   # the primary did not move
+
+
+def test_a_metric_on_one_side_only_keeps_its_row_and_the_rows_after_it():
+    """A's client reported no TTFT p95: the row stays (a value on one side is news), untested and
+    outside the Holm family, and every row after it is there."""
+    a, b = _rows(1.0, (1, 4, 5), 3), _rows(1.0, (2, 3, 6), 4)
+    a = [dict(r, ttft_p95_s=None) for r in a]
+    rows = compare(a, b)
+    assert [r.metric for r in rows] == ["output_tps", "ttft_mean_s", "ttft_p95_s", "tpot_mean_ms", "tpot_p95_ms",
+                                        "e2e_mean_s", "e2e_p95_s"]
+    p95 = rows[2]
+    assert p95.delta.a_mean is None and p95.delta.b_mean == pytest.approx(np.mean([r["ttft_p95_s"] for r in b]))
+    assert p95.p_holm is None and p95.verdict == p95.delta.verdict and not p95.delta.tested
+    assert sum(r.p_holm is not None for r in rows) == 5              # the family: five, not six
 
 
 def test_expected_percentile_noise_matches_a_simulation():
@@ -227,3 +242,24 @@ def test_first_pass_effect_is_measured_per_launch():
     assert fp.launches == 12 and fp.change_pct == pytest.approx(-5.0, abs=1.0)
     assert fp.ci_high_pct < 0 and "use --burn-in" in fp.text()
     assert "no burn-in needed" in first_pass(rows, "output_tps").text()
+
+
+def test_components_and_first_pass_are_scale_free_and_skip_missing_passes():
+    """On log values: a metric below 1 (a TTFT of 0.2 s, throughput in thousands) gives the same
+    CoVs and first-pass change as in other units; a pass without the metric is left out; two
+    passes per launch, and two launches, are enough."""
+    rows = _balanced(0.02, 0.01, launches=4, k=2, seed=4)
+    cold = [dict(r, output_tps=r["output_tps"] * (0.95 if r["repeat"] == 1 else 1.0)) for r in rows]
+    small = [dict(r, output_tps=r["output_tps"] / 1000) for r in cold]
+    missing = cold + [dict(cold[0], repeat=3, output_tps=None)]
+    c = components(cold, "output_tps")
+    assert (c.launches, c.passes) == (8, 16) and c.launch_cov is not None and c.pass_cov is not None
+    for other in (components(small, "output_tps"), components(missing, "output_tps")):
+        assert (other.launches, other.passes) == (8, 16)
+        assert (other.launch_cov, other.pass_cov) == pytest.approx((c.launch_cov, c.pass_cov), rel=1e-3)
+    fp = first_pass(cold, "output_tps")
+    assert fp.launches == 8 and fp.change_pct == pytest.approx(-5.0, abs=1.5)
+    for other in (first_pass(small, "output_tps"), first_pass(missing, "output_tps")):
+        assert other.launches == 8 and other.change_pct == pytest.approx(fp.change_pct, rel=1e-9)
+    two = first_pass([r for r in cold if r["launch"] in (0, 1)], "output_tps")
+    assert two.launches == 2 and two.change_pct is not None and two.ci_low_pct is not None

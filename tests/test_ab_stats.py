@@ -39,6 +39,9 @@ def test_aggregate_of_one_pass_has_no_spread_or_interval():
 
 def test_aggregate_skips_missing_passes():
     assert aggregate([1.0, None, 3.0, float("inf")]).n == 2
+    # anywhere in the column: a missing first pass does not end it; a bool or a text is no number
+    agg = aggregate([None, 1.0, True, 3.0, float("nan"), "x", 5.0])
+    assert (agg.n, agg.mean) == (3, 3.0)
 
 
 def _welch_log_reference(a, b, confidence=0.95):
