@@ -185,6 +185,15 @@ def test_expected_percentile_noise_matches_a_simulation():
     assert ttft.warn and "from 40 requests" in ttft.text() and "requests per pass would bring it" in ttft.text()
 
 
+def test_percentile_noise_at_its_edges():
+    """One request still has a noise; no request, or a mean or percentile of 0 (a failed pass's
+    zeros) fits no lognormal and raises nothing; a p95 below the mean is sigma 0."""
+    assert percentile_cov(1, 0.95, 0.3) == pytest.approx(0.3 * math.sqrt(0.95 * 0.05) / 0.10314, rel=1e-3)
+    assert percentile_cov(0, 0.95, 0.3) == 0.0 and percentile_cov(40, 0.95, 0.0) == 0.0
+    assert lognormal_sigma(0.0, 1.0, 0.95) is None and lognormal_sigma(1.0, 0.0, 0.95) is None
+    assert lognormal_sigma(1.0, 0.9, 0.95) == 0.0
+
+
 def test_pooled_percentile_interval_covers_at_least_95_percent():
     rng = np.random.default_rng(3)
     truth = math.exp(1.6449 * 0.5)
