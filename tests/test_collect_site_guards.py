@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from helpers.rundir_builder import build_run
-from slurm_ab.collect.job import identity_problem, job_info
+from slurm_ab.collect.job import expand_hostlist, identity_problem, job_info, parse_elapsed
 from slurm_ab.collect.summary import collect_run
 from slurm_ab.collect.verdict import guard_reasons, nccl_network_reasons, router_retry_reasons
 from slurm_ab.parse.diagnose import Finding, diagnose
-from slurm_ab.parse.events import read_events
+from slurm_ab.parse.events import EventLog, read_events
 from slurm_ab.parse.nccl import nccl_network
 
 # NCCL 2.27's init lines (src/transport/net_ib.cc, net_socket.cc, init.cc; prefix from debug.cc)
@@ -162,6 +162,20 @@ def test_sacct_of_the_same_id_submitted_before_the_run_is_another_job(tmp_path):
         same = _sacct(job_name=f"ab-{run.name}", submit=_at(run, skew), expected=expected)
         assert identity_problem(same, ev) is None, skew
         assert job_info(same, ev, "4242").source == "sacct"
+
+
+def test_sacct_elapsed_and_hostlists_as_slurm_prints_them():
+    """sacct's Elapsed ([D-]HH:MM:SS, MM:SS) and NodeList (slurm's hostlist: ranges keep their
+    zero padding, a suffix after the brackets, several ranges and hosts)."""
+    assert parse_elapsed("1-02:03:04") == 93784 and parse_elapsed("02:03:04.5") == 7384.5
+    assert parse_elapsed("05:12") == 312 == parse_elapsed("00:05:12") == parse_elapsed(312)
+    assert parse_elapsed("12.5") == 12.5 and parse_elapsed("Unknown") is None and parse_elapsed(None) is None
+    assert expand_hostlist("node[01-03,7],gpu5") == ["node01", "node02", "node03", "node7", "gpu5"]
+    assert expand_hostlist("n[08-10]-ib") == ["n08-ib", "n09-ib", "n10-ib"]
+    assert expand_hostlist("node05") == ["node05"] and expand_hostlist("") == [] and expand_hostlist(None) == []
+    job = job_info(_sacct(node_lists={"1": "node[03-04]", "0": "node[01-02]"}, elapsed="1-00:00:01"), EventLog(), "4242")
+    assert job.node_lists == {"0": ["node01", "node02"], "1": ["node03", "node04"]} and job.elapsed_s == 86401
+    assert job.job_id == "4242" and job_info({**_sacct(), "job_id": None}, EventLog(), "4243").job_id == "4243"
 
 
 def _prom(retries, failures):
