@@ -172,6 +172,7 @@ def test_sacct_elapsed_and_hostlists_as_slurm_prints_them():
     assert parse_elapsed("12.5") == 12.5 and parse_elapsed("Unknown") is None and parse_elapsed(None) is None
     assert expand_hostlist("node[01-03,7],gpu5") == ["node01", "node02", "node03", "node7", "gpu5"]
     assert expand_hostlist("n[08-10]-ib") == ["n08-ib", "n09-ib", "n10-ib"]
+    assert expand_hostlist("gpu5,node[01-02]") == ["gpu5", "node01", "node02"]
     assert expand_hostlist("node05") == ["node05"] and expand_hostlist("") == [] and expand_hostlist(None) == []
     job = job_info(_sacct(node_lists={"1": "node[03-04]", "0": "node[01-02]"}, elapsed="1-00:00:01"), EventLog(), "4242")
     assert job.node_lists == {"0": ["node01", "node02"], "1": ["node03", "node04"]} and job.elapsed_s == 86401
