@@ -61,6 +61,11 @@ def test_nccl_network_reasons_name_the_node(tmp_path):
     assert got == ["replica 1 node rank 1 (node06): NCCL used network Socket, not IB (cluster.nccl_network): "
                    "node06:3101:3140 [0] NCCL INFO NET/IB : No device found. [logs/server-r1-n1.log:3]"]
     assert nccl_network_reasons(logs, "", nodes) == []
+    # a fallback without a line saying why: the reason shows the "Using network" line itself
+    bare = [_log(tmp_path, "server-r1-n3.log", "noise\n", SOCKET_LINES.splitlines(keepends=True)[-1])]
+    assert nccl_network_reasons(bare, "IB", nodes, root=tmp_path) == [
+        "replica 1 node rank 3 (node08): NCCL used network Socket, not IB (cluster.nccl_network): "
+        "node06:3101:3140 [0] NCCL INFO Using network Socket [logs/server-r1-n3.log:2]"]
     assert nccl_network_reasons(logs[1:2], "Socket", nodes) == []
 
 
