@@ -286,6 +286,20 @@ def test_setup_is_a_quick_no_op_when_done(line):
     assert not re.search(r"pip install|apt-get|cluster\.sh install", out), f"`{line}` installed:\n{out}"
 
 
+@pytest.mark.parametrize("line", [line for line, _ in LINES if line.startswith("make ") and "=" in line])
+def test_every_make_variable_of_a_line_counts(line, tmp_path):
+    """make ignores a variable it does not know (REPAETS=3 would run the default silently): each
+    VAR of a line must reach the command make runs (make -n with VAR set to another value)."""
+    work = workdir(tmp_path)
+    words = shlex.split(line)
+    rc, full = run(shlex.join(["make", "-n", *words[1:]]), work)
+    assert rc == 0, full
+    for var in [w for w in words if "=" in w]:
+        other = var.split("=")[0] + "=readme-probe"
+        rc, probe = run(shlex.join(["make", "-n", *(other if w == var else w for w in words[1:])]), work)
+        assert "readme-probe" in probe, f"`{line}`: {var} does not reach what make runs:\n{full}"
+
+
 def test_make_passes_the_variables_its_help_names(tmp_path):
     """make help names WAIT=1 for submit and CONCURRENCY, ORDER, BURN_IN, WAIT for ab: each reaches
     slurm-ab as its option, and the command make would run is accepted (as its dry-run)."""
