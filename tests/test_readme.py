@@ -280,6 +280,8 @@ def test_setup_is_a_quick_no_op_when_done(line):
     """`make setup` as written: `make test` ran it before this test, so it must install nothing."""
     rc, missing = run("python3 testbed/setup_check.py", ROOT)
     assert rc == 0, f"make setup is not done for this checkout: {missing}"
+    rc, _ = run("make -q build/setup.stamp", ROOT)      # never install from a test: make test ran setup
+    assert rc == 0, "build/setup.stamp is older than a pyproject.toml: `make setup` would install (run it first)"
     rc, out = run(line, ROOT, timeout=120)
     assert rc == 0, out
     check_output(line, out)
