@@ -223,7 +223,8 @@ def run_one(m: Mutant | None, copy: Path, timeout: float, tests: list[str]) -> t
             return "survived", "", took
         if r.returncode == 1 and failed:
             return "killed", failed.group(1), took
-        return "error", (failed.group(1) if failed else f"rc={r.returncode} " + r.stdout[-300:].replace("\n", " ")), took
+        why = failed.group(1) if failed else f"rc={r.returncode} " + r.stdout[-300:].replace("\n", " ")
+        return "error", why, took
     except subprocess.TimeoutExpired:
         return "timeout", "", time.monotonic() - t0
     finally:

@@ -7,8 +7,8 @@ from datetime import datetime
 from helpers.rundir_builder import build_run
 from slurm_ab.collect.job import expand_hostlist, identity_problem, job_info, parse_elapsed
 from slurm_ab.collect.summary import collect_run
-from slurm_ab.collect.verdict import (RouterRetries, guard_reasons, nccl_network_reasons, router_retries,
-                                     router_retry_reasons)
+from slurm_ab.collect.verdict import (RouterRetries, diagnosis_reasons, guard_reasons, nccl_network_reasons,
+                                     router_retries, router_retry_reasons)
 from slurm_ab.parse.diagnose import Finding, diagnose
 from slurm_ab.parse.events import EventLog, read_events
 from slurm_ab.parse.nccl import nccl_network
@@ -104,6 +104,24 @@ def test_guard_reasons_from_the_jobs_own_failures(tmp_path):
                       "benchmark: node06:3101:3140 [0] NCCL INFO NET/IB : No device found. [logs/server-r1-n1.log:3]")
 
 
+def test_srun_s_line_about_the_failed_server_step_comes_first(tmp_path):
+    """The job saw replica 1's server step exit (fail step=server-r1): srun's line about a task on
+    replica 1's node is the reason, named by replica and node rank, before the job's FATAL line
+    and srun's other lines (replica 0's task was killed in the teardown)."""
+    ev = _events(tmp_path, "fail kind=step_exited step=server-r1 rc=1")
+    nodes = {"0": ["node01", "node02"], "1": ["node05", "node06"]}
+    out = "slurm-4242.out"
+    findings = [Finding("srun_error", out, 40, "srun: error: node01: task 0: Killed",
+                        {"message": "node01: task 0: Killed"}),
+                Finding("srun_error", out, 41, "srun: error: node06: task 5: Exited with exit code 1",
+                        {"message": "node06: task 5: Exited with exit code 1"}),
+                Finding("job_fatal", out, 50, "FATAL: replica 1 server exited",
+                        {"message": "replica 1 server exited"})]
+    got = diagnosis_reasons(findings, nodes, events=ev)
+    assert got[:3] == ["replica 1 node rank 1 (node06): srun: task 5: Exited with exit code 1",
+                       "job: replica 1 server exited", "srun: node01: task 0: Killed"]
+
+
 def _sacct(**kw):
     base = {"job_id": "4242", "state": "COMPLETED", "exit_code": "0:0", "elapsed": "00:06:00",
             "cluster": "abtest", "node_lists": {}}
@@ -180,7 +198,8 @@ def test_sacct_elapsed_and_hostlists_as_slurm_prints_them():
     assert expand_hostlist("n[08-10]-ib") == ["n08-ib", "n09-ib", "n10-ib"]
     assert expand_hostlist("gpu5,node[01-02]") == ["gpu5", "node01", "node02"]
     assert expand_hostlist("node05") == ["node05"] and expand_hostlist("") == [] and expand_hostlist(None) == []
-    job = job_info(_sacct(node_lists={"1": "node[03-04]", "0": "node[01-02]"}, elapsed="1-00:00:01"), EventLog(), "4242")
+    lists = {"1": "node[03-04]", "0": "node[01-02]"}
+    job = job_info(_sacct(node_lists=lists, elapsed="1-00:00:01"), EventLog(), "4242")
     assert job.node_lists == {"0": ["node01", "node02"], "1": ["node03", "node04"]} and job.elapsed_s == 86401
     assert job.job_id == "4242" and job_info({**_sacct(), "job_id": None}, EventLog(), "4243").job_id == "4243"
 
