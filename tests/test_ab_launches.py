@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import numpy as np
 import pytest
@@ -182,6 +183,27 @@ def test_expected_percentile_noise_matches_a_simulation():
     warn = percentile_noise([_rows(1.0, (1, 4), 1)])
     ttft = next(w for w in warn if w.metric == "ttft_p95_s")
     assert ttft.warn and "from 40 requests" in ttft.text() and "requests per pass would bring it" in ttft.text()
+
+
+def test_percentile_noise_takes_the_noisier_side_and_says_what_would_fix_it():
+    """Side A (40 requests a pass, p95 2.5x the mean) expects ~24 % noise per pass though its two
+    passes happen to agree; B's p95 fits no lognormal (no expectation) and C's are zeros: A is
+    the noisier side, it warns on the expected noise, and the request count it names brings that
+    to 5 %. A p95 without its mean (E2E here) gives no entry."""
+    def side(p95s, mean, reqs):
+        return [{"ttft_p95_s": p, "ttft_mean_s": mean, "requests_ok": reqs, "e2e_p95_s": 60.0} for p in p95s]
+    a, b, c = side([19.9, 20.1], 8.0, 40), side([100.0, 101.0], 1.0, 400), side([0.0, 0.0], 8.0, 40)
+    (got,) = percentile_noise([a, b, c])
+    sigma = lognormal_sigma(8.0, 20.0, 0.95)
+    expected, measured = percentile_cov(40, 0.95, sigma), statistics.stdev([19.9, 20.1]) / 20.0
+    assert (got.metric, got.requests) == ("ttft_p95_s", 40)
+    assert (got.sigma, got.expected_cov, got.measured_cov) == pytest.approx((sigma, expected, measured))
+    assert expected == pytest.approx(0.238, abs=1e-3) and measured < 0.05 and got.warn
+    need = math.ceil(40 * (expected / 0.05) ** 2)
+    assert got.text() == (f"TTFT p95 per pass from 40 requests, expected noise 24% per pass (lognormal request "
+                          f"times, sigma {sigma:.2f} from mean and p95), measured 1% between passes; {need} "
+                          "requests per pass would bring it to 5% (benchmark.num_prompts, or "
+                          "prompts_per_concurrency x C)")
 
 
 def test_percentile_noise_at_its_edges():
