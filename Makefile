@@ -47,8 +47,10 @@ export SLURM_AB_SITES := $(if $(findstring $(TESTBED_SITES),$(SLURM_AB_SITES)),$
 help:
 	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck, chromium),"
 	@echo "                               slurm-ab and the testbed (emulator, local cluster); a quick no-op when done"
-	@echo "make cluster-up | cluster-down start/stop the local Slurm cluster, 27 nodes in 3 lanes (cluster-status: its state"
-	@echo "                               and network layout; SLURM_AB_CLUSTER_NET=netns|localhost picks one)"
+	@echo "make cluster-up                start the local Slurm cluster, 27 nodes in 3 lanes"
+	@echo "                               (SLURM_AB_CLUSTER_NET=netns|localhost picks its network layout)"
+	@echo "make cluster-status            its daemons, nodes and network layout"
+	@echo "make cluster-down              stop it"
 	@echo "make demo                      run the three modes on the local cluster and print the tables"
 	@echo "make dry-run MODE=tp32         print the job script (SITE=example|local|FILE)"
 	@echo "make submit MODE=tp32          submit one run (add WAIT=1 to follow it)"
@@ -119,7 +121,8 @@ cluster-status:
 # (they used to take ~200 s of each lane worker's time; the cores idle ~12 % of a run while every
 # lane waits on Slurm, on a grace period or a timeout). Then the `exclusive` tests (they take the
 # whole cluster down and up) alone. Every part always runs; the 30 longest cluster tests and the 15
-# longest others are listed (where the suite's time goes, issue 17).
+# longest others are listed (where the suite's time goes, issue 17). In every part a test that passes
+# without running an assertion fails (tests/helpers/asserted.py, from tests/conftest.py).
 LOCAL_TESTS_LOG = build/test-local.log
 test: setup cluster-up
 	@lanes=$$(sinfo -h -o %R | grep -c '^lane[0-9]'); \

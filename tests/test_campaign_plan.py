@@ -48,11 +48,15 @@ def test_campaign_golden_and_shell_checks(tmp_path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     r = shellcheck(script)
     assert r.returncode == 0, r.stdout
-    # one allocation: the header is the single run's; every mode's server command is there
+    # one allocation: the header is the single run's but for the --time its estimate asks (time
+    # limit "auto"); every mode's server command is there
     single = render("tp32")
-    assert [ln for ln in text.splitlines() if ln.startswith("#SBATCH")] == \
-        [ln for ln in single.splitlines() if ln.startswith("#SBATCH")]
-    assert "SERVER_CMD_0=(" in text and "SERVER_CMD_1=(" in text
+
+    def header(t):
+        return [ln for ln in t.splitlines() if ln.startswith("#SBATCH") and not ln.startswith("#SBATCH --time=")]
+    assert header(text) == header(single)
+    assert "#SBATCH --time=01:21:00" in text and "#SBATCH --time=00:31:00" in single
+    assert "SERVER_CMD_0_server=(" in text and "SERVER_CMD_1_server=(" in text
     files = [f"{RELATIVE.bench(k)}:{RELATIVE.client_log(k)}" for k in ("c8-r1", "c8-r2")]
     assert f"LAUNCH_PASSES=(\n  '8:1:40:c8-r1:{files[0]} 8:2:40:c8-r2:{files[1]} " in text
     assert "LAUNCH_DIRS=(launch1-tp32 launch2-tp32-dflash)" in text
@@ -106,11 +110,14 @@ def test_every_mode_is_validated_and_duplicates_refused():
 def test_modes_of_different_shape_cannot_share_an_allocation():
     src = Sources("example", (), GOLDEN_SETS)
     exps = [load_experiment(src, m) for m in AB]
-    exps[1] = dataclasses.replace(exps[1], nodes_per_replica=2)
+    mode = exps[1].mode
+    exps[1] = dataclasses.replace(exps[1], mode=dataclasses.replace(
+        mode, roles=(dataclasses.replace(mode.roles[0], nodes=2, tp=16),)))
     with pytest.raises(ConfigErrors) as e:
         resolve_options(exps, CampaignOptions(repeats=2))
     msg = str(e.value)
-    assert "different shape" in msg and "tp32: 2 replicas x 4 nodes" in msg and "tp32-dflash: 2 replicas x 2 nodes" in msg
+    assert "different shape" in msg and "tp32: 2 components of 4 + 4 nodes" in msg
+    assert "tp32-dflash: 2 components of 2 + 2 nodes" in msg
 
 
 def test_default_campaign_run_id_names_the_modes(monkeypatch):

@@ -16,8 +16,8 @@ from helpers.scripts import GOLDEN_SETS, render
 from slurm_ab.job.campaign_plan import CampaignOptions, plan_job
 from slurm_ab.job.render import render_script
 from slurm_ab.model.campaign import schedule
-from slurm_ab.model.rundir import (FILES, JOB_WRITES, OLD_PASS_FILES, RELATIVE, RESUBMITTED, Layout,
-                                   OldRunLayout, job_formats)
+from slurm_ab.model.rundir import (FILES, OLD_PASS_FILES, RELATIVE, RESUBMITTED, Layout, OldRunLayout,
+                                   job_formats)
 from slurm_ab.model.sources import Sources
 
 # ---- the grep: no run-directory file name outside Layout ---------------------------------------
@@ -153,7 +153,7 @@ def test_the_job_script_spells_no_path_and_gets_layouts_formats(sets):
     for text in (render("tp32-dflash", sets=sets), _campaign_text()):
         assert spelled_paths(text) == set()
         formats = dict(re.findall(r"^(F_[A-Z_]+)=(\S+)", text, re.M))
-        assert formats == {name: fmt for name, fmt, _ in job_formats()}
+        assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False)}
         assert formats["F_EVENTS"] == str(RELATIVE.events)
 
 
@@ -161,8 +161,9 @@ def test_the_formats_give_layouts_names_in_bash(tmp_path):
     """bash's printf of every F_* format names the file Layout names, placeholders in order."""
     args = {"g": "1", "rank": "3", "peer": "2", "node": "node07", "target": "r1n0", "stamp": "20261130-1.5",
             "job": "42", "run_dir": "/r/x"}
-    for (name, fmt, _), key in zip(job_formats(), [*JOB_WRITES, "resubmitted"]):
-        pattern = FILES.get(key, RESUBMITTED)
+    by_format = {re.sub(r"\{[a-z_]+\}", "%s", v): v for v in [*FILES.values(), RESUBMITTED]}
+    for name, fmt, _ in job_formats():
+        pattern = by_format[fmt]
         order = re.findall(r"\{([a-z_]+)\}", pattern)
         out = subprocess.run(["bash", "-c", 'printf "$0" "${@}"', fmt, *(args[k] for k in order)],
                              capture_output=True, text=True, check=True).stdout

@@ -22,8 +22,9 @@ def _config_options(f):
 
 def _time_option(f):
     return click.option("--time", "time_limit", default=None, metavar="[D-]HH:MM:SS|auto",
-                        help="The job's time limit (cluster.time_limit). auto: sized by the job's estimated "
-                             "duration (shown by dry-run); a limit shorter than the estimate is refused.")(f)
+                        help="The job's time limit (cluster.time_limit). auto (the default unless the site "
+                             "pins one): sized by the job's estimated duration (shown by dry-run), bounded "
+                             "by the partition's MaxTime; a limit shorter than the estimate is refused.")(f)
 
 
 def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in):
@@ -31,12 +32,12 @@ def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, 
     import json
 
     from . import campaign as campaign_cli
-    from ..model.duration import fit_time_limit
+    from ..model.duration import fit_time_limit, partition_limit
 
     if time_limit is not None:
         sets = (*sets, f"cluster.time_limit={json.dumps(time_limit)}")
     plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
-    return fit_time_limit(plan)
+    return fit_time_limit(plan, partition=partition_limit(plan.exp))
 
 
 def _sources(site, configs, sets):
@@ -70,29 +71,26 @@ def main():
 @_config_options
 def modes(site, configs, sets):
     """List the experiment's modes with their parallelism."""
-    from ..model.errors import ConfigError, ConfigErrors
-    from ..model.sources import load_experiment, mode_names
+    from ..model.experiment import mode_of
+    from ..model.sources import load_tree_for
 
-    src = _sources(site, configs, sets)
-    for name in mode_names(src):
+    tree = load_tree_for(_sources(site, configs, sets))
+    for name in tree["modes"]:
         try:
-            click.echo(_mode_line(load_experiment(src, name)))
-        except (ConfigError, ConfigErrors) as e:       # listed, with why it cannot run
-            first = e.errors[0] if isinstance(e, ConfigErrors) else e
-            click.echo(f"{name:<16} (invalid: {first})")
-
-
-def _mode_line(exp) -> str:
-    """One mode as `modes` lists it, from its resolved experiment."""
-    m = exp.mode
-    extra = ", ".join(f"{k}={v}" for k, v in m.args)
-    if m.roles:             # prefill/decode: its description, else each role's parallelism
-        par = " + ".join(f"{r.instances} x {r.name} TP{r.tp}/PP{r.pp}/EP{r.ep} ({r.nodes} nodes)" for r in m.roles)
-        return f"{m.name:<16} {m.description or par}" + (f"  [both roles: {extra}]" if extra else "")
-    par = f"{exp.replicas} x TP{m.tp}/PP{m.pp}/EP{m.ep}"
-    # the description usually starts with the parallelism ("2 x TP32/PP1/EP4 + DFlash"): print it once
-    head = m.description if m.description.startswith(par) else f"{par}  {m.description}".rstrip()
-    return f"{m.name:<16} {head}, {exp.nodes_per_replica} nodes per replica{'  [' + extra + ']' if extra else ''}"
+            m = mode_of(tree, name)
+        except (KeyError, TypeError) as e:
+            click.echo(f"{name:<16} (incomplete: no {e})")
+            continue
+        extra = ", ".join(f"{k}={v}" for k, v in m.args)
+        # each role's parallelism once: the description usually starts with it ("2 x TP32/PP1/EP4 +
+        # DFlash"), a PD mode's says it in words
+        par = " + ".join(f"{r.instances} x {r.name + ' ' if r.kind.disaggregation else ''}TP{r.tp}/PP{r.pp}/EP{r.ep}"
+                         + (f" ({r.nodes} nodes)" if r.kind.disaggregation else "") for r in m.roles)
+        if m.disaggregated:
+            click.echo(f"{name:<16} {m.description or par}" + (f"  [both roles: {extra}]" if extra else ""))
+            continue
+        head = m.description if m.description.startswith(par) else f"{par}  {m.description}".rstrip()
+        click.echo(f"{name:<16} {head}, {m.roles[0].nodes} nodes per replica{'  [' + extra + ']' if extra else ''}")
 
 
 @main.command("dry-run")
@@ -407,15 +405,19 @@ def cancel(run):
 @main.command("plan")
 @click.argument("modes", nargs=2)
 @click.option("--from", "from_campaign", default=None, metavar="CAMPAIGN",
-              help="Estimate launch and pass variance, load and pass times from this collected campaign.")
+              help="Estimate launch and pass variance from this collected campaign (times: as --time auto's "
+                   "estimate, from [estimate] and earlier runs under paths.results).")
 @click.option("--launch-cov", type=float, default=None, metavar="PCT", help="Launch-to-launch CoV, percent.")
 @click.option("--pass-cov", type=float, default=None, metavar="PCT", help="Pass-to-pass CoV, percent.")
-@click.option("--load-min", type=float, default=None, help="Model load (server start to ready), minutes.")
-@click.option("--pass-min", type=float, default=None, help="One timed pass, minutes.")
+@click.option("--load-min", type=float, default=None,
+              help="Model load (server start to ready), minutes (default: --time auto's estimate).")
+@click.option("--pass-min", type=float, default=None,
+              help="One timed pass, client start-up included, minutes (default: --time auto's estimate).")
 @click.option("--detect", default=None, metavar="PCT", help="Smallest change to detect (default 5%).")
 @click.option("--power", type=float, default=0.8, show_default=True, help="... detected this often.")
 @click.option("--halfwidth", default=None, metavar="PCT", help="Or: a 95%% interval half-width to reach.")
-@click.option("--time-limit-min", type=float, default=None, help="Job time limit (default: cluster.time_limit).")
+@click.option("--time-limit-min", type=float, default=None,
+              help="Job time limit, minutes (default: cluster.time_limit, or the partition's MaxTime when auto).")
 @_config_options
 def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, detect, power, halfwidth,
              time_limit_min, site, configs, sets):

@@ -19,12 +19,14 @@ from ..parse.preflight import ran_on_note, server_info_note
 from ..model.rundir import RELATIVE, Layout, Manifest
 from .bench_result import bench_result, bench_spec
 from .job import job_info
-from .pd import collect_pd, component_name, pd_reasons, role_names
+from ..model.experiment import kind_of
+from .pd import collect_pd, component_name, disaggregated, pd_reasons, role_names
 from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .speed import speed_findings
-from .verdict import diagnosis_reasons, outcome_reasons, short_of_requests, state_verdict, validity_reasons
+from .verdict import (diagnosis_reasons, nccl_network_reasons, outcome_reasons, router_retries, router_retry_reasons, short_of_requests,
+                      state_verdict, validity_reasons)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,28 @@ class PassInputs:
     completed: bool = False         # its client ended with status 0: judged whatever befell the job later
 
 
+def _pass_benchmark(benchmark, ref: PassRef) -> dict:
+    """The manifest's [benchmark] with this pass's own concurrency and prompts (a sweep's passes
+    run other values than the experiment's defaults)."""
+    return {**(benchmark or {}), **{k: v for k, v in (("concurrency", ref.concurrency), ("num_prompts", ref.prompts))
+                                    if v is not None}}
+
+
+def _nccl_network(manifest: Manifest) -> str:
+    """cluster.nccl_network as the run recorded it ("": not checked)."""
+    c = manifest.config.cluster if manifest.config is not None else None
+    return (c.nccl_network if c is not None else None) or ""
+
+
+def _max_retry_pct(manifest: Manifest) -> float:
+    """router.max_retry_pct as the run recorded it; the built-in one for runs from before it."""
+    r = manifest.config.router if manifest.config is not None else None
+    if r is not None and r.max_retry_pct is not None:
+        return float(r.max_retry_pct)
+    from ..model.config import builtin_experiment
+    return float(builtin_experiment()["router"]["max_retry_pct"])
+
+
 def collect_pass(inp: PassInputs) -> PassSummary:
     """Summarise one pass: numbers, per-replica facts, server metrics, verdict and diagnosis."""
     lay, root, events, manifest = inp.launch, inp.root, inp.events, inp.manifest
@@ -62,7 +86,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     # ---- benchmark numbers -------------------------------------------------------------
     read = read_last_record(inp.bench)
     block = parse_result_block(inp.client_log)
-    spec = bench_spec(read.record, block, manifest.benchmark)
+    spec = bench_spec(read.record, block, _pass_benchmark(manifest.benchmark, inp.ref))
     bench, bnotes = bench_result(read, block, spec)
     notes += bnotes
     has_result = bench.source is not None
@@ -72,7 +96,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     replica_ids = set(events.replicas()) | set(inp.logs.files)
     if manifest.replicas is not None:
         replica_ids |= set(range(manifest.replicas))
-    names = role_names(manifest.config)          # PD: het group -> (role, instance)
+    names = role_names(manifest.config)          # het group -> (role, instance)
     reps = summarise_replicas(inp.logs, replica_ids, PassWindow(
         inp.window_name, window, inp.all_samples, manifest.warmup_input_len, job.node_lists, names))
     replicas = tuple(replace(r.summary, role=names[r.summary.replica][0], instance=names[r.summary.replica][1])
@@ -87,7 +111,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     speed = speed_findings(replicas, server_metrics.replicas)     # (confirmed, text): reason or note
     notes += [*server_metrics.notes, *(text for confirmed, text in speed if not confirmed)]
     pd = None
-    if names:
+    if disaggregated(names):
         pd = collect_pd(lay.root, events, names, job.node_lists, bench.ttft.mean if bench.ttft else None,
                         server_metrics.replicas, notes)
         notes += pd.notes
@@ -106,10 +130,14 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         if failed:
             verdict, reasons = "failed", failed
         else:
+            retried, flagged = router_retry_reasons(router_retries(lay.root, events), bench.total,
+                                                    _max_retry_pct(manifest))
             invalid = validity_reasons(bench, problems, replicas, window,
                                        [text for confirmed, text in speed if confirmed]) + \
-                (pd_reasons(pd, replicas) if pd else [])
-            verdict, reasons = ("invalid", invalid) if invalid else ("ok", [])
+                (pd_reasons(pd, replicas) if pd else []) + retried + \
+                (nccl_network_reasons(lay.server_logs(), _nccl_network(manifest), job.node_lists, root)
+                 if logs_exist else [])
+            verdict, reasons = ("invalid", invalid) if invalid else ("ok", flagged)
     elif verdict in ("failed", "cancelled", "timeout"):
         reasons += [r for r in outcome_reasons(judged, events, bench, has_result, files)
                     if r not in reasons]
@@ -159,8 +187,7 @@ def interrupted_reason(events, replicas, total: int | None, has_result: bool) ->
                  ("fail", "teardown", "job_end")), None)
     after = f" {stop.epoch - start.epoch:.0f} s after it started" if stop else ""
     # PD: every request reaches a prefill and a decode; the decodes' answers are the client's
-    counted = [r for r in replicas if r.requests_served is not None
-               and (r.role is None or r.role == "decode")]
+    counted = [r for r in replicas if r.requests_served is not None and kind_of(r.role).answers]
     if not counted:
         return f"benchmark interrupted{after}; no server log to count completed requests"
     n = sum(r.requests_served for r in counted)

@@ -22,8 +22,7 @@ from ..parse.events import Event, read_events
 
 # Every file of a run directory, relative to it; a launch's files relative to its launch
 # directory (launch<N>-<MODE>/, every job has one per server launch). The one table of their names:
-# Layout's methods and the job script's F_* variables (job_formats(), generated into the script)
-# read it, and tests/test_layout_paths.py fails when a name appears anywhere else in the Python or
+# Layout's methods read it (the job script's F_* formats are those methods' names: job_formats), and tests/test_layout_paths.py fails when a name appears anywhere else in the Python or
 # the templates. Placeholders: {g} replica (het group), {rank} node rank, {peer} the other replica
 # of a PD pair, {key} pass key, {node} Slurm node name, {target} scrape target (r<G>n<R>, router),
 # {stamp} scrape time, {job} job id, {index}/{mode} a launch, {ext} a summary's format.
@@ -77,33 +76,13 @@ RESUBMITTED = "{run_dir}-job{job}"
 # The pass files of a run directory written before every job had launch directories (one pass,
 # in the run directory itself): read through OldRunLayout, never written.
 OLD_PASS_FILES = {"bench": "bench.jsonl", "client_log": "logs/client.log"}
-# What the job script writes, as F_<NAME> printf formats ({x} -> %s, arguments in order).
-JOB_WRITES = ("job_script", "events", "slurm_out", "logs", "preflight_log", "cleanup_log", "preflight",
-              "preflight_script", "preflight_report", "preflight_partial", "preflight_problems",
-              "preflight_address", "preflight_tokenizer", "server_log", "router_log", "warmup_request",
-              "warmup_response", "warmup_http", "pd_canary", "pd_canary_http", "pd_warmup",
-              "pd_warmup_http", "router_canary", "router_canary_http", "metrics", "scrape",
-              "scrape_error", "scrape_partial", "scrape_curl")
 SUMMARY_FORMATS = ("json", "csv", "md")
 _FIELD = re.compile(r"\{([a-z_]+)\}")
-_ARG_WORDS = {"g": "replica", "rank": "node rank", "peer": "peer replica", "key": "pass key",
-              "node": "node", "target": "scrape target", "stamp": "time stamp", "job": "job id",
-              "index": "launch index", "mode": "mode", "ext": "format", "run_dir": "run directory"}
 
 
 def _glob(name: str) -> str:
     """FILES[name] as a glob pattern (every placeholder '*')."""
     return _FIELD.sub("*", FILES[name])
-
-
-def job_formats() -> tuple[tuple[str, str, str], ...]:
-    """(F_<NAME>, printf format, its arguments in words) of every file the job script writes,
-    and F_RESUBMITTED: the script's only way to name a run-directory file."""
-    out = []
-    for name, pattern in [(n, FILES[n]) for n in JOB_WRITES] + [("resubmitted", RESUBMITTED)]:
-        args = ", ".join(_ARG_WORDS[a] for a in _FIELD.findall(pattern))
-        out.append((f"F_{name.upper()}", _FIELD.sub("%s", pattern), args))
-    return tuple(out)
 
 
 _SERVER_LOG = re.compile(re.escape(FILES["server_log"].rsplit("/", 1)[1])
@@ -157,8 +136,17 @@ class Layout:
     def preflight_address(self, node: str) -> Path:
         return self._file("preflight_address", node=node)
 
+    def preflight_partial(self, node: str) -> Path:
+        return self._file("preflight_partial", node=node)
+
+    def preflight_tokenizer(self, node: str) -> Path:
+        return self._file("preflight_tokenizer", node=node)
+
     def preflight_log(self, replica: int, rank: int) -> Path:
         return self._file("preflight_log", g=replica, rank=rank)
+
+    def cleanup_log(self, replica: int, rank: int) -> Path:
+        return self._file("cleanup_log", g=replica, rank=rank)
 
     def summary(self, fmt: str) -> Path:
         """summary.<fmt> (SUMMARY_FORMATS), the collector's only output besides the report."""
@@ -207,8 +195,35 @@ class Layout:
     def warmup_response(self, replica: int) -> Path:
         return self._file("warmup_response", g=replica)
 
+    def warmup_http(self, replica: int) -> Path:
+        return self._file("warmup_http", g=replica)
+
     def pd_canary(self, replica: int, peer: int) -> Path:
         return self._file("pd_canary", g=replica, peer=peer)
+
+    def pd_canary_http(self, replica: int, peer: int) -> Path:
+        return self._file("pd_canary_http", g=replica, peer=peer)
+
+    def pd_warmup(self, replica: int, peer: int) -> Path:
+        return self._file("pd_warmup", g=replica, peer=peer)
+
+    def pd_warmup_http(self, replica: int, peer: int) -> Path:
+        return self._file("pd_warmup_http", g=replica, peer=peer)
+
+    router_canary = property(lambda self: self._file("router_canary"))
+    router_canary_http = property(lambda self: self._file("router_canary_http"))
+
+    def scrape(self, target: str, stamp: str) -> Path:
+        return self._file("scrape", target=target, stamp=stamp)
+
+    def scrape_error(self, target: str, stamp: str) -> Path:
+        return self._file("scrape_error", target=target, stamp=stamp)
+
+    def scrape_partial(self, target: str, stamp: str) -> Path:
+        return self._file("scrape_partial", target=target, stamp=stamp)
+
+    def scrape_curl(self, target: str, stamp: str) -> Path:
+        return self._file("scrape_curl", target=target, stamp=stamp)
 
     def scrapes(self) -> list[Path]:
         """The raw /metrics scrapes that succeeded (metrics/*.prom)."""
@@ -269,6 +284,39 @@ class OldRunLayout(Layout):
 
 # Names of a run's files relative to its directory, for messages that name a kind of file.
 RELATIVE = Layout(Path())
+
+
+def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
+    """(F_<NAME>, printf format, its arguments in words) of every file the job script writes: the
+    Layout's own names with '%s' for what only the job knows. The script's only way to name a
+    run-directory file (F_RESUBMITTED: where a script submitted again writes). pd=False: without
+    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups)."""
+    f, lay = "%s", RELATIVE
+    files = (
+        ("JOB_SCRIPT", lay.job_script, ""), ("EVENTS", lay.events, ""), ("SLURM_OUT", lay.slurm_out(f), "job id"),
+        ("LOGS", lay.logs, ""), ("PREFLIGHT_LOG", lay.preflight_log(f, f), "replica, node rank"),
+        ("CLEANUP_LOG", lay.cleanup_log(f, f), "replica, node rank"), ("PREFLIGHT", lay.preflight, ""),
+        ("PREFLIGHT_SCRIPT", lay.preflight_script, ""), ("PREFLIGHT_REPORT", lay.preflight_report(f), "node"),
+        ("PREFLIGHT_PARTIAL", lay.preflight_partial(f), "node"),
+        ("PREFLIGHT_PROBLEMS", lay.preflight_problems(f), "node"),
+        ("PREFLIGHT_ADDRESS", lay.preflight_address(f), "node"),
+        ("PREFLIGHT_TOKENIZER", lay.preflight_tokenizer(f), "node"),
+        ("SERVER_LOG", lay.server_log(f, f), "replica, node rank"), ("ROUTER_LOG", lay.router_log, ""),
+        ("WARMUP_REQUEST", lay.warmup_request, ""), ("WARMUP_RESPONSE", lay.warmup_response(f), "replica"),
+        ("WARMUP_HTTP", lay.warmup_http(f), "replica"),
+        ("PD_CANARY", lay.pd_canary(f, f), "replica, peer replica"),
+        ("PD_CANARY_HTTP", lay.pd_canary_http(f, f), "replica, peer replica"),
+        ("PD_WARMUP", lay.pd_warmup(f, f), "replica, peer replica"),
+        ("PD_WARMUP_HTTP", lay.pd_warmup_http(f, f), "replica, peer replica"),
+        ("ROUTER_CANARY", lay.router_canary, ""), ("ROUTER_CANARY_HTTP", lay.router_canary_http, ""),
+        ("METRICS", lay.metrics, ""), ("SCRAPE", lay.scrape(f, f), "scrape target, time stamp"),
+        ("SCRAPE_ERROR", lay.scrape_error(f, f), "scrape target, time stamp"),
+        ("SCRAPE_PARTIAL", lay.scrape_partial(f, f), "scrape target, time stamp"),
+        ("SCRAPE_CURL", lay.scrape_curl(f, f), "scrape target, time stamp"),
+        ("RESUBMITTED", Layout(Path(f)).resubmitted(f), "run directory, job id"),
+    )
+    pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP", "ROUTER_CANARY", "ROUTER_CANARY_HTTP"}
+    return tuple((f"F_{name}", str(path), args) for name, path, args in files if pd or name not in pd_only)
 
 
 def launch_dirname(launch: Launch) -> str:
