@@ -208,6 +208,23 @@ run_launch() {
   exit 0
 }
 
+# The job's schedule in its events, first thing: a launch_plan line per launch (its mode, directory
+# and passes as CONCURRENCY:REPEAT:PROMPTS), so the job's own record says what it was to run (a
+# script submitted again writes a directory without manifest).
+record_schedule() {
+  local i spec c r n plan
+  local -a specs
+  for i in "${!LAUNCH_DIRS[@]}"; do
+    plan=""
+    read -ra specs <<<"${LAUNCH_PASSES[i]}"
+    for spec in "${specs[@]}"; do
+      IFS=: read -r c r n _ <<<"$spec"
+      plan+="${plan:+,}$c:$r:$n"
+    done
+    event launch_plan "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}" "passes=$plan"
+  done
+}
+
 # Every launch in turn; returns the status of the last failed launch when none succeeded (0: one did).
 run_launches() {
   local i status=0 succeeded=0
@@ -238,6 +255,7 @@ main() {
   prepare_run_dir
   CAMPAIGN_DIR=$RUN_DIR
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)" "cluster=${SLURM_CLUSTER_NAME:-}"
+  record_schedule
   check_secrets
   if declare -F site_prologue >/dev/null; then
     event prologue_start

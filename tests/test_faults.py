@@ -24,7 +24,7 @@ import pytest
 from helpers.jobdrive import Job, Tracker, access_posts, cli, processes_of_job
 from helpers.lanes import heal, idle_nodes
 from helpers.rundir_builder import KEY
-from slurm_ab.model.rundir import Layout
+from slurm_ab.model.rundir import SUMMARY_FORMATS, Layout
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)")
 # Short scenarios: the emulator's clock at 0.02 (start-up ~6 s, the benchmark ~13 s on 2 cores).
@@ -171,7 +171,7 @@ def test_startup_hang_hits_ready_timeout_and_collect_waits(job, workdir):
     r = cli("collect", j.run_id, cwd=workdir)
     assert r.returncode == 0, r.stderr
     assert "verdict: running" in r.stdout and "still running; nothing final written" in r.stdout
-    assert not list(j.run_dir.glob("summary.*"))
+    assert not any(Layout(j.run_dir).summary(f).exists() for f in SUMMARY_FORMATS)
     rc = j.finish(120)
     g = next((g for g, hosts in j.hosts().items() if hosts[0] == r1[0]), None)
     assert g is not None, f"the job did not get the predicted nodes (cluster busy?): {j.hosts()}"
@@ -186,7 +186,7 @@ def test_startup_hang_hits_ready_timeout_and_collect_waits(job, workdir):
     assert s["reasons"][1].startswith(f"replica {g} node rank 0 ({r1[0]}): last log line: [")
     assert "Load weight begin" in s["reasons"][1]
     (out,) = (p.read_text() for p in Layout(j.run_dir).slurm_outs())
-    assert f"---- last lines of {j.run_dir}/logs/server-r{g}-n0.log ----" in out
+    assert f"---- last lines of {j.launch().server_log(g, 0)} ----" in out
     printed_verdict(j, "failed")
     j.assert_nothing_left()
     measure(f"start-up hangs (ready_timeout_s={READY_TIMEOUT}, from server launch)", detect, verdict_line(j))
@@ -205,7 +205,8 @@ def test_router_bad_flag_and_resubmitted_script(job, workdir):
     assert j.sacct()["state"] == "FAILED"
     s = j.summary()
     assert s["verdict"] == "failed"
-    assert s["reasons"][0].startswith("logs/router.log: invalid command-line arguments: ")
+    router = Layout(j.run_dir).rel(j.launch().router_log)
+    assert s["reasons"][0].startswith(f"{router}: invalid command-line arguments: ")
     assert "unrecognized arguments: --no-such-flag" in s["reasons"][0]
     assert "job: router exited with status 2" in s["reasons"]
     printed_verdict(j, "failed")

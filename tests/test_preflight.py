@@ -45,7 +45,7 @@ def _preflight_settings(script: str) -> str:
 def write_check(run_dir: Path, *sets: str) -> Path:
     """Render the local site's tp32 script and let its own functions write preflight/check.sh."""
     script = render("tp32", site="local", sets=sets)
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    Layout(run_dir).logs.mkdir(parents=True, exist_ok=True)
     harness = run_dir / "harness.sh"
     harness.write_text(_preflight_settings(script) + f"RUN_DIR={run_dir}\n" + _functions(script)
                        + "write_preflight_script\n")
@@ -365,7 +365,7 @@ def assert_failed_fast(j: Job, first_reason: str) -> dict:
     assert s["verdict"] == "failed", s
     assert s["reasons"][0] == first_reason, s["reasons"]
     assert not [k for _, k, _ in ev if k in ("server_launch", "router_launch")], "a server was started"
-    assert not list((j.run_dir / "logs").glob("server-r*")), "a server log exists"
+    assert not j.launch().server_logs() and not Layout(j.run_dir).server_logs(), "a server log exists"
     j.assert_nothing_left()
     print(f"MEASURE preflight {first_reason[:60]}: {j.job_end() - start:.1f} s from job start")
     return s
@@ -460,7 +460,7 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
     assert any(n.startswith("ran on: ") and f"{profile} " in n and "on 8 nodes, 8 x NVIDIA H200 (emulated)" in n
                for n in s["notes"]), s["notes"]
     assert any(n.startswith("router answered HTTP 404 for /server_info") for n in s["notes"])
-    assert (j.run_dir / "logs" / "router.log").stat().st_size > 0
+    assert j.launch().router_log.stat().st_size > 0
     j.assert_nothing_left()
     if address == "interface":
         # with --gpus-per-node on the job, the router and client steps still ask for no GPU

@@ -64,8 +64,18 @@ def test_a_directory_without_manifest_is_read_from_its_events(tmp_path):
     r = rundir.open_run(run)
     assert type(r.layout) is Layout
     (launch,) = r.campaign.launches
-    assert (launch.index, launch.mode, [p.key for p in launch.passes]) == (1, "tp32", ["c8-r1"])
+    assert (launch.index, launch.mode, [(p.key, p.prompts) for p in launch.passes]) == (1, "tp32", [("c8-r1", 40)])
     assert collect_run(run, workers=1).verdict == "ok"
+    # its schedule (launch_plan) says the pass even when the launch never reached it
+    lay = Layout(run).launch(launch)
+    lay.events.write_text("".join(ln for ln in lay.events.read_text().splitlines(True) if " bench_" not in ln))
+    (launch,) = rundir.open_run(run).campaign.launches
+    assert [p.key for p in launch.passes] == ["c8-r1"]
+    # a job from before launch_plan lines: the launches it started, with the passes that started
+    job = Layout(run).events
+    job.write_text("".join(ln for ln in job.read_text().splitlines(True) if " launch_plan " not in ln))
+    (launch,) = rundir.open_run(run).campaign.launches
+    assert (launch.mode, launch.passes) == ("tp32", ())
 
 
 @pytest.mark.parametrize("text", [None, "", "{bad", "[1, 2]", '"x"'])

@@ -409,6 +409,10 @@ def _typed(reader, value):
         return None
 
 
+def _count(v) -> int:
+    return int(v) if isinstance(v, str) and v.isdigit() else 0
+
+
 def _text(v) -> str | None:
     return None if v is None or v == "" else str(v)
 
@@ -476,17 +480,22 @@ def open_run(run_dir: str | Path) -> RunDir:
 
 
 def _recorded_campaign(lay: Layout) -> Campaign | None:
-    """The launches (launch_start) and the passes that started (bench_start) of a job, from its
-    events; None for a job that recorded no launch."""
+    """The launches and passes a job recorded in its events: its schedule (launch_plan lines,
+    passes=C:REPEAT:PROMPTS,...), else the launches it started (launch_start) with the passes
+    that started (bench_start); None for a job that recorded no launch."""
+    job = read_events(lay.events)
     launches = []
-    for e in read_events(lay.events).named("launch_start"):
+    for e in job.named("launch_plan") or job.named("launch_start"):
         index, mode = e.get_int("launch"), e.fields.get("mode")
         if index is None or not mode:
             continue
-        own = read_events(lay.launch(Launch(index, mode, ())).events).named("bench_start")
-        launches.append(Launch(index, mode, tuple(
-            Pass(index, mode, b.get_int("concurrency") or 0, b.get_int("repeat") or 0, b.get_int("prompts") or 0)
-            for b in own)))
+        if "passes" in e.fields:
+            specs = [x.split(":") for x in e.fields["passes"].split(",") if x.count(":") == 2]
+        else:
+            specs = [(b.fields.get("concurrency"), b.fields.get("repeat"), b.fields.get("prompts"))
+                     for b in read_events(lay.launch(Launch(index, mode, ())).events).named("bench_start")]
+        launches.append(Launch(index, mode, tuple(Pass(index, mode, *(_count(x) for x in spec))
+                                                  for spec in specs)))
     if not launches:
         return None
     passes = [p for la in launches for p in la.passes]
