@@ -72,6 +72,7 @@ class Engine:
         self.hang_after = hang_after_requests
         self.hung = False        # stuck (a collective that never completes): alive, no progress
         self.on_activity: Optional[Callable[[bool, float], None]] = None
+        self.profiler = None     # profiler.Profiler (node rank 0): told of every forward before it runs
         self._active = False
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 
@@ -162,6 +163,9 @@ class Engine:
                     core.note_idle()
                     self.cond.wait(0.1)
                     continue
+                if self.profiler is not None:
+                    self.profiler.on_forward(fwd.kind, time.time(), fwd.duration * self.scale,
+                                             len(fwd.items) or len(fwd.reqs), sum(t for _, t in fwd.items) or len(fwd.reqs))
             seq = self.exchange.begin() if self.exchange is not None else None
             if self.stop_event.wait(fwd.duration * self.scale):
                 return

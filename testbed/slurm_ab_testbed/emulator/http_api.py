@@ -18,7 +18,8 @@ OpenAI endpoints return the same tokens as text, ``usage.prompt_tokens_details``
 ``{"cached_tokens": N}`` when there were hits, and with ``return_cached_tokens_details`` (what
 bench_serving's ``--cache-report`` sends) the response's ``sglext.cached_tokens_details``.
 ``/flush_cache`` empties the prefix cache when the server is idle and answers 400 otherwise
-(``http_server.flush_cache``, ``scheduler.flush_cache``).
+(``http_server.flush_cache``, ``scheduler.flush_cache``). ``/start_profile`` and ``/stop_profile``
+(GET or POST, ``ProfileReq`` fields as JSON): profiler.py.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from urllib.parse import parse_qs, urlsplit
 from .engine import Engine, RequestStream
 from .metrics import HttpMetrics, render
 from .outputs import Outputs
+from .profiler import ProfileError
 from .scheduler import Req
 from .tokenizer import StreamText
 
@@ -376,6 +378,30 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
                         "waiting requests, the operation will not be performed.)\n", "text/plain")
 
+    def start_profile(self) -> None:
+        self._profile(lambda p: p.start(self._body()), "Start profiling.\n")
+
+    def stop_profile(self) -> None:
+        self._profile(lambda p: p.stop(), "Stop profiling. This will take some time.\n")
+
+    def _profile(self, fn, done: str) -> None:
+        """http_server.start_profile_async / stop_profile_async: the scheduler's refusal is a
+        RuntimeError in the tokenizer manager, which FastAPI answers 500 (uvicorn logs it)."""
+        prof = self.app.engine.profiler
+        try:
+            if prof is None:
+                raise ProfileError("Profiling is not available on this server.")
+            fn(prof)
+        except ProfileError as e:
+            self.app.sink.uvicorn("Exception in ASGI application", "ERROR")
+            self.app.sink.write("Traceback (most recent call last):\n"
+                                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/'
+                                'tokenizer_control_mixin.py", line 432, in _execute_profile\n'
+                                "    raise RuntimeError(result.message)\n"
+                                f"RuntimeError: {e}")
+            return self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+        self._send(200, done, "text/plain; charset=utf-8")
+
     def metrics(self) -> None:
         if not self.app.args.enable_metrics:
             return self._send(404, {"detail": "Not Found"})
@@ -582,6 +608,7 @@ ROUTES: dict[str, tuple[tuple[str, ...], Callable]] = {
     "/get_server_info": (GET, Handler.server_info), "/server_info": (GET, Handler.server_info),
     "/get_load": (GET, Handler.get_load),
     "/flush_cache": (BOTH, Handler.flush_cache),
+    "/start_profile": (BOTH, Handler.start_profile), "/stop_profile": (BOTH, Handler.stop_profile),
     "/metrics": (GET, Handler.metrics),
     "/v1/models": (GET, Handler.models), "/v1/models/{model}": (GET, Handler.models),
     "/generate": (("POST", "PUT"), Handler.generate),

@@ -24,7 +24,7 @@ import urllib.request
 from typing import Optional
 
 from .. import gpu_activity
-from . import pd_node
+from . import pd_node, profiler
 from .build import Replica, build_core, plan_replica, with_kv_pool
 from .cli_args import ServerArgs
 from .costs import Costs
@@ -352,6 +352,9 @@ class Node:
         self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests, exchange,
                              k.faults.hang_after_requests)
         self.engine.on_activity = self._on_activity
+        hub = self.hub
+        self.engine.profiler = profiler.Profiler(self.log_gpus, profiler.rank_names(self.topo, self.local),
+                                                 hub.broadcast if hub is not None else None)
         if pd_node.is_pd(a):
             self.pd = pd_node.start_role(self, core, self.engine)
         model_info = {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
@@ -459,6 +462,9 @@ class Node:
             return
         if kind == "act":
             self.activity.mark(bool(msg.get("b")), float(msg.get("at", time.time())))
+            return
+        if kind == "profile":
+            profiler.on_message(self.log_gpus, profiler.rank_names(self.topo, self.local), msg)
             return
         if kind == "joined":
             self.joined.set()
