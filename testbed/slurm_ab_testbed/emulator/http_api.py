@@ -469,14 +469,17 @@ class Handler(BaseHTTPRequestHandler):
         app.submit(req, body)
         out = StreamText(app.tok)
         cumulative = app.knobs.log_version != "0.4.10"      # 0.5.6+: the whole output so far
+        ids_json = ""                  # the cumulative ids, kept as JSON text: O(tokens) per request
         try:
             for ev in app.events(req, rs):
                 out.add(ev.new_ids)
                 meta = app.meta(req, created, ev.now, len(out.ids), ev.finished)
                 if ev.abort:                   # SGLang streams the aborted output, finish_reason "abort"
                     meta["finish_reason"] = ev.abort
-                self._sse({"text": out.text, "output_ids": list(out.ids) if cumulative else ev.new_ids,
-                           "meta_info": meta})
+                new = ", ".join(map(str, ev.new_ids))
+                ids_json = (ids_json + ", " + new if ids_json and new else ids_json or new) if cumulative else new
+                self._sse(b'{"text": ' + json.dumps(out.text).encode() + b', "output_ids": [' + ids_json.encode()
+                          + b'], "meta_info": ' + json.dumps(meta).encode() + b"}")
             self._sse(b"[DONE]")
             self._end_stream()
         except (BrokenPipeError, ConnectionResetError):
