@@ -1,6 +1,6 @@
 """Campaigns on the real local Slurm cluster: A/B with repeats in one allocation, a concurrency
 sweep, and a campaign whose second mode OOMs at start-up. In-job overheads are measured from
-events.log and printed (figures for the README)."""
+events.log and printed (figures for docs/campaigns.md)."""
 from __future__ import annotations
 
 import json
@@ -24,13 +24,13 @@ def workdir(tmp_path_factory, local_cluster):
 
 def _submit(workdir: Path, run_id: str, *args: str):
     t0 = time.monotonic()
-    # --time auto: a campaign's limit sized by its estimate (the local site's 15 min is a single run's);
+    # no --time: the local site pins none, so a campaign's limit is sized by its estimate ("auto");
     # these tests are about the campaign, not the client nor the preflight (one per job, whatever
     # the campaign; test_preflight*.py has its own): 0.5.2's client, no preflight, 128 output tokens
     # (SMALL). The emulator keeps the site's clock (0.05): at 0.02 a 2-4 ms TPOT is the host's
     # jitter
     r = slurm_ab("submit", *args, "--site", "local", "--run-id", run_id, "--wait", "--no-collector",
-                 "--time", "auto", "--no-report", *CLIENT_052, *set_args("preflight.enabled=false", *SMALL),
+                 "--no-report", *CLIENT_052, *set_args("preflight.enabled=false", *SMALL),
                  cwd=workdir, timeout=900)
     return r, workdir / "results" / run_id, time.monotonic() - t0
 
@@ -126,18 +126,21 @@ def test_ab_campaign_runs_in_one_allocation(ab):
 
 
 def test_plan_from_the_campaign_prices_a_design(ab, workdir):
-    """`slurm-ab plan A B --from CAMPAIGN` estimates the variance components and times from the
-    campaign's own passes and events, and prints the cheapest design with its node-hours."""
+    """`slurm-ab plan A B --from CAMPAIGN` estimates the variance components from the campaign's
+    own passes, prices designs with the time model (which reads the campaign's events among the
+    earlier runs), and prints the cheapest design with its node-hours."""
     _, run_dir, _ = ab
     # the campaign is small and fast (16 prompts, time scale 0.02): its noise is large (launch CoV
     # ~15 %), so the target is one it can price
     r = slurm_ab("plan", "tp32", "tp32-dflash", "--from", str(run_dir), "--detect", "50%",
-                 "--site", "local", "--time-limit-min", "100000", cwd=workdir)
+                 "--site", "local", "--time-limit-min", "100000", *CLIENT_052, *set_args(*SMALL), cwd=workdir)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"from {run_dir.name}:" in r.stdout and "over 8 passes in 4 launches" in r.stdout
     assert "first pass of a launch against its later passes" in r.stdout
     assert re.search(r"^design: \d+ launches per mode x \d+ passes per launch", r.stdout, re.M)
-    assert re.search(r"^node-hours: [0-9.]+ = 8 nodes x 2 x ", r.stdout, re.M)
+    assert re.search(r"^node-hours: [0-9.]+ = 8 nodes x [0-9.]+ h$", r.stdout, re.M)
+    # its times are --time auto's: the campaign's own launches measured under paths.results
+    assert "model load" in r.stdout and "(measured: the longest of " in r.stdout
     assert "A/A false-positive rate:" in r.stdout
 
 

@@ -7,7 +7,8 @@ from datetime import datetime
 from helpers.rundir_builder import build_run
 from slurm_ab.collect.job import identity_problem, job_info
 from slurm_ab.collect.summary import collect_run
-from slurm_ab.collect.verdict import guard_reasons, nccl_network_reasons, router_retry_reasons
+from slurm_ab.collect.verdict import (RouterRetries, guard_reasons, nccl_network_reasons, router_retries,
+                                     router_retry_reasons)
 from slurm_ab.parse.diagnose import Finding, diagnose
 from slurm_ab.parse.events import read_events
 from slurm_ab.parse.nccl import nccl_network
@@ -145,31 +146,107 @@ def test_sacct_of_another_job_is_ignored_and_said(tmp_path):
         .startswith("it ended at ")
 
 
-def _prom(retries, failures):
-    text = '# TYPE smg_worker_cb_outcomes_total counter\n'
+# smg's counters as sglang-router 0.3.2 prints them at its /metrics (TYPE lines and label sets of
+# tests/fixtures/runs/slow-node/metrics/router-*.prom; the retry counters' labels worker_type and
+# endpoint are smg's own, counted per retry and per request that ran out of them)
+def _prom(retries=0, failures=0, exhausted=0, kinds=("regular",)):
+    text = "# TYPE smg_worker_cb_outcomes_total counter\n"
     text += 'smg_worker_cb_outcomes_total{worker="http://node05:31790",outcome="success"} 20\n'
+    text += 'smg_worker_cb_outcomes_total{worker="http://node01:31780",outcome="success"} 20\n'
     if failures:
         text += f'smg_worker_cb_outcomes_total{{worker="http://node05:31790",outcome="failure"}} {failures}\n'
-    if retries:
-        text += "# TYPE smg_worker_retries_total counter\n"
-        text += f'smg_worker_retries_total{{worker_type="regular",endpoint="/v1/completions"}} {retries}\n'
+    for name, n in (("smg_worker_retries_total", retries), ("smg_worker_retries_exhausted_total", exhausted)):
+        if n:
+            text += f"# TYPE {name} counter\n"
+            text += "".join(f'{name}{{worker_type="{k}",endpoint="completions"}} {n}\n' for k in kinds)
     return text
 
 
-def test_router_retries_make_the_run_say_so(tmp_path):
-    (tmp_path / "metrics").mkdir()
-    (tmp_path / "metrics" / "router-a.prom").write_text(_prom(0, 0))
-    (tmp_path / "metrics" / "router-b.prom").write_text(_prom(3, 2))
-    ev = _events(tmp_path, "bench_start",
-                 "metrics_scrape target=router phase=start ok=1 http=200 file=metrics/router-a.prom",
-                 "metrics_scrape target=router phase=end ok=1 http=200 file=metrics/router-b.prom",
-                 "bench_end rc=0")
-    got = router_retry_reasons(tmp_path, ev)
-    assert got == ["the router retried requests during the benchmark (3 x smg_worker_retries_total; 2 failed "
-                   "attempt(s) at http://node05:31790; router /metrics): their latencies include a failed "
-                   "attempt, and the replicas' shares are not the policy's"]
-    (tmp_path / "metrics" / "router-b.prom").write_text(_prom(0, 0))
-    assert router_retry_reasons(tmp_path, ev) == []
+def _scrapes(tmp_path, start: str, end: str):
+    (tmp_path / "metrics").mkdir(exist_ok=True)
+    (tmp_path / "metrics" / "router-a.prom").write_text(start)
+    (tmp_path / "metrics" / "router-b.prom").write_text(end)
+    return _events(tmp_path, "bench_start",
+                   "metrics_scrape target=router phase=start ok=1 http=200 file=metrics/router-a.prom",
+                   "metrics_scrape target=router phase=end ok=1 http=200 file=metrics/router-b.prom",
+                   "bench_end rc=0")
+
+
+def test_router_retries_are_counted_and_judged(tmp_path):
+    ev = _scrapes(tmp_path, _prom(), _prom(retries=3, failures=2, exhausted=1))
+    r = router_retries(tmp_path, ev)
+    assert r == RouterRetries(3, 1, (("http://node05:31790", 2),))
+    invalid, flags = router_retry_reasons(r, 40, 5.0)            # 3 of 40 = 7.5 % > 5 %
+    assert flags == [] and invalid == [
+        "the router retried requests during the benchmark (3 retry attempt(s) (smg_worker_retries_total); 1 "
+        "request(s) out of retries (smg_worker_retries_exhausted_total); 2 failed attempt(s) at "
+        "http://node05:31790; router /metrics: 7.5% of 40 requests), more than router.max_retry_pct = 5%: "
+        "their latencies include a failed attempt and the replicas' shares are not the policy's"]
+    invalid, flags = router_retry_reasons(r, 80, 5.0)            # 3.75 %: ok, flagged with the counts
+    assert invalid == [] and flags == [
+        "the router retried requests during the benchmark (3 retry attempt(s) (smg_worker_retries_total); 1 "
+        "request(s) out of retries (smg_worker_retries_exhausted_total); 2 failed attempt(s) at "
+        "http://node05:31790; router /metrics: 3.8% of 80 requests), within router.max_retry_pct = 5%: "
+        "flagged, not invalid"]
+    assert router_retry_reasons(r, 80, 0.0)[0]                    # 0: any retry is invalid
+    assert router_retries(tmp_path, _scrapes(tmp_path, _prom(3, 2), _prom(3, 2))) is None     # none in the pass
+    assert router_retry_reasons(None, 40, 5.0) == ([], [])
+
+
+def test_a_pd_routers_retry_counts_once(tmp_path):
+    """A PD router counts each retry under both its prefill and its decode worker_type."""
+    ev = _scrapes(tmp_path, _prom(kinds=("prefill", "decode")), _prom(retries=2, kinds=("prefill", "decode")))
+    assert router_retries(tmp_path, ev) == RouterRetries(2, 0, ())
+
+
+def _stored_run_with_router_scrapes(tmp_path, end_scrape: str, max_retry_pct=None):
+    """tests/fixtures/runs/tp32-stored (an ok run of 8 requests) with the router's /metrics at its
+    pass's start and end, as the job scrapes them (events.log, metrics/router-*.prom)."""
+    import json
+    import shutil
+
+    from helpers import ROOT
+
+    run = tmp_path / "tp32-stored"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "tp32-stored", run)
+    lines = (run / "events.log").read_text().splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if " bench_start" in ln)
+    end = next(i for i, ln in enumerate(lines) if " bench_end" in ln)
+    stamp = lambda ln: " ".join(ln.split()[:3])  # noqa: E731
+    (run / "metrics").mkdir()
+    (run / "metrics" / "router-start.prom").write_text(_prom())
+    (run / "metrics" / "router-end.prom").write_text(end_scrape)
+    lines.insert(end + 1, f"{stamp(lines[end])} metrics_scrape target=router phase=end round=end ok=1 http=200 "
+                          "file=metrics/router-end.prom\n")
+    lines.insert(start + 1, f"{stamp(lines[start])} metrics_scrape target=router phase=start round=start ok=1 "
+                            "http=200 file=metrics/router-start.prom\n")
+    (run / "events.log").write_text("".join(lines))
+    if max_retry_pct is not None:
+        m = json.loads((run / "manifest.json").read_text())
+        m["config"]["router"]["max_retry_pct"] = max_retry_pct
+        (run / "manifest.json").write_text(json.dumps(m))
+    return run
+
+
+def test_a_run_whose_router_retried_is_not_plain_ok(tmp_path):
+    """Issue 29: collected end to end, a stored ok run whose router retried 1 of its 8 requests
+    (12.5 %) is invalid under the default router.max_retry_pct = 5; with the run's own setting at
+    20 it stays ok, flagged with the counts; without retries it is plain ok."""
+    from slurm_ab.collect.campaign import collect
+
+    s = collect(_stored_run_with_router_scrapes(tmp_path / "a", _prom(retries=1, failures=1))).only
+    assert s.verdict == "invalid" and s.reasons == (
+        "the router retried requests during the benchmark (1 retry attempt(s) (smg_worker_retries_total); "
+        "1 failed attempt(s) at http://node05:31790; router /metrics: 12.5% of 8 requests), more than "
+        "router.max_retry_pct = 5%: their latencies include a failed attempt and the replicas' shares are "
+        "not the policy's",)
+    s = collect(_stored_run_with_router_scrapes(tmp_path / "b", _prom(retries=1, failures=1), 20.0)).only
+    assert s.verdict == "ok" and len(s.reasons) == 1 and "12.5% of 8 requests), within router.max_retry_pct = 20%" \
+        in s.reasons[0]
+    from slurm_ab.tables.runs import runs_text
+    assert "ok: the router retried requests during the benchmark (1 retry attempt(s)" in runs_text([s], "md")
+    s = collect(_stored_run_with_router_scrapes(tmp_path / "c", _prom())).only
+    assert s.verdict == "ok" and s.reasons == ()
 
 
 def test_a_campaign_collected_with_another_jobs_sacct_keeps_its_passes_verdicts(tmp_path):
@@ -188,3 +265,30 @@ def test_a_campaign_collected_with_another_jobs_sacct_keeps_its_passes_verdicts(
     assert [p.verdict for p in cs.passes] == ["ok"] * 4
     assert cs.job.state is None and cs.job.note.startswith("sacct ignored: Slurm's job 118 is another job")
     assert not cs.running
+
+
+def test_a_completed_run_whose_nccl_used_the_fallback_is_invalid(tmp_path):
+    """Wired (issue 29 item 5): a completed run whose server log shows NCCL on sockets where the
+    site declares IB is invalid, naming the node and NCCL's own line; the same run declaring
+    Socket stays ok."""
+    import json
+    import shutil
+
+    from helpers import ROOT
+    from slurm_ab.collect.campaign import collect
+
+    def run(where, expected):
+        d = tmp_path / where
+        shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "tp32-stored", d)
+        log = d / "logs" / "server-r1-n1.log"
+        log.write_text(SOCKET_LINES + log.read_text())
+        m = json.loads((d / "manifest.json").read_text())
+        m["config"]["cluster"]["nccl_network"] = expected
+        (d / "manifest.json").write_text(json.dumps(m))
+        return collect(d).only
+
+    s = run("ib", "IB")
+    assert s.verdict == "invalid" and len(s.reasons) == 1
+    assert s.reasons[0].startswith("replica 1 node rank 1 (") and "NCCL used network Socket, not IB" in s.reasons[0]
+    assert "NET/IB : No device found. [logs/server-r1-n1.log:3]" in s.reasons[0]
+    assert run("socket", "Socket").verdict == "ok"

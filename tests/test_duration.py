@@ -40,22 +40,68 @@ def test_estimate_of_one_run_from_the_site_figures():
     assert "needs --time 00:31:00" in e.text
 
 
-def test_the_seed_campaign_is_too_long_for_two_hours_and_auto_sizes_it(cli):
-    # the issue's example: an A/B of 5 repeats, relaunched per repeat, against the default 02:00:00
-    ab = ("dry-run", "tp32", "tp32-dflash", "--repeats", "5", "--order", "interleaved")
-    code, out, err = cli(*ab, "--time", "auto")
+def test_the_seed_campaign_is_sized_by_default_and_a_pinned_two_hours_refused(cli):
+    # issue 20's example: an A/B of 5 repeats, relaunched per repeat; issue 35: no --time and no
+    # site pin -> "auto", the limit its estimate needs
+    ab = ("dry-run", "tp32", "tp32-dflash", "--repeats", "5", "--order", "interleaved", "--run-id", "R")
+    code, out, err = cli(*ab)
     assert code == 0 and "--time=auto" not in out
     needed = re.search(r"#SBATCH --time=(\S+)", out).group(1)
     assert out.count(f"#SBATCH --time={needed}") == 2 and parse_time(needed) > 7200
     launches = int(re.search(r"duration estimate: (\d+) server launch\(es\)", err).group(1))
-    assert launches >= 4 and f"time {needed}" in err
-    code, out, err = cli(*ab)
-    assert code == 2 and out == ""
-    # exit 2, naming both figures and the way out
-    assert f"cluster.time_limit (--time) = '02:00:00': too short for this job: it needs {needed}" in err
-    assert f"{launches} server launch(es)" in err and f"--time auto, or at least {needed}" in err
+    assert launches >= 4 and f"time {needed}" in err and "(auto: sized by the estimate; partition " in err
+    assert cli(*ab, "--time", "auto")[1] == out
+    for pin in (("--time", "02:00:00"), ("--set", 'cluster.time_limit="02:00:00"')):    # user or site
+        code, out2, err = cli(*ab, *pin)
+        assert code == 2 and out2 == ""
+        # exit 2, naming both figures and the way out
+        assert f"cluster.time_limit (--time) = '02:00:00': too short for this job: it needs {needed}" in err
+        assert f"{launches} server launch(es)" in err and f"--time auto, or at least {needed}" in err
     code, out, err = cli(*ab, "--time", "1-00:00:00")
     assert code == 0 and out.count("#SBATCH --time=1-00:00:00") == 2
+    assert "(pinned (cluster.time_limit or --time); partition " in err
+
+
+def test_the_readme_campaign_line_runs_on_the_example_site(cli):
+    """Issue 35: `slurm-ab dry-run tp32 tp32-dflash --repeats 3` as written, on the built-in site."""
+    code, out, err = cli("dry-run", "tp32", "tp32-dflash", "--repeats", "3")
+    assert code == 0, err
+    assert out.count("#SBATCH --time=05:08:00") == 2 and "needs --time 05:08:00" in err
+
+
+def _fake_scontrol(tmp_path, monkeypatch, answer: str | None):
+    """scontrol on PATH that prints `answer` for `show partition` (None: no scontrol at all)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if answer is not None:
+        script = bin_dir / "scontrol"
+        script.write_text(f"#!/bin/sh\necho 'PartitionName=$5 State=UP {answer} MinNodes=0'\n")
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("SBATCH_PARTITION", raising=False)
+
+
+def test_auto_is_bounded_by_the_partitions_max_time(cli, tmp_path, monkeypatch):
+    """The partition's MaxTime, as scontrol answers at dry-run time, bounds "auto": a job that needs
+    more is refused (exit 2) naming both; estimate.enforce = false asks the MaxTime instead."""
+    ab = ("dry-run", "tp32", "tp32-dflash", "--repeats", "3")
+    _fake_scontrol(tmp_path, monkeypatch, "MaxTime=04:00:00")
+    code, out, err = cli(*ab)
+    assert code == 2 and out == ""
+    assert ("cluster.time_limit (--time) = 'auto': the job needs 05:08:00 (8 server launch(es)" in err
+            and "more than partition gpu allows (MaxTime 04:00:00)" in err and "cluster.partition" in err)
+    code, out, err = cli(*ab, "--set", "estimate.enforce=false")
+    assert code == 0 and out.count("#SBATCH --time=04:00:00") == 2
+    assert "time limit 04:00:00 -- SHORTER than the estimate" in err
+    code, out, err = cli("dry-run", "tp32")                       # 00:31:00 fits
+    assert code == 0 and "#SBATCH --time=00:31:00" in out and "partition gpu allows 04:00:00" in err
+
+
+def test_auto_where_slurm_does_not_answer_says_so(cli, tmp_path, monkeypatch):
+    _fake_scontrol(tmp_path, monkeypatch, None)
+    code, out, err = cli("dry-run", "tp32", "tp32-dflash", "--repeats", "3")
+    assert code == 0 and out.count("#SBATCH --time=05:08:00") == 2
+    assert "partition gpu's MaxTime unknown (Slurm did not answer here)" in err and "PartitionTimeLimit" in err
 
 
 def test_an_explicit_limit_that_fits_is_kept(cli):
@@ -65,9 +111,10 @@ def test_an_explicit_limit_that_fits_is_kept(cli):
     assert code == 2 and "needs 00:31:00" in err and "'00:20:00'" in err
 
 
-def test_an_unparseable_time_is_a_config_error(cli):
-    code, _, err = cli("dry-run", "tp32", "--time", "soon")
-    assert code == 2 and "cluster.time_limit" in err and "auto" in err
+@pytest.mark.parametrize("value", ["soon", "Auto", "", "2 hours"])
+def test_an_unparseable_time_is_a_config_error(cli, value):
+    code, _, err = cli("dry-run", "tp32", "--time", value)
+    assert code == 2 and f"cluster.time_limit = {value!r}" in err and "auto" in err
 
 
 def _write_run(root, run_id, mode, load_s, pass_s, model="/shared/models/Kimi-K3", prompts=40, conc=8,

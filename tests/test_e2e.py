@@ -204,9 +204,12 @@ def test_the_seeds_dataset_through_the_0523_client(runs, mode):
     p = s["bench"]["prompt_tokens"]
     assert p["n"] == 40 and p["min"] == min(rec["input_lens"]) and p["max"] == max(rec["input_lens"])
     st = s["bench"]["steady"]
-    assert st["concurrency"] == 8 and 0 < st["window_s"] < s["bench"]["duration_s"]
-    # the client's own figure agrees, or its window was cut short on its clock (said so)
-    assert st["agrees"] is True or (st["agrees"] is None and any("is a fragment" in n for n in s["notes"])), st
+    assert st["concurrency"] == 4 and 0 < st["window_s"] <= s["bench"]["duration_s"]     # ceil(0.5 x 8)
+    # the client's own figure, cross-checked, or its window was cut short on its clock (said so) and
+    # the collector's is the figure; either way at or above the makespan figure (docs/metrics.md)
+    assert (st["agrees"] is True and st["source"] == "client") or (
+        st["agrees"] is None and st["source"] == "details" and any("is a fragment" in n for n in s["notes"])), st
+    assert st["merged_requests"] == 0 and st["output_tps"] >= 0.97 * s["bench"]["output_tps"]
     assert "ran on: sglang.benchmark.steady_state_serving 0.5.23" in " ".join(s["notes"])
     page = (run_dir / "report.html").read_text()
     assert f"speed-bench: 40 prompts, {p['mean']:,.0f} tokens on average ({p['min']:,}-{p['max']:,})" in page

@@ -1,22 +1,41 @@
-"""The planner: cost formula, power against a simulation, cheapest design, time limits."""
+"""The planner: cost formula (the one time model), power against a simulation, cheapest design,
+time limits; its wall time is what dry-run --time auto asks for the same design."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from scipy import stats
 
-from slurm_ab.ab_stats.planner import Costs, Design, Noise, Target, candidates, plan, text, verify
+from slurm_ab.ab_stats.planner import Costs, Design, Noise, Runs, Target, candidates, plan, text, verify
+from slurm_ab.model.duration import Figure, History, parse_time, time_model
+from slurm_ab.model.sources import Sources, load_experiment
 
 EMU = Noise(0.015, 0.015)               # the emulator's costs.toml: launch 1.5 %, pass 1.5 %
-SEED = Costs(load_min=15, pass_min=5)   # the seed: load 10-20 min, pass 4-6 min, 2 x 4 nodes
+AB = ("tp32", "tp32-dflash")
+
+
+def seed_costs(load_min: float = 15, pass_min: float = 5, limit_s: int | None = None) -> Costs:
+    """The seed on the example site: load 10-20 min, pass 4-6 min (client start-up included),
+    2 x 4 nodes, the site's warm-ups, teardown, preflight, margin and early stops."""
+    exp = load_experiment(Sources("example", (), ("paths.results=/nonexistent-results",)), "tp32")
+    tm = time_model(exp, AB, History(), Figure(load_min * 60, "stated"), Figure(pass_min * 60, "stated"))
+    return Costs(tm, Runs(AB, (8,), 40), 8, limit_s)
+
+
+SEED = seed_costs()
 
 
 def test_node_hours_formula_with_the_seed_sizes():
+    """2 L launches x (load 900 + warm-ups 60 + teardown 20) + 2 L k passes x 300 + preflight 120,
+    +15 %; --time adds the job's early stop (120) and Slurm's early warning (60)."""
     d = Design(4, 2)
-    assert d.wall_min(SEED) == pytest.approx(2 * 4 * (15 + 1 + 2 * 5.1))
-    assert d.node_hours(SEED) == pytest.approx(8 * 2 * 4 * (15 + 1 + 2 * 5.1) / 60)   # 27.9
-    assert Design(4, 2).node_hours(Costs(10, 4)) < d.node_hours(SEED) < Design(4, 2).node_hours(Costs(20, 6))
+    seconds = (120 + 8 * (900 + 60 + 20) + 16 * 300) * 1.15
+    assert d.estimate(SEED).seconds == pytest.approx(seconds)
+    assert d.estimate(SEED).limit_s == math.ceil(seconds) + 120 + 60          # 04:08:00 (was "3.5 h")
+    assert d.node_hours(SEED) == pytest.approx(8 * seconds / 3600)             # 33.2
+    assert Design(4, 2).node_hours(seed_costs(10, 4)) < d.node_hours(SEED) < Design(4, 2).node_hours(seed_costs(20, 6))
 
 
 def test_standard_error_and_power_by_hand():
@@ -49,8 +68,8 @@ def test_the_recommended_design_detects_5_percent_in_80_percent_of_simulated_cam
 
 
 def test_out_of_reach_within_a_time_limit_is_said():
-    p = plan(EMU, Costs(15, 5, time_limit_min=60), Target(detect_pct=5), campaigns=50)
-    assert p.design is None and "out of reach within the time limit 60 min" in p.reason
+    p = plan(EMU, seed_costs(limit_s=3600), Target(detect_pct=5), campaigns=50)
+    assert p.design is None and "out of reach within the time limit 01:00:00" in p.reason
     assert "out of reach" in text(p)
 
 
@@ -83,20 +102,58 @@ def _campaign_dir(tmp_path):
 def test_inputs_measured_from_a_campaign(tmp_path):
     from slurm_ab.cli.planner import from_campaign, inputs
     m = from_campaign(_campaign_dir(tmp_path))
-    assert m["load_min"] == pytest.approx(1.0) and m["warmup_min"] == pytest.approx(0.5)
-    assert m["pass_min"] == pytest.approx(2.0)
     assert m["components"].launches == 6 and m["components"].pass_cov > 0
-    noise, minutes, notes = inputs(_campaign_dir(tmp_path / "x"), 0.03, None, None, 4.0, "output_tps")
-    assert noise.launch_cov == 0.03 and minutes["pass_min"] == 4.0 and "first pass" in notes[1]
+    noise, notes = inputs(_campaign_dir(tmp_path / "x"), 0.03, None, "output_tps")
+    assert noise.launch_cov == 0.03 and noise.pass_cov > 0 and "first pass" in notes[1]
 
 
 def test_plan_command_prints_a_design_and_its_node_hours(cli):
     code, out, err = cli("plan", "tp32", "tp32-dflash", "--launch-cov", "1.5", "--pass-cov", "1.5",
                          "--load-min", "15", "--pass-min", "5", "--detect", "5%", "--time-limit-min", "600")
     assert code == 0, err
-    assert "design:" in out and "node-hours:" in out and "8 nodes x 2 x" in out and "--launches" in out
+    assert "design:" in out and "node-hours:" in out and "= 8 nodes x " in out and "--launches" in out
     code, out, _ = cli("plan", "tp32", "tp32-dflash", "--launch-cov", "1.5", "--pass-cov", "1.5",
-                       "--load-min", "15", "--pass-min", "5")          # the example site's 2 h limit
-    assert code == 1 and "out of reach within the time limit 120 min" in out
+                       "--load-min", "15", "--pass-min", "5", "--set", 'cluster.time_limit="02:00:00"')
+    assert code == 1 and "out of reach within the time limit 02:00:00" in out
+    assert "time limit: 02:00:00 (cluster.time_limit = '02:00:00')" in out
     code, _, err = cli("plan", "tp32", "tp32-dflash", "--load-min", "15", "--pass-min", "5")
     assert code == 2 and "--launch-cov" in err
+
+
+def _wall(out: str) -> tuple[int, int, str]:
+    m = re.search(r"^design: (\d+) launches per mode x (\d+) passes per launch", out, re.M)
+    return int(m.group(1)), int(m.group(2)), re.search(r"^wall time: (\S+) in one job", out, re.M).group(1)
+
+
+@pytest.mark.parametrize("site,sets", [
+    ("example", ()),                                       # the issue's: 3.5 h planned, 04:17:00 asked
+    ("example", ("benchmark.burn_in=true", "estimate.margin=0.3")),
+    ("local", ("benchmark.prompts_per_concurrency=2",)),
+])
+@pytest.mark.parametrize("measured", [False, True])
+def test_plan_wall_time_is_what_dry_run_time_auto_asks(cli, tmp_path, site, sets, measured):
+    """One time model: without --load-min/--pass-min the planner prices a design with the figures
+    --time auto reads (site settings, then earlier runs under paths.results), so its wall time is
+    the --time dry-run --time auto writes for the same design (equal, not within a minute)."""
+    from test_duration import _write_run
+
+    results = tmp_path / "results"
+    results.mkdir()
+    if measured:
+        model = load_experiment(Sources(site), "tp32").paths.model
+        _write_run(results, "a", "tp32", load_s=1100, pass_s=230, model=model)
+        _write_run(results, "b", "tp32-dflash", load_s=700, pass_s=130, model=model)
+    args = ("--site", site, "--set", f"paths.results={results}", *(x for s in sets for x in ("--set", s)))
+    code, out, err = cli("plan", *AB, "--launch-cov", "1.5", "--pass-cov", "1.5", *args)
+    assert code == 0, out + err
+    launches, repeats, wall = _wall(out)
+    assert ("measured" in out) == measured
+    code, script, err = cli("dry-run", *AB, "--launches", str(launches), "--repeats", str(repeats),
+                            "--time", "auto", *args)
+    assert code == 0, err
+    asked = re.search(r"#SBATCH --time=(\S+)", script).group(1)
+    assert parse_time(wall) == parse_time(asked), (wall, asked)
+    # and the design the planner calls the cheapest fits that limit exactly: one minute less is refused
+    code, _, err = cli("dry-run", *AB, "--launches", str(launches), "--repeats", str(repeats),
+                       "--time", f"{parse_time(asked) // 60 - 1}", *args)
+    assert code == 2 and f"it needs {asked}" in err

@@ -16,7 +16,17 @@ import pytest
 from slurm_ab.collect.records import Pooled, ReplicaSummary, RunSummary
 from slurm_ab.collect.server_metrics import (E2E_HISTOGRAM, HistogramWindow, ReplicaMetrics,
                                              ServerMetrics, histogram_quantile, histogram_window)
-from slurm_ab.collect.speed import SPEED_RATIO, speed_notes, speed_reasons
+from slurm_ab.collect.speed import SPEED_RATIO, speed_findings
+
+
+def speed_reasons(replicas, replica_metrics):
+    """What collect_pass makes reasons of: the confirmed findings."""
+    return [text for confirmed, text in speed_findings(replicas, replica_metrics) if confirmed]
+
+
+def speed_notes(replicas, replica_metrics):
+    """What collect_pass makes notes of: the unconfirmed ones."""
+    return [text for confirmed, text in speed_findings(replicas, replica_metrics) if not confirmed]
 from slurm_ab.tables.runs import run_md
 from slurm_ab.parse.prometheus import parse_scrape
 from test_server_metrics import END, START, Run, rep, set_value

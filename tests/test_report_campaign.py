@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+from helpers.curves import cdf_at
 from helpers import ROOT
 from helpers.report_pages import tables
 from slurm_ab.report import campaign as rc
@@ -85,5 +86,5 @@ def test_pooled_cdf_of_a_campaign_hits_its_p95(camps):
     for c in curves:
         xs, ys = c["ttft"]
         assert len(xs) == 3 * 40
-        assert series.cdf_at(xs, ys, c["ttft_p"]["p95"]) == pytest.approx(0.95)
-        assert series.cdf_at(*c["e2e"], c["e2e_p"]["p50"]) == pytest.approx(0.5)
+        assert cdf_at(xs, ys, c["ttft_p"]["p95"]) == pytest.approx(0.95)
+        assert cdf_at(*c["e2e"], c["e2e_p"]["p50"]) == pytest.approx(0.5)

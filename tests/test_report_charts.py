@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from helpers.curves import cdf_at
 from helpers import ROOT
 from slurm_ab.parse.events import parse_event_line, EventLog
 from slurm_ab.report import plots, rundata, series
@@ -106,7 +107,7 @@ def test_tpot_and_itl_distributions_are_the_clients_numbers(name):
     assert sum(d["tpot"]) / len(d["tpot"]) == pytest.approx(s["tpot"]["mean"], rel=1e-9)
     assert len(d["itl"]) == sum(len(x) for x in run.record["itls"])
     xs, ys = series.cdf_points(d["tpot"])
-    assert series.cdf_at(xs, ys, s["tpot"]["p95"]) == pytest.approx(0.95, abs=1e-9)
+    assert cdf_at(xs, ys, s["tpot"]["p95"]) == pytest.approx(0.95, abs=1e-9)
     from slurm_ab.report import html
     fig = plots.fig_cdfs([html.cdf_curve(run)], plots.DECODE_PANELS)
     marks = {ln.get_gid(): ln.get_xydata()[0] for ax in fig.axes for ln in ax.lines if ln.get_gid()}

@@ -3,12 +3,15 @@
 generated texts, node rank 0's server logs)."""
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from helpers.curves import cdf_at
 from helpers import ROOT
 from helpers.report_pages import expected_cells, main_row
 from slurm_ab.report import rundata, series
@@ -40,8 +43,8 @@ def test_cdf_hits_half_and_095_at_the_reported_p50_and_p95(name):
     for key in ("ttft", "e2e"):
         xs, ys = series.cdf_points(lat[key])
         assert ys[0] == 0.0 and ys[-1] == 1.0 and xs == sorted(xs)
-        assert series.cdf_at(xs, ys, s[key]["p95"]) == pytest.approx(0.95, abs=1e-9)
-        assert series.cdf_at(xs, ys, s[key]["p50"]) == pytest.approx(0.50, abs=1e-9)
+        assert cdf_at(xs, ys, s[key]["p95"]) == pytest.approx(0.95, abs=1e-9)
+        assert cdf_at(xs, ys, s[key]["p50"]) == pytest.approx(0.50, abs=1e-9)
 
 
 def test_cdf_markers_sit_on_the_curve_at_the_table_values():
@@ -78,7 +81,7 @@ def test_timeline_colours_a_request_only_with_the_evidence_of_its_replica(name):
         else:
             assert near == {r.replica} and colour[r.index] == plots.replica_color(r.replica)
     served = {r["replica"]: r["requests_served"] for r in summ["replicas"]}
-    counts = series.replica_counts(tl)
+    counts = Counter(r.replica for r in tl.requests)
     assert all(counts.get(g, 0) <= n for g, n in served.items())            # never more than served
     unknown = counts.get(None, 0)
     assert (f"{unknown} request(s) started beside lines of both replicas" in tl.method) == bool(unknown)

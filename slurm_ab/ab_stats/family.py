@@ -93,10 +93,11 @@ def primary_note(rows: Sequence[Row], primary: str) -> str:
     """Which throughput (or metric) the headline verdict uses, and why."""
     head = rows[0].metric
     if head == STEADY:
-        return ("primary metric: output throughput in the steady state (the window where the client "
-                "holds its full concurrency): ramp-up and drain are left out, they move with how "
-                "variable request times are, not with the server's rate; the makespan Output TPS is "
-                "a secondary row")
+        return ("primary metric: output throughput in the steady state (SGLang's steady_state.py window: "
+                "the longest with at least benchmark.steady_concurrency_ratio x the peak concurrency in "
+                "flight): the drain is left "
+                "out, it moves with how variable request times are, not with the server's rate; the "
+                "makespan Output TPS is a secondary row")
     if head == PRIMARY_DEFAULT == primary:
         return ("primary metric: Output TPS over the makespan (ramp-up and drain included): not every "
                 "pass has a steady-state throughput")

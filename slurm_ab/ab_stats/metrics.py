@@ -19,7 +19,7 @@ class Metric:
 
 
 # Every numeric metric of the single-run table, in the seed's order, plus the steady-state
-# throughput (issue 22's column: the window where the client holds its full concurrency).
+# throughput (issue 22's column: SGLang's steady-state window, docs/metrics.md).
 METRICS = (
     Metric("input_tps", "Input TPS", HIGHER),
     Metric("output_tps", "Output TPS", HIGHER),

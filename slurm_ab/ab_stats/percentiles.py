@@ -4,10 +4,7 @@ A p95 from 40 requests rests on the two largest values: its pass-to-pass coeffic
 is about sigma * sqrt(q (1 - q) / n) / phi(z_q) for lognormal request times of log-sd sigma
 (the asymptotic variance of a sample quantile, q (1 - q) / (n f(x_q)^2)): ~10 % at sigma 0.3,
 n = 40, against ~2 % for the throughput. The comparison names the request count and this noise,
-and how many requests per pass would bring it to a target. Pooled request-level percentiles (all
-passes of a side together) are more precise and are shown beside the per-pass aggregate; their
-distribution-free interval (binomial order statistics) treats requests as independent, so it holds
-within-launch precision only and carries no verdict.
+and how many requests per pass would bring it to a target.
 """
 from __future__ import annotations
 
@@ -113,45 +110,3 @@ def percentile_noise(sides: Sequence[Sequence[Mapping]]) -> list[PercentileNoise
         if worst is not None:
             out.append(worst)
     return out
-
-
-@dataclass(frozen=True)
-class Pooled:
-    q: float
-    value: Optional[float]
-    n: int
-    ci_low: Optional[float]         # distribution-free interval (order statistics), requests i.i.d.
-    ci_high: Optional[float]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def pooled_percentile(latencies_by_pass: Sequence[Sequence[Optional[float]]], q: float = 0.95,
-                      confidence: float = CONFIDENCE) -> Pooled:
-    """The q-quantile of all requests of all passes together (numpy's linear percentile, as the
-    per-pass figures) with the distribution-free interval from binomial order statistics
-    (scipy.stats.binom); None ends when n is too small for the interval."""
-    xs = sorted(x for lat in latencies_by_pass for x in finite(lat))
-    n = len(xs)
-    if n == 0:
-        return Pooled(q, None, 0, None, None)
-    import numpy as np
-    from scipy import stats
-    value = float(np.percentile(xs, q * 100.0))
-    tail = (1.0 - confidence) / 2.0
-    # ranks j < k (1-based) with P(X_(j) <= x_q <= X_(k)) >= confidence: Binomial(n, q) quantiles
-    j = int(stats.binom.ppf(tail, n, q))            # P(B < j) <= tail
-    k = int(stats.binom.ppf(1.0 - tail, n, q)) + 1
-    low = xs[j - 1] if j >= 1 else None
-    high = xs[k - 1] if k <= n else None
-    return Pooled(q, value, n, low, high)
-
-
-def pooled_change(a_by_pass: Sequence[Sequence[Optional[float]]], b_by_pass: Sequence[Sequence[Optional[float]]],
-                  q: float = 0.95) -> dict:
-    """Pooled q-quantile of each side and B/A - 1 in percent: descriptive, no verdict (requests of
-    one launch are not independent repeats of the experiment)."""
-    a, b = pooled_percentile(a_by_pass, q), pooled_percentile(b_by_pass, q)
-    change = (b.value / a.value - 1.0) * 100.0 if a.value and b.value is not None else None
-    return {"q": q, "a": a.to_dict(), "b": b.to_dict(), "change_pct": change, "verdict": "descriptive"}

@@ -9,18 +9,25 @@ passes per launch the standard error of log(B/A) is
     se = sqrt(2 (launch_cov^2 + pass_cov^2 c(k, rho) / k) / L),  c = 1 + 2 sum_j (1 - j/k) rho^j
 
 with about 2L - 2 degrees of freedom. Power to detect a change d at 95 %: the noncentral t
-(scipy.stats.nct) with noncentrality log(1 + d) / se. Cost of one campaign of M modes on N nodes:
+(scipy.stats.nct) with noncentrality log(1 + d) / se. A design's duration is the one time model's
+(model/duration.py: what dry-run --time auto asks for the same campaign, preflight, teardown,
+client start-up per pass, margin and early stops included), its cost in one allocation (one queue
+wait):
 
-    node-hours = N x M x L x (load + warm-up + k x (pass + gap)) / 60      (minutes)
+    node-hours = N nodes x the job's expected duration
 
-in one allocation (one queue wait). A candidate is checked by simulating campaigns through the
-same analysis slurm-ab compare runs (`verify`), with drift and correlation when given.
+A candidate is checked by simulating campaigns through the same analysis slurm-ab compare runs
+(`verify`), with drift and correlation when given.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Optional
+
+from ..model.campaign import schedule
+from ..model.duration import Estimate, TimeModel, campaign_schedule, format_time
 
 ORDER = "counterbalanced"
 
@@ -35,14 +42,26 @@ class Noise:
 
 
 @dataclass(frozen=True)
+class Runs:
+    """What every launch of a mode runs: the campaign options dry-run and submit would use."""
+
+    modes: tuple[str, ...]
+    concurrencies: tuple[int, ...]
+    num_prompts: int
+    prompts_per_concurrency: int = 0
+    burn_in: bool = False
+
+
+@dataclass(frozen=True)
 class Costs:
-    load_min: float                 # server start to ready (model load)
-    pass_min: float                 # one timed pass
-    warmup_min: float = 1.0         # direct warm-ups + router
-    gap_min: float = 0.1            # between passes (client start-up, scrapes)
+    time: TimeModel                 # the one time model (model/duration.py)
+    runs: Runs
     nodes: int = 8                  # the job's nodes (replicas x nodes per replica)
-    modes: int = 2
-    time_limit_min: Optional[float] = None
+    time_limit_s: Optional[int] = None
+
+    @property
+    def modes(self) -> int:
+        return len(self.runs.modes)
 
 
 @dataclass(frozen=True)
@@ -51,11 +70,15 @@ class Design:
     repeats: int                    # passes per launch
     order: str = ORDER
 
-    def wall_min(self, c: Costs) -> float:
-        return c.modes * self.launches * (c.load_min + c.warmup_min + self.repeats * (c.pass_min + c.gap_min))
+    def estimate(self, c: Costs) -> Estimate:
+        """The job's duration as dry-run --time auto computes it for this design's campaign."""
+        return _estimate(self, c)
 
     def node_hours(self, c: Costs) -> float:
-        return c.nodes * self.wall_min(c) / 60.0
+        return c.nodes * self.estimate(c).seconds / 3600.0
+
+    def fits(self, c: Costs) -> bool:
+        return c.time_limit_s is None or self.estimate(c).limit_s <= c.time_limit_s
 
     def df(self) -> int:
         return 2 * self.launches - 2
@@ -82,6 +105,14 @@ class Design:
             return math.inf
         from scipy import stats
         return math.expm1(stats.t.ppf(0.5 + confidence / 2.0, self.df()) * self.se(n)) * 100.0
+
+
+@lru_cache(maxsize=4096)
+def _estimate(d: Design, c: Costs) -> Estimate:
+    r = c.runs
+    camp = schedule(r.modes, d.repeats, r.concurrencies, d.order, r.burn_in, r.num_prompts,
+                    r.prompts_per_concurrency, d.launches)
+    return c.time.estimate(campaign_schedule(camp))
 
 
 @dataclass(frozen=True)
@@ -114,12 +145,6 @@ class Plan:
     campaigns: int = 0
     reason: str = ""
     alternatives: tuple = ()            # (Design, node-hours) of the next cheapest
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["node_hours"] = self.design.node_hours(self.costs) if self.design else None
-        d["wall_min"] = self.design.wall_min(self.costs) if self.design else None
-        return d
 
 
 def candidates(n: Noise, c: Costs, target: Target, max_launches: int = 30, max_repeats: int = 12) -> list[Design]:
@@ -167,16 +192,17 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
     """The cheapest design meeting the target that fits the time limit, checked by simulation
     (a candidate whose simulated power falls short gives way to the next)."""
     cands = candidates(n, c, target)
-    fits = [d for d in cands if c.time_limit_min is None or d.wall_min(c) <= c.time_limit_min]
+    fits = [d for d in cands if d.fits(c)]
     base = Plan(None, target, n, c)
     if not cands:
         return replace(base, reason="no design of up to 30 launches x 12 passes per mode reaches the target")
     if not fits:
         best = cands[0]
-        return replace(base, reason=(f"out of reach within the time limit {c.time_limit_min:g} min: the "
+        return replace(base, reason=(f"out of reach within the time limit {format_time(c.time_limit_s)}: the "
                                      f"cheapest design that reaches it ({best.launches} launches x "
-                                     f"{best.repeats} passes per mode) needs {best.wall_min(c):.0f} min in "
-                                     "one job; raise the limit or relax the target"), alternatives=((best, best.node_hours(c)),))
+                                     f"{best.repeats} passes per mode) needs --time "
+                                     f"{format_time(best.estimate(c).limit_s)} in one job; raise the limit or "
+                                     "relax the target"), alternatives=((best, best.node_hours(c)),))
     detect = target.detect_pct if target.detect_pct is not None else target.halfwidth_pct
     for i, d in enumerate(fits[:8]):
         sim_power, sim_fp = verify(d, n, detect, campaigns, seed)
@@ -188,26 +214,35 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
                                  f"{d.repeats}: {sim_power:.0%})"))
 
 
+def _costs_line(c: Costs) -> str:
+    t = c.time
+    per_pass = (f"pass {t.pass_s.seconds / 60:g} min ({t.pass_s.source})" if t.pass_s else
+                "pass ceil(prompts / C) x " + ", ".join(f"{m} {f.seconds:g} s" for m, f in t.requests)
+                + f" + {t.pass_overhead_s:g} s")
+    return (f"costs: model load {t.load.seconds / 60:g} min ({t.load.source}), warm-ups {t.warmup.seconds:g} s, "
+            f"{per_pass}, {c.nodes} nodes, {c.modes} modes"
+            + (f", time limit {format_time(c.time_limit_s)}" if c.time_limit_s else ""))
+
+
 def text(p: Plan, modes: tuple[str, str] = ("A", "B")) -> str:
     """The plan as the `slurm-ab plan` command prints it."""
     n, c = p.noise, p.costs
     lines = [f"target: {p.target.text()}",
              f"noise: launch CoV {n.launch_cov:.2%}, pass CoV {n.pass_cov:.2%}"
              + (f", AR(1) {n.ar1:g}" if n.ar1 else "") + (f", drift {n.drift_pct:g}%/pass" if n.drift_pct else ""),
-             f"costs: model load {c.load_min:g} min, pass {c.pass_min:g} min, warm-ups {c.warmup_min:g} min, "
-             f"{c.nodes} nodes, {c.modes} modes"
-             + (f", time limit {c.time_limit_min:g} min" if c.time_limit_min else "")]
+             _costs_line(c)]
     if p.design is None:
         return "\n".join(lines + [p.reason if p.reason.startswith("out of reach") else f"out of reach: {p.reason}"]) + "\n"
     d = p.design
+    est = d.estimate(c)
     seq = " ".join((modes[0] if m == "A" else modes[1]) for m in __import__(
         "slurm_ab.model.campaign", fromlist=["launch_order"]).launch_order(("A", "B"), d.launches, d.order))
     lines += ["",
               f"design: {d.launches} launches per mode x {d.repeats} passes per launch, {d.order} order "
               f"({2 * d.launches} launches: {seq})",
-              f"node-hours: {d.node_hours(c):.1f} = {c.nodes} nodes x {c.modes} x {d.launches} x "
-              f"({c.load_min:g} + {c.warmup_min:g} + {d.repeats} x ({c.pass_min:g} + {c.gap_min:g})) / 60; "
-              f"wall time {d.wall_min(c) / 60:.1f} h in one job",
+              f"wall time: {format_time(est.limit_s)} in one job, what dry-run --time auto asks for this "
+              f"design ({est.text})",
+              f"node-hours: {d.node_hours(c):.1f} = {c.nodes} nodes x {est.seconds / 3600:.2f} h",
               f"queue waits: 1 (one allocation; as separate jobs: {c.modes * d.launches})",
               f"expected: power {p.power:.0%} at {p.target.detect_pct or p.target.halfwidth_pct:g}% "
               f"(simulated {p.sim_power:.1%} of {p.campaigns} campaigns), 95% half-width ~{p.halfwidth_pct:.1f}%",

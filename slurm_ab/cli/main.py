@@ -22,8 +22,9 @@ def _config_options(f):
 
 def _time_option(f):
     return click.option("--time", "time_limit", default=None, metavar="[D-]HH:MM:SS|auto",
-                        help="The job's time limit (cluster.time_limit). auto: sized by the job's estimated "
-                             "duration (shown by dry-run); a limit shorter than the estimate is refused.")(f)
+                        help="The job's time limit (cluster.time_limit). auto (the default unless the site "
+                             "pins one): sized by the job's estimated duration (shown by dry-run), bounded "
+                             "by the partition's MaxTime; a limit shorter than the estimate is refused.")(f)
 
 
 def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in):
@@ -31,12 +32,12 @@ def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, 
     import json
 
     from . import campaign as campaign_cli
-    from ..model.duration import fit_time_limit
+    from ..model.duration import fit_time_limit, partition_limit
 
     if time_limit is not None:
         sets = (*sets, f"cluster.time_limit={json.dumps(time_limit)}")
     plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
-    return fit_time_limit(plan)
+    return fit_time_limit(plan, partition=partition_limit(plan.exp))
 
 
 def _sources(site, configs, sets):
@@ -402,15 +403,19 @@ def cancel(run):
 @main.command("plan")
 @click.argument("modes", nargs=2)
 @click.option("--from", "from_campaign", default=None, metavar="CAMPAIGN",
-              help="Estimate launch and pass variance, load and pass times from this collected campaign.")
+              help="Estimate launch and pass variance from this collected campaign (times: as --time auto's "
+                   "estimate, from [estimate] and earlier runs under paths.results).")
 @click.option("--launch-cov", type=float, default=None, metavar="PCT", help="Launch-to-launch CoV, percent.")
 @click.option("--pass-cov", type=float, default=None, metavar="PCT", help="Pass-to-pass CoV, percent.")
-@click.option("--load-min", type=float, default=None, help="Model load (server start to ready), minutes.")
-@click.option("--pass-min", type=float, default=None, help="One timed pass, minutes.")
+@click.option("--load-min", type=float, default=None,
+              help="Model load (server start to ready), minutes (default: --time auto's estimate).")
+@click.option("--pass-min", type=float, default=None,
+              help="One timed pass, client start-up included, minutes (default: --time auto's estimate).")
 @click.option("--detect", default=None, metavar="PCT", help="Smallest change to detect (default 5%).")
 @click.option("--power", type=float, default=0.8, show_default=True, help="... detected this often.")
 @click.option("--halfwidth", default=None, metavar="PCT", help="Or: a 95%% interval half-width to reach.")
-@click.option("--time-limit-min", type=float, default=None, help="Job time limit (default: cluster.time_limit).")
+@click.option("--time-limit-min", type=float, default=None,
+              help="Job time limit, minutes (default: cluster.time_limit, or the partition's MaxTime when auto).")
 @_config_options
 def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, detect, power, halfwidth,
              time_limit_min, site, configs, sets):

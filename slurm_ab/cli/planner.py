@@ -2,43 +2,23 @@
 stated values, and its answer as text. The planning itself is planner.py (pure).
 
 From a campaign: launch and pass CoV of the primary metric (ab_stats.components, REML over its ok
-passes), model-load time (server_launch -> last replica ready), warm-ups (-> first bench_start) and
-pass time (bench_start -> bench_end) from every launch's events.log, and the first-pass effect.
+passes) and the first-pass effect. Times are the one time model's (model/duration.py): the same
+[estimate] figures and earlier runs under paths.results that dry-run --time auto reads (the
+campaign among them when it lies there), or --load-min / --pass-min when stated; the time limit is
+the job's own (pinned, else the partition's MaxTime) unless --time-limit-min is given.
 """
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Optional
 
 from ..model.errors import UsageError
-from ..parse.events import read_events
-from ..ab_stats.planner import Costs, Noise, Target
-
-
-def _minutes(events_files: list[Path]) -> dict[str, Optional[float]]:
-    """Median load, warm-up and pass minutes over the launches' events.log files."""
-    load, warm, passes = [], [], []
-    for f in events_files:
-        ev = read_events(f)
-        launch = ev.named("server_launch")
-        ready = ev.named("ready")
-        starts, ends = ev.named("bench_start"), ev.named("bench_end")
-        if launch and ready:
-            load.append((max(e.epoch for e in ready) - min(e.epoch for e in launch)) / 60.0)
-            if starts:
-                warm.append((starts[0].epoch - max(e.epoch for e in ready)) / 60.0)
-        for s in starts:
-            end = next((e for e in ends if e.fields.get("pass") == s.fields.get("pass") and e.line > s.line), None)
-            if end is not None:
-                passes.append((end.epoch - s.epoch) / 60.0)
-    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
-    return {"load_min": med(load), "warmup_min": med(warm), "pass_min": med(passes)}
+from ..ab_stats.planner import Costs, Noise, Runs, Target
 
 
 def from_campaign(run_dir: Path, primary: str = "output_tps") -> dict:
-    """The planner's inputs measured in a campaign (its collected summary.json)."""
+    """The planner's noise inputs measured in a campaign (its collected summary.json)."""
     from ..ab_stats.components import components, first_pass
 
     summary = run_dir / "summary.json"
@@ -51,15 +31,13 @@ def from_campaign(run_dir: Path, primary: str = "output_tps") -> dict:
     metric = "steady_output_tps" if primary == "output_tps" and all(
         isinstance(r.get("steady_output_tps"), (int, float)) for r in rows) else primary
     comp = components(rows, metric)
-    times = _minutes(sorted(run_dir.glob("launch*/events.log")))
-    return {"components": comp, "first_pass": first_pass(rows, metric), **times}
+    return {"components": comp, "first_pass": first_pass(rows, metric)}
 
 
-def inputs(src_campaign: Optional[Path], launch_cov, pass_cov, load_min, pass_min, primary: str) -> tuple[Noise, dict, list[str]]:
-    """(Noise, measured minutes, notes): stated values win over measured ones; what neither gives
-    is an error naming the option."""
+def inputs(src_campaign: Optional[Path], launch_cov, pass_cov, primary: str) -> tuple[Noise, list[str]]:
+    """(Noise, notes): stated values win over measured ones; what neither gives is an error
+    naming the option."""
     notes: list[str] = []
-    measured: dict = {}
     if src_campaign is not None:
         m = from_campaign(src_campaign, primary)
         comp = m["components"]
@@ -67,16 +45,13 @@ def inputs(src_campaign: Optional[Path], launch_cov, pass_cov, load_min, pass_mi
                      f"launches: launch CoV {_pct(comp.launch_cov)}, pass CoV {_pct(comp.pass_cov)}"
                      + (f" ({comp.note})" if comp.note else ""))
         notes.append(m["first_pass"].text())
-        measured = {k: m[k] for k in ("load_min", "warmup_min", "pass_min")}
-        notes.append("measured: " + ", ".join(f"{k} {v:.2f}" for k, v in measured.items() if v is not None))
         launch_cov = launch_cov if launch_cov is not None else comp.launch_cov
         pass_cov = pass_cov if pass_cov is not None else comp.pass_cov
     missing = [o for o, v in (("--launch-cov", launch_cov), ("--pass-cov", pass_cov)) if v is None]
     if missing:
         raise UsageError(f"give {' and '.join(missing)} (percent): "
                          + ("the campaign cannot estimate it" if src_campaign else "or --from CAMPAIGN"))
-    return Noise(launch_cov, pass_cov), {**measured, **{k: v for k, v in (("load_min", load_min), ("pass_min", pass_min))
-                                                        if v is not None}}, notes
+    return Noise(launch_cov, pass_cov), notes
 
 
 def _pct(x) -> str:
@@ -93,12 +68,29 @@ def percent(text: Optional[str]) -> Optional[float]:
         raise UsageError(f"{text!r} is not a percentage (e.g. 5%)") from None
 
 
-def costs(minutes: dict, nodes: int, modes: int, time_limit_min: Optional[float]) -> Costs:
-    for key, opt in (("load_min", "--load-min"), ("pass_min", "--pass-min")):
-        if minutes.get(key) is None:
-            raise UsageError(f"give {opt} (minutes) or --from CAMPAIGN")
-    return Costs(minutes["load_min"], minutes["pass_min"], warmup_min=minutes.get("warmup_min") or 1.0,
-                 nodes=nodes, modes=modes, time_limit_min=time_limit_min)
+def costs(exp, modes: tuple, load_min: Optional[float], pass_min: Optional[float],
+          time_limit_min: Optional[float]) -> tuple[Costs, list[str]]:
+    """The design's costs through the one time model, as dry-run --time auto would size the same
+    campaign: the [estimate] figures, earlier runs under paths.results, a stated --load-min or
+    --pass-min; the time limit the job would get (pinned, else the partition's MaxTime)."""
+    from ..model.duration import (Figure, format_time, history_for, limit_bound, partition_limit,
+                                  time_model)
+
+    time = time_model(exp, modes, history_for(exp),
+                      Figure(load_min * 60.0, "--load-min") if load_min is not None else None,
+                      Figure(pass_min * 60.0, "--pass-min") if pass_min is not None else None)
+    b = exp.benchmark
+    runs = Runs(tuple(modes), (b.concurrency,), b.num_prompts, b.prompts_per_concurrency, b.burn_in)
+    notes = []
+    if time_limit_min is not None:
+        limit = int(time_limit_min * 60)
+    else:
+        part = partition_limit(exp) if exp.cluster.time_limit == "auto" else None
+        limit = limit_bound(exp, part)
+        notes.append(f"time limit: {format_time(limit) if limit else 'none'} ("
+                     + (f"cluster.time_limit = {exp.cluster.time_limit!r}" if part is None else
+                        f"cluster.time_limit = 'auto': {part.text()}") + ")")
+    return Costs(time, runs, exp.replicas * exp.nodes_per_replica, limit), notes
 
 
 def target(detect: Optional[str], halfwidth: Optional[str], power: float) -> Target:
@@ -107,29 +99,14 @@ def target(detect: Optional[str], halfwidth: Optional[str], power: float) -> Tar
     return Target(detect_pct=percent(detect) if detect is not None else 5.0, power=power)
 
 
-def time_limit_minutes(limit: str) -> Optional[float]:
-    """Slurm's [D-]HH:MM:SS / MM:SS / MM -> minutes; None for anything else (auto, unlimited)."""
-    try:
-        days, _, rest = limit.rpartition("-")
-        parts = [int(p) for p in rest.split(":")]
-    except (ValueError, AttributeError):
-        return None
-    h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    return (int(days or 0) * 24 + h) * 60 + m + s / 60.0
-
-
 def plan_for_modes(src, modes: tuple, campaign: Optional[Path], opts: dict) -> tuple:
-    """(Plan, notes) for the modes' experiment: its node count and time limit, the campaign's or
-    the stated noise and times."""
+    """(Plan, notes) for the modes' experiment: its nodes, time model and time limit, the
+    campaign's or the stated noise."""
     from ..ab_stats.planner import plan
     from ..model.sources import load_experiment
 
     exp = load_experiment(src, modes[0])
-    noise, minutes, notes = inputs(campaign, opts.get("launch_cov"), opts.get("pass_cov"), opts.get("load_min"),
-                                   opts.get("pass_min"), exp.benchmark.primary_metric)
-    limit = opts.get("time_limit_min")
-    if limit is None:
-        limit = time_limit_minutes(exp.cluster.time_limit)
-    c = costs(minutes, exp.replicas * exp.nodes_per_replica, len(modes), limit)
+    noise, notes = inputs(campaign, opts.get("launch_cov"), opts.get("pass_cov"), exp.benchmark.primary_metric)
+    c, limit_notes = costs(exp, tuple(modes), opts.get("load_min"), opts.get("pass_min"), opts.get("time_limit_min"))
     return plan(noise, c, target(opts.get("detect"), opts.get("halfwidth"), opts.get("power", 0.8)),
-                campaigns=opts.get("campaigns", 1000)), notes
+                campaigns=opts.get("campaigns", 1000)), notes + limit_notes

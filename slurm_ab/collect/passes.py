@@ -24,7 +24,8 @@ from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .speed import speed_findings
-from .verdict import diagnosis_reasons, outcome_reasons, short_of_requests, state_verdict, validity_reasons
+from .verdict import (diagnosis_reasons, nccl_network_reasons, outcome_reasons, router_retries, router_retry_reasons, short_of_requests,
+                      state_verdict, validity_reasons)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,28 @@ class PassInputs:
     job_outputs: tuple = ()         # the job's slurm-<id>.out files (run directory)
 
 
+def _pass_benchmark(benchmark, ref: PassRef) -> dict:
+    """The manifest's [benchmark] with this pass's own concurrency and prompts (a sweep's passes
+    run other values than the experiment's defaults)."""
+    return {**(benchmark or {}), **{k: v for k, v in (("concurrency", ref.concurrency), ("num_prompts", ref.prompts))
+                                    if v is not None}}
+
+
+def _nccl_network(manifest: Manifest) -> str:
+    """cluster.nccl_network as the run recorded it ("": not checked)."""
+    c = manifest.config.cluster if manifest.config is not None else None
+    return (c.nccl_network if c is not None else None) or ""
+
+
+def _max_retry_pct(manifest: Manifest) -> float:
+    """router.max_retry_pct as the run recorded it; the built-in one for runs from before it."""
+    r = manifest.config.router if manifest.config is not None else None
+    if r is not None and r.max_retry_pct is not None:
+        return float(r.max_retry_pct)
+    from ..model.config import builtin_experiment
+    return float(builtin_experiment()["router"]["max_retry_pct"])
+
+
 def collect_pass(inp: PassInputs) -> PassSummary:
     """Summarise one pass: numbers, per-replica facts, server metrics, verdict and diagnosis."""
     lay, root, events, manifest = inp.launch, inp.root, inp.events, inp.manifest
@@ -61,7 +84,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     # ---- benchmark numbers -------------------------------------------------------------
     read = read_last_record(inp.bench)
     block = parse_result_block(inp.client_log)
-    spec = bench_spec(read.record, block, manifest.benchmark)
+    spec = bench_spec(read.record, block, _pass_benchmark(manifest.benchmark, inp.ref))
     bench, bnotes = bench_result(read, block, spec)
     notes += bnotes
     has_result = bench.source is not None
@@ -101,10 +124,14 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         if failed:
             verdict, reasons = "failed", failed
         else:
+            retried, flagged = router_retry_reasons(router_retries(lay.root, events), bench.total,
+                                                    _max_retry_pct(manifest))
             invalid = validity_reasons(bench, problems, replicas, window,
                                        [text for confirmed, text in speed if confirmed]) + \
-                (pd_reasons(pd, replicas) if pd else [])
-            verdict, reasons = ("invalid", invalid) if invalid else ("ok", [])
+                (pd_reasons(pd, replicas) if pd else []) + retried + \
+                (nccl_network_reasons(lay.server_logs(), _nccl_network(manifest), job.node_lists, root)
+                 if logs_exist else [])
+            verdict, reasons = ("invalid", invalid) if invalid else ("ok", flagged)
     elif verdict in ("failed", "cancelled", "timeout"):
         reasons += [r for r in outcome_reasons(job, events, bench, has_result)
                     if r not in reasons]

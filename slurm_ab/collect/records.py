@@ -31,6 +31,7 @@ class BenchSpec:
     max_concurrency: int | None = None
     request_rate: str | None = None
     slo_ms: tuple = ()                  # benchmark.slo as ((client key, ms), ...): ("ttft", 500.0), ...
+    steady_ratio: float = 0.5           # benchmark.steady_concurrency_ratio
 
 
 @dataclass(frozen=True)
@@ -55,23 +56,26 @@ class Lengths:
 
 @dataclass(frozen=True)
 class SteadyState:
-    """Output throughput while the client held its full concurrency: from the start until the first
-    request ended after the last one started (no ramp-up, no drain), on the client's clock replayed
-    from its per-request details (docs/metrics.md)."""
+    """Output throughput in the steady state: the longest window with at least ceil(ratio x peak)
+    requests in flight (SGLang 0.5.23's steady_state.py). `source` says whose figure it is: the
+    client's own block ("client", cross-checked against the details) or ours over the replayed
+    per-request details ("details"); docs/metrics.md."""
 
     output_tps: float
     window_s: float
-    start_s: float                      # s since the benchmark started
+    start_s: float                      # the replayed window, s since the benchmark started
     end_s: float
-    concurrency: int
+    concurrency: int                    # the window's minimum concurrency
     output_tokens: float
     completed: int                      # requests that ended inside the window
-    # The client's own figure (SGLang 0.5.23 sglang.benchmark.steady_state_serving), for the
-    # cross-check: its window is the longest with >= its minimum concurrency in flight.
+    source: str = "details"             # "client" | "details"
+    merged_requests: int = 0            # requests whose gaps were merged (tokens spread over time)
+    # The client's own figure (SGLang 0.5.23 sglang.benchmark.steady_state_serving) and ours of
+    # its definition (its window, its counting) over the replayed details: the cross-check.
     client_output_tps: float | None = None
     client_window_s: float | None = None
     client_min_concurrency: int | None = None
-    recomputed_client_tps: float | None = None   # the client's definition over the replayed details
+    recomputed_client_tps: float | None = None
     agrees: bool | None = None          # None: no steady-state block, or its window is a fragment
     recomputed_client_window_s: float | None = None
 

@@ -40,8 +40,9 @@ def numeric_row(s: PassSummary) -> dict:
 
 
 def bench_columns(b, numbers: bool = True) -> dict:
-    """The prompts' lengths, the steady-state throughput and goodput (docs/metrics.md): ours from
-    the per-request details; the client's own figures beside them as client_*."""
+    """The prompts' lengths, the steady-state throughput and goodput (docs/metrics.md): the steady
+    state is the one estimator's figure (the client's block, cross-checked, else ours), goodput ours
+    from the per-request details; the client's own figures beside them as client_*."""
     p, st, gp = b.prompt_tokens, b.steady if numbers else None, b.goodput if numbers else None
     by = gp.attainment_by_metric if gp else {}
     return {

@@ -34,16 +34,6 @@ def _nodes(r) -> str:
     return f" ({', '.join(r.nodes)})" if r.nodes else ""
 
 
-def speed_reasons(replicas, replica_metrics: Sequence) -> list[str]:
-    """Reasons that make the run invalid: replicas whose slowness both figures show."""
-    return [text for confirmed, text in speed_findings(replicas, replica_metrics) if confirmed]
-
-
-def speed_notes(replicas, replica_metrics: Sequence) -> list[str]:
-    """TPOT gaps the decode lines did not confirm: said, not judged."""
-    return [text for confirmed, text in speed_findings(replicas, replica_metrics) if not confirmed]
-
-
 def speed_findings(replicas, replica_metrics: Sequence) -> list[tuple[bool, str]]:
     """(confirmed, text) for every replica whose server TPOT is SPEED_RATIO times the fastest
     replica's of its role (PD: decodes against decodes)."""

@@ -7,11 +7,14 @@
 - failed: Slurm failure state, a non-zero job/client exit, a 'fail' event, no result at all.
 - invalid: the job completed but the numbers do not measure what was asked: not every prompt
   succeeded, a request error, a replica that served nothing or was not warmed up, logs missing.
-- ok: everything above holds (state COMPLETED, or unknown state with job_end rc=0).
+  Also: the router retried more attempts than router.max_retry_pct % of the pass's requests.
+- ok: everything above holds (state COMPLETED, or unknown state with job_end rc=0). An ok pass
+  whose router retried fewer is flagged: its reasons give the counts.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Sequence
 
@@ -336,43 +339,77 @@ def nccl_network_reasons(server_logs: Sequence, expected: str, node_lists: dict,
     return out
 
 
-# The router's retry counters (smg 1.x; sglang-router 0.3.x is smg inside): attempts retried on
-# another worker, requests that ran out of retries, and failed attempts per worker.
-ROUTER_RETRIES = ("smg_worker_retries_total", "smg_worker_retries_exhausted_total")
+# The router's retry counters (smg 1.x; sglang-router 0.3.x is smg inside: both names are in
+# 0.3.2's sglang_router_rs): retries performed, one per backoff (a PD router counts each under
+# both its prefill and decode worker_type), requests whose last attempt still failed, and failed
+# attempts per worker.
+ROUTER_RETRIES = "smg_worker_retries_total"
+ROUTER_EXHAUSTED = "smg_worker_retries_exhausted_total"
 ROUTER_OUTCOMES = "smg_worker_cb_outcomes_total"
 
 
-def router_retry_reasons(run_dir, events: EventLog) -> list[str]:
-    """Requests the router retried during the benchmark (its /metrics at bench_start and
-    bench_end, metrics/router-*.prom): a retried request's latency includes a failed attempt on
-    another replica, and the replicas' shares are no longer what the policy chose."""
+@dataclass(frozen=True)
+class RouterRetries:
+    """What the router's /metrics counted between a pass's first and last scrape."""
+
+    retries: float                      # retry attempts (a PD retry once)
+    exhausted: float                    # requests that ran out of retries
+    failed: tuple = ()                  # (worker URL, failed attempts)
+
+    def text(self) -> str:
+        parts = [f"{self.retries:g} retry attempt(s) ({ROUTER_RETRIES})"]
+        if self.exhausted:
+            parts.append(f"{self.exhausted:g} request(s) out of retries ({ROUTER_EXHAUSTED})")
+        parts += [f"{n:g} failed attempt(s) at {w}" for w, n in self.failed]
+        return "; ".join(parts)
+
+
+def router_retries(run_dir, events: EventLog) -> RouterRetries | None:
+    """The router's retries during a pass (its /metrics at bench_start and bench_end,
+    metrics/router-*.prom); None without both scrapes or when it retried nothing."""
     from pathlib import Path
 
     from ..parse.prometheus import ScrapeError, read_scrape
 
-    window = events.bench_window()
     scrapes = [e for e in events.named("metrics_scrape") if e.fields.get("target") == "router"
                and e.fields.get("ok") == "1" and e.fields.get("file")]
-    if window is None or len(scrapes) < 2:
-        return []
+    if events.bench_window() is None or len(scrapes) < 2:
+        return None
     try:
         first, last = (read_scrape(Path(run_dir) / scrapes[i].fields["file"]) for i in (0, -1))
     except (OSError, ScrapeError):
-        return []
+        return None
 
     def delta(name, where=None):
         return (last.total(name, where) or 0) - (first.total(name, where) or 0)
 
-    retried = {n: delta(n) for n in ROUTER_RETRIES}
-    failed = {}
+    def per_kind(name):            # a PD retry is counted under prefill and decode: once
+        kinds = {k: delta(name, lambda x, k=k: x.label("worker_type") == k)
+                 for k in last.label_values("worker_type", [name])}
+        pd = [v for k, v in kinds.items() if k in ("prefill", "decode")]
+        return sum(v for k, v in kinds.items() if k not in ("prefill", "decode")) + max(pd, default=0)
+
+    failed = []
     for w in sorted(last.label_values("worker", [ROUTER_OUTCOMES])):
-        n = delta(ROUTER_OUTCOMES, lambda s, w=w: s.label("worker") == w and s.label("outcome") == "failure")
+        n = delta(ROUTER_OUTCOMES, lambda x, w=w: x.label("worker") == w and x.label("outcome") == "failure")
         if n > 0:
-            failed[w] = n
-    if not any(v > 0 for v in retried.values()) and not failed:
-        return []
-    parts = [f"{n:g} x {name}" for name, n in retried.items() if n > 0]
-    parts += [f"{n:g} failed attempt(s) at {w}" for w, n in failed.items()]
-    return [f"the router retried requests during the benchmark ({'; '.join(parts)}; router "
-            "/metrics): their latencies include a failed attempt, and the replicas' shares are not "
-            "the policy's"]
+            failed.append((w, n))
+    r = RouterRetries(per_kind(ROUTER_RETRIES), per_kind(ROUTER_EXHAUSTED), tuple(failed))
+    return r if r.retries > 0 or r.exhausted > 0 or r.failed else None
+
+
+def router_retry_reasons(r: RouterRetries | None, requests: int | None, max_pct: float
+                         ) -> tuple[list[str], list[str]]:
+    """(reasons that make the pass invalid, flags of an ok pass): a retried request's latency
+    includes a failed attempt on another replica and the replicas' shares are no longer the
+    policy's. More retry attempts than router.max_retry_pct % of the pass's requests: invalid
+    (its p95 latencies could all be retried requests); fewer: ok, flagged with the counts."""
+    if r is None:
+        return [], []
+    share = 100.0 * r.retries / requests if requests else None
+    what = (f"the router retried requests during the benchmark ({r.text()}; router /metrics"
+            + (f": {share:.1f}% of {requests} requests" if share is not None else "") + ")")
+    if share is None or share > max_pct:
+        return [f"{what}, more than router.max_retry_pct = {max_pct:g}%: their latencies include a failed "
+                "attempt and the replicas' shares are not the policy's"], []
+    return [], [f"{what}, within router.max_retry_pct = {max_pct:g}%: flagged, not invalid"]

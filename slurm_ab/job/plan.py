@@ -242,10 +242,6 @@ class CampaignPlan:
         """Per mode: 1 when its servers run with --enable-metrics (the job scrapes them)."""
         return tuple(int(e.server_metrics) for e in self.experiments)
 
-    @property
-    def launch_server(self) -> tuple[int, ...]:
-        return tuple(x.server for x in self.launches)
-
 
 def single_campaign(exp: Experiment) -> Campaign:
     """The campaign a single run is: one launch of its mode, one pass."""

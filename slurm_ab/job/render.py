@@ -6,7 +6,7 @@ from pathlib import Path
 
 from .. import __version__
 from . import pd_summary
-from ..model.duration import parse_time
+from ..model.duration import parse_time, sized
 from .plan import JobPlan
 from .shell import word, words
 from ..model.validate import notices
@@ -32,7 +32,7 @@ def _env():
 
 
 def render_script(plan: JobPlan, template: str = "hetjob.sbatch.j2") -> str:
-    return _env().get_template(template).render(p=plan, version=__version__)
+    return _env().get_template(template).render(p=sized(plan), version=__version__)
 
 
 def summary(plan: JobPlan) -> str:
@@ -117,7 +117,7 @@ def summary(plan: JobPlan) -> str:
 
 def _time(plan: JobPlan) -> str:
     """The job's --time as submitted (fitted to the estimate with cluster.time_limit = "auto")."""
-    return next((o.split("=", 1)[1] for o in plan.sbatch_component if o.startswith("--time=")),
+    return next((o.split("=", 1)[1] for o in sized(plan).sbatch_component if o.startswith("--time=")),
                 plan.exp.cluster.time_limit)
 
 
@@ -151,7 +151,8 @@ def site_lines(plan: JobPlan) -> list[str]:
     given = parse_time(_time(plan))
     short = " -- SHORTER than the estimate (estimate.enforce = false): Slurm may stop the job part-way" \
         if given is not None and given < d.limit_s else ""
-    out.append(f"duration estimate: {d.text}; time limit {_time(plan)}{short}")
+    out.append(f"duration estimate: {d.text}; time limit {_time(plan)}{short}"
+               + (f" ({d.limit_note})" if d.limit_note else ""))
     wd = e.watchdog
     out.append(f"watchdog: a pass fails when it runs longer than {wd.pass_factor:g} x its estimate"
                + (f", or when a replica finishes no request for {plan.watch_stall_s} s while requests are in "

@@ -1,4 +1,5 @@
-"""How long a job will run, so its time limit fits it: --time auto, and a limit too short refused.
+"""How long a job will run, so its time limit fits it: the one time model of --time auto (the
+default), of the refusal of a limit too short and of the planner (`slurm-ab plan`).
 
 A job is its preflight, then per server launch the model load and the direct warm-ups (plus the
 teardown grace), then per pass ceil(prompts / concurrency) "rounds" of one request each plus the
@@ -9,7 +10,9 @@ lengths (bench_start -> bench_end of a pass that ended well). The largest measur
 an estimate that is too short kills the job part-way, with an unbalanced A/B.
 
 Slurm may send the job's warning signal (--signal=B:USR1@<s>) up to 60 s early (sbatch(1),
---signal), and the job stops itself then, so the limit needs the estimate plus both.
+--signal), and the job stops itself then, so the limit needs the estimate plus both. With
+cluster.time_limit = "auto" the job asks exactly that, at most the MaxTime of its partition as
+Slurm answers at submit/dry-run time (more is refused); a pinned limit shorter than it is refused.
 """
 from __future__ import annotations
 
@@ -31,25 +34,6 @@ _TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 class Figure:
     seconds: float
     source: str                  # "site default" or what measured it
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A job's expected run time (margin included) and the time limit it needs."""
-
-    seconds: float
-    limit_s: int                 # seconds + the job's own early stop + Slurm's early warning
-    launches: int
-    passes: int
-    load: Figure
-    warmup: Figure
-    request: dict                # mode -> Figure
-    pass_overhead_s: float
-    text: str                    # one line for dry-run
-
-    def pass_seconds(self, mode: str, prompts: int, concurrency: int) -> float:
-        """Expected duration of one pass (client start-up included)."""
-        return rounds(prompts, concurrency) * self.request[mode].seconds + self.pass_overhead_s
 
 
 def rounds(prompts: int, concurrency: int) -> int:
@@ -81,12 +65,18 @@ def format_time(seconds: float) -> str:
     return f"{d}-{text}" if d else text
 
 
-def _schedule(plan) -> list[tuple[str, list[tuple[int, int]]]]:
-    """[(mode, [(prompts, concurrency), ...]) per server launch] of a plan, burn-ins included."""
+Schedule = list  # [(mode, [(prompts, concurrency), ...]) per server launch], burn-ins included
+
+
+def campaign_schedule(campaign) -> Schedule:
+    """A campaign's (model.campaign.Campaign) launches as the time model reads them."""
+    return [(launch.mode, [(p.prompts, p.concurrency) for p in launch.passes]) for launch in campaign.launches]
+
+
+def _schedule(plan) -> Schedule:
     cp = getattr(plan, "campaign", None)
     if cp is not None:
-        return [(launch.mode, [(p.prompts, p.concurrency) for p in launch.passes])
-                for launch in cp.campaign.launches]
+        return campaign_schedule(cp.campaign)
     b = plan.exp.benchmark
     return [(plan.exp.mode.name, [(b.num_prompts, b.concurrency)])]
 
@@ -161,47 +151,180 @@ def _measured(samples, default: float, what: str) -> Figure:
                          f"run {run_id}")
 
 
-# ---- the estimate ---------------------------------------------------------------------------------
+# ---- the one time model ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TimeModel:
+    """What the job itself, each server launch and each pass cost: the one time model of --time
+    auto, of the refusal of a short limit and of the planner (`slurm-ab plan` prices a design with
+    `estimate` of its schedule, so its wall time is what dry-run --time auto asks for it)."""
+
+    load: Figure
+    warmup: Figure
+    requests: tuple              # (mode, Figure): seconds per round of `concurrency` requests
+    teardown_s: float
+    pass_overhead_s: float
+    job_overhead_s: float
+    margin: float
+    signal_before_limit_s: int   # the job's own early stop (cluster.signal_before_limit_s)
+    pass_s: Figure | None = None  # a stated pass duration (plan --pass-min), client start-up included
+
+    @property
+    def request(self) -> dict:
+        return dict(self.requests)
+
+    def pass_seconds(self, mode: str, prompts: int, concurrency: int) -> float:
+        """Expected duration of one pass (client start-up included)."""
+        if self.pass_s is not None:
+            return self.pass_s.seconds
+        return rounds(prompts, concurrency) * self.request[mode].seconds + self.pass_overhead_s
+
+    @property
+    def launch_s(self) -> float:
+        return self.load.seconds + self.warmup.seconds + self.teardown_s
+
+    def estimate(self, sched: Schedule) -> "Estimate":
+        """The job's expected duration and the --time it needs, for [(mode, [(prompts, C), ...])
+        per server launch]."""
+        base = self.job_overhead_s + sum(self.launch_s + sum(self.pass_seconds(m, p, c) for p, c in passes)
+                                         for m, passes in sched)
+        total = base * (1 + self.margin)
+        limit = int(math.ceil(total)) + self.signal_before_limit_s + SLURM_EARLY_SIGNAL_S
+        npasses = sum(len(passes) for _, passes in sched)
+        return Estimate(total, limit, len(sched), npasses, self, self._text(len(sched), npasses, total, limit))
+
+    def _text(self, launches: int, npasses: int, total: float, limit: int) -> str:
+        if self.pass_s is not None:
+            passes = f"{npasses} pass(es) of {self.pass_s.seconds:.0f} s ({self.pass_s.source}) each"
+        else:
+            req = ", ".join(f"{m} {f.seconds:.1f} s ({f.source})" for m, f in self.requests)
+            passes = (f"{npasses} pass(es) of ceil(prompts / C) requests at {req} + "
+                      f"{self.pass_overhead_s:.0f} s each")
+        return (f"{launches} server launch(es) x (model load {self.load.seconds:.0f} s ({self.load.source}) + "
+                f"warm-ups {self.warmup.seconds:.0f} s + teardown {self.teardown_s:g} s) + {passes} + "
+                f"{self.job_overhead_s:.0f} s preflight and clean-up, +{self.margin:.0%} = "
+                f"{format_time(total)}; with the job's early stop ({self.signal_before_limit_s} s) and "
+                f"Slurm's early warning ({SLURM_EARLY_SIGNAL_S} s) the job needs --time {format_time(limit)}")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A job's expected run time (margin included) and the time limit it needs."""
+
+    seconds: float
+    limit_s: int                 # seconds + the job's own early stop + Slurm's early warning
+    launches: int
+    passes: int
+    model: TimeModel
+    text: str                    # one line for dry-run
+    limit_note: str = ""         # how the time limit was chosen (fit_time_limit), for dry-run
+
+    @property
+    def request(self) -> dict:
+        return self.model.request
+
+    @property
+    def load(self) -> Figure:
+        return self.model.load
+
+    @property
+    def pass_overhead_s(self) -> float:
+        return self.model.pass_overhead_s
+
+    def pass_seconds(self, mode: str, prompts: int, concurrency: int) -> float:
+        return self.model.pass_seconds(mode, prompts, concurrency)
+
+
+def time_model(exp: Experiment, modes, history: History = History(), load: Figure | None = None,
+               pass_s: Figure | None = None) -> TimeModel:
+    """The [estimate] figures, each replaced by what earlier runs measured (history), and by a
+    stated model load or pass duration (the planner's --load-min, --pass-min) when given."""
+    est = exp.estimate
+    load = load or _measured(history.loads, est.model_load_s, "model_load_s")
+    request = tuple((mode, _measured([(s, r) for m, s, r in history.requests if m == mode], est.request_s,
+                                     "request_s")) for mode in dict.fromkeys(modes))
+    return TimeModel(load, Figure(float(est.warmup_s), "site default [estimate] warmup_s"), request,
+                     float(exp.cluster.teardown_grace_s), float(est.pass_overhead_s), float(est.job_overhead_s),
+                     float(est.margin), int(exp.cluster.signal_before_limit_s), pass_s)
+
 
 def estimate(plan, history: History = History()) -> Estimate:
     """The plan's expected duration from the [estimate] figures and the measured history."""
-    exp = plan.exp
-    est = exp.estimate
     sched = _schedule(plan)
-    load = _measured(history.loads, est.model_load_s, "model_load_s")
-    warmup = Figure(float(est.warmup_s), "site default [estimate] warmup_s")
-    request = {mode: _measured([(s, r) for m, s, r in history.requests if m == mode],
-                               est.request_s, "request_s")
-               for mode in dict.fromkeys(m for m, _ in sched)}
-    grace = exp.cluster.teardown_grace_s
-    per_launch = load.seconds + warmup.seconds + grace
-    pass_s = sum(rounds(p, c) * request[mode].seconds + est.pass_overhead_s
-                 for mode, passes in sched for p, c in passes)
-    npasses = sum(len(passes) for _, passes in sched)
-    base = est.job_overhead_s + len(sched) * per_launch + pass_s
-    total = base * (1 + est.margin)
-    limit = int(math.ceil(total)) + exp.cluster.signal_before_limit_s + SLURM_EARLY_SIGNAL_S
-    req = ", ".join(f"{m} {f.seconds:.1f} s ({f.source})" for m, f in request.items())
-    text = (f"{len(sched)} server launch(es) x (model load {load.seconds:.0f} s ({load.source}) + "
-            f"warm-ups {warmup.seconds:.0f} s + teardown {grace} s) + {npasses} pass(es) of "
-            f"ceil(prompts / C) requests at {req} + {est.pass_overhead_s:.0f} s each + "
-            f"{est.job_overhead_s:.0f} s preflight and clean-up, +{est.margin:.0%} = "
-            f"{format_time(total)}; with the job's early stop ({exp.cluster.signal_before_limit_s} s) and "
-            f"Slurm's early warning ({SLURM_EARLY_SIGNAL_S} s) the job needs --time {format_time(limit)}")
-    return Estimate(total, limit, len(sched), npasses, load, warmup, request,
-                    float(est.pass_overhead_s), text)
+    return time_model(plan.exp, [m for m, _ in sched], history).estimate(sched)
 
 
-def fit_time_limit(plan, history: History | None = None):
-    """The plan with its estimate, and --time sized by it (cluster.time_limit = "auto"); a limit
-    shorter than the job needs is refused (ConfigErrors: exit 2, nothing written or submitted)."""
+def history_for(exp: Experiment) -> History:
+    """Earlier runs' measured figures, unless [estimate] from_results is off."""
+    return read_history(exp) if exp.estimate.from_results else History()
+
+
+@dataclass(frozen=True)
+class PartitionLimit:
+    """The MaxTime of the partition the job goes to, as Slurm answered at submit/dry-run time."""
+
+    partition: str
+    max_time: str | None         # scontrol's MaxTime ('UNLIMITED', '2-00:00:00'); None: no answer
+
+    @property
+    def seconds(self) -> int | None:
+        """The bound in seconds; None when there is none (UNLIMITED) or Slurm did not answer."""
+        return parse_time(self.max_time) if self.max_time else None
+
+    def text(self) -> str:
+        if self.max_time is None:
+            return (f"partition {self.partition}'s MaxTime unknown (Slurm did not answer here): a --time "
+                    "above it leaves the job pending (PartitionTimeLimit) or refused (EnforcePartLimits)")
+        return f"partition {self.partition} allows {self.max_time}"
+
+
+def partition_limit(exp: Experiment) -> PartitionLimit:
+    """Asks Slurm for the MaxTime of the partition the job goes to ($SBATCH_PARTITION wins over
+    the script's #SBATCH --partition, sbatch(1)); of a list, the longest (the job may start in any)."""
+    import os
+
+    from .slurm import partition_max_time
+
+    name = os.environ.get("SBATCH_PARTITION") or exp.cluster.partition
+    answers = [partition_max_time(p) for p in name.split(",") if p]
+    if not answers or None in answers:
+        return PartitionLimit(name, None)
+    unlimited = [a for a in answers if parse_time(a) is None]
+    return PartitionLimit(name, unlimited[0] if unlimited else max(answers, key=parse_time))
+
+
+def limit_bound(exp: Experiment, partition: PartitionLimit | None) -> int | None:
+    """The most a job may ask, in seconds: the pinned cluster.time_limit, else (auto) the
+    partition's MaxTime; None when neither bounds it."""
+    if exp.cluster.time_limit != AUTO:
+        return parse_time(exp.cluster.time_limit)
+    return partition.seconds if partition is not None else None
+
+
+def _too_long(est: Estimate, partition: PartitionLimit) -> ConfigErrors:
+    return ConfigErrors([ConfigError(
+        "cluster.time_limit (--time)", AUTO,
+        f"the job needs {format_time(est.limit_s)} ({est.text}), more than partition {partition.partition} "
+        f"allows (MaxTime {partition.max_time})",
+        "fewer launches/passes (slurm-ab plan prices them), or a partition with a longer MaxTime "
+        "(cluster.partition)")])
+
+
+def fit_time_limit(plan, history: History | None = None, partition: PartitionLimit | None = None):
+    """The plan with its estimate and its --time: sized by the estimate when cluster.time_limit
+    is "auto" (the default), bounded by the partition's MaxTime; a pinned limit shorter than the
+    job needs, or an estimate above the partition's MaxTime, is refused (ConfigErrors: exit 2,
+    nothing written or submitted) unless estimate.enforce is off."""
     exp = plan.exp
-    if history is None:
-        history = read_history(exp) if exp.estimate.from_results else History()
-    est = estimate(plan, history)
+    est = estimate(plan, history_for(exp) if history is None else history)
     limit = exp.cluster.time_limit
+    where = f"; {partition.text()}" if partition is not None else ""
     if limit == AUTO:
-        chosen = format_time(est.limit_s)
+        bound = partition.seconds if partition is not None else None
+        if bound is not None and est.limit_s > bound and exp.estimate.enforce:
+            raise _too_long(est, partition)
+        chosen = format_time(est.limit_s if bound is None else min(est.limit_s, bound))
+        est = replace(est, limit_note=f"auto: sized by the estimate{where}")
         comp = tuple(f"--time={chosen}" if o == f"--time={AUTO}" else o for o in plan.sbatch_component)
         return replace(plan, sbatch_component=comp, estimate=est)
     given = parse_time(limit)
@@ -210,8 +333,19 @@ def fit_time_limit(plan, history: History | None = None):
             "cluster.time_limit (--time)", limit,
             f"too short for this job: it needs {format_time(est.limit_s)} ({est.text})",
             f"--time auto, or at least {format_time(est.limit_s)}; or fewer launches/passes")])
-    return replace(plan, estimate=est)
+    return replace(plan, estimate=replace(est, limit_note=f"pinned (cluster.time_limit or --time){where}"))
 
 
-__all__ = ["AUTO", "Estimate", "Figure", "History", "estimate", "fit_time_limit", "format_time",
-           "parse_time", "read_history", "rounds"]
+def sized(plan):
+    """The plan with "auto" replaced by its estimate from the [estimate] figures alone (no
+    history, no Slurm): a rendered script never asks for --time=auto, fitted or not."""
+    if f"--time={AUTO}" not in plan.sbatch_component:
+        return plan
+    est = plan.duration
+    comp = tuple(f"--time={format_time(est.limit_s)}" if o == f"--time={AUTO}" else o for o in plan.sbatch_component)
+    return replace(plan, sbatch_component=comp, estimate=est)
+
+
+__all__ = ["AUTO", "Estimate", "Figure", "History", "PartitionLimit", "TimeModel", "campaign_schedule",
+           "estimate", "fit_time_limit", "format_time", "history_for", "limit_bound", "parse_time",
+           "partition_limit", "read_history", "rounds", "sized", "time_model"]

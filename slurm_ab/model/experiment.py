@@ -87,6 +87,7 @@ class Benchmark:
     primary_metric: str = "output_tps"
     client: str = "sglang_0_5_23"  # a key of [client_profiles]
     slo: Pairs = ()                # goodput SLOs: (("ttft_ms", 500.0), ("tpot_ms", 0.0), ...); 0 = not set
+    steady_concurrency_ratio: float = 0.5   # the steady state's minimum concurrency / peak
 
     @property
     def slo_ms(self) -> Pairs:
@@ -142,6 +143,7 @@ class Router:
     ready_path: str
     ready_field: str
     args: Pairs                      # the profile's flags, then [router.args]
+    max_retry_pct: float = 5.0       # retried attempts above this % of a pass's requests: invalid
 
 
 @dataclass(frozen=True)
@@ -477,7 +479,7 @@ def _router(tree: dict) -> Router:
     return Router(profile=r["profile"], description=prof.get("description", ""), command=tuple(prof["command"]),
                   module=prof["module"], distribution=prof.get("distribution", ""), policy=r["policy"],
                   ready_timeout_s=r["ready_timeout_s"], ready_path=prof["ready_path"],
-                  ready_field=prof["ready_field"], args=_build_pairs(args))
+                  ready_field=prof["ready_field"], args=_build_pairs(args), max_retry_pct=r["max_retry_pct"])
 
 
 def _build_pairs(table: dict) -> Pairs:

@@ -1,4 +1,4 @@
-"""Thin wrappers over Slurm's commands (sacct, squeue, scancel), every call bounded in time, the
+"""Thin wrappers over Slurm's commands (sacct, squeue, scancel, scontrol show partition), every call bounded in time, the
 one list of Slurm job states, and sinfo's node-state flags in words."""
 from __future__ import annotations
 
@@ -58,6 +58,14 @@ def squeue_state(job_id: str) -> str | None:
         return None
     states = [s.strip() for s in out.splitlines() if s.strip()]
     return states[0] if states else None
+
+
+def partition_max_time(partition: str) -> str | None:
+    """A partition's MaxTime as scontrol prints it ('UNLIMITED', '2-00:00:00'); None when Slurm
+    does not answer (no scontrol, no controller, no such partition)."""
+    out = _run(["scontrol", "show", "partition", "-o", partition])
+    fields = dict(f.split("=", 1) for f in (out or "").split() if "=" in f)
+    return fields.get("MaxTime") or None
 
 
 def scancel(job_id: str, signal: str | None = None) -> bool:

@@ -154,8 +154,11 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
     if c["gpu_request"] not in GPU_REQUESTS:
         errs.append(ConfigError("cluster.gpu_request", c["gpu_request"], "unknown GPU request style", ", ".join(GPU_REQUESTS)))
     if not TIME_LIMIT.fullmatch(c["time_limit"]) and c["time_limit"] != "auto":
-        errs.append(ConfigError("cluster.time_limit", c["time_limit"], "not a Slurm time",
-                                "MM, MM:SS, HH:MM:SS, D-HH:MM:SS, or auto (sized by the job's estimate)"))
+        errs.append(ConfigError("cluster.time_limit", c["time_limit"],
+                                "not a Slurm time" + (" (did you mean 'auto'?)" if c["time_limit"].strip().lower() == "auto" else ""),
+                                "\"auto\" (the default: what the job's estimate needs, at most the partition's "
+                                "MaxTime), or a Slurm time that pins the limit: MM, MM:SS, HH:MM:SS, "
+                                "D-HH[:MM[:SS]], UNLIMITED"))
     for k in ("partition", "account"):
         if not SBATCH_VALUE.fullmatch(c[k]):
             errs.append(ConfigError(f"cluster.{k}", c[k], "contains characters that cannot stand on an #SBATCH line",
@@ -247,6 +250,14 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     errs = [ConfigError(f"benchmark.slo.{k}", v, "not a latency in ms", "a number > 0, or 0 for no SLO on this metric")
             for k, v in b["slo"].items()
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0]
+    m = tree["router"]["max_retry_pct"]
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 100:
+        errs.append(ConfigError("router.max_retry_pct", m, "not a percentage of a pass's requests",
+                                "a number in [0, 100], e.g. 5 (0: any retry makes the pass invalid)"))
+    r = b["steady_concurrency_ratio"]
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
+        errs.append(ConfigError("benchmark.steady_concurrency_ratio", r, "not a share of the peak concurrency",
+                                "a number in (0, 1], e.g. 0.5 (SGLang's --steady-state-concurrency-ratio)"))
     prof, perrs = _profile("client", "benchmark.client", b["client"], tree["client_profiles"],
                            ("command", "module"), "sglang.bench_serving")
     errs += perrs

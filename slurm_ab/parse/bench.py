@@ -8,9 +8,9 @@ TPOT lines, 0.5.6 adds 'Peak output token throughput', P95 of TTFT, TPOT and E2E
 0.5.16): it is parsed label by label. SGLang 0.5.23's steady-state entry point
 (sglang/benchmark/steady_state_serving.py) prints a second, 'Steady-State Result' block after it.
 
-From the details this module recomputes latencies, the steady-state output throughput (the window
-where the client holds its full concurrency, on the client's clock replayed from the details) and
-goodput against latency SLOs (the definitions of sglang/benchmark/goodput.py), so the tables never
+From the details this module recomputes latencies, the steady-state output throughput (SGLang
+0.5.23's steady_state.py window, on the client's clock replayed from the details, with the tokens
+of merged gaps spread over time) and goodput against latency SLOs (the definitions of sglang/benchmark/goodput.py), so the tables never
 depend on which of these a client version prints.
 """
 from __future__ import annotations
@@ -28,7 +28,8 @@ from .text import iter_lines, scalar
 
 __all__ = ["RecordRead", "ResultBlock", "LatencyStats", "Disagreement", "read_last_record",
            "parse_result_block", "latency_stats", "agreement", "REL_TOL", "ABS_TOL_MS",
-           "Request", "requests", "replay_starts", "Window", "steady_window", "busiest_window",
+           "Request", "requests", "replay_starts", "Window", "steady_window", "steady_threshold",
+           "busiest_window", "merged_gaps",
            "GoodputCount", "goodput", "GOODPUT_METRICS", "STEADY_TITLE"]
 
 
@@ -287,7 +288,7 @@ def latency_stats(record: Mapping | None, reqs: Sequence[Request] | None = None)
                         Dist.of(r.e2e * 1000.0 for r in ok), tuple(errors))
 
 
-# ---- the steady state: the window where the client holds its concurrency ------------------------
+# ---- the steady state: the longest window with >= ceil(ratio x peak) requests in flight ----------
 
 def replay_starts(e2e_s: Sequence[float], concurrency: int | None) -> list[float]:
     """Each request's start (s since the benchmark started) under bench_serving's concurrency limit.
@@ -308,18 +309,27 @@ def replay_starts(e2e_s: Sequence[float], concurrency: int | None) -> list[float
     return starts
 
 
-def _span(starts: Sequence[float], ends: Sequence[float], threshold: int) -> tuple[float, float] | None:
-    """The longest continuous interval with at least `threshold` requests in flight, the first on
-    a tie (sglang/benchmark/steady_state.py find_steady_state_window)."""
+def _levels(starts: Sequence[float], ends: Sequence[float]) -> list[tuple[float, float, int]]:
+    """(from, to, requests in flight) over the replayed benchmark, as steady_state.py's
+    find_steady_state_window builds them (requests that took no time left out)."""
     events: dict[float, int] = {}
     for s, e in zip(starts, ends):
         if e > s:
             events[s] = events.get(s, 0) + 1
             events[e] = events.get(e, 0) - 1
     times = sorted(events)
-    best, cur, level = None, None, 0
+    out, level = [], 0
     for a, b in zip(times, times[1:]):
         level += events[a]
+        out.append((a, b, level))
+    return out
+
+
+def _span(levels: Sequence[tuple[float, float, int]], threshold: int) -> tuple[float, float] | None:
+    """The longest continuous interval with at least `threshold` requests in flight, the first on
+    a tie (sglang/benchmark/steady_state.py find_steady_state_window)."""
+    best, cur = None, None
+    for a, b, level in levels:
         if level >= threshold:
             cur = (cur[0] if cur else a, b)
         elif cur:
@@ -338,6 +348,7 @@ class Window:
     threshold: int                    # requests in flight throughout
     output_tokens: float              # tokens whose arrival lies in the window
     completed: int                    # requests that ended in it
+    merged: int = 0                   # requests whose tokens were spread (merged gaps)
 
     @property
     def duration(self) -> float:
@@ -348,38 +359,70 @@ class Window:
         return self.output_tokens / self.duration
 
 
-def busiest_window(reqs: Sequence[Request], concurrency: int | None, threshold: int) -> Window | None:
-    """The longest window with at least `threshold` requests in flight, and its output throughput.
+def merged_gaps(r: Request) -> bool:
+    """The client recorded fewer inter-token gaps than the request had tokens after its first: a
+    streamed chunk carried several tokens and its gap stands for all of them (bench_serving's
+    OpenAI-completions backends append one gap per chunk; its sglang backend splits a chunk's gap
+    over its tokens, 0.5.23 benchmark/serving.py)."""
+    return r.ok and r.output_len > 1 and len(r.itls) < r.output_len - 1
 
-    Output tokens count as steady_state.py counts them: a request's output_len spread evenly over
-    its token arrivals (first token at TTFT, then one per ITL), those in the window counted.
-    """
+
+def _tokens_in(r: Request, start: float, lo: float, hi: float, spread: bool) -> float:
+    """A request's output tokens that arrived in [lo, hi]. As steady_state.py counts them: its
+    output_len spread evenly over its arrivals (first token at TTFT, then one per gap); with
+    `spread` and merged gaps, the tokens after the first evenly over [TTFT, last token] instead
+    (a chunk's tokens were generated over its gap, not at its arrival)."""
+    t = start + r.ttft
+    if spread and merged_gaps(r) and r.itls:
+        end = t + math.fsum(r.itls)
+        first = 1.0 if lo <= t <= hi else 0.0
+        overlap = max(0.0, min(end, hi) - max(t, lo))
+        return first + (r.output_len - 1) * overlap / (end - t) if end > t else first
+    arrivals = [t] + [t := t + x for x in r.itls]
+    return r.output_len * sum(1 for x in arrivals if lo <= x <= hi) / len(arrivals)
+
+
+def busiest_window(reqs: Sequence[Request], concurrency: int | None, threshold: int,
+                   spread: bool = False) -> Window | None:
+    """The longest window with at least `threshold` requests in flight, and its output throughput
+    (tokens counted as steady_state.py counts them; `spread`: merged gaps spread over time)."""
     e2e = [r.e2e if r.ok else 0.0 for r in reqs]
     starts = replay_starts(e2e, concurrency)
     ends = [s + d for s, d in zip(starts, e2e)]
-    span = _span(starts, ends, max(1, threshold))
+    span = _span(_levels(starts, ends), max(1, threshold))
     if span is None or span[1] <= span[0]:
         return None
     lo, hi = span
-    tokens, completed = 0.0, 0
+    tokens, completed, merged = 0.0, 0, 0
     for r, s, e in zip(reqs, starts, ends):
         if not r.ok or e <= s:
             continue
-        t = s + r.ttft
-        arrivals = [t] + [t := t + x for x in r.itls]
-        inside = sum(1 for x in arrivals if lo <= x <= hi)
-        tokens += r.output_len * inside / len(arrivals)
+        tokens += _tokens_in(r, s, lo, hi, spread)
         completed += lo <= e <= hi
-    return Window(lo, hi, max(1, threshold), tokens, completed)
+        merged += spread and merged_gaps(r)
+    return Window(lo, hi, max(1, threshold), tokens, completed, merged)
 
 
-def steady_window(reqs: Sequence[Request] | None, concurrency: int | None) -> Window | None:
-    """The steady state: the window where all `concurrency` slots are busy, from the start until
-    the first request ends after the last one started (no ramp-up, no drain). None without
-    details or a concurrency limit, or with fewer requests than slots (the client never held it)."""
-    if not reqs or not concurrency or concurrency < 1 or sum(r.ok for r in reqs) < concurrency:
+def steady_threshold(reqs: Sequence[Request], concurrency: int | None, ratio: float) -> int | None:
+    """steady_state.py's minimum concurrency: ceil(ratio x the peak in flight), at least 1; None
+    when no request took any time."""
+    e2e = [r.e2e if r.ok else 0.0 for r in reqs]
+    starts = replay_starts(e2e, concurrency)
+    levels = _levels(starts, [s + d for s, d in zip(starts, e2e)])
+    if not levels:
         return None
-    return busiest_window(reqs, concurrency, concurrency)
+    return max(1, math.ceil(max(level for _, _, level in levels) * ratio))
+
+
+def steady_window(reqs: Sequence[Request] | None, concurrency: int | None, ratio: float) -> Window | None:
+    """The steady state as SGLang 0.5.23's steady_state.py defines it: the longest window with at
+    least ceil(ratio x peak) requests in flight, its output tokens / its duration, over the
+    replayed details; merged gaps spread over each request's [TTFT, last token]. None without
+    details or a concurrency limit."""
+    if not reqs or not concurrency or concurrency < 1 or not 0 < ratio <= 1:
+        return None
+    k = steady_threshold(reqs, concurrency, ratio)
+    return busiest_window(reqs, concurrency, k, spread=True) if k is not None else None
 
 
 # ---- goodput: requests that met every latency SLO -----------------------------------------------

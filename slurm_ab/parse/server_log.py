@@ -64,10 +64,6 @@ class BatchSample:
         return self._num("gen throughput (token/s)")
 
     @property
-    def input_throughput(self) -> float | None:
-        return self._num("input throughput (token/s)")
-
-    @property
     def running_req(self) -> int | None:
         return self._num("#running-req")
 
@@ -86,11 +82,6 @@ class BatchSample:
     @property
     def cached_token(self) -> int | None:
         return self._num("#cached-token")
-
-    @property
-    def token_usage(self) -> float | None:
-        """KV usage; hybrid pools report the full-attention pool ('full token usage')."""
-        return self._num("token usage", "full token usage")
 
     @property
     def stream(self) -> tuple[int, int]:

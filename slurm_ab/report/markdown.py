@@ -31,23 +31,6 @@ def _is_rule(line: str) -> bool:
     return bool(re.fullmatch(r"\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?", line.strip()))
 
 
-def parse_tables(md: str) -> list[tuple[list[str], list[list[str]]]]:
-    """Every github-style table of a markdown text as (headers, rows)."""
-    lines = md.splitlines()
-    out, i = [], 0
-    while i < len(lines):
-        if lines[i].lstrip().startswith("|") and i + 1 < len(lines) and _is_rule(lines[i + 1]):
-            head = _cells(lines[i])
-            rows, i = [], i + 2
-            while i < len(lines) and lines[i].lstrip().startswith("|"):
-                rows.append(_cells(lines[i]))
-                i += 1
-            out.append((head, rows))
-        else:
-            i += 1
-    return out
-
-
 def table_html(head: list[str], rows: list[list[str]], cls: str = "") -> str:
     def num(c: str) -> bool:
         return bool(re.match(r"^[+-]?[\d.]+", c)) or c == "-"

@@ -78,18 +78,6 @@ def cdf_points(values) -> tuple[list[float], list[float]]:
     return xs, [k / (n - 1) for k in range(n)]
 
 
-def cdf_at(xs: list[float], ys: list[float], x: float) -> float:
-    """Height of the piecewise-linear CDF at x."""
-    if not xs or x < xs[0]:
-        return 0.0
-    for k in range(1, len(xs)):
-        if x <= xs[k]:
-            if xs[k] == xs[k - 1]:
-                return ys[k]
-            return ys[k - 1] + (ys[k] - ys[k - 1]) * (x - xs[k - 1]) / (xs[k] - xs[k - 1])
-    return 1.0
-
-
 # ---- request timeline ---------------------------------------------------------------------------
 
 TIE_S = 0.05
@@ -218,13 +206,6 @@ def timeline(run: RunFiles) -> Timeline:
                    f"{abs(len(access) - len(order))} left unpaired")
     return Timeline(tuple(reqs), tuple(concurrency_steps([(r.start, r.end) for r in reqs])),
                     method, residual, failure, bench_end)
-
-
-def replica_counts(tl: Timeline) -> dict:
-    out: dict = {}
-    for r in tl.requests:
-        out[r.replica] = out.get(r.replica, 0) + 1
-    return out
 
 
 # ---- decode samples and windows -----------------------------------------------------------------

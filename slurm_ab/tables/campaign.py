@@ -188,11 +188,6 @@ def comparison_section(result: dict, cmp: dict) -> str:
                                result["campaign"].get("primary_metric") or PRIMARY_DEFAULT))
 
 
-def campaign_csv(result: dict) -> str:
-    import pandas as pd
-    return pd.DataFrame(result["passes"]).to_csv(index=False, lineterminator="\n")
-
-
 def comparison_json(result: dict) -> str:
     """`compare --format json` of a campaign."""
     return json.dumps({"variance": result["variance"], "comparisons": result["comparisons"]},
