@@ -47,6 +47,12 @@ def activity_path(env: Mapping[str, str] = os.environ, node: Optional[str] = Non
     return Path(env.get(STATE_DIR_ENV) or DEFAULT_STATE_DIR) / f"{node or node_name(env)}.activity"
 
 
+def publishing(env: Mapping[str, str] = os.environ) -> bool:
+    """The emulator publishes only where a node is named (a Slurm step) or a directory is set, so
+    emulators started side by side on one host outside Slurm do not share one file."""
+    return bool(env.get("SLURMD_NODENAME") or env.get(STATE_DIR_ENV))
+
+
 def load_config(path: Path = CONFIG_PATH) -> dict:
     with open(path, "rb") as f:
         return tomllib.load(f)
@@ -86,13 +92,16 @@ class ActivityLog:
     """The emulator's side: one instance per node process; every method is cheap and never raises
     (an unwritable state directory only disables the telemetry)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, enabled: bool = True):
         self.path = path
+        self.enabled = enabled
         self._lock = threading.Lock()
         self._busy = False
         self._f = None
 
     def start(self, t: float, gpus: int, memory_used_mib: int) -> None:
+        if not self.enabled:
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "w", encoding="ascii")

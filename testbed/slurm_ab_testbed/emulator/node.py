@@ -7,9 +7,10 @@ stages whose TP0 they host. A fatal error is printed as SGLang does ("Scheduler 
 itself like SGLang's ``kill_process_tree`` (exit status 137 / -9). SIGTERM and SIGINT stop it
 cleanly with status 0.
 
-Every node publishes its GPUs' activity for the fake ``nvidia-smi`` (``gpu_activity.py``): the
-memory plan once loaded, then the engine's busy/idle transitions (node rank 0 sends them to the
-other nodes of the replica), and the stop.
+Every node publishes its GPUs' activity for the fake ``nvidia-smi`` (``gpu_activity.py``; in a
+Slurm step or with ``SLURM_AB_EMU_GPU_STATE_DIR`` set): the memory plan once loaded, then the
+engine's busy/idle transitions (node rank 0 sends them to the other nodes of the replica), and the
+stop.
 """
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ class Node:
         self._draining = False
         self.pd = None           # the PD role of a prefill/decode leader (pd_prefill, pd_decode)
         self.pd_servers: list = []   # its bootstrap server / side channel (pd_node)
-        self.activity = gpu_activity.ActivityLog(gpu_activity.activity_path())
+        self.activity = gpu_activity.ActivityLog(gpu_activity.activity_path(), gpu_activity.publishing())
 
     # ---- logging helpers -----------------------------------------------------------------------
     def log_gpus(self, msg: str) -> None:
