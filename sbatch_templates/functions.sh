@@ -244,10 +244,11 @@ preflight_node() {
   local out rc line mod ver what path i n=0 name driver="" addr="" taken report partial found
   local -a problems=() checks=() mods=("${PF_MODULES[@]}") cmods=() names=() jmods=()
   local router_node=0 tok_pid="" tok_out
-  tok_out=$(rpath "$F_PREFLIGHT_TOKENIZER" "$node")
-  report=$(rpath "$F_PREFLIGHT_REPORT" "$node")
-  partial=$(rpath "$F_PREFLIGHT_PARTIAL" "$node")
-  found=$(rpath "$F_PREFLIGHT_PROBLEMS" "$node")
+  # a mode's own image or environment: its reports are "<node>@<mode>"'s (PF_TAG)
+  tok_out=$(rpath "$F_PREFLIGHT_TOKENIZER" "$node${PF_TAG:-}")
+  report=$(rpath "$F_PREFLIGHT_REPORT" "$node${PF_TAG:-}")
+  partial=$(rpath "$F_PREFLIGHT_PARTIAL" "$node${PF_TAG:-}")
+  found=$(rpath "$F_PREFLIGHT_PROBLEMS" "$node${PF_TAG:-}")
   [[ "$g" == 0 && "$rank" == 0 ]] && router_node=1
   problem() { checks+=("$1"); problems+=("$2"); }
   # import_modules CMD_ARRAY MODULE[=DIST]...: CMD prints "MODULE VERSION" or "MODULE ERROR ..."
@@ -444,6 +445,12 @@ iface_matches() {
   return 1
 }
 
+# The node-side script of the preflight (a mode's own image: its own script, PF_TAG).
+# shellcheck disable=SC2317  # not called when preflight.enabled = false
+preflight_script() {
+  if [[ -n "${PF_TAG:-}" ]]; then rpath "$F_PREFLIGHT_MODE_SCRIPT" "${PF_TAG#@}"; else printf '%s' "$RUN_DIR/$F_PREFLIGHT_SCRIPT"; fi
+}
+
 # The node-side script: the preflight's settings and functions, run by each preflight task.
 # shellcheck disable=SC2317  # not called when preflight.enabled = false
 write_preflight_script() {
@@ -455,11 +462,11 @@ write_preflight_script() {
       F_PREFLIGHT_REPORT F_PREFLIGHT_PARTIAL F_PREFLIGHT_PROBLEMS F_PREFLIGHT_ADDRESS F_PREFLIGHT_TOKENIZER
     # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
     declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB \
-      PF_CLIENT_IMPORT 2>/dev/null
+      PF_CLIENT_IMPORT PF_TAG 2>/dev/null
     declare -f rpath json_str preflight_node preflight_fabric iface_matches
     if declare -F preflight_pd >/dev/null; then declare -f preflight_pd; fi
     echo 'preflight_node "$@"'
-  } >"$RUN_DIR/$F_PREFLIGHT_SCRIPT"
+  } >"$(preflight_script)"
 }
 
 # Wait for every preflight step, then fail the job on the first problem (component, node rank
@@ -484,8 +491,8 @@ wait_preflight() {
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
       nodes=$(( nodes + 1 ))
-      f=$(rpath "$F_PREFLIGHT_PROBLEMS" "$node")
-      if [[ ! -s "$(rpath "$F_PREFLIGHT_REPORT" "$node")" ]]; then
+      f=$(rpath "$F_PREFLIGHT_PROBLEMS" "$node${PF_TAG:-}")
+      if [[ ! -s "$(rpath "$F_PREFLIGHT_REPORT" "$node${PF_TAG:-}")" ]]; then
         tail_log "$(rpath "$F_PREFLIGHT_LOG" "$g" "$r")"
         # shellcheck disable=SC2059  # a generated format (rundir.Layout)
         cause="no preflight report from $node (the step failed there: see $(printf "$F_PREFLIGHT_LOG" "$g" "$r"))"
@@ -504,10 +511,10 @@ wait_preflight() {
   if [[ -n "$first" ]]; then
     IFS='|' read -r g r node check cause <<<"$first"
     fatal preflight "node=$node" "replica=$g" "node_rank=$r" "check=$check" "cause=$cause" \
-      "preflight: $node (replica $g node rank $r): $cause"
+      ${PF_TAG:+"mode=${PF_TAG#@}"} "preflight${PF_TAG:+ in the image of mode ${PF_TAG#@}}: $node (replica $g node rank $r): $cause"
   fi
-  log "preflight passed on $nodes nodes after $(( SECONDS - start )) s"
-  event preflight_done "nodes=$nodes" "seconds=$(( SECONDS - start ))"
+  log "preflight${PF_TAG:+ in the image of mode ${PF_TAG#@}} passed on $nodes nodes after $(( SECONDS - start )) s"
+  event preflight_done "nodes=$nodes" "seconds=$(( SECONDS - start ))" ${PF_TAG:+"mode=${PF_TAG#@}"}
 }
 
 # ---- /metrics scrapes: every node of every replica and the router, over the benchmark window ---

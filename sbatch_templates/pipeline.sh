@@ -72,12 +72,22 @@ record_hosts() {
 
 # The preflight: one short step per component, on every node, in the servers' container. It fails
 # the job within seconds, naming node and cause, before any model loads; each node writes what it
-# found to its preflight report (F_PREFLIGHT_REPORT).
+# found to its preflight report (F_PREFLIGHT_REPORT). run_preflight I: again for mode I, which runs
+# in another image or environment (PF_SOFTWARE): its container, environment and modules, its
+# reports tagged "@<mode>" (F_PREFLIGHT_REPORT of "<node>@<mode>"), run in a subshell.
 run_preflight() {
-  local g
+  local g ref
   local -a extra
+  if [[ -n "${1:-}" ]]; then
+    MODE_INDEX=$1
+    use_mode_software
+    PF_TAG="@${MODE_LIST[$1]}"
+    ref="PF_MODULES_$1[@]"; PF_MODULES=("${!ref}")
+    ref="PF_CLIENT_MODULES_$1[@]"; PF_CLIENT_MODULES=("${!ref}")
+    ref="PF_CLIENT_IMPORT_$1[@]"; PF_CLIENT_IMPORT=("${!ref}")
+  fi
   write_preflight_script
-  event preflight_start
+  event preflight_start ${PF_TAG:+"mode=${PF_TAG#@}"}
   for g in "${!HEADS[@]}"; do
     extra=()
     (( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")
@@ -85,7 +95,7 @@ run_preflight() {
     local -n nodes_ref="R${g}_NODES"
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 \
       --output="$(rpath "$F_PREFLIGHT_LOG" "$g" %t)" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
-      env "${SERVER_ENV[@]}" bash "$RUN_DIR/$F_PREFLIGHT_SCRIPT" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
+      "${IMAGE_EXEC[@]}" env "${SERVER_ENV[@]}" bash "$(preflight_script)" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
     unset -n nodes_ref
     PF_PIDS+=($!)
   done
@@ -124,7 +134,7 @@ start_servers() {
     # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
       --output="$(rpath "$F_SERVER_LOG" "$g" %t)" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
-      bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${cmd[@]}" \
+      bash -c 'exec "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${IMAGE_EXEC[@]}" env "${SERVER_ENV[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
     unset -n nodes_ref
@@ -136,7 +146,7 @@ start_router() {
   log "router: ${ROUTER_CMD[*]}"
   event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=$ROUTER_PROFILE"
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$F_ROUTER_LOG" \
-    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
+    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" "${IMAGE_EXEC[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
   STEP_PIDS[router]=$!
   wait_router_ready
   record_server_info
@@ -151,7 +161,7 @@ run_pass() {
   event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS"
   scrape_metrics start
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$PASS_CLIENT_LOG" \
-    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
+    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" "${IMAGE_EXEC[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
   CLIENT_PID=$!
   scrape_metrics_during "$CLIENT_PID"
   watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE")"
@@ -180,6 +190,7 @@ run_launch() {
   GROUP_NAMES=("${names_ref[@]}")
   unset -n roles_ref names_ref
   METRICS_SERVERS=${MODE_METRICS[LAUNCH_SERVER[i]]}
+  use_mode_software
   STEP_PIDS=()
   CLIENT_PID=""
   METRICS_LOOP_PID=""
@@ -225,6 +236,17 @@ record_schedule() {
   done
 }
 
+# The image and environments of mode MODE_INDEX when the modes differ in them (MODE_SOFTWARE: its
+# CONTAINER_<i>, IMAGE_EXEC_<i>, SERVER_ENV_<i>, COMMON_ENV_<i>; the cache's variables first).
+use_mode_software() {
+  local ref
+  (( ${MODE_SOFTWARE:-0} )) || return 0
+  ref="CONTAINER_${MODE_INDEX}[@]"; CONTAINER=("${!ref}")
+  ref="IMAGE_EXEC_${MODE_INDEX}[@]"; IMAGE_EXEC=("${!ref}")
+  ref="SERVER_ENV_${MODE_INDEX}[@]"; SERVER_ENV=("${CACHE_ENV[@]}" "${!ref}")
+  ref="COMMON_ENV_${MODE_INDEX}[@]"; COMMON_ENV=("${CACHE_ENV[@]}" "${!ref}")
+}
+
 # Every launch in turn; returns the status of the last failed launch when none succeeded (0: one did).
 run_launches() {
   local i status=0 succeeded=0
@@ -251,7 +273,7 @@ run_launches() {
 }
 
 main() {
-  local rc
+  local rc i
   prepare_run_dir
   CAMPAIGN_DIR=$RUN_DIR
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)" "cluster=${SLURM_CLUSTER_NAME:-}"
@@ -264,7 +286,12 @@ main() {
   fi
   read_hosts
   record_hosts
-  (( PREFLIGHT )) && run_preflight
+  if (( PREFLIGHT )); then
+    run_preflight
+    for i in "${PF_SOFTWARE[@]}"; do
+      ( run_preflight "$i" ) || exit 1      # its fail event is recorded; the job's EXIT trap tears down
+    done
+  fi
   resolve_addresses
   run_launches
   rc=$?

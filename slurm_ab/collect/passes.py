@@ -81,7 +81,9 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     if events.bad_lines:
         notes.append(f"{RELATIVE.events}: {len(events.bad_lines)} unreadable line(s)")
     # What the run ran on (the preflight's per-node findings) and the router's /server_info answer.
-    notes += [n for n in (ran_on_note(Layout(root).preflight_reports()), server_info_note(events)) if n]
+    # A mode in its own image or environment had a preflight of its own (<node>@<mode>).
+    reports = (inp.mode and Layout(root).preflight_reports(inp.mode)) or Layout(root).preflight_reports()
+    notes += [n for n in (ran_on_note(reports), server_info_note(events)) if n]
 
     # ---- benchmark numbers -------------------------------------------------------------
     read = read_last_record(inp.bench)

@@ -217,6 +217,28 @@ class LaunchStep:
 
 
 @dataclass(frozen=True)
+class Software:
+    """What one mode's launches run in (its [modes.<M>.settings] over the job's): its image (pyxis
+    flags, or the exec runtime's words before each step's command), the environments of its server
+    steps and of its router and client steps, its client's command and what its preflight imports."""
+
+    container: tuple = ()                  # pyxis flags of every step ('' image or exec runtime: none)
+    image_exec: tuple = ()                 # exec runtime: exec_command [mount flag] IMAGE
+    server_env: tuple = ()
+    common_env: tuple = ()
+    client: "Command | None" = None
+    modules: tuple = ()                    # preflight: imported on every node
+    client_modules: tuple = ()             # ... and on ROUTER_HOST
+    client_import: tuple = ()              # by the client's Python ((): the one import)
+
+    @property
+    def environment(self) -> tuple:
+        """What tells two modes' software apart for the job (one preflight per distinct one)."""
+        return (self.container, self.image_exec, self.server_env, self.common_env, self.modules,
+                self.client_modules, self.client_import)
+
+
+@dataclass(frozen=True)
 class CampaignPlan:
     """Every server launch of the job and the passes each runs (a run of one mode: one of each)."""
 
@@ -225,6 +247,29 @@ class CampaignPlan:
     launches: tuple[LaunchStep, ...]
     roles: tuple = ()                      # per mode: ((role, its servers' Command), ...) in role order
     routers: tuple = ()                    # per mode: the router's Command
+    software: tuple[Software, ...] = ()    # per mode: its image, environments, client
+
+    @property
+    def same_software(self) -> bool:
+        """Every mode runs in the same image and environments (the job's one CONTAINER, SERVER_ENV,
+        COMMON_ENV); else each launch takes its mode's (MODE_SOFTWARE)."""
+        return len({s.environment for s in self.software}) <= 1
+
+    @property
+    def same_client(self) -> bool:
+        """Every mode runs the same client command (one client_command for the job)."""
+        return len({s.client.lines if s.client else () for s in self.software}) <= 1
+
+    @property
+    def software_checks(self) -> tuple[int, ...]:
+        """Modes (indices) whose software differs from every earlier mode's but the first: each
+        gets a preflight of its own, in its own image and environment."""
+        seen, out = set(), []
+        for i, s in enumerate(self.software):
+            if s.environment not in seen and i > 0:
+                out.append(i)
+            seen.add(s.environment)
+        return tuple(out)
 
     @property
     def group_roles(self) -> tuple[tuple[str, ...], ...]:
@@ -258,7 +303,7 @@ class CampaignPlan:
         return dict(self.roles[mode_index])[role]
 
 
-def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignPlan:
+def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign, run_dir: str = "") -> CampaignPlan:
     """The launches and passes with their directories and files (rundir.Layout's names)."""
     modes = tuple(e.mode.name for e in exps)
     steps = []
@@ -268,7 +313,40 @@ def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignP
         steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
                                 launch_dirname(launch), passes))
     roles = tuple(tuple((r.name, role_command(e, r.name)) for r in e.mode.roles) for e in exps)
-    return CampaignPlan(campaign, exps, tuple(steps), roles, tuple(_router(e) for e in exps))
+    return CampaignPlan(campaign, exps, tuple(steps), roles, tuple(_router(e) for e in exps),
+                        software_of(exps, run_dir))
+
+
+def software_of(exps: tuple[Experiment, ...], run_dir: str) -> tuple[Software, ...]:
+    """Each mode's image, environments, client and preflight imports. Images: one pyxis container
+    name per distinct image (<name>-<job id> for the first, <name>-<job id>-i<K> for the K-th
+    other), so two images never share a container."""
+    images: list[str] = []
+    out = []
+    for e in exps:
+        if e.container.image not in images:
+            images.append(e.container.image)
+        k = images.index(e.container.image)
+        pyxis = e.container.runtime != "exec"
+        pf = _preflight((e,))
+        out.append(Software(
+            container=container_flags_for(exps, run_dir, e, k) if pyxis else (),
+            image_exec=() if pyxis else image_exec(exps, run_dir, e),
+            server_env=_env(e.env) + _env(e.server_env), common_env=_env(e.env), client=_client(e),
+            modules=pf.modules if pf else (), client_modules=pf.client_modules if pf else (),
+            client_import=pf.client_import_command if pf else ()))
+    return tuple(out)
+
+
+def image_exec(exps, run_dir: str, exp: Experiment) -> tuple[str, ...]:
+    """The exec runtime's words before a step's command: exec_command, the mounts (the paths every
+    mode uses, the cache and the results directory: as pyxis' --container-mounts) and the image."""
+    ct = exp.container
+    if not ct.image:
+        return ()
+    mounts = _mounts(exps, run_dir, exp)
+    return (*ct.exec_command, *((ct.exec_mount_flag, ",".join(mounts)) if ct.exec_mount_flag and mounts else ()),
+            ct.image)
 
 
 @dataclass(frozen=True)
@@ -364,10 +442,11 @@ def used_paths(exp: Experiment) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _mounts(exps, run_dir: str) -> tuple[str, ...]:
-    """User mounts plus, at the same path, the paths the modes use, the cache directory and the
-    results directory (not the run directory: a re-submitted script may write beside it)."""
-    exp = exps[0]
+def _mounts(exps, run_dir: str, exp: Experiment | None = None) -> tuple[str, ...]:
+    """User mounts (`exp`'s, else the first mode's) plus, at the same path, the paths the modes
+    use, the cache directory and the results directory (not the run directory: a re-submitted
+    script may write beside it)."""
+    exp = exp or exps[0]
     out = list(exp.container.mounts)
     targets = {m.split(":")[1] for m in out}
     paths = [p for e in exps for _, p in used_paths(e)] + [exp.cache.dir, str(Path(run_dir).parent)]
@@ -378,19 +457,23 @@ def _mounts(exps, run_dir: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def container_flags_for(exps, run_dir: str) -> tuple:
-    """pyxis flags of every step of a job running these experiments' modes (one or a campaign's)."""
-    exp = exps[0]
+def container_flags_for(exps, run_dir: str, exp: Experiment | None = None, image_index: int = 0) -> tuple:
+    """pyxis flags of every step of a job running these experiments' modes (one or a campaign's) in
+    `exp`'s image (the first mode's by default; the job's image_index-th distinct image)."""
+    exp = exp or exps[0]
     ct = exp.container
-    if not ct.image:
+    if not ct.image or ct.runtime == "exec":
         return ()
-    flags = [f"--container-image={ct.image}", f"--container-mounts={','.join(_mounts(exps, run_dir))}"]
+    flags = [f"--container-image={ct.image}", f"--container-mounts={','.join(_mounts(exps, run_dir, exp))}"]
     if ct.name:
         # One container per node and job (pyxis_slurmstepd.c: a named container's root file
         # system is reused by the node's later steps, "pyxis: reusing existing container
         # filesystem"; an unnamed one is unpacked again for every step). The job id in the name:
-        # pyxis' default container_scope=global would otherwise hand an old job's container on.
-        flags.append(Var(f"--container-name={ct.name}-${{SLURM_JOB_ID}}"))
+        # pyxis' default container_scope=global would otherwise hand an old job's container on;
+        # a campaign's other images get names of their own (-i<K>): never one image's container
+        # for another mode's launch.
+        suffix = f"-i{image_index}" if image_index else ""
+        flags.append(Var(f"--container-name={ct.name}-${{SLURM_JOB_ID}}{suffix}"))
     flags.append("--container-mount-home" if ct.mount_home else "--no-container-mount-home")
     if ct.workdir:
         flags.append(f"--container-workdir={ct.workdir}")
@@ -611,7 +694,7 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
         server_step=_server_step(exp),
         side_step=_side_step(exp),
         preflight=_preflight(exps),
-        campaign=campaign_plan(exps, campaign),
+        campaign=campaign_plan(exps, campaign, run_dir),
         srun_extra=srun_extra(exp),
         cache=cache_plan(exp),
     )

@@ -9,6 +9,7 @@ from ..model.duration import parse_time, sized
 from ..model.experiment import Experiment, kind_of
 from .plan import JobPlan, Replica, pairs
 from .shell import word, words
+from ..model.rundir import RELATIVE
 from ..model.validate import notices
 
 
@@ -175,6 +176,37 @@ def mode_lines(plan: JobPlan, i: int) -> list[str]:
     out += [f"    {x}" for x in role_lines(e) + bootstrap_lines(plan, e)]
     out += [f"  {x}" for x in ready_lines(e)]
     out.append(f"    router of {mode}: " + words(w for line in cp.routers[i].lines for w in line))
+    out += [f"    {x}" for x in software_lines(plan, i)]
+    return out
+
+
+def software_lines(plan: JobPlan, i: int) -> list[str]:
+    """What mode i runs in where it differs from the first mode ([modes.<M>.settings]): its image,
+    its environments, its client, and the preflight again in its image."""
+    cp = plan.campaign
+    if not cp.software or i == 0:
+        return []
+    mine, first = cp.software[i], cp.software[0]
+    e, e0 = cp.experiments[i], cp.experiments[0]
+    out = []
+    if e.container.image != e0.container.image:
+        how = (words(mine.image_exec) if e.container.runtime == "exec" else
+               " ".join(getattr(f, "text", f).replace("${SLURM_JOB_ID}", "$SLURM_JOB_ID") for f in mine.container
+                        if not str(f).startswith("--container-mounts=")))
+        out.append(f"image of {cp.modes[i]}: {e.container.image or '(none: the nodes own environment)'} ({how})")
+    for what, a, b in (("environment of its servers", mine.server_env, first.server_env),
+                       ("environment of its router and client", mine.common_env, first.common_env)):
+        if a != b:
+            added = [x for x in a if x not in b]
+            gone = [x.split("=", 1)[0] for x in b if x not in a and x.split("=", 1)[0] not in
+                    {y.split("=", 1)[0] for y in a}]
+            out.append(f"{what}: " + (" ".join(added) or "-") + (f" (unset: {' '.join(gone)})" if gone else ""))
+    if mine.client and first.client and mine.client.lines != first.client.lines:
+        out.append(f"client of {cp.modes[i]} ({e.client.profile}): " + words(w for line in mine.client.lines
+                                                                          for w in line))
+    if i in cp.software_checks and plan.preflight:
+        out.append(f"preflight again in the image and environment of {cp.modes[i]}: imports "
+                   + ", ".join(mine.modules + mine.client_modules) + f" (reports {RELATIVE.preflight_report('<node>@' + cp.modes[i])})")
     return out
 
 
@@ -190,7 +222,10 @@ def site_lines(plan: JobPlan) -> list[str]:
     e = plan.exp
     out = [f"every srun step: {' '.join(plan.srun_extra) or '(no extra options)'}"
            + (" (cluster.mpi: no PMIx set-up per step)" if e.cluster.mpi else "")]
-    if e.container.image:
+    if e.container.image and e.container.runtime == "exec":
+        out.append(f"container {e.container.image} (container.runtime exec): every step runs as "
+                   + words(plan.campaign.software[0].image_exec) + " env ... COMMAND")
+    elif e.container.image:
         name = plan.container_name
         how = (f"one container per node and job: --container-name={name.replace('${SLURM_JOB_ID}', '$SLURM_JOB_ID')}, "
                "created by each node's first step (the preflight) and reused by its later steps"

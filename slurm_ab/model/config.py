@@ -29,7 +29,21 @@ Tree = dict[str, Any]
 # Tables whose keys are the user's own (flag names, variable names, mode and dataset names).
 FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "pd.env", "modes", "datasets",
                "router_profiles", "client_profiles")
-MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict, "roles": dict, "router": dict}
+MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict, "roles": dict, "router": dict,
+             "settings": dict}
+# What a mode's [modes.<M>.settings] may set: what each launch of a campaign runs with (its image,
+# environments, model, server command, client and router), not what the job shares (the allocation,
+# ports, guards, duration, results: those stay the job's, so a mode could not silently not set them).
+MODE_SETTINGS = ("container", "env", "server", "paths", "commands", "benchmark", "router", "client_profiles",
+                 "router_profiles", "warmup", "model", "pd", "correctness")
+# ... and within those, keys that stay the job's
+MODE_SETTINGS_JOB_WIDE = ("container.name", "container.scope", "container.remove_command",
+                          "container.runtime", "container.exec_command", "container.exec_mount_flag",
+                          "paths.results", "benchmark.repeats", "benchmark.launches",
+                          "benchmark.compare_repeats", "benchmark.compare_launches", "benchmark.order",
+                          "benchmark.burn_in", "benchmark.primary_metric", "benchmark.concurrency",
+                          "benchmark.prompts_per_concurrency", "benchmark.request_rate",
+                          "correctness.reference", "correctness.enabled")
 # A PD mode's roles ([modes.<M>.roles.prefill|decode]) and its router's per-role policies.
 ROLE_NAMES = PD_KINDS
 ROLE_KEYS = {"instances": int, "nodes": int, "tp": int, "pp": int, "ep": int, "args": dict, "env": dict}
@@ -226,6 +240,8 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
                 errs.extend(_check_roles(f"{full}.roles", v))
             elif k == "router" and isinstance(v, dict):
                 errs.extend(_check_table(f"{full}.router", v, MODE_ROUTER_KEYS))
+            elif k == "settings" and isinstance(v, dict):
+                errs.extend(_check_mode_settings(f"{full}.settings", v))
             elif isinstance(v, list) and not all(isinstance(a, str) for a in v):
                 errs.append(ConfigError(f"{full}.{k}", v, "must be a list of strings"))
         return errs
@@ -242,6 +258,36 @@ def _check_table(full: str, table: dict, spec: dict) -> list[ConfigError]:
         elif not _type_ok(v, spec[k]):
             errs.append(ConfigError(f"{full}.{k}", v, f"must be a {_type_name(spec[k])}"))
     return errs
+
+
+def _check_mode_settings(full: str, settings: dict) -> list[ConfigError]:
+    """[modes.<M>.settings]: any setting of the sections a launch runs with (MODE_SETTINGS), checked
+    as a layer of its own (unknown keys, types), every error named by its full key."""
+    errs = []
+    own = {}
+    for section, value in settings.items():
+        if section not in MODE_SETTINGS:
+            errs.append(ConfigError(f"{full}.{section}", value, "not a setting a mode may change (the job's "
+                                    "allocation, ports, guards and duration are shared by every launch)",
+                                    ", ".join(MODE_SETTINGS)))
+            continue
+        if isinstance(value, dict):
+            for key in value:
+                if f"{section}.{key}" in MODE_SETTINGS_JOB_WIDE:
+                    errs.append(ConfigError(f"{full}.{section}.{key}", value[key], "the job's, not a mode's",
+                                            "set it for the whole job (site file, --config, --set)"))
+        own[section] = value
+    errs += [ConfigError(f"{full}.{e.key}", e.value, e.problem, e.allowed)
+             for e in check_keys(own, builtin_experiment(), full)]
+    return errs
+
+
+def mode_settings(tree: Tree, mode: str) -> Tree:
+    """The tree as `mode` runs: its [modes.<M>.settings] merged over every other layer (the mode's
+    image, environment, model, client, router win over the site's and --set's defaults)."""
+    m = tree.get("modes", {}).get(mode)
+    settings = m.get("settings") if isinstance(m, dict) else None
+    return merge(tree, settings) if settings else tree
 
 
 def _check_roles(full: str, roles: dict) -> list[ConfigError]:

@@ -220,6 +220,9 @@ class Container:
     name: str = ""                   # pyxis --container-name prefix ("<name>-<job id>"); "": per step
     scope: str = "global"            # the site's pyxis container_scope
     remove_command: tuple[str, ...] = ()
+    runtime: str = "pyxis"           # "pyxis": srun flags; "exec": exec_command [mounts] IMAGE CMD
+    exec_command: tuple[str, ...] = ()
+    exec_mount_flag: str = ""
 
 
 @dataclass(frozen=True)

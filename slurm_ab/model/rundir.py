@@ -37,7 +37,8 @@ FILES = {
     "cleanup_log": "logs/cleanup-r{g}-n{rank}.log",     # the nodes' clean-up step at the job's end
     "preflight": "preflight",
     "preflight_script": "preflight/check.sh",
-    "preflight_report": "preflight/{node}.json",
+    "preflight_report": "preflight/{node}.json",      # a mode in its own image: {node} is <node>@<mode>
+    "preflight_mode_script": "preflight/check@{mode}.sh",   # the preflight of a mode in its own image
     "preflight_partial": "preflight/{node}.json.tmp",   # being written (renamed to .json)
     "preflight_problems": "preflight/{node}.problems",
     "preflight_address": "preflight/{node}.addr",
@@ -126,9 +127,15 @@ class Layout:
     def preflight_report(self, node: str) -> Path:
         return self._file("preflight_report", node=node)
 
-    def preflight_reports(self) -> list[Path]:
-        """Every node's preflight report (preflight/<node>.json)."""
-        return sorted(self.root.glob(_glob("preflight_report")))
+    def preflight_reports(self, mode: str | None = None) -> list[Path]:
+        """Every node's preflight report (preflight/<node>.json); with `mode`, those of the preflight
+        run again in that mode's own image or environment (<node>@<mode>)."""
+        if mode is not None:
+            return sorted(self.root.glob(FILES["preflight_report"].format(node=f"*@{mode}")))
+        return sorted(p for p in self.root.glob(_glob("preflight_report")) if "@" not in p.name)
+
+    def preflight_mode_script(self, mode: str) -> Path:
+        return self._file("preflight_mode_script", mode=mode)
 
     def preflight_problems(self, node: str) -> Path:
         return self._file("preflight_problems", node=node)
@@ -297,6 +304,7 @@ def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
         ("LOGS", lay.logs, ""), ("PREFLIGHT_LOG", lay.preflight_log(f, f), "replica, node rank"),
         ("CLEANUP_LOG", lay.cleanup_log(f, f), "replica, node rank"), ("PREFLIGHT", lay.preflight, ""),
         ("PREFLIGHT_SCRIPT", lay.preflight_script, ""), ("PREFLIGHT_REPORT", lay.preflight_report(f), "node"),
+        ("PREFLIGHT_MODE_SCRIPT", lay.preflight_mode_script(f), "mode"),
         ("PREFLIGHT_PARTIAL", lay.preflight_partial(f), "node"),
         ("PREFLIGHT_PROBLEMS", lay.preflight_problems(f), "node"),
         ("PREFLIGHT_ADDRESS", lay.preflight_address(f), "node"),

@@ -26,6 +26,7 @@ TRANSFER_BACKENDS = ("mooncake", "nixl", "mori", "ascend", "mooncake_tcp")
 IB_DEVICES = re.compile(r"[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*")
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 SCOPES = ("global", "job")
+RUNTIMES = ("pyxis", "exec")
 
 
 def image_path(image: str, cwd: str | None = None) -> tuple[str, str | None]:
@@ -61,6 +62,16 @@ def check(tree: Tree) -> list[ConfigError]:
                                 "letters, digits, '_', '.', '-' (no ':'), or \"\" for one container per step"))
     if ct["scope"] not in SCOPES:
         errs.append(ConfigError("container.scope", ct["scope"], "unknown pyxis container_scope", ", ".join(SCOPES)))
+    if ct["runtime"] not in RUNTIMES:
+        errs.append(ConfigError("container.runtime", ct["runtime"], "unknown container runtime", ", ".join(RUNTIMES)))
+    elif ct["runtime"] == "exec" and ct["image"]:
+        if not ct["exec_command"] or any(not w for w in ct["exec_command"]):
+            errs.append(ConfigError("container.exec_command", ct["exec_command"], "container.runtime = \"exec\" "
+                                    "needs the command that runs a command in an image",
+                                    "e.g. [\"apptainer\", \"exec\", \"--nv\"]"))
+        if ct["exec_mount_flag"] and not SBATCH_OPTION.fullmatch(ct["exec_mount_flag"]):
+            errs.append(ConfigError("container.exec_mount_flag", ct["exec_mount_flag"], "not a single option",
+                                    "e.g. --bind, or \"\" to mount nothing"))
     if any(not w for w in ct["remove_command"]):
         errs.append(ConfigError("container.remove_command", ct["remove_command"], "must not contain empty strings"))
     if cache["dir"] and not MOUNT_PATH.fullmatch(cache["dir"]):

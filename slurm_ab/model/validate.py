@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 
-from .config import Tree, lookup, referenced_keys, resolve_refs
+from .config import Tree, lookup, mode_settings, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
 from . import roles, site_checks
 from .site_checks import SBATCH_OPTION, SBATCH_VALUE
@@ -32,6 +32,8 @@ def resolve(tree: Tree, mode: str) -> Experiment:
     if mode not in modes:
         raise ConfigErrors([ConfigError("mode", mode, "unknown mode", ", ".join(sorted(modes)))])
     errors: list[ConfigError] = []
+    tree = mode_settings(tree, mode)          # the mode's own image, environment, model, client, router
+    modes = tree["modes"]
     bench = tree["benchmark"]
     if bench["dataset"] not in tree["datasets"]:
         errors.append(ConfigError("benchmark.dataset", bench["dataset"], "unknown dataset", ", ".join(sorted(tree["datasets"]))))

@@ -117,7 +117,8 @@ def preflight_reasons(events: EventLog) -> list[str]:
         if f.get("replica") is not None and f.get("node_rank") is not None:
             where += f" (replica {f['replica']} node rank {f['node_rank']})"
         cause = f.get("cause") or f.get("check") or "failed"
-        out.append(f"preflight: {where}: {cause}" if f.get("node") else f"preflight: {cause}")
+        what = f"preflight in the image of mode {f['mode']}" if f.get("mode") else "preflight"
+        out.append(f"{what}: {where}: {cause}" if f.get("node") else f"{what}: {cause}")
     return out
 
 

@@ -35,7 +35,29 @@ def settings_of(exp) -> dict:
     bench = exp.benchmark
     out.update({f"benchmark.{k}": getattr(bench, k) for k in BENCH_KEYS if getattr(bench, k, None) is not None})
     out["model"] = getattr(exp.paths, "model", None)
+    # the software a launch ran with: what a mode's [modes.<M>.settings] may change
+    ct = exp.container
+    out["image"] = (ct.image or "(none)") if ct is not None else None
+    if getattr(exp.paths, "draft_model", None) and any(exp.paths.draft_model == v for r in roles
+                                                       for _, v in exp.role_flags(r.name)):
+        out["draft model"] = exp.paths.draft_model
+    out.update({f"env {k}": v for k, v in exp.env or ()})
+    out.update({f"server.env {k}": v for k, v in exp.server_env or ()})
+    if exp.client is not None and exp.client.profile:
+        out["client"] = exp.client.profile
+    if exp.router is not None and exp.router.profile:
+        out["router"] = exp.router.profile
     return out
+
+
+def ran_with(run_dir: Path, mode: str) -> dict:
+    """The module versions a mode's launches ran with, as the preflight found them on its nodes: in
+    the mode's own image when it had its own preflight (<node>@<mode>), else the job's."""
+    from ..model.rundir import Layout
+    from ..parse.preflight import ran_on, read_reports
+    lay = Layout(Path(run_dir))
+    reports = read_reports(lay.preflight_reports(mode)) or read_reports(lay.preflight_reports())
+    return {f"module {m}": v for m, v in (ran_on(reports).get("modules") or {}).items()}
 
 
 def mode_settings(run_dir: Path) -> dict[str, dict]:
@@ -49,7 +71,7 @@ def mode_settings(run_dir: Path) -> dict[str, dict]:
         m = read_manifest(run.launch_layout(la).root)
         if m is None or la.mode in out:
             continue
-        st = settings_of(m.config)
+        st = {**settings_of(m.config), **ran_with(run_dir, la.mode)}
         mine = [p.ref for p in (job.passes if job else ()) if p.ref.mode == la.mode]
         if mine:
             st["benchmark.concurrency"] = ", ".join(map(str, sorted({r.concurrency for r in mine})))

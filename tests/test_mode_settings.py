@@ -1,0 +1,129 @@
+"""A mode may change any setting its launches run with ([modes.<M>.settings], issue 33 item 1):
+validated with the key named, each launch in its own mode's image and environment, the preflight
+again in each other image, the page's settings showing what differs."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from helpers import ROOT
+from helpers.scripts import GOLDEN_RUN_ID, GOLDEN_SETS, check_golden, generated, shellcheck
+from slurm_ab.job.campaign_plan import CampaignOptions, plan_job
+from slurm_ab.job.render import render_script
+from slurm_ab.model.errors import ConfigErrors
+from slurm_ab.model.sources import Sources, load_experiment
+from slurm_ab.report.sides import settings_of
+
+SOFTWARE_AB = str(ROOT / "testbed" / "configs" / "software-ab.toml")
+
+
+def _write(tmp_path, text: str) -> str:
+    p = tmp_path / "modes.toml"
+    p.write_text(text)
+    return str(p)
+
+
+NEXT = """
+[modes.next]
+description = "tp32 on the next image"
+tp = 32
+pp = 1
+ep = 4
+"""
+
+
+def test_a_mode_changes_what_its_launches_run_with(tmp_path):
+    cfg = _write(tmp_path, NEXT + """
+[modes.next.settings.container]
+image = "/images/next.sqsh"
+[modes.next.settings.env]
+NCCL_ALGO = "Ring"
+[modes.next.settings.paths]
+model = "/models/K3-FP4"
+[modes.next.settings.benchmark]
+client = "sglang_0_5_2"
+dataset = "random-ids"
+[modes.next.settings.router]
+profile = "smg"
+""")
+    src = Sources("example", (cfg,), GOLDEN_SETS)
+    base, nxt = load_experiment(src, "tp32"), load_experiment(src, "next")
+    assert nxt.container.image == "/images/next.sqsh" and base.container.image.endswith("v0.5.23.sqsh")
+    assert dict(nxt.env)["NCCL_ALGO"] == "Ring" and "NCCL_ALGO" not in dict(base.env)
+    assert (nxt.paths.model, nxt.client.profile, nxt.router.profile) == ("/models/K3-FP4", "sglang_0_5_2", "smg")
+    # the page's settings table shows every difference (image, environment, model, client, router)
+    a, b = settings_of(base), settings_of(nxt)
+    differ = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    assert {"image", "env NCCL_ALGO", "model", "client", "router", "benchmark.dataset"} <= differ
+    plan = plan_job(src, ["tp32", "next"], GOLDEN_RUN_ID, CampaignOptions(launches=1))
+    sw = plan.campaign.software
+    assert not plan.campaign.same_software and not plan.campaign.same_client
+    # pyxis names every image's container apart: one image's container never serves another's launch
+    names = [next(f.text for f in s.container if getattr(f, "text", "").startswith("--container-name=")) for s in sw]
+    assert names == ["--container-name=slurm-ab-${SLURM_JOB_ID}", "--container-name=slurm-ab-${SLURM_JOB_ID}-i1"]
+    assert plan.campaign.software_checks == (1,)
+    assert "smg" in " ".join(sw[1].modules) and "sglang.bench_serving=sglang" in sw[1].client_modules
+
+
+@pytest.mark.parametrize("settings, key, words", [
+    ("[modes.next.settings.cluster]\npartition = 'x'", "modes.next.settings.cluster",
+     "not a setting a mode may change"),
+    ("[modes.next.settings.container]\nimagee = 'x'", "modes.next.settings.container.imagee", "did you mean container.image"),
+    ("[modes.next.settings.benchmark]\norder = 'blocked'", "modes.next.settings.benchmark.order", "the job's, not a mode's"),
+    ("[modes.next.settings.env]\n'bad name' = '1'", "modes.next.settings.env.bad name", "not a valid environment variable"),
+    ("[modes.next.settings.container]\nimage = 3", "modes.next.settings.container.image", "must be a string"),
+    ("[modes.next.settings.benchmark]\nclient = 'nope'", "benchmark.client", "unknown client profile"),
+])
+def test_bad_mode_settings_are_named(tmp_path, settings, key, words):
+    cfg = _write(tmp_path, NEXT + settings)
+    with pytest.raises(ConfigErrors) as e:
+        load_experiment(Sources("example", (cfg,), GOLDEN_SETS), "next")
+    assert any(err.key == key and words in str(err) for err in e.value.errors), str(e.value)
+
+
+def test_cli_exits_2_naming_the_key(tmp_path):
+    cfg = _write(tmp_path, NEXT + "[modes.next.settings.ports]\nserver = 1\n")
+    r = subprocess.run(["python3", "-m", "slurm_ab", "dry-run", "next", "--config", cfg], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "modes.next.settings.ports" in r.stderr and "allowed: container, env" in r.stderr
+
+
+def test_software_ab_golden_and_dry_run(tmp_path):
+    """The local site's software A/B: the exec runtime's image words per mode, the per-launch choice
+    (use_mode_software), the preflight again in the second image."""
+    plan = plan_job(Sources("local", (SOFTWARE_AB,), GOLDEN_SETS), ["v0523", "v0524"], GOLDEN_RUN_ID,
+                    CampaignOptions(launches=1, repeats=1))
+    text = render_script(plan)
+    check_golden("campaign-software-ab-local.sbatch", generated(text))
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    r = shellcheck(script)
+    assert r.returncode == 0, r.stdout
+    assert "IMAGE_EXEC_1=(python3 -m slurm_ab_testbed.fake_apptainer exec --bind " in text
+    assert text.count("/var/lib/slurm-ab-local/images/sglang-0.5.24") == 1
+    r = subprocess.run(["python3", "-m", "slurm_ab", "dry-run", "v0523", "v0524", "--site", "local", "--config",
+                        SOFTWARE_AB, "--launches", "1"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = r.stdout + r.stderr
+    assert "image of v0524: /var/lib/slurm-ab-local/images/sglang-0.5.24 (python3 -m slurm_ab_testbed.fake_apptainer" in said
+    assert "preflight again in the image and environment of v0524" in said
+
+
+def test_use_mode_software_takes_the_launch_modes_arrays():
+    """The static function on its own, in bash: mode 1's container, image words and environments
+    (the cache's variables first); a job whose modes share their software keeps its own."""
+    from slurm_ab.sbatch_templates import __file__ as tpl
+    import re
+    from pathlib import Path
+    body = Path(tpl).parent.joinpath("pipeline.sh").read_text()
+    fn = re.search(r"^use_mode_software\(\) \{.*?^\}", body, re.S | re.M).group(0)
+    script = fn + """
+CACHE_ENV=(HOME=/c) CONTAINER=(c0) IMAGE_EXEC=() SERVER_ENV=(A=0) COMMON_ENV=(B=0)
+CONTAINER_1=() IMAGE_EXEC_1=(run img1) SERVER_ENV_1=(A=1 'X=a b') COMMON_ENV_1=(B=1)
+MODE_INDEX=1; use_mode_software; echo "${CONTAINER[*]}|${IMAGE_EXEC[*]}|${SERVER_ENV[*]}|${COMMON_ENV[*]}"
+MODE_SOFTWARE=1; use_mode_software; echo "${#CONTAINER[@]}|${IMAGE_EXEC[*]}|${SERVER_ENV[*]}|${#SERVER_ENV[@]}|${COMMON_ENV[*]}"
+"""
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.splitlines()
+    assert out == ["c0||A=0|B=0", "0|run img1|HOME=/c A=1 X=a b|3|HOME=/c B=1"]
