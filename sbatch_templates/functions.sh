@@ -161,6 +161,48 @@ warmup_replicas() {
   done
 }
 
+# The correctness gate's canary (docs/metrics.md "Correctness"): CORRECTNESS_PROMPTS fixed prompts
+# (prompt k's token j: CORRECTNESS_TOKEN_BASE + (7919 k + 104729 j) mod CORRECTNESS_TOKEN_SPAN, as
+# Correctness.prompt_ids) at temperature 0 for CORRECTNESS_OUTPUT_LEN tokens, each sent to every
+# server of the launch directly (a launch with prefill/decode roles: through its router), each
+# answer kept (F_CORRECTNESS_RESPONSE of target r<G> or router). Never fatal: the collector compares
+# the tokens with the reference mode's and makes a wrong, empty or missing answer's launch invalid.
+correctness_canary() {
+  local k j i ids body code rc pid
+  local -a targets=() urls=()
+  (( CORRECTNESS_PROMPTS > 0 )) || return 0
+  if has_role prefill; then
+    targets=(router) urls=("http://$ROUTER_ADDR:$ROUTER_PORT/generate")
+  else
+    for i in "${!HEADS[@]}"; do targets+=("r$i"); urls+=("http://${ADDRS[i]}:${PORTS[i]}/generate"); done
+  fi
+  event correctness_start "prompts=$CORRECTNESS_PROMPTS" "targets=$(IFS=,; echo "${targets[*]}")"
+  for (( k = 0; k < CORRECTNESS_PROMPTS; k++ )); do
+    ids=""
+    for (( j = 0; j < CORRECTNESS_INPUT_LEN; j++ )); do
+      ids+="${ids:+,}$(( CORRECTNESS_TOKEN_BASE + (7919 * k + 104729 * j) % CORRECTNESS_TOKEN_SPAN ))"
+    done
+    body=$(rpath "$F_CORRECTNESS_REQUEST" "$k")
+    printf '{"input_ids":[%s],"sampling_params":{"max_new_tokens":%d,"temperature":0},"stream":false}\n' \
+      "$ids" "$CORRECTNESS_OUTPUT_LEN" >"$body"
+    for i in "${!targets[@]}"; do
+      curl -sS -m "$CORRECTNESS_TIMEOUT" -o "$(rpath "$F_CORRECTNESS_RESPONSE" "${targets[i]}" "$k")" -w '%{http_code}' \
+        -H 'Content-Type: application/json' --data-binary "@$body" "${urls[i]}" \
+        >"$(rpath "$F_CORRECTNESS_HTTP" "${targets[i]}" "$k")" 2>&1 &
+      pid=$!
+      while kill -0 "$pid" 2>/dev/null; do     # one request at a time (no batch shares it), polled
+        alive_or_die                           # finely: a short answer is not a poll interval long
+        sleep 0.05 & wait $! 2>/dev/null
+      done
+      wait "$pid"
+      rc=$?
+      code=$(head -c 3 "$(rpath "$F_CORRECTNESS_HTTP" "${targets[i]}" "$k")" 2>/dev/null)
+      event correctness "target=${targets[i]}" "prompt=$k" "http=${code:-none}" "curl_rc=$rc"
+    done
+  done
+  log "correctness canary: $CORRECTNESS_PROMPTS prompt(s) to ${targets[*]}"
+}
+
 wait_router_ready() {
   local start=$SECONDS body n
   while :; do

@@ -210,6 +210,7 @@ run_launch() {
   if has_role prefill; then pd_ready; else warmup_replicas; fi
   start_router
   if has_role prefill; then pd_router_canary; fi
+  correctness_canary
   read -ra specs <<<"${LAUNCH_PASSES[i]}"
   for spec in "${specs[@]}"; do
     IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG <<<"$spec"

@@ -160,7 +160,7 @@ def test_the_job_script_spells_no_path_and_gets_layouts_formats(sets):
 def test_the_formats_give_layouts_names_in_bash(tmp_path):
     """bash's printf of every F_* format names the file Layout names, placeholders in order."""
     args = {"g": "1", "rank": "3", "peer": "2", "node": "node07", "target": "r1n0", "stamp": "20261130-1.5",
-            "job": "42", "run_dir": "/r/x", "mode": "v0524"}
+            "job": "42", "run_dir": "/r/x", "mode": "v0524", "prompt": "3"}
     by_format = {re.sub(r"\{[a-z_]+\}", "%s", v): v for v in [*FILES.values(), RESUBMITTED]}
     for name, fmt, _ in job_formats():
         pattern = by_format[fmt]

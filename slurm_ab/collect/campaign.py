@@ -21,7 +21,9 @@ from ..model.rundir import Layout, Manifest
 from ..model.slurm import is_active
 from ..parse.events import EventLog, launch_view, read_events
 from ..parse.server_scan import Interval
+from .correctness import apply, campaign_correctness
 from .job import job_info
+from .pd import role_names
 from .passes import PassInputs, collect_pass
 from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary
 from .replicas import scan_launch
@@ -46,6 +48,7 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     status = launch_status(job_events)
     outputs = tuple(root.slurm_outs())
     launches, passes = [], []
+    checked = _correctness(run, manifest)
     for launch in run.campaign.launches:
         lay = root.launch(launch)
         own = read_events(lay.events)
@@ -54,6 +57,9 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
         summaries = _collect_launch(run_dir, lay, launch, lman, events, own.exists, who, sacct,
                                     outputs, all_samples, workers)
         verdicts = []
+        check = checked.get(launch.index)
+        summaries = [replace(s, **dict(zip(("verdict", "reasons"), apply(check, s.verdict, s.reasons))))
+                     for s in summaries]
         for p, s in zip(launch.passes, summaries):
             if p.burn_in:
                 verdicts.append(f"{p.key}: {s.verdict} (burn-in, discarded)")
@@ -64,11 +70,26 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
         launches.append(LaunchSummary(
             launch.index, launch.mode, root.rel(lay.root),
             _status(status.get(launch.index), own.exists, events), dict(fail.fields) if fail else None,
-            tuple(verdicts)))
+            tuple(verdicts), check))
     job = job_info(sacct, job_events, who.job_id)
     running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
     return CampaignSummary(who.run_id, manifest.job_id or who.job_id, run.campaign, job, running,
                            tuple(launches), tuple(passes))
+
+
+def _correctness(run, manifest: Manifest) -> dict:
+    """launch index -> its canary against the reference mode's ([correctness] of the job's first
+    mode: its thresholds and reference; the reference mode defaults to the campaign's first)."""
+    cfg = manifest.config.correctness if manifest.config is not None else None
+    if cfg is None or not run.campaign.launches:
+        return {}
+    items = []
+    for launch in run.campaign.launches:
+        lay = run.launch_layout(launch)
+        lman = rundir.read_manifest(lay.root)
+        items.append((launch.index, launch.mode, lay, role_names(lman.config if lman else manifest.config)))
+    reference = cfg.reference or run.campaign.modes[0]
+    return {i: s for i, s in campaign_correctness(items, reference, cfg).items() if s.verdict != "not run"}
 
 
 def _status(end: dict | None, started: bool, events: EventLog) -> str:

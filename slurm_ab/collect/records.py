@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..model.campaign import Campaign
 from ..model.experiment import instance_name
+from .correctness import CorrectnessSummary
 from .pd import PdSummary
 from .server_metrics import ServerMetrics
 
@@ -221,6 +222,7 @@ class LaunchSummary:
     status: str                         # ok | failed | unfinished | not run (launch_end event)
     failure: dict | None = None         # the first 'fail' event's fields
     passes: tuple[str, ...] = ()        # "<key>: <verdict>" (burn-ins marked discarded)
+    correctness: CorrectnessSummary | None = None   # its canary against the reference mode's
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))

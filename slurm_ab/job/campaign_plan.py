@@ -83,6 +83,10 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
             concurrencies = parse_concurrencies(opts.concurrencies)
         except ValueError as e:
             errors.append(ConfigError("--concurrency", opts.concurrencies, str(e), "e.g. 1,8,16"))
+    ref = exps[0].correctness.reference
+    if ref and ref not in modes:
+        errors.append(ConfigError("correctness.reference", ref, "not a mode of this job (the canary's answers of "
+                                  "every launch are compared with its mode's)", ", ".join(modes) + ", or \"\" for the first"))
     shapes = {}
     for e in exps:
         shapes.setdefault(_shape(e), []).append(e)

@@ -144,7 +144,16 @@ class JobPlan:
             ("REPLICA_STRIDE", e.ports.replica_stride), ("SERVER_PORT_BASE", e.ports.server),
             ("DIST_PORT_BASE", e.ports.dist_init), ("ROUTER_PORT_BASE", e.ports.router),
             ("ROUTER_METRICS_PORT_BASE", e.ports.router_metrics),
+            *self.correctness_variables,
         )
+
+    @property
+    def correctness_variables(self) -> tuple[tuple[str, object], ...]:
+        """The correctness gate's canary ([correctness]; CORRECTNESS_PROMPTS 0: none)."""
+        c = self.exp.correctness
+        return (("CORRECTNESS_PROMPTS", c.prompts if c.enabled else 0), ("CORRECTNESS_INPUT_LEN", c.input_len),
+                ("CORRECTNESS_OUTPUT_LEN", c.output_len), ("CORRECTNESS_TOKEN_BASE", c.token_base),
+                ("CORRECTNESS_TOKEN_SPAN", c.token_span), ("CORRECTNESS_TIMEOUT", c.timeout_s))
 
     @property
     def files(self) -> tuple[tuple[str, str, str], ...]:

@@ -83,6 +83,7 @@ def summary(plan: JobPlan) -> str:
     else:
         lines.append("preflight: disabled")
     lines += site_lines(plan)
+    lines += correctness_lines(plan)
     prologue = e.cluster.prologue.strip("\n")
     if prologue.strip():
         lines.append("prologue (cluster.prologue, site shell code run verbatim by the batch script before any step):")
@@ -214,6 +215,20 @@ def _time(plan: JobPlan) -> str:
     """The job's --time as submitted (fitted to the estimate with cluster.time_limit = "auto")."""
     return next((o.split("=", 1)[1] for o in sized(plan).sbatch_component if o.startswith("--time=")),
                 plan.exp.cluster.time_limit)
+
+
+def correctness_lines(plan: JobPlan) -> list[str]:
+    """The correctness gate's canary and thresholds ([correctness])."""
+    c = plan.exp.correctness
+    if not (c.enabled and c.prompts):
+        return ["correctness canary: off (correctness.enabled = false or prompts = 0): outputs are not checked"]
+    first = " ".join(map(str, c.prompt_ids(0)[:4]))
+    ref = c.reference or plan.campaign.modes[0]
+    return [f"correctness canary (every launch, after the warm-ups and the router): {c.prompts} fixed prompt(s) of "
+            f"{c.input_len} token ids (prompt 0 begins {first} ...) at temperature 0 for {c.output_len} tokens, to "
+            "every server directly (prefill/decode: through the router); answers compared with the reference "
+            f"mode {ref}'s: a prompt with fewer than {c.min_common_prefix} common leading tokens has diverged, an "
+            f"empty or missing answer fails, {c.min_exact_match:.0%} exact answers needed; else the launch is invalid"]
 
 
 def site_lines(plan: JobPlan) -> list[str]:

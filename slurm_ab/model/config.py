@@ -35,15 +35,14 @@ MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict, 
 # environments, model, server command, client and router), not what the job shares (the allocation,
 # ports, guards, duration, results: those stay the job's, so a mode could not silently not set them).
 MODE_SETTINGS = ("container", "env", "server", "paths", "commands", "benchmark", "router", "client_profiles",
-                 "router_profiles", "warmup", "model", "pd", "correctness")
+                 "router_profiles", "warmup", "model", "pd")
 # ... and within those, keys that stay the job's
 MODE_SETTINGS_JOB_WIDE = ("container.name", "container.scope", "container.remove_command",
                           "container.runtime", "container.exec_command", "container.exec_mount_flag",
                           "paths.results", "benchmark.repeats", "benchmark.launches",
                           "benchmark.compare_repeats", "benchmark.compare_launches", "benchmark.order",
                           "benchmark.burn_in", "benchmark.primary_metric", "benchmark.concurrency",
-                          "benchmark.prompts_per_concurrency", "benchmark.request_rate",
-                          "correctness.reference", "correctness.enabled")
+                          "benchmark.prompts_per_concurrency", "benchmark.request_rate")
 # A PD mode's roles ([modes.<M>.roles.prefill|decode]) and its router's per-role policies.
 ROLE_NAMES = PD_KINDS
 ROLE_KEYS = {"instances": int, "nodes": int, "tp": int, "pp": int, "ep": int, "args": dict, "env": dict}

@@ -162,6 +162,26 @@ class Client:
 
 
 @dataclass(frozen=True)
+class Correctness:
+    """The correctness gate's canary and thresholds ([correctness]; docs/metrics.md)."""
+
+    enabled: bool = False
+    prompts: int = 4
+    input_len: int = 64
+    output_len: int = 32
+    token_base: int = 1000
+    token_span: int = 1000
+    min_common_prefix: int = 16
+    min_exact_match: float = 0.5
+    reference: str = ""              # the reference mode ("": the campaign's first)
+    timeout_s: int = 120
+
+    def prompt_ids(self, k: int) -> tuple[int, ...]:
+        """Prompt k's token ids (the job script builds the same in bash: correctness_canary)."""
+        return tuple(self.token_base + (k * 7919 + j * 104729) % self.token_span for j in range(self.input_len))
+
+
+@dataclass(frozen=True)
 class Warmup:
     input_len: int
     output_len: int
@@ -362,6 +382,7 @@ class Experiment:
     collector: Collector = Collector()
     client: Client = Client()
     pd: Pd = Pd()
+    correctness: Correctness = Correctness()
 
     @property
     def components(self) -> tuple[Component, ...]:
@@ -503,6 +524,7 @@ def build(tree: dict, mode_name: str) -> Experiment:
         collector=_build(Collector, tree["collector"]),
         client=_client(tree),
         pd=_build(Pd, tree["pd"]),
+        correctness=_build(Correctness, tree["correctness"]),
     )
 
 

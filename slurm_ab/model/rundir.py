@@ -63,6 +63,11 @@ FILES = {
     "pd_warmup_http": "logs/warmup-r{g}-with-r{peer}.json.http",
     "router_canary": "logs/canary-router.json",
     "router_canary_http": "logs/canary-router.json.http",
+    # the correctness gate's canary (every launch): prompt {prompt}'s request, and the answer of each
+    # target (r{G}: a server's head, directly; router: a prefill/decode launch's router)
+    "correctness_request": "logs/correctness-p{prompt}.json",
+    "correctness_response": "logs/correctness-{target}-p{prompt}.json",
+    "correctness_http": "logs/correctness-{target}-p{prompt}.json.http",
     "metrics": "metrics",
     "scrape": "metrics/{target}-{stamp}.prom",   # raw /metrics text (.err: a failed scrape's evidence)
     "scrape_error": "metrics/{target}-{stamp}.err",
@@ -220,6 +225,15 @@ class Layout:
     router_canary = property(lambda self: self._file("router_canary"))
     router_canary_http = property(lambda self: self._file("router_canary_http"))
 
+    def correctness_request(self, prompt) -> Path:
+        return self._file("correctness_request", prompt=prompt)
+
+    def correctness_response(self, target: str, prompt) -> Path:
+        return self._file("correctness_response", target=target, prompt=prompt)
+
+    def correctness_http(self, target: str, prompt) -> Path:
+        return self._file("correctness_http", target=target, prompt=prompt)
+
     def scrape(self, target: str, stamp: str) -> Path:
         return self._file("scrape", target=target, stamp=stamp)
 
@@ -317,6 +331,9 @@ def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
         ("PD_WARMUP", lay.pd_warmup(f, f), "replica, peer replica"),
         ("PD_WARMUP_HTTP", lay.pd_warmup_http(f, f), "replica, peer replica"),
         ("ROUTER_CANARY", lay.router_canary, ""), ("ROUTER_CANARY_HTTP", lay.router_canary_http, ""),
+        ("CORRECTNESS_REQUEST", lay.correctness_request(f), "prompt"),
+        ("CORRECTNESS_RESPONSE", lay.correctness_response(f, f), "target, prompt"),
+        ("CORRECTNESS_HTTP", lay.correctness_http(f, f), "target, prompt"),
         ("METRICS", lay.metrics, ""), ("SCRAPE", lay.scrape(f, f), "scrape target, time stamp"),
         ("SCRAPE_ERROR", lay.scrape_error(f, f), "scrape target, time stamp"),
         ("SCRAPE_PARTIAL", lay.scrape_partial(f, f), "scrape target, time stamp"),

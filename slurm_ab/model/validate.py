@@ -56,6 +56,7 @@ def resolve(tree: Tree, mode: str) -> Experiment:
     errors += _router_checks(resolved)
     errors += _client_checks(resolved)
     errors += _preflight_checks(resolved)
+    errors += _correctness_checks(resolved)
     errors += site_checks.check(resolved)
     if errors:
         raise ConfigErrors(errors)
@@ -199,6 +200,30 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     if known and b["dataset"] not in known:
         errs.append(ConfigError("benchmark.dataset", b["dataset"], f"the client of profile {b['client']} has no "
                                 "loader for it", ", ".join(known) + " (or another benchmark.client)"))
+    return errs
+
+
+def _correctness_checks(tree: Tree) -> list[ConfigError]:
+    """[correctness]: counts and lengths >= 1 (prompts 0 turns the canary off), thresholds in range,
+    the prompts' token ids and the reference a mode."""
+    c = tree["correctness"]
+    errs = []
+    for k, lo in (("prompts", 0), ("input_len", 1), ("output_len", 1), ("token_base", 0), ("token_span", 1),
+                  ("min_common_prefix", 0), ("timeout_s", 1)):
+        if c[k] < lo:
+            errs.append(ConfigError(f"correctness.{k}", c[k], f"must be >= {lo}"))
+    if c["min_common_prefix"] > c["output_len"]:
+        errs.append(ConfigError("correctness.min_common_prefix", c["min_common_prefix"],
+                                f"more than the canary's correctness.output_len ({c['output_len']})",
+                                f"0..{c['output_len']}"))
+    m = c["min_exact_match"]
+    if not 0 <= m <= 1:
+        errs.append(ConfigError("correctness.min_exact_match", m, "not a share of the canary's answers",
+                                "a number in [0, 1], e.g. 0.5"))
+    if c["input_len"] + c["output_len"] > tree["model"]["context_length"]:
+        errs.append(ConfigError("correctness.input_len", c["input_len"], "input + output exceeds model.context_length"))
+    if c["reference"] and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", c["reference"]):
+        errs.append(ConfigError("correctness.reference", c["reference"], "not a mode name", "a mode of the campaign, or \"\""))
     return errs
 
 

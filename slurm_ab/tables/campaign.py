@@ -163,8 +163,12 @@ def summary_md(cs: CampaignSummary) -> str:
     """The job's summary.md."""
     from .runs import run_md
 
+    from .correctness import correctness_md
+
     one = the_pass(cs)
-    return run_md(one) if one is not None else campaign_md(cs)
+    text = run_md(one) if one is not None else campaign_md(cs)
+    gate = correctness_md(cs.launches)
+    return text + ("\n" + gate if gate else "")
 
 
 def campaign_md(cs: CampaignSummary, passes: bool = False) -> str:
