@@ -77,12 +77,17 @@ stall_check() {
     "$(group_name "$g") (head ${HEADS[g]}) $what: no request finished for $(( SECONDS - prog_at[$g] )) s while ${inflight[$g]:-some} were in flight (${held[$g]:-its gauges unread}; $WATCH_PROGRESS stayed at ${prog[$g]:-?}; its /metrics $state)"
 }
 
-# pass_limit PROMPTS CONCURRENCY MODE: seconds a pass may take, WATCH_FACTOR_PCT % of its estimate
-# (ceil(PROMPTS / CONCURRENCY) requests of REQUEST_MS[MODE] each, plus PASS_OVERHEAD_S); 0: none.
+# pass_limit PROMPTS CONCURRENCY MODE [RATE]: seconds a pass may take, WATCH_FACTOR_PCT % of its
+# estimate (ceil(PROMPTS / CONCURRENCY) requests of REQUEST_MS[MODE] each, plus PASS_OVERHEAD_S; an
+# open-loop pass at RATE req/s: PROMPTS / RATE plus 4 requests' time, as duration.py); 0: none.
 pass_limit() {
-  local prompts=$1 conc=$2 mode=$3 ms rounds
+  local prompts=$1 conc=$2 mode=$3 rate=${4:-inf} ms rounds whole frac milli
   ms=${REQUEST_MS[$mode]:-0}
   (( ms > 0 && conc > 0 )) || { echo 0; return 0; }
+  if [[ $rate != inf ]]; then
+    whole=${rate%%.*} frac=${rate#"$whole"}; frac=${frac#.}000; milli=$(( 10#${whole:-0} * 1000 + 10#${frac:0:3} ))
+    (( milli > 0 )) && { echo $(( (prompts * 1000 / milli + 4 * ms / 1000 + PASS_OVERHEAD_S) * WATCH_FACTOR_PCT / 100 )); return 0; }
+  fi
   rounds=$(( (prompts + conc - 1) / conc ))
   echo $(( (rounds * ms / 1000 + PASS_OVERHEAD_S) * WATCH_FACTOR_PCT / 100 ))
 }

@@ -153,18 +153,20 @@ start_router() {
 }
 
 # run_pass: one timed benchmark through the router (PASS_C, PASS_REPEAT, PASS_PROMPTS, PASS_KEY,
-# PASS_BENCH and PASS_CLIENT_LOG set; the files relative to the launch directory).
+# PASS_BENCH, PASS_CLIENT_LOG and PASS_RATE set; the files relative to the launch directory;
+# PASS_RATE "inf": closed loop at PASS_C, else requests per second).
 run_pass() {
   local rc
   client_command
   log "pass $PASS_KEY of $MODE: ${CLIENT_CMD[*]}"
-  event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS"
+  event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS" \
+    "rate=$PASS_RATE"
   scrape_metrics start
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$PASS_CLIENT_LOG" \
     "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" "${IMAGE_EXEC[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
   CLIENT_PID=$!
   scrape_metrics_during "$CLIENT_PID"
-  watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE")"
+  watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE" "$PASS_RATE")"
   rc=$?
   CLIENT_PID=""
   event bench_end "pass=$PASS_KEY" "rc=$rc"
@@ -213,7 +215,8 @@ run_launch() {
   correctness_canary
   read -ra specs <<<"${LAUNCH_PASSES[i]}"
   for spec in "${specs[@]}"; do
-    IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG <<<"$spec"
+    IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG PASS_RATE <<<"$spec"
+    PASS_RATE=${PASS_RATE:-inf}
     run_pass
   done
   log "launch $LAUNCH ($MODE) done: tearing down"
@@ -224,14 +227,15 @@ run_launch() {
 # and passes as CONCURRENCY:REPEAT:PROMPTS), so the job's own record says what it was to run (a
 # script submitted again writes a directory without manifest).
 record_schedule() {
-  local i spec c r n plan
+  local i spec c r n q plan
   local -a specs
   for i in "${!LAUNCH_DIRS[@]}"; do
     plan=""
     read -ra specs <<<"${LAUNCH_PASSES[i]}"
     for spec in "${specs[@]}"; do
-      IFS=: read -r c r n _ <<<"$spec"
+      IFS=: read -r c r n _ _ _ q <<<"$spec"
       plan+="${plan:+,}$c:$r:$n"
+      [[ ${q:-inf} == inf ]] || plan+=":$q"
     done
     event launch_plan "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}" "passes=$plan"
   done

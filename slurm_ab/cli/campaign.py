@@ -37,6 +37,10 @@ def campaign_options(f):
                           "only'). Default: benchmark.order (counterbalanced).")(f)
     f = click.option("--concurrency", "concurrency", default=None, metavar="C[,C...]",
                      help="Concurrency sweep, e.g. 1,8 (default: benchmark.concurrency).")(f)
+    f = click.option("--request-rate", "rates", default=None, metavar="R[,R...]", expose_value=False,
+                     callback=_remember,
+                     help="Open-loop passes: requests sent at each rate (req/s, Poisson arrivals), e.g. "
+                          "1,2,4 (default: benchmark.request_rates; with --concurrency too: both).")(f)
     f = click.option("--launches", type=int, default=None, expose_value=False, callback=_remember,
                      help="Server launches per mode (default: 1 for one mode, benchmark.compare_launches "
                           "= 4 for a comparison).")(f)
@@ -63,7 +67,8 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
         if launches is not None or repeats is not None:
             raise UsageError("--plan chooses --launches and --repeats: give one or the other")
         launches, repeats, order = planned_shape(src, modes, extra["plan_from"])
-    return plan_job(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches))
+    return plan_job(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches,
+                                                              extra.get("rates")))
 
 
 def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:

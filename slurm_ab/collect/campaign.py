@@ -133,7 +133,7 @@ def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manife
         view, rc = views[p.key]
         s = collect_pass(PassInputs(
             root=run_dir, launch=lay, manifest=manifest, run_id=who.run_id, mode=p.mode,
-            job_id=who.job_id, ref=PassRef(launch.index, p.key, p.mode, p.concurrency, p.repeat, p.prompts),
+            job_id=who.job_id, ref=PassRef(launch.index, p.key, p.mode, p.concurrency, p.repeat, p.prompts, p.rate),
             bench=lay.bench(p.key), client_log=lay.client_log(p.key),
             events=view if view is not None else events,
             window_name=p.key if p.key in names else WHOLE_LAUNCH, logs=logs,

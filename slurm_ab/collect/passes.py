@@ -118,6 +118,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
                         server_metrics.replicas, notes)
         notes += pd.notes
 
+    load = _open_loop(inp, lay, read.record, names, window, notes) if inp.ref.rate else None
+
     # ---- verdict -----------------------------------------------------------------------
     # A completed pass's numbers were final when it ended: Slurm's later word on the job (a
     # cancel, the time limit, a failed later launch) is not about it.
@@ -175,7 +177,32 @@ def collect_pass(inp: PassInputs) -> PassSummary:
                      for t in (window or (None, None))),
         all_samples=inp.all_samples, verdict=verdict, reasons=tuple(reasons),
         findings=tuple(asdict(f) for f in findings), notes=tuple(notes),
-        server_metrics=server_metrics, ref=inp.ref, pd=pd)
+        server_metrics=server_metrics, ref=inp.ref, pd=pd, load=load)
+
+
+def _open_loop(inp: PassInputs, lay: Layout, record, names, window, notes: list) -> "LoadCheck | None":
+    """An open-loop pass's load check (collect.load): arrivals in the answering servers' access logs,
+    each request's E2E from the client's details; a saturated pass is noted with its evidence."""
+    from ..parse.bench import requests
+    from .load import arrival_times, check_load
+    if window is None:
+        return None
+    heads = [p for g, p in sorted(lay.head_logs().items()) if g not in names or kind_of(names[g][0]).answers]
+    reqs = requests(record) or []
+    growth = _saturation_growth(inp.manifest)
+    load = check_load(float(inp.ref.rate), arrival_times(heads, window), [r.e2e if r.ok else None for r in reqs],
+                      growth)
+    notes += list(load.notes)
+    if load.saturated:
+        notes.append(f"saturated: the servers did not keep up with {inp.ref.rate:g} req/s: {load.evidence} "
+                     f"(benchmark.saturation_growth = {growth:g})")
+    return load
+
+
+def _saturation_growth(manifest: Manifest) -> float:
+    b = manifest.config.benchmark if manifest.config is not None else None
+    g = getattr(b, "saturation_growth", None)
+    return float(g) if isinstance(g, (int, float)) and g else 0.1
 
 
 def interrupted_reason(events, replicas, total: int | None, has_result: bool) -> str | None:

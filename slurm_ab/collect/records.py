@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from ..model.campaign import Campaign
 from ..model.experiment import instance_name
 from .correctness import CorrectnessSummary
+from .load import LoadCheck
 from .pd import PdSummary
 from .server_metrics import ServerMetrics
 
@@ -183,6 +184,7 @@ class PassRef:
     concurrency: int | None = None
     repeat: int | None = None
     prompts: int | None = None
+    rate: float | None = None           # an open-loop pass's offered requests per second
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,7 @@ class PassSummary:
     server_metrics: ServerMetrics | None = None     # from /metrics
     ref: PassRef = PassRef()
     pd: PdSummary | None = None         # a prefill/decode pass's TTFT breakdown, transfer, roles
+    load: LoadCheck | None = None       # an open-loop pass: achieved vs offered rate, saturation
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))

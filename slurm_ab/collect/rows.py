@@ -83,9 +83,13 @@ def pass_row(s: PassSummary) -> dict:
     """A pass as the campaign tables read it: its numeric row and where it ran."""
     row = numeric_row(s)
     r = s.ref
+    ld = s.load
     row.update({"mode": r.mode or s.mode, "concurrency": r.concurrency, "repeat": r.repeat,
                 "launch": r.launch, "pass": r.key, "prompts": r.prompts, "verdict": s.verdict,
-                "reason": s.reasons[0] if s.reasons else ""})
+                "reason": s.reasons[0] if s.reasons else "", "rate": r.rate,
+                "achieved_rps": ld.achieved_rps if ld else None, "served_rps": ld.served_rps if ld else None,
+                "backlog_growth": ld.growth if ld else None,
+                "saturated": ld.saturated if ld else None})
     b = s.pd.breakdown if s.pd is not None else None
     if b is not None:                   # PD: the KV transfer's part of TTFT (collect.pd)
         kv = next((x for x in b.chain if x.key == "kv_transfer"), None)
@@ -95,31 +99,50 @@ def pass_row(s: PassSummary) -> dict:
 
 @dataclass(frozen=True)
 class GroupAggregate:
-    """One (mode, concurrency) of a job: passes ok/total and each metric over its ok passes."""
+    """One (mode, load) of a job: passes ok/total and each metric over its ok passes (the load: a
+    concurrency, or an open-loop pass's request rate)."""
 
     mode: str
     concurrency: int
     passes_ok: int
     passes: int
     metrics: Mapping[str, Aggregate]        # ab_stats METRICS name -> its aggregate
+    rate: float | None = None
+    saturated: int = 0                      # its ok passes marked saturated
+
+    @property
+    def load(self) -> str:
+        return load_label(self.concurrency, self.rate)
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "concurrency": self.concurrency, "passes_ok": self.passes_ok,
-                "passes": self.passes, "metrics": {k: a.to_dict() for k, a in self.metrics.items()}}
+                "passes": self.passes, "metrics": {k: a.to_dict() for k, a in self.metrics.items()},
+                **({"rate": self.rate, "saturated": self.saturated} if self.rate is not None else {})}
+
+
+def load_label(concurrency, rate) -> str:
+    """"C=8" or "4 req/s" (model.campaign.Pass.load)."""
+    from ..model.campaign import rate_text
+    return f"C={concurrency}" if rate is None else f"{rate_text(rate)} req/s"
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """B against A at one concurrency: the primary metric's row first, then the secondary ones."""
+    """B against A at one load: the primary metric's row first, then the secondary ones."""
 
     a: str
     b: str
     concurrency: int
     rows: tuple[Row, ...]
+    rate: float | None = None
+
+    @property
+    def load(self) -> str:
+        return load_label(self.concurrency, self.rate)
 
     def to_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "concurrency": self.concurrency,
-                "metrics": [r.to_dict() for r in self.rows]}
+                "metrics": [r.to_dict() for r in self.rows], **({"rate": self.rate} if self.rate is not None else {})}
 
 
 def pass_rows(cs: CampaignSummary) -> list[dict]:
@@ -131,9 +154,12 @@ def comparisons(cs: CampaignSummary, rows: Sequence[Mapping] | None = None) -> t
     """The first mode against each other mode, at each concurrency (none for one mode)."""
     c = cs.campaign
     rows = pass_rows(cs) if rows is None else rows
+    loads = [(conc, None) for conc in c.concurrencies] + list(dict.fromkeys(
+        (r["concurrency"], r.get("rate")) for r in rows if r.get("rate") is not None))
     return tuple(Comparison(c.modes[0], b_mode, conc, tuple(comparison(
-        rows_of(rows, c.modes[0], conc), rows_of(rows, b_mode, conc), c.primary_metric)))
-        for b_mode in c.modes[1:] for conc in c.concurrencies)
+        rows_of(rows, c.modes[0], conc, rate), rows_of(rows, b_mode, conc, rate), c.primary_metric)), rate)
+        for b_mode in c.modes[1:] for conc, rate in loads
+        if rows_of(rows, c.modes[0], conc, rate) or rows_of(rows, b_mode, conc, rate))
 
 
 SCHEMA = 2      # summary.json's "summary_schema": 2 = one CampaignSummary for every job
@@ -149,33 +175,34 @@ def summary_record(cs: CampaignSummary) -> dict:
             "comparisons": [x.to_dict() for x in comparisons(cs, rows)]}
 
 
-def rows_of(rows: Sequence[Mapping], mode: str, concurrency) -> list[Mapping]:
-    """The pass rows of one (mode, concurrency)."""
-    return [r for r in rows if r["mode"] == mode and r["concurrency"] == concurrency]
+def rows_of(rows: Sequence[Mapping], mode: str, concurrency, rate=None) -> list[Mapping]:
+    """The pass rows of one (mode, load): a concurrency, or with `rate` an open-loop rate."""
+    return [r for r in rows if r["mode"] == mode and r["concurrency"] == concurrency and r.get("rate") == rate]
 
 
 def ok_rows(rows: Iterable[Mapping]) -> list[Mapping]:
     return [r for r in rows if r.get("verdict") == "ok"]
 
 
-def groups(rows: Sequence[Mapping]) -> list[tuple[str, int]]:
-    """(mode, concurrency) in first-seen order."""
-    out: list[tuple[str, int]] = []
+def groups(rows: Sequence[Mapping]) -> list[tuple[str, int, float | None]]:
+    """(mode, concurrency, rate) in first-seen order (rate None: a closed-loop pass)."""
+    out: list[tuple[str, int, float | None]] = []
     for r in rows:
-        k = (r["mode"], int(r["concurrency"]))
+        k = (r["mode"], int(r["concurrency"]), r.get("rate"))
         if k not in out:
             out.append(k)
     return out
 
 
 def aggregates(rows: Sequence[Mapping]) -> tuple[GroupAggregate, ...]:
-    """Per (mode, concurrency): passes ok/total and each metric's mean, sd, CoV, 95% CI."""
+    """Per (mode, load): passes ok/total and each metric's mean, sd, CoV, 95% CI."""
     out = []
-    for mode, c in groups(rows):
-        mine = [r for r in rows if r["mode"] == mode and int(r["concurrency"]) == c]
+    for mode, c, q in groups(rows):
+        mine = [r for r in rows if r["mode"] == mode and int(r["concurrency"]) == c and r.get("rate") == q]
         good = ok_rows(mine)
         out.append(GroupAggregate(mode, c, len(good), len(mine),
-                                  {m.name: aggregate([r.get(m.name) for r in good]) for m in METRICS}))
+                                  {m.name: aggregate([r.get(m.name) for r in good]) for m in METRICS}, q,
+                                  sum(1 for r in good if r.get("saturated"))))
     return tuple(out)
 
 

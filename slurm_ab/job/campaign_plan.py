@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..model.campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
+from ..model.campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, parse_rates, schedule
 from ..model.errors import ConfigError, ConfigErrors
 from ..model.experiment import Experiment
 from ..ab_stats.metrics import PRIMARY_CHOICES
@@ -31,6 +31,7 @@ class CampaignOptions:
     order: str | None = None
     burn_in: bool | None = None
     launches: int | None = None
+    rates: str | None = None           # --request-rate "2,4,8": open-loop passes
 
 
 def _shape(exp: Experiment) -> tuple:
@@ -83,6 +84,19 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
             concurrencies = parse_concurrencies(opts.concurrencies)
         except ValueError as e:
             errors.append(ConfigError("--concurrency", opts.concurrencies, str(e), "e.g. 1,8,16"))
+    rates: tuple[float, ...] = ()
+    rtext, rkey = (opts.rates, "--request-rate") if opts.rates is not None else (bench.request_rates, "benchmark.request_rates")
+    if rtext:
+        try:
+            rates = parse_rates(rtext)
+        except ValueError as e:
+            errors.append(ConfigError(rkey, rtext, str(e), "requests per second, e.g. 1,2.5,4"))
+        if opts.concurrencies is None:
+            concurrencies = ()               # open loop only, unless --concurrency asks for both
+    g = bench.saturation_growth
+    if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 < g < 1:
+        errors.append(ConfigError("benchmark.saturation_growth", g, "not a share of the arrival rate",
+                                  "a number in (0, 1), e.g. 0.1"))
     ref = exps[0].correctness.reference
     if ref and ref not in modes:
         errors.append(ConfigError("correctness.reference", ref, "not a mode of this job (the canary's answers of "
@@ -99,7 +113,7 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
     if errors:
         raise ConfigErrors(errors)
     return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
-                    launches, primary)
+                    launches, primary, rates)
 
 
 def _launches(opts: CampaignOptions, bench, n_modes: int, order: str, errors: list) -> int:
@@ -129,8 +143,9 @@ def campaign_summary(plan: JobPlan) -> str:
     """What the job runs, launch by launch, for dry-run (after the summary of its first mode)."""
     cp = plan.campaign
     c = cp.campaign
-    lines = [f"campaign: modes {', '.join(c.modes)}; {c.repeats} repeat(s) x concurrency "
-             f"{', '.join(map(str, c.concurrencies))}; order {c.order}; burn-in "
+    loads = ([f"concurrency {', '.join(map(str, c.concurrencies))}"] if c.concurrencies else []) + \
+        ([f"request rate {', '.join(p.load for p in _rate_passes(c))} (open loop, Poisson arrivals)"] if c.rates else [])
+    lines = [f"campaign: modes {', '.join(c.modes)}; {c.repeats} repeat(s) x {' and '.join(loads)}; order {c.order}; burn-in "
              f"{'on' if c.burn_in else 'off'}; {len(c.launches)} server launch(es), "
              f"{len(c.passes)} timed pass(es) in one allocation"]
     for launch in cp.launches:
@@ -144,6 +159,16 @@ def campaign_summary(plan: JobPlan) -> str:
         for r, rc in roles:           # each role's command, its environment first
             lines.append(f"  {r} role of {mode}: " + " ".join(str(w) for w in rc.env + _words(rc)))
     return "\n".join(lines) + "\n"
+
+
+def _rate_passes(c: Campaign) -> list:
+    """One pass per offered rate (for saying the rates as users read them)."""
+    out, seen = [], set()
+    for p in c.passes:
+        if p.rate is not None and p.rate not in seen:
+            seen.add(p.rate)
+            out.append(p)
+    return out
 
 
 def _words(cmd) -> tuple:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from typing import Sequence
 
-from ..model.campaign import Campaign
+from ..model.campaign import Campaign, rate_text
 from ..model.duration import Estimate
 from ..model.experiment import PD_KINDS, Experiment, kind_of
 from ..model.rundir import RELATIVE, Layout, job_formats, launch_dirname
@@ -185,7 +185,7 @@ class JobPlan:
     def client_of(self, step: "PassStep") -> Command:
         """The client command of one pass with the pass's values in place (what dry-run shows)."""
         values = {"${PASS_PROMPTS}": str(step.prompts), "${PASS_C}": str(step.concurrency),
-                  "${PASS_BENCH}": step.bench}
+                  "${PASS_BENCH}": step.bench, "${PASS_RATE}": step.rate}
 
         def resolve(w):
             if not isinstance(w, Var):
@@ -208,12 +208,14 @@ class PassStep:
     key: str
     bench: str
     client_log: str
+    rate: str = "inf"                      # --request-rate: "inf" (closed loop) or requests per second
 
     @property
     def spec(self) -> str:
-        """CONCURRENCY:REPEAT:PROMPTS:KEY:BENCH:CLIENT_LOG, as LAUNCH_PASSES lists it."""
+        """CONCURRENCY:REPEAT:PROMPTS:KEY:BENCH:CLIENT_LOG[:RATE], as LAUNCH_PASSES lists it (no
+        RATE: closed loop, --request-rate inf)."""
         return ":".join(str(x) for x in (self.concurrency, self.repeat, self.prompts, self.key,
-                                         self.bench, self.client_log))
+                                         self.bench, self.client_log) + ((self.rate,) if self.rate != "inf" else ()))
 
 
 @dataclass(frozen=True)
@@ -318,7 +320,8 @@ def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign, run_dir: str
     steps = []
     for launch in campaign.launches:
         passes = tuple(PassStep(p.concurrency, p.repeat, p.prompts, p.key, str(RELATIVE.bench(p.key)),
-                                str(RELATIVE.client_log(p.key))) for p in launch.passes)
+                                str(RELATIVE.client_log(p.key)), rate_text(p.rate) if p.rate else "inf")
+                       for p in launch.passes)
         steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
                                 launch_dirname(launch), passes))
     roles = tuple(tuple((r.name, role_command(e, r.name)) for r in e.mode.roles) for e in exps)
@@ -600,7 +603,7 @@ def _client(exp: Experiment) -> Command:
         tuple(b.dataset_args),
         ("--num-prompts", Var("${PASS_PROMPTS}")),
         ("--max-concurrency", Var("${PASS_C}")),
-        ("--request-rate", "inf"),
+        ("--request-rate", Var("${PASS_RATE}")),
         ("--seed", str(b.seed)),
         ("--warmup-requests", str(b.warmup_requests)),
         ("--output-file", Var("${RUN_DIR}/${PASS_BENCH}")),

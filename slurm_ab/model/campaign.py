@@ -23,13 +23,16 @@ MAX_LAUNCHES = 50
 
 @dataclass(frozen=True)
 class Pass:
-    """One timed benchmark: `prompts` requests at `concurrency` through the router."""
+    """One timed benchmark: `prompts` requests through the router, at most `concurrency` in flight
+    (closed loop), or sent at `rate` requests per second (open loop: Poisson arrivals, bench_serving's
+    --request-rate; its concurrency is its prompts, a cap that never binds)."""
 
     launch: int            # 1-based index of the server launch it runs in
     mode: str
     concurrency: int
     repeat: int            # 1..repeats; 0 = the discarded burn-in pass of its launch
     prompts: int
+    rate: float | None = None   # requests per second offered (None: closed loop, --request-rate inf)
 
     @property
     def burn_in(self) -> bool:
@@ -37,17 +40,30 @@ class Pass:
 
     @property
     def key(self) -> str:
-        """Names the pass's files and events: bench-<key>.jsonl, logs/client-<key>.log."""
-        return f"c{self.concurrency}-{'burnin' if self.burn_in else f'r{self.repeat}'}"
+        """Names the pass's files and events: bench-<key>.jsonl, logs/client-<key>.log
+        (c<C>-r<k>; an open-loop pass q<RATE>-r<k>)."""
+        load = f"c{self.concurrency}" if self.rate is None else f"q{rate_text(self.rate)}"
+        return f"{load}-{'burnin' if self.burn_in else f'r{self.repeat}'}"
+
+    @property
+    def load(self) -> str:
+        """How users read its load: "C=8" or "4 req/s"."""
+        return f"C={self.concurrency}" if self.rate is None else f"{rate_text(self.rate)} req/s"
 
     @property
     def spec(self) -> str:
-        """How the job script lists it: CONCURRENCY:REPEAT:PROMPTS."""
-        return f"{self.concurrency}:{self.repeat}:{self.prompts}"
+        """How the job script lists it: CONCURRENCY:REPEAT:PROMPTS[:RATE]."""
+        return f"{self.concurrency}:{self.repeat}:{self.prompts}" + (f":{rate_text(self.rate)}" if self.rate else "")
 
     def to_dict(self) -> dict:
         return {"launch": self.launch, "mode": self.mode, "concurrency": self.concurrency,
-                "repeat": self.repeat, "prompts": self.prompts, "key": self.key}
+                "repeat": self.repeat, "prompts": self.prompts, "key": self.key,
+                **({"rate": self.rate} if self.rate is not None else {})}
+
+
+def rate_text(rate: float) -> str:
+    """A rate as file names and the job script write it: 4, 2.5, 0.25 (no exponent, no sign)."""
+    return f"{rate:.6f}".rstrip("0").rstrip(".")
 
 
 @dataclass(frozen=True)
@@ -65,7 +81,8 @@ class Launch:
     def from_dict(cls, d: dict) -> "Launch":
         return cls(int(d["index"]), str(d["mode"]), tuple(
             Pass(int(p["launch"]), str(p["mode"]), int(p["concurrency"]), int(p["repeat"]),
-                 int(p["prompts"])) for p in d.get("passes", ())))
+                 int(p["prompts"]), float(p["rate"]) if p.get("rate") is not None else None)
+            for p in d.get("passes", ())))
 
 
 @dataclass(frozen=True)
@@ -78,6 +95,7 @@ class Campaign:
     launches: tuple[Launch, ...] = field(default=())
     launches_per_mode: int = 1
     primary_metric: str = "output_tps"      # benchmark.primary_metric: the headline verdict
+    rates: tuple[float, ...] = ()           # open-loop passes' request rates (--request-rate)
 
     @property
     def passes(self) -> tuple[Pass, ...]:
@@ -106,7 +124,8 @@ class Campaign:
         return {"modes": list(self.modes), "repeats": self.repeats,
                 "concurrencies": list(self.concurrencies), "order": self.order,
                 "burn_in": self.burn_in, "launches_per_mode": self.launches_per_mode,
-                "primary_metric": self.primary_metric, "launches": [x.to_dict() for x in self.launches]}
+                "primary_metric": self.primary_metric, "launches": [x.to_dict() for x in self.launches],
+                **({"rates": list(self.rates)} if self.rates else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Campaign":
@@ -114,7 +133,8 @@ class Campaign:
         per_mode = max((sum(1 for x in launches if x.mode == m) for m in d["modes"]), default=1)
         return cls(tuple(d["modes"]), int(d["repeats"]), tuple(int(c) for c in d["concurrencies"]),
                    str(d["order"]), bool(d.get("burn_in", False)), launches,
-                   int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")))
+                   int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")),
+                   tuple(float(r) for r in d.get("rates", ())))
 
 
 def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int) -> int:
@@ -138,9 +158,10 @@ def launch_order(modes: tuple[str, ...], launches: int, order: str) -> list[str]
 
 def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...], order: str,
              burn_in: bool, num_prompts: int, prompts_per_concurrency: int = 0, launches: int = 1,
-             primary_metric: str = "output_tps") -> Campaign:
+             primary_metric: str = "output_tps", rates: tuple[float, ...] = ()) -> Campaign:
     """The launches and passes of a campaign (arguments already validated): `launches` server
-    launches per mode, `repeats` timed passes per concurrency in each."""
+    launches per mode, `repeats` timed passes per concurrency in each, then per request rate (open
+    loop: num_prompts each, sent at that rate; the prompts are their cap on concurrency)."""
     out: list[Launch] = []
     seen: dict[str, int] = {}
     for mode in launch_order(tuple(modes), launches, order):
@@ -148,15 +169,40 @@ def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...
         j = seen.get(mode, 0)
         seen[mode] = j + 1
         passes = []
-        if burn_in:
+        if burn_in and concurrencies:
             c0 = concurrencies[0]
             passes.append(Pass(index, mode, c0, 0, prompts_for(c0, num_prompts, prompts_per_concurrency)))
+        elif burn_in and rates:
+            passes.append(Pass(index, mode, num_prompts, 0, num_prompts, rates[0]))
         for c in concurrencies:
             for r in range(j * repeats + 1, (j + 1) * repeats + 1):
                 passes.append(Pass(index, mode, c, r, prompts_for(c, num_prompts, prompts_per_concurrency)))
+        for q in rates:
+            for r in range(j * repeats + 1, (j + 1) * repeats + 1):
+                passes.append(Pass(index, mode, num_prompts, r, num_prompts, q))
         out.append(Launch(index, mode, tuple(passes)))
     return Campaign(tuple(modes), repeats, tuple(concurrencies), order, burn_in, tuple(out), launches,
-                    primary_metric)
+                    primary_metric, tuple(rates))
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """'1,2.5,4' -> (1.0, 2.5, 4.0) requests per second; raises ValueError naming the bad item."""
+    out: list[float] = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            q = float(item)
+        except ValueError:
+            raise ValueError(f"{item!r} is not a request rate (requests per second > 0)") from None
+        if not (q > 0 and q < float("inf")) or q < 1e-3:
+            raise ValueError(f"{item!r} is not a request rate (requests per second, 0.001 or more)")
+        if q not in out:
+            out.append(q)
+    if not out:
+        raise ValueError("no request rate given")
+    return tuple(out)
 
 
 def parse_concurrencies(text: str) -> tuple[int, ...]:

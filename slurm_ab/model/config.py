@@ -42,7 +42,7 @@ MODE_SETTINGS_JOB_WIDE = ("container.name", "container.scope", "container.remove
                           "paths.results", "benchmark.repeats", "benchmark.launches",
                           "benchmark.compare_repeats", "benchmark.compare_launches", "benchmark.order",
                           "benchmark.burn_in", "benchmark.primary_metric", "benchmark.concurrency",
-                          "benchmark.prompts_per_concurrency", "benchmark.request_rate")
+                          "benchmark.prompts_per_concurrency", "benchmark.request_rates")
 # A PD mode's roles ([modes.<M>.roles.prefill|decode]) and its router's per-role policies.
 ROLE_NAMES = PD_KINDS
 ROLE_KEYS = {"instances": int, "nodes": int, "tp": int, "pp": int, "ep": int, "args": dict, "env": dict}

@@ -36,6 +36,12 @@ class Figure:
     source: str                  # "site default" or what measured it
 
 
+# An open-loop pass ends its last request's time after its last arrival; the job's limit for it
+# (pass_limit) allows this many requests' time for that drain (a saturated pass drains longer: the
+# watchdog's factor covers it).
+OPEN_LOOP_DRAIN = 4
+
+
 def rounds(prompts: int, concurrency: int) -> int:
     return max(1, math.ceil(prompts / max(1, concurrency)))
 
@@ -65,12 +71,14 @@ def format_time(seconds: float) -> str:
     return f"{d}-{text}" if d else text
 
 
-Schedule = list  # [(mode, [(prompts, concurrency), ...]) per server launch], burn-ins included
+Schedule = list  # [(mode, [(prompts, concurrency[, rate]), ...]) per server launch], burn-ins included
 
 
 def campaign_schedule(campaign) -> Schedule:
-    """A campaign's (model.campaign.Campaign) launches as the time model reads them."""
-    return [(launch.mode, [(p.prompts, p.concurrency) for p in launch.passes]) for launch in campaign.launches]
+    """A campaign's (model.campaign.Campaign) launches as the time model reads them (an open-loop
+    pass with its rate)."""
+    return [(launch.mode, [(p.prompts, p.concurrency) if p.rate is None else (p.prompts, p.concurrency, p.rate)
+                           for p in launch.passes]) for launch in campaign.launches]
 
 
 def _schedule(plan) -> Schedule:
@@ -173,10 +181,13 @@ class TimeModel:
     def request(self) -> dict:
         return dict(self.requests)
 
-    def pass_seconds(self, mode: str, prompts: int, concurrency: int) -> float:
-        """Expected duration of one pass (client start-up included)."""
+    def pass_seconds(self, mode: str, prompts: int, concurrency: int, rate: float | None = None) -> float:
+        """Expected duration of one pass (client start-up included); an open-loop pass: its arrivals'
+        span (prompts / rate) and OPEN_LOOP_DRAIN requests' time for the last ones to finish."""
         if self.pass_s is not None:
             return self.pass_s.seconds
+        if rate:
+            return prompts / rate + OPEN_LOOP_DRAIN * self.request[mode].seconds + self.pass_overhead_s
         return rounds(prompts, concurrency) * self.request[mode].seconds + self.pass_overhead_s
 
     @property
@@ -186,7 +197,7 @@ class TimeModel:
     def estimate(self, sched: Schedule) -> "Estimate":
         """The job's expected duration and the --time it needs, for [(mode, [(prompts, C), ...])
         per server launch]."""
-        base = self.job_overhead_s + sum(self.launch_s + sum(self.pass_seconds(m, p, c) for p, c in passes)
+        base = self.job_overhead_s + sum(self.launch_s + sum(self.pass_seconds(m, *x) for x in passes)
                                          for m, passes in sched)
         total = base * (1 + self.margin)
         limit = int(math.ceil(total)) + self.signal_before_limit_s + SLURM_EARLY_SIGNAL_S
@@ -231,8 +242,8 @@ class Estimate:
     def pass_overhead_s(self) -> float:
         return self.model.pass_overhead_s
 
-    def pass_seconds(self, mode: str, prompts: int, concurrency: int) -> float:
-        return self.model.pass_seconds(mode, prompts, concurrency)
+    def pass_seconds(self, mode: str, prompts: int, concurrency: int, rate: float | None = None) -> float:
+        return self.model.pass_seconds(mode, prompts, concurrency, rate)
 
 
 def time_model(exp: Experiment, modes, history: History = History(), load: Figure | None = None,

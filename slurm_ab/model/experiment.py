@@ -128,6 +128,8 @@ class Benchmark:
     client: str = "sglang_0_5_23"  # a key of [client_profiles]
     slo: Pairs = ()                # goodput SLOs: (("ttft_ms", 500.0), ("tpot_ms", 0.0), ...); 0 = not set
     steady_concurrency_ratio: float = 0.5   # the steady state's minimum concurrency / peak
+    request_rates: str = ""        # open-loop passes' rates, "2,4,8" (campaign_plan.resolve_options)
+    saturation_growth: float = 0.1  # backlog growth / arrival rate above which a pass is saturated
 
     @property
     def slo_ms(self) -> Pairs:

@@ -504,6 +504,15 @@ def open_run(run_dir: str | Path) -> RunDir:
     return RunDir(OldRunLayout(run_dir), replace(m, campaign=one))
 
 
+def _rate(text) -> float | None:
+    """A recorded pass's request rate: None for a closed-loop pass ("inf", absent)."""
+    try:
+        q = float(text)
+    except (TypeError, ValueError):
+        return None
+    return q if 0 < q < float("inf") else None
+
+
 def _recorded_campaign(lay: Layout) -> Campaign | None:
     """The launches and passes a job recorded in its events: its schedule (launch_plan lines,
     passes=C:REPEAT:PROMPTS,...), else the launches it started (launch_start) with the passes
@@ -514,12 +523,14 @@ def _recorded_campaign(lay: Layout) -> Campaign | None:
         index, mode = e.get_int("launch"), e.fields.get("mode")
         if index is None or not mode:
             continue
-        if "passes" in e.fields:
-            specs = [x.split(":") for x in e.fields["passes"].split(",") if x.count(":") == 2]
+        if "passes" in e.fields:      # C:REPEAT:PROMPTS[:RATE]
+            specs = [x.split(":") for x in e.fields["passes"].split(",") if x.count(":") in (2, 3)]
         else:
-            specs = [(b.fields.get("concurrency"), b.fields.get("repeat"), b.fields.get("prompts"))
+            specs = [(b.fields.get("concurrency"), b.fields.get("repeat"), b.fields.get("prompts"),
+                      b.fields.get("rate", "inf"))
                      for b in read_events(lay.launch(Launch(index, mode, ())).events).named("bench_start")]
-        launches.append(Launch(index, mode, tuple(Pass(index, mode, *(_count(x) for x in spec))
+        launches.append(Launch(index, mode, tuple(Pass(index, mode, *(_count(x) for x in spec[:3]),
+                                                       _rate(spec[3] if len(spec) > 3 else None))
                                                   for spec in specs)))
     if not launches:
         return None

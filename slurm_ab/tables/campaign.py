@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 
 from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
 from ..collect.records import CampaignSummary, PassSummary
-from ..collect.rows import Comparison, aggregates, comparisons, ok_rows, pass_rows, rows_of
+from ..collect.rows import load_label, Comparison, aggregates, comparisons, ok_rows, pass_rows, rows_of
 from .table import DASH, Table, notes
 
 # Display of each metric: number format (the seed's: 2 decimals; rates 3).
@@ -51,7 +51,7 @@ def aggregate_table(rows: Sequence[Mapping]) -> str:
     headers = ["Mode", "C", "n ok/total"] + [METRIC_BY_NAME[m].label for m in TABLE_METRICS]
     body = []
     for rec in aggregates(rows):
-        line = [rec.mode, str(rec.concurrency), f"{rec.passes_ok}/{rec.passes}"]
+        line = [rec.mode, _load(rec), f"{rec.passes_ok}/{rec.passes}"]
         line += [value_pm(rec.metrics[m], m) for m in TABLE_METRICS]
         body.append(line)
     return _tab(body, headers, ("left", "right", "right") + ("right",) * len(TABLE_METRICS))
@@ -67,8 +67,8 @@ def passes_table(rows: Sequence[Mapping]) -> str:
         verdict = r.get("verdict") or DASH
         if r.get("reason"):
             verdict += f": {r['reason']}"
-        body.append([r["mode"], str(r["concurrency"]), str(r["repeat"]), str(r.get("launch", DASH))]
-                    + numbers + [verdict])
+        body.append([r["mode"], str(r["concurrency"]) if r.get("rate") is None else load_label(None, r["rate"]),
+                     str(r["repeat"]), str(r.get("launch", DASH))] + numbers + [verdict])
     return _tab(body, headers, ("left", "right", "right", "right") + ("right",) * len(TABLE_METRICS)
                 + ("left",))
 
@@ -78,7 +78,7 @@ def curve_table(rows: Sequence[Mapping]) -> str:
     headers = ["Mode", "C", "n"] + [METRIC_BY_NAME[m].label for m in CURVE_METRICS]
     body = []
     for rec in aggregates(rows):
-        line = [rec.mode, str(rec.concurrency), str(rec.passes_ok)]
+        line = [rec.mode, _load(rec), str(rec.passes_ok)]
         line += [value_pm(rec.metrics[m], m) for m in CURVE_METRICS]
         body.append(line)
     return _tab(body, headers, ("left", "right", "right") + ("right",) * len(CURVE_METRICS))
@@ -185,19 +185,32 @@ def campaign_md(cs: CampaignSummary, passes: bool = False) -> str:
         why = f" ({la.failure.get('kind')})" if la.failure else ""
         out.append(f"- launch {la.launch} {la.mode}: {la.status}{why} -- " + ", ".join(la.passes))
     out += ["", "## Passes" if passes else "## Aggregates (mean ± 95% half-width over ok passes)", ""]
+    # (open-loop passes' load: tables.load's section below the comparisons)
     out.append((passes_table(rows) if passes else aggregate_table(rows)).rstrip("\n"))
     for cmp in comparisons(cs, rows):
         out += ["", comparison_section(cs, cmp, rows).rstrip("\n")]
-    if len(c.concurrencies) > 1:
+    if len(c.concurrencies) > 1 or len(c.rates) > 1:
         out += ["", "## Throughput-latency curve", "", curve_table(rows).rstrip("\n")]
+    from .load import load_md
+    text = load_md(cs.passes)
+    if text:
+        out += ["", text.rstrip("\n")]
     return "\n".join(out) + "\n"
 
 
+def _load(rec) -> str:
+    """An aggregate's load: its concurrency, or an open-loop rate with its saturated passes."""
+    if rec.rate is None:
+        return str(rec.concurrency)
+    return rec.load + (f" (saturated {rec.saturated}/{rec.passes_ok})" if rec.saturated else "")
+
+
 def comparison_section(cs: CampaignSummary, cmp: Comparison, rows: Sequence[Mapping]) -> str:
-    """One comparison of a job (B against A at one concurrency) under its heading."""
+    """One comparison of a job (B against A at one load) under its heading."""
     c = cmp.concurrency
-    return (f"## {cmp.b} vs {cmp.a} at concurrency {c}\n\n"
-            + comparison_table(cmp.a, cmp.b, rows_of(rows, cmp.a, c), rows_of(rows, cmp.b, c),
+    at = f"concurrency {c}" if cmp.rate is None else cmp.load
+    return (f"## {cmp.b} vs {cmp.a} at {at}\n\n"
+            + comparison_table(cmp.a, cmp.b, rows_of(rows, cmp.a, c, cmp.rate), rows_of(rows, cmp.b, c, cmp.rate),
                                cs.campaign.variance, cs.campaign.primary_metric))
 
 

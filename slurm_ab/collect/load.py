@@ -1,0 +1,128 @@
+"""Open-loop passes (issue 33 item 2): the arrival rate the servers saw against the one offered,
+and whether they kept up.
+
+bench_serving 0.5.23 sends an open-loop pass's requests at Poisson times (``--request-rate``) and
+writes no start times in its details, and its "Request throughput" divides by a duration that
+includes the drain after the last arrival (it reads low for a pass that did keep up). So the
+arrivals are read where they happened: each answering server's uvicorn access line of the
+request ('[stamp] INFO: ... "POST /generate HTTP/1.1" 200', logged when the response starts,
+before the first token; node rank 0 of every server, a PD launch's decodes), inside the pass's
+window. Achieved arrival rate = (n - 1) / (last - first); it is below the offered one beyond a
+Poisson sample's noise when it is less than offered x (1 - 3 / sqrt(n - 1)) (the client could not
+send as fast: a CPU-bound client, a cap on concurrency).
+
+Saturation: the i-th arrival is the client's i-th request (the router forwards at once, so the
+order of arrivals is the order of sending within milliseconds), which completes at its arrival +
+its E2E from the details. The requests in flight at each arrival are the arrivals so far less the
+completions so far; a server that keeps up holds them level (Little: rate x latency), one that does
+not lets them grow at (arrival rate - service rate). A pass is saturated when, over the second half
+of its arrivals, they grew at more than benchmark.saturation_growth of the arrival rate, and the
+requests that arrived then outnumber those completed then by more than twice the noise of two
+Poisson counts (2 sqrt(arrived + completed + 1)). A short pass shows only a gross overload: at 40
+prompts, twice the capacity; more prompts, finer. Pure: reads the logs it is given, line by line.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..parse.server_log import GENERATE_PATHS
+from ..parse.text import in_window, line_stamp
+
+_POSTS = tuple(f'"POST {p} '.encode() for p in GENERATE_PATHS)
+
+
+@dataclass(frozen=True)
+class LoadCheck:
+    """An open-loop pass's load: offered vs achieved arrival rate, and whether the servers kept up."""
+
+    offered_rps: float
+    arrivals: int = 0                   # requests the servers saw arrive in the pass's window
+    achieved_rps: float | None = None   # (arrivals - 1) / their span
+    span_s: float | None = None         # first to last arrival
+    served_rps: float | None = None     # completions per second over the second half of the arrivals
+    backlog_mid: int | None = None      # requests in flight at the middle arrival
+    backlog_end: int | None = None      # ... and at the last
+    growth: float | None = None         # their growth per second / the achieved arrival rate
+    saturated: bool = False
+    under_offered: bool = False         # arrivals slower than offered beyond a Poisson sample's noise
+    notes: tuple[str, ...] = ()
+
+    @property
+    def evidence(self) -> str:
+        """One line: the rates and the backlog (summary.md, the pass's note)."""
+        def f(x, spec=".2f"):
+            return "-" if x is None else format(x, spec)
+        text = (f"offered {f(self.offered_rps, 'g')} req/s, achieved {f(self.achieved_rps)} req/s "
+                f"({self.arrivals} arrivals over {f(self.span_s, '.1f')} s)")
+        if self.backlog_end is not None:
+            text += (f"; served {f(self.served_rps)} req/s over the second half, in flight {self.backlog_mid} -> "
+                     f"{self.backlog_end} (growth {f(self.growth, '.0%')} of the arrival rate)")
+        return text
+
+
+def arrival_times(logs: Iterable[Path], window: tuple[datetime | None, datetime | None]) -> list[float]:
+    """Epoch-free seconds (POSIX of the naive local stamps) of every generation POST in the window,
+    over the given head logs, sorted."""
+    start, end = window
+    out: list[float] = []
+    for path in logs:
+        try:
+            f = open(path, "rb")
+        except OSError:
+            continue
+        with f:
+            for raw in f:
+                if b'"POST ' not in raw or not any(p in raw for p in _POSTS):
+                    continue
+                ts, ms = line_stamp(raw.decode(errors="replace"))
+                if ts is not None and in_window(ts, start, end, whole_seconds=not ms):
+                    out.append(ts.timestamp())
+    return sorted(out)
+
+
+def check_load(offered: float, arrivals: Sequence[float], e2e: Sequence[float | None],
+               growth_limit: float) -> LoadCheck:
+    """arrivals: sorted seconds; e2e: each request's end-to-end seconds in the client's order (None:
+    failed). The checks above."""
+    n = len(arrivals)
+    if n < 2:
+        return LoadCheck(offered, n, notes=(f"{n} arrival(s) in the servers' access logs: no achieved rate",))
+    span = arrivals[-1] - arrivals[0]
+    achieved = (n - 1) / span if span > 0 else None
+    notes = []
+    under = achieved is not None and achieved < offered * (1 - 3 / math.sqrt(n - 1))
+    if under:
+        notes.append(f"the servers saw {achieved:.2f} req/s arrive, below the offered {offered:g} beyond a "
+                     f"Poisson sample's noise (3 / sqrt({n - 1})): the client did not send at the offered rate")
+    if len(e2e) != n:
+        notes.append(f"{n} arrivals in the access logs, {len(e2e)} requests in the client's details: arrivals "
+                     "and requests cannot be paired, so the backlog is not known")
+        return LoadCheck(offered, n, achieved, span, under_offered=under, notes=tuple(notes))
+    done = sorted(a + (d if d is not None else 0.0) for a, d in zip(arrivals, e2e))
+    mid = n // 2
+    t_mid, t_end = arrivals[mid], arrivals[-1]
+
+    def in_flight(i: int, t: float) -> int:
+        return (i + 1) - _count_le(done, t)
+    b_mid, b_end = in_flight(mid, t_mid), in_flight(n - 1, t_end)
+    half = t_end - t_mid
+    served = (_count_le(done, t_end) - _count_le(done, t_mid)) / half if half > 0 else None
+    growth = (b_end - b_mid) / half / achieved if half > 0 and achieved else None
+    # the second half's arrivals against its completions: a server that keeps up completes about as
+    # many (Poisson counts: their difference within 2 sqrt(arrived + completed))
+    arrived, completed = (n - 1) - mid, _count_le(done, t_end) - _count_le(done, t_mid)
+    saturated = (growth is not None and growth > growth_limit
+                 and arrived - completed > 2 * math.sqrt(arrived + completed + 1))
+    return LoadCheck(offered, n, achieved, span, served, b_mid, b_end, growth, saturated, under, tuple(notes))
+
+
+def _count_le(sorted_values: Sequence[float], t: float) -> int:
+    import bisect
+    return bisect.bisect_right(sorted_values, t)
+
+
+__all__ = ["LoadCheck", "arrival_times", "check_load"]

@@ -1,0 +1,107 @@
+"""Open-loop passes (issue 33 item 2): request rates as pass parameters, the rate the servers saw
+against the offered one, saturation from the backlog's growth (collect.load)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from slurm_ab.collect.load import arrival_times, check_load
+from slurm_ab.job.campaign_plan import CampaignOptions, plan_job
+from slurm_ab.model.campaign import Pass, parse_rates
+from slurm_ab.model.errors import ConfigErrors
+from slurm_ab.model.sources import Sources
+
+SETS = ("paths.results=/r",)
+
+
+def _poisson(rate: float, n: int, seed: int = 1) -> list[float]:
+    rnd, t, out = random.Random(seed), 1000.0, []
+    for _ in range(n):
+        out.append(t)
+        t += rnd.expovariate(rate)
+    return out
+
+
+def _served(arrivals, service_s: float, servers: int) -> list[float]:
+    """E2E of each request through `servers` FIFO servers of a fixed service time."""
+    free = [arrivals[0]] * servers
+    out = []
+    for a in arrivals:
+        i = min(range(servers), key=lambda k: free[k])
+        start = max(a, free[i])
+        free[i] = start + service_s
+        out.append(free[i] - a)
+    return out
+
+
+def test_rate_passes_are_planned_beside_or_instead_of_concurrency():
+    plan = plan_job(Sources("example", (), SETS), ["tp32"], "R", CampaignOptions(rates="2,4.5"))
+    (launch,) = plan.campaign.launches
+    assert [p.key for p in launch.passes] == ["q2-r1", "q4.5-r1"]
+    assert launch.passes[1].spec.endswith(":bench-q4.5-r1.jsonl:logs/client-q4.5-r1.log:4.5")
+    both = plan_job(Sources("example", (), SETS), ["tp32"], "R", CampaignOptions(rates="2", concurrencies="8"))
+    assert [p.key for p in both.campaign.launches[0].passes] == ["c8-r1", "q2-r1"]
+    assert Pass(1, "m", 40, 1, 40, 0.25).load == "0.25 req/s" and Pass(1, "m", 8, 1, 40).load == "C=8"
+    step = plan.campaign.launches[0].passes[0]
+    assert "--request-rate 2" in " ".join(str(w) for line in plan.client_of(step).lines for w in line)
+    # the time model prices an open-loop pass by its arrivals' span
+    est = plan.duration
+    assert est.pass_seconds("tp32", 40, 40, 2.0) == pytest.approx(20 + 4 * 60 + 30)
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "x", "inf", ""])
+def test_bad_rates_are_named(text):
+    with pytest.raises(ValueError):
+        parse_rates(text)
+    if text:
+        with pytest.raises(ConfigErrors) as e:
+            plan_job(Sources("example", (), SETS), ["tp32"], "R", CampaignOptions(rates=text))
+        assert e.value.errors[0].key == "--request-rate"
+
+
+def test_a_server_that_keeps_up_is_not_saturated():
+    arr = _poisson(4.0, 200)
+    ld = check_load(4.0, arr, _served(arr, 1.0, 8), 0.1)     # capacity 8 req/s at 4 offered
+    assert not ld.saturated and not ld.under_offered
+    assert ld.achieved_rps == pytest.approx(4.0, rel=0.15) and abs(ld.growth) < 0.1
+
+
+def test_a_server_that_cannot_keep_up_is_saturated_with_the_evidence():
+    arr = _poisson(16.0, 120)
+    ld = check_load(16.0, arr, _served(arr, 1.0, 8), 0.1)    # capacity 8 req/s at 16 offered
+    assert ld.saturated and ld.growth == pytest.approx(0.5, abs=0.2)
+    assert ld.served_rps == pytest.approx(8, rel=0.25)
+    assert ld.backlog_end > ld.backlog_mid + 10
+    assert "offered 16 req/s, achieved" in ld.evidence and "in flight" in ld.evidence
+
+
+def test_false_alarms_are_rare_and_gross_overload_is_found_in_short_passes():
+    """200 seeded passes each: no server that keeps up (up to 7/8 of its capacity) is called
+    saturated; 40 prompts at 2.5 x capacity mostly are, 100 at 2 x nearly always."""
+    def share(rate, n):
+        return sum(check_load(rate, a := _poisson(rate, n, s), _served(a, 1.0, 8), 0.1).saturated
+                   for s in range(200)) / 200
+    assert share(4, 40) == 0 and share(7, 40) == 0 and share(7, 100) == 0
+    assert share(20, 40) > 0.6 and share(16, 100) > 0.85
+
+
+def test_a_client_that_could_not_send_fast_enough_is_said():
+    arr = _poisson(2.0, 60)
+    ld = check_load(8.0, arr, _served(arr, 0.5, 8), 0.1)
+    assert ld.under_offered and "did not send at the offered rate" in ld.notes[0]
+    unpaired = check_load(2.0, arr, [1.0] * 10, 0.1)
+    assert unpaired.backlog_end is None and "cannot be paired" in unpaired.notes[-1]
+
+
+def test_arrivals_are_read_from_the_access_lines_in_the_window(tmp_path):
+    from datetime import datetime
+    log = tmp_path / "server-r0-n0.log"
+    log.write_text(
+        '[2026-12-03 12:00:00.100] INFO:     10.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK\n'    # warm-up
+        '[2026-12-03 12:00:01.250] INFO:     10.0.0.1:2 - "POST /generate HTTP/1.1" 200 OK\n'
+        '[2026-12-03 12:00:01.500] Prefill batch, #new-seq: 1, #new-token: 10\n'
+        '[2026-12-03 12:00:01.750] INFO:     10.0.0.1:3 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+        '[2026-12-03 12:00:02.000] INFO:     10.0.0.1:4 - "GET /metrics HTTP/1.1" 200 OK\n')
+    got = arrival_times([log], (datetime(2026, 12, 3, 12, 0, 1), datetime(2026, 12, 3, 12, 0, 5)))
+    assert [round(t - got[0], 3) for t in got] == [0.0, 0.5]
