@@ -217,10 +217,34 @@ run_launch() {
   for spec in "${specs[@]}"; do
     IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG PASS_RATE <<<"$spec"
     PASS_RATE=${PASS_RATE:-inf}
+    if [[ $PASS_RATE == search ]]; then capacity_rate || break; fi
     run_pass
   done
   log "launch $LAUNCH ($MODE) done: tearing down"
   exit 0
+}
+
+# capacity_rate: a capacity search's probe PASS_KEY gets its rate from the search's program, run on
+# ROUTER_HOST by the client's Python in the launch's image (the earlier probes' files decide it);
+# recorded as "capacity_probe pass=.. rate=.." ("decision=done": the search has ended). Returns 1
+# when there is no next probe (the program said done, or failed: "decision=error", its log kept).
+capacity_rate() {
+  local out rc
+  out=$(rpath "$F_CAPACITY_LOG" "$PASS_KEY")
+  ( side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
+      "${IMAGE_EXEC[@]}" env "${COMMON_ENV[@]}" LC_ALL=C "${CAPACITY_PY[@]}" "$CAMPAIGN_DIR/$F_CAPACITY_PROGRAM" \
+      "$CAMPAIGN_DIR/$F_CAPACITY_SPEC" "$RUN_DIR" "$PASS_KEY" ) >"$out.rate" 2>"$out"
+  rc=$?
+  PASS_RATE=$(tail -n 1 "$out.rate" 2>/dev/null)
+  cat -- "$out.rate" >>"$out" 2>/dev/null
+  rm -f -- "$out.rate"
+  if (( rc != 0 )) || ! [[ $PASS_RATE =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+    event capacity_probe "pass=$PASS_KEY" "decision=${PASS_RATE:-error}" "rc=$rc"
+    [[ $PASS_RATE == "done" ]] || log "capacity search: no rate for $PASS_KEY (status $rc; see $out)" >&2
+    return 1
+  fi
+  event capacity_probe "pass=$PASS_KEY" "rate=$PASS_RATE"
+  log "capacity search: $PASS_KEY at $PASS_RATE req/s"
 }
 
 # The job's schedule in its events, first thing: a launch_plan line per launch (its mode, directory
@@ -283,6 +307,7 @@ main() {
   CAMPAIGN_DIR=$RUN_DIR
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)" "cluster=${SLURM_CLUSTER_NAME:-}"
   record_schedule
+  if declare -F write_capacity_files >/dev/null; then write_capacity_files; fi
   check_secrets
   if declare -F site_prologue >/dev/null; then
     event prologue_start

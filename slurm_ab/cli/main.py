@@ -179,6 +179,86 @@ def submit(modes, run_id, wait, verbose, no_collector, no_report, repeats, concu
         click.echo(f"follow: slurm-ab watch {s.job_id}   tables: slurm-ab collect {s.job_id}")
 
 
+@main.command()
+@click.argument("modes", nargs=-1, required=True)
+@click.option("--slo", default=None, metavar="ttft:MS,tpot:MS[,e2el:MS]",
+              help="The SLOs a request must meet (as bench_serving's --goodput; default [capacity] slo_*_ms).")
+@click.option("--attainment", default=None, metavar="90%|0.9",
+              help="Share of a probe's requests that must meet every SLO (default capacity.attainment).")
+@click.option("--rates", default=None, metavar="LO:HI", help="The search's bracket in req/s (default capacity.rate_lo/hi).")
+@click.option("--probes", type=int, default=None, help="Bisection steps per mode (default capacity.probes).")
+@click.option("--prompts", type=int, default=None, help="Requests per probe (default capacity.prompts, else benchmark.num_prompts).")
+@click.option("--run-id", default=None, help="Run id (default $RUN_ID or <experiment>-<mode>-<timestamp>).")
+@click.option("--dry-run", "dry", is_flag=True, help="Print the job script and its summary; submit nothing.")
+@click.option("--wait", is_flag=True, help="Follow the job to its end, then collect it.")
+@click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
+@click.option("--no-report", "no_report", is_flag=True, help="Write the summary files only.")
+@_time_option
+@_config_options
+def capacity(modes, slo, attainment, rates, probes, prompts, run_id, dry, wait, no_collector, no_report, time_limit,
+             site, configs, sets):
+    """Find each MODE's capacity: the highest request rate at which --attainment of the requests meet
+    the SLOs (DistServe's goodput), by bisection over open-loop probes in one launch per mode; two
+    or more modes: their capacities compared (docs/campaigns.md "Capacity")."""
+    import json
+
+    from ..job.campaign_plan import CampaignOptions, campaign_summary, plan_job
+    from ..model.duration import fit_time_limit, partition_limit
+
+    extra = list(capacity_sets(slo, attainment, rates, probes, prompts))
+    if time_limit is not None:
+        extra.append(f"cluster.time_limit={json.dumps(time_limit)}")
+    plan = plan_job(_sources(site, configs, (*sets, *extra)), list(modes), run_id, CampaignOptions(capacity=True))
+    plan = fit_time_limit(plan, partition=partition_limit(plan.exp))
+    if dry:
+        from ..job.render import render_script, summary
+        click.echo(summary(plan) + campaign_summary(plan), err=True, nl=False)
+        click.echo(render_script(plan), nl=False)
+        return
+    from ..job.submit import submit as do_submit
+    s = do_submit(plan, collector=not no_collector)
+    click.echo(f"submitted job {s.job_id} (capacity search of {', '.join(plan.campaign.modes)}, run {plan.run_id})")
+    click.echo(f"run directory: {s.run_dir}")
+    if wait:
+        _follow_and_collect(s.job_id, s.run_dir, report=not no_report)
+
+
+def capacity_sets(slo, attainment, rates, probes, prompts):
+    """The capacity command's options as --set values of [capacity] (ConfigError naming the option)."""
+    if slo:
+        keys = {"ttft": "slo_ttft_ms", "tpot": "slo_tpot_ms", "e2el": "slo_e2e_ms", "e2e": "slo_e2e_ms"}
+        for item in slo.split(","):
+            k, _, v = item.strip().partition(":")
+            try:
+                ms = float(v)
+            except ValueError:
+                ms = -1.0
+            if k not in keys or not ms > 0:
+                raise ConfigError("--slo", slo, f"{item!r} is not METRIC:MS", "ttft:MS, tpot:MS, e2el:MS with MS > 0")
+            yield f"capacity.{keys[k]}={ms}"
+    if attainment:
+        text = attainment.strip()
+        try:
+            share = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            share = -1.0
+        if not 0 < share <= 1:
+            raise ConfigError("--attainment", attainment, "not a share of requests", "e.g. 90% or 0.9")
+        yield f"capacity.attainment={share}"
+    if rates:
+        lo, _, hi = rates.partition(":")
+        try:
+            lo_f, hi_f = float(lo), float(hi)
+        except ValueError:
+            raise ConfigError("--rates", rates, "not LO:HI", "requests per second, e.g. 0.5:8") from None
+        yield f"capacity.rate_lo={lo_f}"
+        yield f"capacity.rate_hi={hi_f}"
+    if probes is not None:
+        yield f"capacity.probes={probes}"
+    if prompts is not None:
+        yield f"capacity.prompts={prompts}"
+
+
 def _results_dir() -> Path:
     import os
 

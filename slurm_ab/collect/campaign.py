@@ -21,6 +21,7 @@ from ..model.rundir import Layout, Manifest
 from ..model.slurm import is_active
 from ..parse.events import EventLog, launch_view, read_events
 from ..parse.server_scan import Interval
+from .capacity import search_result
 from .correctness import apply, campaign_correctness
 from .job import job_info
 from .pd import role_names
@@ -67,10 +68,13 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
             passes.append(s)
             verdicts.append(f"{p.key}: {s.verdict}")
         fail = next(iter(events.failures()), None)
+        probes = [(s, lay.bench(p.key)) for p, s in zip(launch.passes, summaries) if p.probe]
+        search = search_result(launch.mode, launch.index, run.campaign.capacity, [s for s, _ in probes],
+                               [b for _, b in probes]) if run.campaign.capacity else None
         launches.append(LaunchSummary(
             launch.index, launch.mode, root.rel(lay.root),
             _status(status.get(launch.index), own.exists, events), dict(fail.fields) if fail else None,
-            tuple(verdicts), check))
+            tuple(verdicts), check, search))
     job = job_info(sacct, job_events, who.job_id)
     running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
     return CampaignSummary(who.run_id, manifest.job_id or who.job_id, run.campaign, job, running,
@@ -90,6 +94,16 @@ def _correctness(run, manifest: Manifest) -> dict:
         items.append((launch.index, launch.mode, lay, role_names(lman.config if lman else manifest.config)))
     reference = cfg.reference or run.campaign.modes[0]
     return {i: s for i, s in campaign_correctness(items, reference, cfg).items() if s.verdict != "not run"}
+
+
+def _ran_rate(view: EventLog | None) -> float | None:
+    """The request rate a pass ran at (bench_start rate=; None: closed loop, or it never started)."""
+    start = view.last.get("bench_start") if view is not None else None
+    try:
+        q = float(start.fields.get("rate", "inf")) if start is not None else float("inf")
+    except ValueError:
+        return None
+    return q if 0 < q < float("inf") else None
 
 
 def _status(end: dict | None, started: bool, events: EventLog) -> str:
@@ -131,6 +145,8 @@ def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manife
     out = []
     for p in launch.passes:
         view, rc = views[p.key]
+        if p.probe:                     # a capacity probe: the rate the job decided (its bench_start)
+            p = replace(p, rate=_ran_rate(view))
         s = collect_pass(PassInputs(
             root=run_dir, launch=lay, manifest=manifest, run_id=who.run_id, mode=p.mode,
             job_id=who.job_id, ref=PassRef(launch.index, p.key, p.mode, p.concurrency, p.repeat, p.prompts, p.rate),

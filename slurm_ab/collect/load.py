@@ -18,8 +18,9 @@ completions so far; a server that keeps up holds them level (Little: rate x late
 not lets them grow at (arrival rate - service rate). A pass is saturated when, over the second half
 of its arrivals, they grew at more than benchmark.saturation_growth of the arrival rate, and the
 requests that arrived then outnumber those completed then by more than twice the noise of two
-Poisson counts (2 sqrt(arrived + completed + 1)). A short pass shows only a gross overload: at 40
-prompts, twice the capacity; more prompts, finer. Pure: reads the logs it is given, line by line.
+Poisson counts (2 sqrt(arrived + completed + 1)). A second half shorter than a request's own time
+(the first quarter's median E2E) cannot tell: said, never marked. A short pass shows only a gross
+overload: at 40 prompts, twice the capacity; more prompts, finer. Pure: reads the logs it is given, line by line.
 """
 from __future__ import annotations
 
@@ -50,6 +51,14 @@ class LoadCheck:
     saturated: bool = False
     under_offered: bool = False         # arrivals slower than offered beyond a Poisson sample's noise
     notes: tuple[str, ...] = ()
+    told: bool = True                   # long enough to tell whether the servers kept up
+
+    @property
+    def state(self) -> str:
+        """saturated | kept up | too short to tell | unknown (no pairing), then under-offered."""
+        what = ("saturated" if self.saturated else "kept up" if self.told and self.backlog_end is not None
+                else "too short to tell" if not self.told else "unknown")
+        return what + (", under-offered" if self.under_offered else "")
 
     @property
     def evidence(self) -> str:
@@ -115,6 +124,15 @@ def check_load(offered: float, arrivals: Sequence[float], e2e: Sequence[float | 
     # the second half's arrivals against its completions: a server that keeps up completes about as
     # many (Poisson counts: their difference within 2 sqrt(arrived + completed))
     arrived, completed = (n - 1) - mid, _count_le(done, t_end) - _count_le(done, t_mid)
+    # a second half shorter than a request's own time (the first quarter's median E2E) completes
+    # nothing whatever the servers' capacity: too short to tell
+    early = sorted(d for d in e2e[: max(1, n // 4)] if d is not None)
+    l0 = early[len(early) // 2] if early else 0.0
+    if half < l0:
+        notes.append(f"the second half of the arrivals lasted {half:.1f} s, less than a request's own time "
+                     f"({l0:.1f} s, the first quarter's median E2E): too short to tell whether the servers kept up "
+                     "(more prompts per pass)")
+        return LoadCheck(offered, n, achieved, span, served, b_mid, b_end, growth, False, under, tuple(notes), False)
     saturated = (growth is not None and growth > growth_limit
                  and arrived - completed > 2 * math.sqrt(arrived + completed + 1))
     return LoadCheck(offered, n, achieved, span, served, b_mid, b_end, growth, saturated, under, tuple(notes))

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..model.campaign import Campaign
 from ..model.experiment import instance_name
+from .capacity import CapacitySummary
 from .correctness import CorrectnessSummary
 from .load import LoadCheck
 from .pd import PdSummary
@@ -226,6 +227,7 @@ class LaunchSummary:
     failure: dict | None = None         # the first 'fail' event's fields
     passes: tuple[str, ...] = ()        # "<key>: <verdict>" (burn-ins marked discarded)
     correctness: CorrectnessSummary | None = None   # its canary against the reference mode's
+    capacity: CapacitySummary | None = None         # a capacity search's probes and result
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))

@@ -76,6 +76,8 @@ def metrics_columns(summary) -> dict:
         "running_peak": g("running_peak"),
         "queued_peak": g("queued_peak"), "kv_usage_peak": g("kv_usage_peak"),
         "retracted_peak": g("retracted_peak"),
+        "prompt_tokens_window": g("prompt_tokens"), "cached_tokens_window": g("cached_tokens"),
+        "prefix_cache_hit": g("cache_hit"),
     }
 
 

@@ -40,7 +40,12 @@ from .scrapes import ScrapeRef, by_replica, load, round_order, window_scrapes
 GEN = "sglang:generation_tokens_total"
 VERIFY = "sglang:spec_verify_calls_total"
 REQUESTS = "sglang:num_requests_total"
-COUNTERS = (GEN, VERIFY, REQUESTS)
+# the prefix (radix) cache: every prompt token of a finished request, and those its cache served
+# (SGLang 0.5.23: prompt_tokens_total; cached_tokens_total{cache_source="device"|"host"|...},
+# summed; no sample before the first hit)
+PROMPT = "sglang:prompt_tokens_total"
+CACHED = "sglang:cached_tokens_total"
+COUNTERS = (GEN, VERIFY, REQUESTS, PROMPT, CACHED)
 # Per-worker request counters of the router, newest first: smg >= 1.x; sglang-router 0.3.x
 # (one increment per routed request's outcome); sglang-router <= 0.2.x.
 ROUTER_COUNTERS = ("smg_worker_requests_total", "smg_worker_cb_outcomes_total",
@@ -100,6 +105,8 @@ class ReplicaMetrics:
     nodes_scraped: tuple = ()           # node ranks with at least one usable scrape
     nodes_missing: tuple = ()           # node ranks of the replica with none
     series: tuple[GaugePoint, ...] = ()     # per round, in round order
+    prompt_tokens: float | None = None  # prompt tokens of the requests finished in the window
+    cached_tokens: float | None = None  # ... served by the prefix cache
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,9 @@ class PooledMetrics:
     in_flight_peak: float | None = None
     rounds: int = 0                     # rounds every exposed replica has (the pooled peaks' base)
     rounds_skipped: tuple = ()          # rounds some replica lacks (not summed)
+    prompt_tokens: float | None = None  # summed over replicas
+    cached_tokens: float | None = None
+    cache_hit: float | None = None      # cached / prompt tokens
 
 
 @dataclass(frozen=True)
@@ -348,7 +358,7 @@ def replica_metrics(run_dir: Path, g: int, nodes_refs: Mapping[int, Sequence[Scr
         e2e=windows.get(E2E_HISTOGRAM), in_flight_peak=f_pk, in_flight_mean=f_mean,
         running_source=source, micro_batch_peak=_peak_mean(series, "micro_batch")[0],
         kv_stage_peaks=tuple(sorted(kv_peaks.items())), nodes_scraped=tuple(scraped),
-        nodes_missing=missing, series=series), windows
+        nodes_missing=missing, series=series, prompt_tokens=deltas[PROMPT], cached_tokens=deltas[CACHED]), windows
 
 
 def choose_tpot(windows: Mapping[int, Mapping]) -> tuple[str | None, str | None]:
@@ -568,7 +578,10 @@ def _pooled(reps: Sequence[ReplicaMetrics], pooled_log) -> PooledMetrics:
         diff_pct=(accept / log - 1) * 100 if accept is not None and log else None,
         running_peak=round_peak("running"), queued_peak=round_peak("queued"),
         kv_usage_peak=peak("kv_usage_peak"), retracted_peak=peak("retracted_peak"),
-        in_flight_peak=round_peak("in_flight"), rounds=len(every), rounds_skipped=skipped)
+        in_flight_peak=round_peak("in_flight"), rounds=len(every), rounds_skipped=skipped,
+        prompt_tokens=tot("prompt_tokens"), cached_tokens=tot("cached_tokens"),
+        cache_hit=tot("cached_tokens") / tot("prompt_tokens") if tot("prompt_tokens") and tot("cached_tokens") is not None
+        else None)
 
 
 __all__ = ["ServerMetrics", "ReplicaMetrics", "PooledMetrics", "HistogramWindow", "GaugePoint",

@@ -12,8 +12,10 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..model.campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, parse_rates, schedule
+from ..model.campaign import (MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, capacity_schedule, parse_concurrencies,
+                              parse_rates, schedule)
 from ..model.errors import ConfigError, ConfigErrors
+from ..model.rundir import RELATIVE
 from ..model.experiment import Experiment
 from ..ab_stats.metrics import PRIMARY_CHOICES
 from .render import mode_lines
@@ -32,6 +34,7 @@ class CampaignOptions:
     burn_in: bool | None = None
     launches: int | None = None
     rates: str | None = None           # --request-rate "2,4,8": open-loop passes
+    capacity: bool = False             # a capacity search ([capacity]): one launch of probes per mode
 
 
 def _shape(exp: Experiment) -> tuple:
@@ -110,10 +113,37 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
         errors.append(ConfigError("modes", list(modes), "modes of different shape cannot share one "
                                   f"allocation ({groups})", "modes whose components (role instances) "
                                   "have the same nodes and options; submit the others separately"))
+    if opts.capacity:
+        spec = _capacity_spec(exps[0], errors)
+        if errors:
+            raise ConfigErrors(errors)
+        return capacity_schedule(modes, exps[0].capacity.prompts or bench.num_prompts, spec, primary)
     if errors:
         raise ConfigErrors(errors)
     return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
                     launches, primary, rates)
+
+
+def _capacity_spec(exp: Experiment, errors: list) -> dict:
+    """The capacity search's spec from [capacity] (ab_stats.capacity reads it), its values checked."""
+    c = exp.capacity
+    for k in ("slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms"):
+        v = getattr(c, k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            errors.append(ConfigError(f"capacity.{k}", v, "not a latency in ms", "a number > 0, or 0 for no SLO on it"))
+    if not c.slo_ms:
+        errors.append(ConfigError("capacity.slo_ttft_ms", c.slo_ttft_ms, "the capacity search needs an SLO",
+                                  "--slo ttft:MS,tpot:MS (or capacity.slo_ttft_ms / slo_tpot_ms / slo_e2e_ms > 0)"))
+    if not 0 < c.attainment <= 1:
+        errors.append(ConfigError("capacity.attainment", c.attainment, "not a share of requests", "(0, 1], e.g. 0.9 or --attainment 90%"))
+    if not 0 < c.rate_lo < c.rate_hi:
+        errors.append(ConfigError("capacity.rate_hi", c.rate_hi, f"the bracket needs 0 < rate_lo ({c.rate_lo:g}) < rate_hi",
+                                  "requests per second, e.g. --rates 0.5:8"))
+    if not 1 <= c.probes <= 20:
+        errors.append(ConfigError("capacity.probes", c.probes, "not a number of probes", "1..20"))
+    if c.prompts < 0:
+        errors.append(ConfigError("capacity.prompts", c.prompts, "must be >= 0", "0: benchmark.num_prompts"))
+    return {"slo_ms": c.slo_ms, "attainment": c.attainment, "lo": c.rate_lo, "hi": c.rate_hi, "probes": c.probes}
 
 
 def _launches(opts: CampaignOptions, bench, n_modes: int, order: str, errors: list) -> int:
@@ -148,10 +178,19 @@ def campaign_summary(plan: JobPlan) -> str:
     lines = [f"campaign: modes {', '.join(c.modes)}; {c.repeats} repeat(s) x {' and '.join(loads)}; order {c.order}; burn-in "
              f"{'on' if c.burn_in else 'off'}; {len(c.launches)} server launch(es), "
              f"{len(c.passes)} timed pass(es) in one allocation"]
+    if c.capacity:
+        k = c.capacity
+        slo = ", ".join(f"{m} <= {v:g} ms" for m, v in k["slo_ms"].items())
+        width = (k["hi"] - k["lo"]) / 2 ** k["probes"]
+        lines = [f"capacity search: modes {', '.join(c.modes)}, one launch each; {k['probes']} open-loop probes per "
+                 f"launch, each at the middle of the bracket [{k['lo']:g}, {k['hi']:g}] req/s the earlier probes left "
+                 f"(a probe meets the target when >= {k['attainment']:.0%} of its requests meet {slo}); the job "
+                 f"decides each rate ({RELATIVE.capacity_program} on ROUTER_HOST), the collector recomputes; result within "
+                 f"{width:.3g} req/s"]
     for launch in cp.launches:
         lines.append(f"  launch {launch.index} ({launch.mode}) -> {launch.dir}/: "
                      + ", ".join(f"{p.key} ({p.prompts} prompts)" for p in launch.passes))
-    if len(c.passes) > 1:
+    if len(c.passes) > 1 and not c.capacity:
         lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
     for i in range(1, len(c.modes)):
         lines += mode_lines(plan, i)

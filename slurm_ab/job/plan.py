@@ -5,6 +5,7 @@ and the ports derived from it) are ``Var`` words that the script expands at run 
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from dataclasses import dataclass
@@ -159,7 +160,20 @@ class JobPlan:
     def files(self) -> tuple[tuple[str, str, str], ...]:
         """The run directory's file names the job script writes, as printf formats (rundir.Layout's
         names: the script spells none itself); a PD job's pair files only with pd.sh."""
-        return job_formats(self.pd)
+        return job_formats(self.pd, self.capacity is not None)
+
+    @property
+    def capacity(self) -> "CapacityPlan | None":
+        """A capacity search's spec, program and Python (None for any other job)."""
+        c = self.campaign.campaign
+        if not c.capacity:
+            return None
+        first = self.campaign.launches[0]
+        spec = {**c.capacity, "passes": [{"key": p.key, "bench": p.bench} for p in first.passes]}
+        from ..ab_stats import capacity as search
+        program = Path(search.__file__).read_text()
+        py = client_python(("python3", "-c"), self.exp.client.command)[:-1]
+        return CapacityPlan(json.dumps(spec, sort_keys=True), program, py)
 
     @property
     def router_profile(self) -> str:
@@ -196,6 +210,17 @@ class JobPlan:
             return text if "$" not in text else Var(text)
         return Command(self.client.env, tuple(tuple(resolve(w) for w in line)
                                               for line in self.client.lines))
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """What a capacity search's job writes and runs: the spec (JSON; every launch's probes have the
+    same keys), the program (ab_stats/capacity.py verbatim, stdlib only) and the Python that runs
+    it on ROUTER_HOST (the client's)."""
+
+    spec: str
+    program: str
+    python: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -320,7 +345,8 @@ def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign, run_dir: str
     steps = []
     for launch in campaign.launches:
         passes = tuple(PassStep(p.concurrency, p.repeat, p.prompts, p.key, str(RELATIVE.bench(p.key)),
-                                str(RELATIVE.client_log(p.key)), rate_text(p.rate) if p.rate else "inf")
+                                str(RELATIVE.client_log(p.key)),
+                                "search" if p.probe else (rate_text(p.rate) if p.rate else "inf"))
                        for p in launch.passes)
         steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
                                 launch_dirname(launch), passes))

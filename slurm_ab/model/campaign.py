@@ -33,6 +33,7 @@ class Pass:
     repeat: int            # 1..repeats; 0 = the discarded burn-in pass of its launch
     prompts: int
     rate: float | None = None   # requests per second offered (None: closed loop, --request-rate inf)
+    probe: bool = False         # a capacity search's probe: its rate is decided in the job
 
     @property
     def burn_in(self) -> bool:
@@ -42,23 +43,28 @@ class Pass:
     def key(self) -> str:
         """Names the pass's files and events: bench-<key>.jsonl, logs/client-<key>.log
         (c<C>-r<k>; an open-loop pass q<RATE>-r<k>)."""
+        if self.probe:
+            return f"probe{self.repeat}"
         load = f"c{self.concurrency}" if self.rate is None else f"q{rate_text(self.rate)}"
         return f"{load}-{'burnin' if self.burn_in else f'r{self.repeat}'}"
 
     @property
     def load(self) -> str:
-        """How users read its load: "C=8" or "4 req/s"."""
+        """How users read its load: "C=8", "4 req/s", "probe 2 (rate decided by the search)"."""
+        if self.probe:
+            return f"probe {self.repeat}" + (f" at {rate_text(self.rate)} req/s" if self.rate else "")
         return f"C={self.concurrency}" if self.rate is None else f"{rate_text(self.rate)} req/s"
 
     @property
     def spec(self) -> str:
         """How the job script lists it: CONCURRENCY:REPEAT:PROMPTS[:RATE]."""
-        return f"{self.concurrency}:{self.repeat}:{self.prompts}" + (f":{rate_text(self.rate)}" if self.rate else "")
+        rate = "search" if self.probe else (rate_text(self.rate) if self.rate else "")
+        return f"{self.concurrency}:{self.repeat}:{self.prompts}" + (f":{rate}" if rate else "")
 
     def to_dict(self) -> dict:
         return {"launch": self.launch, "mode": self.mode, "concurrency": self.concurrency,
                 "repeat": self.repeat, "prompts": self.prompts, "key": self.key,
-                **({"rate": self.rate} if self.rate is not None else {})}
+                **({"rate": self.rate} if self.rate is not None else {}), **({"probe": True} if self.probe else {})}
 
 
 def rate_text(rate: float) -> str:
@@ -81,7 +87,7 @@ class Launch:
     def from_dict(cls, d: dict) -> "Launch":
         return cls(int(d["index"]), str(d["mode"]), tuple(
             Pass(int(p["launch"]), str(p["mode"]), int(p["concurrency"]), int(p["repeat"]),
-                 int(p["prompts"]), float(p["rate"]) if p.get("rate") is not None else None)
+                 int(p["prompts"]), float(p["rate"]) if p.get("rate") is not None else None, bool(p.get("probe")))
             for p in d.get("passes", ())))
 
 
@@ -96,6 +102,8 @@ class Campaign:
     launches_per_mode: int = 1
     primary_metric: str = "output_tps"      # benchmark.primary_metric: the headline verdict
     rates: tuple[float, ...] = ()           # open-loop passes' request rates (--request-rate)
+    capacity: dict | None = None            # a capacity search's spec (ab_stats.capacity): slo_ms,
+                                            # attainment, lo, hi, probes
 
     @property
     def passes(self) -> tuple[Pass, ...]:
@@ -125,7 +133,8 @@ class Campaign:
                 "concurrencies": list(self.concurrencies), "order": self.order,
                 "burn_in": self.burn_in, "launches_per_mode": self.launches_per_mode,
                 "primary_metric": self.primary_metric, "launches": [x.to_dict() for x in self.launches],
-                **({"rates": list(self.rates)} if self.rates else {})}
+                **({"rates": list(self.rates)} if self.rates else {}),
+                **({"capacity": self.capacity} if self.capacity else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Campaign":
@@ -134,7 +143,7 @@ class Campaign:
         return cls(tuple(d["modes"]), int(d["repeats"]), tuple(int(c) for c in d["concurrencies"]),
                    str(d["order"]), bool(d.get("burn_in", False)), launches,
                    int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")),
-                   tuple(float(r) for r in d.get("rates", ())))
+                   tuple(float(r) for r in d.get("rates", ())), d.get("capacity") or None)
 
 
 def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int) -> int:
@@ -183,6 +192,15 @@ def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...
         out.append(Launch(index, mode, tuple(passes)))
     return Campaign(tuple(modes), repeats, tuple(concurrencies), order, burn_in, tuple(out), launches,
                     primary_metric, tuple(rates))
+
+
+def capacity_schedule(modes: tuple[str, ...], prompts: int, spec: dict, primary_metric: str = "output_tps") -> Campaign:
+    """A capacity search: one launch per mode, each running spec["probes"] probes of `prompts`
+    requests whose rates the job decides (ab_stats.capacity)."""
+    launches = tuple(Launch(i + 1, m, tuple(Pass(i + 1, m, prompts, k, prompts, None, True)
+                                            for k in range(1, int(spec["probes"]) + 1)))
+                     for i, m in enumerate(modes))
+    return Campaign(tuple(modes), int(spec["probes"]), (), "blocked", False, launches, 1, primary_metric, (), spec)
 
 
 def parse_rates(text: str) -> tuple[float, ...]:

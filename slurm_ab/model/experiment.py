@@ -184,6 +184,26 @@ class Correctness:
 
 
 @dataclass(frozen=True)
+class Capacity:
+    """The capacity search's SLOs, target and bracket ([capacity]; docs/campaigns.md)."""
+
+    slo_ttft_ms: float = 0.0
+    slo_tpot_ms: float = 0.0
+    slo_e2e_ms: float = 0.0
+    attainment: float = 0.9
+    rate_lo: float = 0.5
+    rate_hi: float = 8.0
+    probes: int = 5
+    prompts: int = 0
+
+    @property
+    def slo_ms(self) -> dict:
+        """The SLOs set, keyed as bench_serving's --goodput: {"ttft": 500.0, "tpot": 50.0}."""
+        return {k: float(v) for k, v in (("ttft", self.slo_ttft_ms), ("tpot", self.slo_tpot_ms),
+                                         ("e2el", self.slo_e2e_ms)) if v and v > 0}
+
+
+@dataclass(frozen=True)
 class Warmup:
     input_len: int
     output_len: int
@@ -385,6 +405,7 @@ class Experiment:
     client: Client = Client()
     pd: Pd = Pd()
     correctness: Correctness = Correctness()
+    capacity: Capacity = Capacity()
 
     @property
     def components(self) -> tuple[Component, ...]:
@@ -527,6 +548,7 @@ def build(tree: dict, mode_name: str) -> Experiment:
         client=_client(tree),
         pd=_build(Pd, tree["pd"]),
         correctness=_build(Correctness, tree["correctness"]),
+        capacity=_build(Capacity, tree["capacity"]),
     )
 
 

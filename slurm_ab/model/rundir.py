@@ -44,6 +44,8 @@ FILES = {
     "preflight_address": "preflight/{node}.addr",
     "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
     "launch_dir": "launch{index}-{mode}",        # one server launch, its files below
+    "capacity_spec": "capacity.json",            # a capacity search's spec (ab_stats.capacity reads it)
+    "capacity_program": "capacity.py",           # ... and its program, ab_stats/capacity.py verbatim
     "submitit": "submitit",                      # submitit's own files (collector job)
     "submit_error": "submit-error.txt",          # why sbatch refused
     "summary": "summary.{ext}",                  # the collector's files (json, csv, md)
@@ -73,6 +75,7 @@ FILES = {
     "scrape_error": "metrics/{target}-{stamp}.err",
     "scrape_partial": "metrics/{target}-{stamp}.part",   # being written (renamed to .prom/.err)
     "scrape_curl": "metrics/{target}-{stamp}.curl",      # curl's message while it runs
+    "capacity_log": "logs/capacity-{key}.log",   # the capacity search's decision before probe {key}
     "client_log": "logs/client-{key}.log",       # bench_serving's stdout+stderr of one pass
     "bench": "bench-{key}.jsonl",                # bench_serving --output-file of one pass
 }
@@ -225,6 +228,12 @@ class Layout:
     router_canary = property(lambda self: self._file("router_canary"))
     router_canary_http = property(lambda self: self._file("router_canary_http"))
 
+    capacity_spec = property(lambda self: self._file("capacity_spec"))
+    capacity_program = property(lambda self: self._file("capacity_program"))
+
+    def capacity_log(self, key: str) -> Path:
+        return self._file("capacity_log", key=key)
+
     def correctness_request(self, prompt) -> Path:
         return self._file("correctness_request", prompt=prompt)
 
@@ -307,11 +316,12 @@ class OldRunLayout(Layout):
 RELATIVE = Layout(Path())
 
 
-def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
+def job_formats(pd: bool = True, capacity: bool = True) -> tuple[tuple[str, str, str], ...]:
     """(F_<NAME>, printf format, its arguments in words) of every file the job script writes: the
     Layout's own names with '%s' for what only the job knows. The script's only way to name a
     run-directory file (F_RESUBMITTED: where a script submitted again writes). pd=False: without
-    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups)."""
+    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups); capacity=False:
+    without a capacity search's."""
     f, lay = "%s", RELATIVE
     files = (
         ("JOB_SCRIPT", lay.job_script, ""), ("EVENTS", lay.events, ""), ("SLURM_OUT", lay.slurm_out(f), "job id"),
@@ -339,9 +349,13 @@ def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
         ("SCRAPE_PARTIAL", lay.scrape_partial(f, f), "scrape target, time stamp"),
         ("SCRAPE_CURL", lay.scrape_curl(f, f), "scrape target, time stamp"),
         ("RESUBMITTED", Layout(Path(f)).resubmitted(f), "run directory, job id"),
+        ("CAPACITY_SPEC", lay.capacity_spec, ""), ("CAPACITY_PROGRAM", lay.capacity_program, ""),
+        ("CAPACITY_LOG", lay.capacity_log(f), "pass key"),
     )
     pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP", "ROUTER_CANARY", "ROUTER_CANARY_HTTP"}
-    return tuple((f"F_{name}", str(path), args) for name, path, args in files if pd or name not in pd_only)
+    capacity_only = {"CAPACITY_SPEC", "CAPACITY_PROGRAM", "CAPACITY_LOG"}
+    return tuple((f"F_{name}", str(path), args) for name, path, args in files
+                 if (pd or name not in pd_only) and (capacity or name not in capacity_only))
 
 
 def launch_dirname(launch: Launch) -> str:
@@ -530,7 +544,8 @@ def _recorded_campaign(lay: Layout) -> Campaign | None:
                       b.fields.get("rate", "inf"))
                      for b in read_events(lay.launch(Launch(index, mode, ())).events).named("bench_start")]
         launches.append(Launch(index, mode, tuple(Pass(index, mode, *(_count(x) for x in spec[:3]),
-                                                       _rate(spec[3] if len(spec) > 3 else None))
+                                                       _rate(spec[3] if len(spec) > 3 else None),
+                                                       len(spec) > 3 and spec[3] == "search")
                                                   for spec in specs)))
     if not launches:
         return None

@@ -163,12 +163,17 @@ def summary_md(cs: CampaignSummary) -> str:
     """The job's summary.md."""
     from .runs import run_md
 
+    from .capacity import capacity_md
     from .correctness import correctness_md
+
+    from .load import cache_md, load_md
 
     one = the_pass(cs)
     text = run_md(one) if one is not None else campaign_md(cs)
-    gate = correctness_md(cs.launches)
-    return text + ("\n" + gate if gate else "")
+    single = (load_md(cs.passes), cache_md(pass_rows(cs))) if one is not None else ()
+    for section in (*single, capacity_md(cs.launches), correctness_md(cs.launches)):
+        text += ("\n" + section if section else "")
+    return text
 
 
 def campaign_md(cs: CampaignSummary, passes: bool = False) -> str:
@@ -191,10 +196,10 @@ def campaign_md(cs: CampaignSummary, passes: bool = False) -> str:
         out += ["", comparison_section(cs, cmp, rows).rstrip("\n")]
     if len(c.concurrencies) > 1 or len(c.rates) > 1:
         out += ["", "## Throughput-latency curve", "", curve_table(rows).rstrip("\n")]
-    from .load import load_md
-    text = load_md(cs.passes)
-    if text:
-        out += ["", text.rstrip("\n")]
+    from .load import cache_md, load_md
+    for text in (load_md(cs.passes), cache_md(rows)):
+        if text:
+            out += ["", text.rstrip("\n")]
     return "\n".join(out) + "\n"
 
 

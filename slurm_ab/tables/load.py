@@ -16,8 +16,7 @@ def load_table(passes) -> Table | None:
                      str(ld.arrivals), num(ld.served_rps, ".2f"),
                      DASH if ld.backlog_end is None else f"{ld.backlog_mid} -> {ld.backlog_end}",
                      DASH if ld.growth is None else f"{ld.growth:+.0%}",
-                     "saturated" if ld.saturated else ("under-offered" if ld.under_offered else "kept up"),
-                     p.verdict])
+                     ld.state, p.verdict])
     if not rows:
         return None
     return Table.of(["mode", "pass", "offered req/s", "achieved req/s", "arrivals", "served req/s (2nd half)",
@@ -31,4 +30,27 @@ def load_md(passes) -> str:
     if t is None:
         return ""
     return ("## Open-loop load (arrivals in the servers' access logs; docs/metrics.md \"Open-loop load\")\n\n"
+            + t.md() + "\n")
+
+
+def cache_md(rows) -> str:
+    """The prefix (radix) cache per (mode, load): the prompt tokens of the requests the servers
+    finished in the passes' windows and the share their cache served (/metrics' prompt_tokens_total
+    and cached_tokens_total, summed over replicas); "" when no pass has the counters."""
+    groups: dict = {}
+    for r in rows:
+        if r.get("prompt_tokens_window") is None or r.get("verdict") != "ok":
+            continue
+        g = groups.setdefault((r["mode"], r.get("concurrency"), r.get("rate")), [0.0, 0.0, 0])
+        g[0] += r["prompt_tokens_window"] or 0.0
+        g[1] += r.get("cached_tokens_window") or 0.0
+        g[2] += 1
+    if not groups:
+        return ""
+    from ..collect.rows import load_label
+    body = [[m, load_label(c, q), str(n), num(p, ".0f"), num(k, ".0f"), DASH if not p else f"{k / p:.1%}"]
+            for (m, c, q), (p, k, n) in groups.items()]
+    t = Table.of(["mode", "load", "ok passes", "prompt tokens", "cached tokens", "prefix cache hit"], body,
+                 ["left", "left", "right", "right", "right", "right"])
+    return ("## Prefix cache (/metrics: cached_tokens_total / prompt_tokens_total over the passes' windows)\n\n"
             + t.md() + "\n")

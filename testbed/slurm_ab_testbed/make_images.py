@@ -4,7 +4,7 @@
 Each is a directory read by ``fake_apptainer`` (the local stand-in for ``apptainer exec``): its
 ``image.toml`` [env] is what a step in it sees. 0.5.23 is the emulator as it is; 0.5.24 runs it
 with ``costs.toml``'s decode step DECODE_REGRESSION slower (its own ``costs.toml`` override through
-SLURM_AB_EMU_CONFIG): a build that regresses, for the A/B to find. The images' own version labels
+SLURM_AB_EMU_IMAGE_CONFIG, under a run's own SLURM_AB_EMU_CONFIG): a build that regresses, for the A/B to find. The images' own version labels
 (SLURM_AB_IMAGE_VERSION) are what the campaign's page shows beside their paths.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ def write(root: Path) -> list[Path]:
         if spec["costs"]:
             (d / "costs.toml").write_text("# this image's engine: costs.toml with these values\n[decode]\n"
                                           + "".join(f"{k} = {v}\n" for k, v in spec["costs"].items()))
-            env.append('SLURM_AB_EMU_CONFIG = "{image}/costs.toml"')
+            env.append('SLURM_AB_EMU_IMAGE_CONFIG = "{image}/costs.toml"')
         (d / "image.toml").write_text(f"# a testbed image (slurm_ab_testbed.make_images): SGLang {spec['version']}'s "
                                       "stand-in\n[env]\n" + "\n".join(env) + "\n")
         out.append(d)

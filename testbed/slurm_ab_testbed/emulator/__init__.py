@@ -13,7 +13,8 @@ Emulator-only knobs come from the environment, never from flags:
 variable                                meaning
 ======================================  ======================================================================
 ``SLURM_AB_EMU_CONFIG``                 TOML overriding any key of ``costs.toml`` (same sections/keys; unknown
-                                        keys are an error)
+                                        keys are an error); ``SLURM_AB_EMU_IMAGE_CONFIG``: the same, set by a
+                                        testbed image (``make_images``), under SLURM_AB_EMU_CONFIG
 ``SLURM_AB_EMU_TIME_SCALE``             multiplies every emulated duration (startup phases, prefill chunks,
                                         decode steps); default 1.0, tests use 0.005-0.02. Logged throughputs
                                         and client timings are wall-clock, so they scale by 1/scale together

@@ -130,12 +130,14 @@ def _build(cls, section: str, data: dict):
 
 
 def load_costs(override_path: Optional[str] = None) -> Costs:
-    """Defaults from costs.toml, overridden by the TOML at override_path (if any)."""
+    """Defaults from costs.toml, overridden by the TOML at override_path (if any; several paths
+    separated by ':' are merged in order, the later winning: an image's build, then a run's)."""
     with open(DEFAULTS_PATH, "rb") as f:
         data = tomllib.load(f)
-    if override_path:
-        with open(override_path, "rb") as f:
-            data = _merge(data, tomllib.load(f))
+    for path in (override_path or "").split(":"):
+        if path:
+            with open(path, "rb") as f:
+                data = _merge(data, tomllib.load(f))
     return Costs(**{name: _build(cls, name, data[name]) for name, cls in _SECTIONS.items()})
 
 

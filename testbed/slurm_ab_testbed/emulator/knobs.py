@@ -60,7 +60,9 @@ def read_knobs(env: Mapping[str, str] = os.environ) -> Knobs:
     if only and env.get("SLURMD_NODENAME", "") not in only:
         faults = parse_faults(None)
     return Knobs(
-        config_path=env.get("SLURM_AB_EMU_CONFIG") or None,
+        # an image's own build (SLURM_AB_EMU_IMAGE_CONFIG, set by a testbed image), then the run's
+        config_path=":".join(p for p in (env.get("SLURM_AB_EMU_IMAGE_CONFIG"), env.get("SLURM_AB_EMU_CONFIG")) if p)
+        or None,
         time_scale=scale,
         log_version=version,
         faults=faults,
