@@ -18,7 +18,7 @@ from slurm_ab.model.validate import notices
 
 from helpers.clients import ENV, client_dir
 
-PASS = {"${PASS_PROMPTS}": "40", "${PASS_C}": "8", "${RUN_DIR}/${PASS_BENCH}": "/r/bench.jsonl",
+PASS = {"${PASS_PROMPTS}": "40", "${PASS_C}": "8", "${PASS_RATE}": "inf", "${RUN_DIR}/${PASS_BENCH}": "/r/bench.jsonl",
         "http://${ROUTER_ADDR}:${ROUTER_PORT}": "http://node01:8000"}
 
 

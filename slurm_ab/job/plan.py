@@ -474,6 +474,8 @@ def used_paths(exp: Experiment) -> tuple[tuple[str, str], ...]:
         out.append(("draft model", exp.paths.draft_model))
     if exp.paths.dataset and exp.paths.dataset in cwords:
         out.append(("dataset", exp.paths.dataset))
+    if exp.paths.trace and exp.paths.trace in cwords:
+        out.append(("trace", exp.paths.trace))
     tok = exp.paths.tokenizer
     if tok.startswith("/") and tok != exp.paths.model and tok in cwords:
         out.append(("tokenizer", tok))

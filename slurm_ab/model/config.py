@@ -47,7 +47,7 @@ MODE_SETTINGS_JOB_WIDE = ("container.name", "container.scope", "container.remove
 ROLE_NAMES = PD_KINDS
 ROLE_KEYS = {"instances": int, "nodes": int, "tp": int, "pp": int, "ep": int, "args": dict, "env": dict}
 MODE_ROUTER_KEYS = {"prefill_policy": str, "decode_policy": str}
-DATASET_KEYS = {"args": list}
+DATASET_KEYS = {"args": list, "backends": list}   # backends: the client backends its replay needs ([]: any)
 PROFILE_KEYS = {"description": str, "command": list, "module": str, "distribution": str,
                 "ready_path": str, "ready_field": str, "args": dict, "prefill_policies": list,
                 "decode_policies": list}

@@ -323,6 +323,7 @@ class Paths:
     dataset: str
     tokenizer: str
     results: str
+    trace: str = ""                  # a Mooncake-format trace (the mooncake dataset)
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,10 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     prof, perrs = _profile("client", "benchmark.client", b["client"], tree["client_profiles"],
                            ("command", "module"), "sglang.bench_serving")
     errs += perrs
+    needs = tree["datasets"][b["dataset"]].get("backends") or []
+    if needs and b["backend"] not in needs:
+        errs.append(ConfigError("benchmark.backend", b["backend"], f"dataset {b['dataset']} replays its trace's timing "
+                                "only with " + ", ".join(needs), ", ".join(needs)))
     known = (prof or {}).get("datasets") or []
     if known and b["dataset"] not in known:
         errs.append(ConfigError("benchmark.dataset", b["dataset"], f"the client of profile {b['client']} has no "

@@ -11,7 +11,8 @@ program execs COMMAND with them, as apptainer execs it inside the image. What it
 step runs another build of the software (``testbed/sites/local.toml``'s images: the emulator with
 another cost model, for "does 0.5.24 regress against 0.5.23?"). What it does not: isolate the file
 system. Like apptainer it refuses a missing image and a bind source that does not exist, and says
-which image it ran (``SLURM_AB_IMAGE`` in the command's environment, one line on stderr).
+which image it ran (``SLURM_AB_IMAGE`` in the command's environment; an ``INFO:`` line on stderr,
+so every step's log names its image).
 """
 from __future__ import annotations
 
@@ -63,6 +64,9 @@ def main(argv: list[str]) -> int:
                   "doesn't exist", file=sys.stderr)
             return 255
     env = {**os.environ, **image_env(image), "SLURM_AB_IMAGE": str(image)}
+    # one line on stderr (the step's log), as apptainer's own INFO lines: which image ran the step
+    print(f"INFO:    fake_apptainer: {command[0]} ... in image {image} ({env.get('SLURM_AB_IMAGE_VERSION', '?')})",
+          file=sys.stderr, flush=True)
     try:
         os.execvpe(command[0], command, env)
     except OSError as e:
