@@ -363,9 +363,9 @@ def compare(run_a, run_b, fmt, html_out):
         if html_out:
             from ..ab_stats import METRIC_BY_NAME
             from ..report import render_compare_html
-            forests = {e["concurrency"]: [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in e["metrics"]
-                                          if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
-                       for e in campaign_cli.pair_records(sides)}
+            forests = {c: [dict(r.to_dict(), label=METRIC_BY_NAME[r.metric].label) for r in rows
+                           if r.delta.change_pct is not None and r.metric in METRIC_BY_NAME]
+                       for c, rows in campaign_cli.pair_comparisons(sides)}
             _write_page(html_out, render_compare_html(
                 _find_run(refs[0]), _find_run(refs[1]), campaign_cli.pair_text(sides, "md"),
                 base_dir=Path(html_out).parent, forests=forests))
