@@ -2,7 +2,12 @@
 growth and the saturated mark (summary.md; records from collect.load)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 from .table import DASH, Table, num
+
+if TYPE_CHECKING:
+    from ..collect.rows import PassRow
 
 
 def load_table(passes) -> Table | None:
@@ -33,17 +38,18 @@ def load_md(passes) -> str:
             + t.md() + "\n")
 
 
-def cache_md(rows) -> str:
+def cache_md(rows: "Sequence[PassRow]") -> str:
     """The prefix (radix) cache per (mode, load): the prompt tokens of the requests the servers
     finished in the passes' windows and the share their cache served (/metrics' prompt_tokens_total
     and cached_tokens_total, summed over replicas); "" when no pass has the counters."""
     groups: dict = {}
     for r in rows:
-        if r.get("prompt_tokens_window") is None or r.get("verdict") != "ok":
+        prompt = r.value("prompt_tokens_window")
+        if prompt is None or not r.ok:
             continue
-        g = groups.setdefault((r["mode"], r.get("concurrency"), r.get("rate")), [0.0, 0.0, 0])
-        g[0] += r["prompt_tokens_window"] or 0.0
-        g[1] += r.get("cached_tokens_window") or 0.0
+        g = groups.setdefault((r.mode, r.concurrency, r.rate), [0.0, 0.0, 0])
+        g[0] += prompt
+        g[1] += r.value("cached_tokens_window") or 0.0
         g[2] += 1
     if not groups:
         return ""
