@@ -7,9 +7,10 @@ within one probe of its analytic value (ab_stats/capacity.py in the job, recompu
 collector), the two capacities are compared, the correctness canary passes on both images, and the
 page's settings show the image difference.
 
-test_the_gate_catches_a_diverging_and_an_empty_mode: modes made by mode settings (DFlash with the
-emulator's divergence fault; empty output) beside tp32: the broken ones invalid naming the
-prompts, whatever their speed, tp32 passing the gate.
+test_images_gate_and_prefix_cache_in_one_campaign: four launches, two images (each launch in its
+own, the page's settings showing the difference), the normal modes passing the gate across images,
+a diverging mode (the divergence fault) and an empty one invalid naming the prompts, shared-prefix
+prompts hitting the prefix cache (/metrics, the table).
 
 test_radix_on_and_off_over_a_rate_sweep: shared-prefix prompts at two request rates, the radix
 cache off and on: the prefix cache's hits in /metrics and the tables, achieved against offered
@@ -118,68 +119,106 @@ def test_software_ab_capacity(tmp_path):
     assert 'class="hl"' in row and "sglang-0.5.23" in row and "sglang-0.5.24" in row
 
 
-FAULTS = """
-[modes.dflash-bad]
-description = "tp32 + DFlash with a broken draft model (the emulator's divergence fault)"
+# One campaign, four launches (SMALL's time scale): two images, both with the radix cache on and
+# shared-prefix prompts; a broken draft model (the divergence fault) in the second image and an
+# empty-output mode in the first.
+CAMPAIGN = """
+[modes.v0523.args]
+disable-radix-cache = false
+[modes.v0524.args]
+disable-radix-cache = false
+
+[modes.v0524-bad]
+description = "v0524 with a broken draft model (the emulator's divergence fault)"
 tp = 32
 pp = 1
 ep = 4
-[modes.dflash-bad.args]
-speculative-algorithm = "DFLASH"
-speculative-draft-model-path = "{paths.draft_model}"
-speculative-num-draft-tokens = 16
-speculative-draft-kv-cache-dtype = "bf16"
-mem-fraction-static = 0.83
-[modes.dflash-bad.settings.server.env]
+[modes.v0524-bad.settings.container]
+image = "/var/lib/slurm-ab-local/images/sglang-0.5.24"
+[modes.v0524-bad.settings.server.env]
 SLURM_AB_EMU_FAULT = "divergence=4"
 
-[modes.tp32-empty]
-description = "tp32 answering nothing (the emulator's empty_output fault)"
+[modes.v0523-empty]
+description = "v0523 answering nothing (the emulator's empty_output fault)"
 tp = 32
 pp = 1
 ep = 4
-[modes.tp32-empty.settings.server.env]
+[modes.v0523-empty.settings.container]
+image = "/var/lib/slurm-ab-local/images/sglang-0.5.23"
+[modes.v0523-empty.settings.server.env]
 SLURM_AB_EMU_FAULT = "empty_output"
 """
 
 
-def test_the_gate_catches_a_diverging_and_an_empty_mode(tmp_path):
+def test_images_gate_and_prefix_cache_in_one_campaign(tmp_path):
+    """Done-when clauses of issue 33 in one campaign: each launch in its own image (every step's log
+    names it) and the page's settings show the image difference; the normal modes pass the gate
+    across images; the diverging mode is invalid naming the prompts, whatever its speed, and the
+    empty one too; shared-prefix prompts hit the prefix cache (/metrics, the table)."""
     from slurm_ab.model.experiment import Correctness
     from slurm_ab_testbed.emulator.outputs import diverges
 
     cfg = tmp_path / "modes.toml"
-    cfg.write_text(FAULTS)
-    run_id = f"gate-{time.strftime('%H%M%S')}"
+    cfg.write_text(CAMPAIGN)
+    run_id = f"i33-{time.strftime('%H%M%S')}"
     wait_idle()
     t0 = time.monotonic()
-    r = slurm_ab("submit", "tp32", "dflash-bad", "tp32-empty", "--site", "local", *CLIENT_052, "--config", str(cfg),
-                 "--order", "blocked", "--repeats", "1", "--run-id", run_id, "--wait", "--no-collector", "--no-report",
-                 *set_args(*SMALL, "benchmark.num_prompts=8", "preflight.client_import=false"), cwd=tmp_path,
-                 timeout=900)
-    print(f"MEASURE correctness-gate campaign: {time.monotonic() - t0:.0f} s")
+    r = slurm_ab("submit", "v0523", "v0524", "v0524-bad", "v0523-empty", "--site", "local", *CLIENT_052,
+                 "--config", SOFTWARE_AB, "--config", str(cfg), "--order", "blocked", "--repeats", "1",
+                 "--run-id", run_id, "--wait", "--no-collector",
+                 *set_args(*SMALL, "benchmark.dataset=generated-shared-prefix", "benchmark.input_len=1024",
+                           "benchmark.output_len=64", "warmup.input_len=1024", "preflight.client_import=false"),
+                 cwd=tmp_path, timeout=900)
+    print(f"MEASURE issue-33 campaign (4 launches): {time.monotonic() - t0:.0f} s")
     run = tmp_path / "results" / run_id
     assert (run / "summary.json").is_file(), r.stdout[-4000:] + r.stderr[-4000:]
     s = _summary(run)
     la = {x["mode"]: x for x in s["launches"]}
     passes = {p["ref"]["mode"]: p for p in s["passes"]}
+    assert set(la) == {"v0523", "v0524", "v0524-bad", "v0523-empty"}
+
+    # each launch in its own image: every step's log names the image it ran in, never the other
+    for mode, version in (("v0523", "0.5.23"), ("v0524", "0.5.24"), ("v0524-bad", "0.5.24"),
+                          ("v0523-empty", "0.5.23")):
+        d = run / la[mode]["dir"]
+        other = "0.5.24" if version == "0.5.23" else "0.5.23"
+        for log in [d / "logs" / "server-r0-n0.log", d / "logs" / "server-r1-n3.log", d / "logs" / "router.log"]:
+            text = log.read_text(errors="replace")
+            assert f"in image {IMAGES}/sglang-{version} ({version})" in text, log
+            assert f"sglang-{other}" not in text, log
+    # the preflight again in the second image
+    assert len(list((run / "preflight").glob("*@v0524.json"))) == len(list((run / "preflight").glob("node??.json")))
+    # the page's settings show the image difference, highlighted
+    page = (run / "report.html").read_text()
+    row = next(line for line in page.splitlines() if "<code>image</code>" in line)
+    assert 'class="hl"' in row and "sglang-0.5.23" in row and "sglang-0.5.24" in row
+
+    # the gate: the normal modes pass (v0524 against the reference v0523: another image, the same tokens)
+    for mode in ("v0523", "v0524"):
+        assert la[mode]["correctness"]["verdict"] == "ok" and la[mode]["correctness"]["exact_match"] == 1.0
+        assert passes[mode]["verdict"] == "ok", passes[mode]["reasons"]
     cfg_c = Correctness()
     diverging = [k for k in range(cfg_c.prompts) if diverges(cfg_c.prompt_ids(k))]
     assert diverging, "no canary prompt diverges under the fault: choose other prompts"
-    assert la["tp32"]["correctness"]["verdict"] == "ok" and passes["tp32"]["verdict"] == "ok"
-    bad = la["dflash-bad"]["correctness"]
+    bad = la["v0524-bad"]["correctness"]
     assert bad["verdict"] == "invalid"
     for g in (0, 1):                                       # both replicas, the same prompts
         assert (f"correctness: replica {g}: diverged for canary prompt(s) {', '.join(map(str, diverging))} against "
-                "tp32 launch 1 replica 0 at token " + ", ".join("4" for _ in diverging)) in " ".join(bad["reasons"])
-    assert passes["dflash-bad"]["verdict"] == "invalid" and passes["dflash-bad"]["reasons"][0].startswith("correctness: ")
-    empty = la["tp32-empty"]["correctness"]
+                "v0523 launch 1 replica 0 at token " + ", ".join("4" for _ in diverging)) in " ".join(bad["reasons"])
+    assert passes["v0524-bad"]["verdict"] == "invalid" and passes["v0524-bad"]["reasons"][0].startswith("correctness: ")
+    empty = la["v0523-empty"]["correctness"]
     assert empty["verdict"] == "invalid" and any(
         "an empty answer for canary prompt(s) 0, 1, 2, 3" in x for x in empty["reasons"])
-    # an empty answer may also fail the client's requests: never ok, the gate's reasons there
-    p = passes["tp32-empty"]
+    p = passes["v0523-empty"]          # an empty answer may also fail the client's requests: never ok
     assert p["verdict"] in ("invalid", "failed") and any(x.startswith("correctness: ") for x in p["reasons"])
     md = (run / "summary.md").read_text()
-    assert "## Correctness (canary at temperature 0)" in md and "dflash-bad" in md
+    assert "## Correctness (canary at temperature 0)" in md and "v0524-bad" in md
+
+    # shared-prefix prompts: the prefix cache's hits in /metrics and in the table
+    for mode in ("v0523", "v0524"):
+        pooled = passes[mode]["server_metrics"]["pooled"]
+        assert pooled["cached_tokens"] > 0.5 * pooled["prompt_tokens"], (mode, pooled)
+    assert "## Prefix cache" in md
 
 
 # 8 groups of 15 prompts (120): at 24 req/s five seconds of arrivals, longer than a request's own
