@@ -122,6 +122,7 @@ def test_software_ab_capacity(tmp_path):
 # One campaign, four launches (SMALL's time scale): two images, both with the radix cache on and
 # shared-prefix prompts; a broken draft model (the divergence fault) in the second image and an
 # empty-output mode in the first.
+# (The divergence fault acts on a speculative server only: v0524-bad is DFlash's.)
 CAMPAIGN = """
 [modes.v0523.args]
 disable-radix-cache = false
@@ -129,10 +130,16 @@ disable-radix-cache = false
 disable-radix-cache = false
 
 [modes.v0524-bad]
-description = "v0524 with a broken draft model (the emulator's divergence fault)"
+description = "v0524 + DFlash with a broken draft model (the emulator's divergence fault)"
 tp = 32
 pp = 1
 ep = 4
+[modes.v0524-bad.args]
+speculative-algorithm = "DFLASH"
+speculative-draft-model-path = "{paths.draft_model}"
+speculative-num-draft-tokens = 16
+speculative-draft-kv-cache-dtype = "bf16"
+mem-fraction-static = 0.83
 [modes.v0524-bad.settings.container]
 image = "/var/lib/slurm-ab-local/images/sglang-0.5.24"
 [modes.v0524-bad.settings.server.env]
