@@ -225,6 +225,9 @@ def test_images_gate_and_prefix_cache_in_one_campaign(tmp_path):
     for mode in ("v0523", "v0524"):
         pooled = passes[mode]["server_metrics"]["pooled"]
         assert pooled["cached_tokens"] > 0.5 * pooled["prompt_tokens"], (mode, pooled)
+    for mode in ("v0524-bad", "v0523-empty"):              # the built-in --disable-radix-cache: no hits
+        pooled = passes[mode]["server_metrics"]["pooled"]
+        assert pooled["prompt_tokens"] > 0 and pooled["cached_tokens"] == 0, (mode, pooled)
     assert "## Prefix cache" in md
 
 
