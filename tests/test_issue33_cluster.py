@@ -199,6 +199,8 @@ def test_images_gate_and_prefix_cache_in_one_campaign(tmp_path):
     page = (run / "report.html").read_text()
     row = next(line for line in page.splitlines() if "<code>image</code>" in line)
     assert 'class="hl"' in row and "sglang-0.5.23" in row and "sglang-0.5.24" in row
+    row = next(line for line in page.splitlines() if "<code>server.env SLURM_AB_EMU_FAULT</code>" in line)
+    assert 'class="hl"' in row and "divergence=4" in row and "empty_output" in row
 
     # the gate: the normal modes pass (v0524 against the reference v0523: another image, the same tokens)
     for mode in ("v0523", "v0524"):
