@@ -233,8 +233,13 @@ def test_images_gate_and_prefix_cache_in_one_campaign(tmp_path):
     assert "## Prefix cache" in md
 
 
-# 8 groups of 15 prompts (120): at 24 req/s five seconds of arrivals, longer than a request's own
-# time even when queued (a 16K-token system prompt, 64 tokens out, time scale 0.05)
+# 8 groups of 15 prompts (120) of a 16K-token system prompt, 64 tokens out, time scale 0.05: the
+# emulator's analytic saturation without the cache is 7.7 req/s (2 replicas), with it far higher;
+# 12 req/s (1.55 x) for ten seconds of arrivals, a second half longer than a request's own time.
+# Rates above ~15 req/s load this 2-core host itself (the emulators' TPOT grows with the cache on:
+# a lane-3 run at 24 req/s was "too short to tell" for both). An overloaded SGLang server runs its
+# prefill batches first and finishes nothing while its queue drains: the watchdog's stall_s (the
+# local site's 15 s) is raised so a saturated pass is measured, not failed as a hang.
 RADIX = """
 [modes.tp32-radix]
 description = "tp32 with the radix cache"
@@ -258,35 +263,36 @@ def test_radix_on_and_off_over_a_rate_sweep(tmp_path):
     wait_idle()
     t0 = time.monotonic()
     r = slurm_ab("submit", "tp32", "tp32-radix", "--site", "local", *CLIENT_052, "--config", str(cfg),
-                 "--order", "blocked", "--repeats", "1", "--request-rate", "6,24", "--run-id", run_id, "--wait",
+                 "--order", "blocked", "--repeats", "1", "--request-rate", "4,12", "--run-id", run_id, "--wait",
                  "--no-collector", "--no-report", "--set", "benchmark.dataset=generated-shared-prefix",
                  "--set", "benchmark.output_len=64", "--set", "benchmark.num_prompts=120",
-                 "--set", "correctness.enabled=false", "--set", "preflight.client_import=false", cwd=tmp_path,
+                 "--set", "correctness.enabled=false", "--set", "preflight.client_import=false",
+                 "--set", "watchdog.stall_s=60", cwd=tmp_path,
                  timeout=900)
     print(f"MEASURE radix on/off rate sweep: {time.monotonic() - t0:.0f} s")
     run = tmp_path / "results" / run_id
     assert (run / "summary.json").is_file(), r.stdout[-4000:] + r.stderr[-4000:]
     s = _summary(run)
     passes = {(p["ref"]["mode"], p["ref"]["key"]): p for p in s["passes"]}
-    assert set(passes) == {(m, k) for m in ("tp32", "tp32-radix") for k in ("q6-r1", "q24-r1")}
+    assert set(passes) == {(m, k) for m in ("tp32", "tp32-radix") for k in ("q4-r1", "q12-r1")}
     assert all(p["verdict"] == "ok" for p in passes.values()), [p["reasons"] for p in passes.values()]
 
     # the prefix cache: hits with the radix cache on, none with it off (the built-in flags)
-    for key in ("q6-r1", "q24-r1"):
+    for key in ("q4-r1", "q12-r1"):
         on = passes[("tp32-radix", key)]["server_metrics"]["pooled"]
         off = passes[("tp32", key)]["server_metrics"]["pooled"]
         assert on["cached_tokens"] > 0.5 * on["prompt_tokens"] and off["cached_tokens"] == 0
     md = (run / "summary.md").read_text()
     assert "## Prefix cache" in md and "## Open-loop load" in md
 
-    # the rate sweep: the servers saw the offered rates; at 24 req/s (3 x the capacity without the
+    # the rate sweep: the servers saw the offered rates; at 12 req/s (1.55 x the capacity without the
     # cache) the radix-off servers fell behind and the pass says so; with the cache they kept up
     for (mode, key), p in passes.items():
         ld = p["load"]
         assert ld["offered_rps"] == float(key[1:].split("-")[0]) and ld["arrivals"] == 120
         assert abs(ld["achieved_rps"] - ld["offered_rps"]) < 0.3 * ld["offered_rps"], (mode, key, ld)
-    sat = passes[("tp32", "q24-r1")]
+    sat = passes[("tp32", "q12-r1")]
     assert sat["load"]["saturated"], sat["load"]
     assert any(n.startswith("saturated: ") for n in sat["notes"])
-    for kept in (("tp32", "q6-r1"), ("tp32-radix", "q6-r1"), ("tp32-radix", "q24-r1")):
+    for kept in (("tp32", "q4-r1"), ("tp32-radix", "q4-r1"), ("tp32-radix", "q12-r1")):
         assert not passes[kept]["load"]["saturated"], (kept, passes[kept]["load"])
