@@ -237,7 +237,7 @@ def test_images_gate_and_prefix_cache_in_one_campaign(tmp_path):
 # emulator's analytic saturation without the cache is 7.7 req/s (2 replicas), with it far higher;
 # 12 req/s (1.55 x) for ten seconds of arrivals, a second half longer than a request's own time.
 # Rates above ~15 req/s load this 2-core host itself (the emulators' TPOT grows with the cache on:
-# a lane-3 run at 24 req/s was "too short to tell" for both). An overloaded SGLang server runs its
+# a lane-3 run at 24 req/s: the radix-on pass "too short to tell"). An overloaded SGLang server runs its
 # prefill batches first and finishes nothing while its queue drains: the watchdog's stall_s (the
 # local site's 15 s) is raised so a saturated pass is measured, not failed as a hang.
 RADIX = """
