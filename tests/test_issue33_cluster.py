@@ -291,8 +291,14 @@ def test_radix_on_and_off_over_a_rate_sweep(tmp_path):
         ld = p["load"]
         assert ld["offered_rps"] == float(key[1:].split("-")[0]) and ld["arrivals"] == 120
         assert abs(ld["achieved_rps"] - ld["offered_rps"]) < 0.3 * ld["offered_rps"], (mode, key, ld)
-    sat = passes[("tp32", "q12-r1")]
-    assert sat["load"]["saturated"], sat["load"]
-    assert any(n.startswith("saturated: ") for n in sat["notes"])
+    # past the capacity the radix-off servers fell behind: never "kept up", the evidence recorded.
+    # Marked saturated, or (a sustained overload of a prefill-first server: even the first quarter's
+    # requests wait for the whole backlog) "too short to tell" with the own-time note (docs/metrics.md)
+    sat = passes[("tp32", "q12-r1")]["load"]
+    assert sat["backlog_end"] > sat["backlog_mid"] and sat["served_rps"] < 0.5 * sat["offered_rps"], sat
+    if not sat["saturated"]:
+        assert not sat["told"] and any("too short to tell" in n for n in sat["notes"]), sat
+    else:
+        assert any(n.startswith("saturated: ") for n in passes[("tp32", "q12-r1")]["notes"])
     for kept in (("tp32", "q4-r1"), ("tp32-radix", "q4-r1"), ("tp32-radix", "q12-r1")):
         assert not passes[kept]["load"]["saturated"], (kept, passes[kept]["load"])
