@@ -1,0 +1,132 @@
+"""Group-sequential boundaries: where a campaign of counterbalanced blocks may stop early.
+
+A sequential campaign looks after each complete block (A B B A: two launches per mode, so the
+design stays balanced and a linear drift cancels at every look) and stops when the answer is
+clear. Its error rate stays at 5 % over all looks because each look spends part of it: the
+Lan-DeMets spending function of O'Brien-Fleming type, per side
+``alpha(t) = 2 - 2 Phi(z_{1 - alpha/4} / sqrt(t))`` at information fraction t = k / K (K blocks
+at most), as gsDesign's sfLDOF and rpact's asOF spend a two-sided 5 % (K = 4: 4.333, 2.963,
+2.359, 2.014). Early looks spend almost nothing, so the last look is nearly the fixed design's.
+
+The boundaries are on the z scale of the canonical joint distribution (independent increments);
+the exit probabilities come from the standard recursive numerical integration over the
+continuation region (Jennison & Turnbull, Group Sequential Methods, ch. 19), the normal
+distribution from scipy. The launch-level statistic is a t with few degrees of freedom, so each
+look tests at the z boundary's nominal level (Jennison & Turnbull 3.8: the significance-level
+approach): ``critical_table`` holds the t quantile for every look and every degrees of freedom,
+computed here at render time and written into the job script, where the stop rule
+(ab_stats/looks.py, stdlib only) reads it. The calibration (benchmarks/calibrate_stats.py)
+checks the error rate of the whole procedure.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+ALPHA = 0.05
+MIN_BLOCKS = 2          # one block is a fixed design
+MAX_BLOCKS = 25         # campaign.MAX_LAUNCHES / 2
+GRID = 301                 # points of the integration grid per look (801 gives the same to 1e-5)
+
+
+def spending(t: float, alpha: float = ALPHA) -> float:
+    """Two-sided error spent by information fraction t (O'Brien-Fleming type, per side)."""
+    from scipy import stats
+    if t <= 0:
+        return 0.0
+    z = stats.norm.isf(alpha / 4.0)
+    return 2.0 * 2.0 * float(stats.norm.sf(z / t ** 0.5))
+
+
+def _exit(f, grid, dt: float, b: float, theta: float = 0.0) -> float:
+    """P(|S_k| >= b and the walk was inside before) from the density f of S_{k-1} on `grid`
+    (None: the first look, S_1 ~ N(theta t_1, t_1))."""
+    from scipy import stats
+    from scipy.integrate import simpson
+    sd = dt ** 0.5
+    mu = theta * dt + (grid if f is not None else 0.0)
+    tails = stats.norm.sf((b - mu) / sd) + stats.norm.cdf((-b - mu) / sd)
+    return float(tails) if f is None else float(simpson(f * tails, x=grid))
+
+
+def _inside(f, grid, dt: float, b: float, theta: float = 0.0):
+    """(grid on (-b, b), density of S_k there for the walks that never left)."""
+    import numpy as np
+    from scipy import stats
+    from scipy.integrate import simpson
+    sd = dt ** 0.5
+    new = np.linspace(-b, b, GRID)
+    if f is None:
+        return new, stats.norm.pdf(new, loc=theta * dt, scale=sd)
+    dens = stats.norm.pdf((new[:, None] - grid[None, :] - theta * dt) / sd) / sd
+    return new, simpson(dens * f[None, :], x=grid, axis=1)
+
+
+@lru_cache(maxsize=64)
+def boundaries(blocks: int, alpha: float = ALPHA) -> tuple[float, ...]:
+    """z boundaries c_1..c_K of K equally spaced looks (two-sided, symmetric)."""
+    from scipy import optimize, stats
+    if blocks < 1:
+        raise ValueError(f"blocks must be >= 1, got {blocks}")
+    ts = [k / blocks for k in range(1, blocks + 1)]
+    spent = [spending(t, alpha) for t in ts]
+    out: list[float] = []
+    f, grid, prev_t, prev_spent = None, None, 0.0, 0.0
+    for t, s in zip(ts, spent):
+        target = s - prev_spent
+        dt = t - prev_t
+        if f is None:
+            c = float(stats.norm.isf(target / 2.0))
+        else:
+            def excess(c: float) -> float:
+                return _exit(f, grid, dt, c * t ** 0.5) - target
+            c = float(optimize.brentq(excess, 0.1, 20.0, xtol=1e-9))
+        out.append(c)
+        grid, f = _inside(f, grid, dt, c * t ** 0.5)
+        prev_t, prev_spent = t, s
+    return tuple(out)
+
+
+def nominal_alpha(blocks: int, alpha: float = ALPHA) -> tuple[float, ...]:
+    """The two-sided level each look tests at: 2 (1 - Phi(c_k))."""
+    from scipy import stats
+    return tuple(2.0 * float(stats.norm.sf(c)) for c in boundaries(blocks, alpha))
+
+
+def exit_probabilities(blocks: int, drift: float, alpha: float = ALPHA) -> tuple[float, ...]:
+    """P(stop at look k) on the z scale when the final look's expected z is `drift` (power and
+    expected looks of the normal approximation; the planner simulates the t version)."""
+    cs = boundaries(blocks, alpha)
+    out, f, grid, prev = [], None, None, 0.0
+    for k, c in enumerate(cs, 1):
+        t = k / blocks
+        out.append(_exit(f, grid, t - prev, c * t ** 0.5, drift))
+        grid, f = _inside(f, grid, t - prev, c * t ** 0.5, drift)
+        prev = t
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Boundaries:
+    """What the job needs to decide at each look: per look the z boundary, its nominal level
+    and the t critical value for every degrees of freedom 1..max_df."""
+
+    blocks: int
+    alpha: float
+    z: tuple[float, ...]
+    nominal: tuple[float, ...]
+    critical: tuple[tuple[float, ...], ...]      # [look][df - 1]
+
+    def to_dict(self) -> dict:
+        return {"blocks": self.blocks, "alpha": self.alpha, "z": list(self.z), "nominal": list(self.nominal),
+                "critical": [list(r) for r in self.critical]}
+
+
+@lru_cache(maxsize=64)
+def critical_table(blocks: int, max_df: int, alpha: float = ALPHA) -> Boundaries:
+    """The boundaries of K blocks with the t critical value of every look at df 1..max_df."""
+    from scipy import stats
+    nom = nominal_alpha(blocks, alpha)
+    crit = tuple(tuple(round(float(stats.t.isf(p / 2.0, df)), 6) for df in range(1, max_df + 1)) for p in nom)
+    return Boundaries(blocks, alpha, tuple(round(c, 6) for c in boundaries(blocks, alpha)),
+                      tuple(float(f"{p:.6g}") for p in nom), crit)
