@@ -52,6 +52,15 @@ class Row:
                  family=self.family, same_as=list(SAME_MEASUREMENT.get(self.metric, ())))
         return d
 
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Row":
+        """A row back from its JSON record (summary.json): the tables print what was collected."""
+        names = Delta.__dataclass_fields__
+        fields = {k: v for k, v in d.items() if k in names}
+        fields["variance_levels"] = tuple(fields.get("variance_levels") or ())
+        return cls(Delta(**fields), str(d.get("role") or SECONDARY), d.get("verdict"), d.get("p_holm"),
+                   int(d.get("family") or 1))
+
 
 def steady_available(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping]) -> bool:
     """Every compared pass carries the steady-state throughput."""

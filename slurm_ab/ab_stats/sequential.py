@@ -23,9 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..model.campaign import MAX_BLOCKS, MIN_BLOCKS
+
 ALPHA = 0.05
-MIN_BLOCKS = 2          # one block is a fixed design
-MAX_BLOCKS = 25         # campaign.MAX_LAUNCHES / 2
+__all__ = ["ALPHA", "Boundaries", "MAX_BLOCKS", "MIN_BLOCKS", "boundaries", "critical_table",
+           "exit_probabilities", "nominal_alpha", "spending"]
 GRID = 301                 # points of the integration grid per look (801 gives the same to 1e-5)
 
 

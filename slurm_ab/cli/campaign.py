@@ -25,6 +25,13 @@ def _remember(ctx, param, value):
 
 
 def campaign_options(f):
+    f = click.option("--margin", default=None, metavar="PCT", expose_value=False, callback=_remember,
+                     help="Equivalence margin: an interval inside ±PCT that includes 0 reads 'equivalent "
+                          "within ±PCT' (default: benchmark.margin_pct = 3; 0: none).")(f)
+    f = click.option("--sequential/--fixed", "sequential", default=None, expose_value=False, callback=_remember,
+                     help="Sequential: a look after every counterbalanced block (A B B A), stopping when the "
+                          "answer is clear (better/worse, or equivalent within --margin); at most "
+                          "benchmark.max_blocks blocks, or --launches 2K. Default: benchmark.sequential (off).")(f)
     f = click.option("--plan", "plan_from", default=None, metavar="CAMPAIGN", expose_value=False,
                      callback=_remember,
                      help="Launches and passes from the planner (slurm-ab plan): variance and times "
@@ -55,7 +62,14 @@ def wants_campaign(modes, repeats, concurrency, order, burn_in, launches=None) -
     return len(modes) > 1 or any(x is not None for x in (repeats, concurrency, order, burn_in, launches))
 
 
-def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
+def sequential_fixed_launches() -> bool:
+    """A sequential campaign whose launches the user fixed (--launches or --plan): its maximum
+    is not fitted to the time limit."""
+    extra = _meta()
+    return extra.get("launches") is not None or bool(extra.get("plan_from"))
+
+
+def plan(src, modes, run_id, repeats, concurrency, order, burn_in, launches_override=None):
     """A single run's plan exactly as before for one mode without campaign options; else the
     campaign's (validated: every mode, shapes, options). --plan CAMPAIGN sets launches, repeats
     and order from the planner."""
@@ -63,14 +77,37 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
     from ..model.sources import plan_for
 
     extra = _meta()
-    launches = extra.get("launches")
+    launches = extra.get("launches") if launches_override is None else launches_override
     if extra.get("plan_from"):
         if launches is not None or repeats is not None:
             raise UsageError("--plan chooses --launches and --repeats: give one or the other")
         launches, repeats, order = planned_shape(src, modes, extra["plan_from"])
     if not wants_campaign(modes, repeats, concurrency, order, burn_in, launches):
         return plan_for(src, modes[0], run_id)
-    return plan_campaign(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches))
+    return plan_campaign(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches,
+                                                                  extra.get("sequential"), extra.get("margin")))
+
+
+def fit_blocks(make, fit):
+    """A sequential campaign at the most blocks (benchmark.max_blocks down to 2) whose job fits
+    its time limit (`fit`: duration.fit_time_limit, which refuses a job too long for a pinned
+    limit or the partition's MaxTime); `make(launches)` plans it with that many launches per mode."""
+    from ..model.campaign import LAUNCHES_PER_BLOCK, MIN_BLOCKS
+    from ..model.errors import ConfigErrors
+
+    first = make(None)
+    blocks = len(first.campaign.campaign.blocks)
+    for k in range(blocks, MIN_BLOCKS - 1, -1):
+        try:
+            p = fit(first if k == blocks else make(LAUNCHES_PER_BLOCK * k))
+        except ConfigErrors:
+            if k == MIN_BLOCKS:
+                raise
+            continue
+        if k < blocks:
+            click.echo(f"sequential: at most {k} blocks fit the time limit (benchmark.max_blocks = {blocks})",
+                       err=True)
+        return p
 
 
 def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
@@ -116,12 +153,13 @@ def report(run_dir: Path, passes: bool, fmt: str) -> str:
     return json.dumps(result["passes"] if passes else result["aggregates"], indent=2, default=str) + "\n"
 
 
-def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
-    """(name, ok pass rows, variance) of one side of a comparison: a campaign of one mode or a
-    single run (a run = one pass)."""
+def _side(ref: str, find) -> tuple[str, list[dict], str | None, float | None]:
+    """(name, ok pass rows, variance, equivalence margin) of one side of a comparison: a campaign
+    of one mode or a single run (a run = one pass)."""
     from ..collect import collect_and_write
     from ..collect.rows import numeric_row
     from ..collect.run import collect_campaign_and_write
+    from ..model import rundir
 
     run_dir = find(ref)
     if is_campaign(run_dir):
@@ -130,13 +168,16 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
         if len(modes) != 1:
             raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
                              f"(slurm-ab compare {ref}) or name campaigns of one mode each")
-        return modes[0], result["passes"], result["variance"]
+        return modes[0], result["passes"], result["variance"], result["campaign"].get("margin_pct")
     s = collect_and_write(run_dir, report=False)[0].only
     row = dict(numeric_row(s), concurrency=s.spec.max_concurrency or 0, repeat=1, launch=1)
-    return s.mode or s.run_id, [row], None
+    m = rundir.read_manifest(run_dir)
+    cfg = m.config if m is not None else None
+    margin = cfg.benchmark.margin_pct if cfg is not None and cfg.benchmark is not None else None
+    return s.mode or s.run_id, [row], None, margin
 
 
-def compare(refs: list[str], fmt: str, find) -> str:
+def compare(refs: list[str], fmt: str, find, margin: str | None = None, trust_jobs: bool = False) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
     `compare A B` (runs or one-mode campaigns; runs count as one pass each)."""
     from ..collect.run import collect_campaign_and_write
@@ -144,24 +185,49 @@ def compare(refs: list[str], fmt: str, find) -> str:
 
     if len(refs) == 1:
         result, _ = collect_campaign_and_write(find(refs[0]))
+        if margin is not None:          # the collected comparisons restated with another margin
+            from dataclasses import replace
+
+            from ..collect.rows import comparisons_of
+            from ..model.campaign import Campaign
+            camp = replace(Campaign.from_dict(result["campaign"]), margin_pct=margin_of(margin, None))
+            result = dict(result, comparisons=comparisons_of(camp, result["passes"]))
         if fmt == "json":
             return comparison_json(result)
         if not result["comparisons"]:
             raise UsageError(f"{refs[0]} has one mode: nothing to compare inside it")
         return "\n".join(comparison_section(result, cmp) for cmp in result["comparisons"])
-    return pair_text(pair(refs, find), fmt)
+    return pair_text(pair(refs, find, margin, trust_jobs), fmt)
 
 
 def _concurrencies(rows: list[dict]) -> list[int]:
     return sorted({int(r.get("concurrency") or 0) for r in rows})
 
 
-def pair(refs: list[str], find) -> tuple[str, list[dict], str, list[dict], str]:
-    """(A's name, A's ok pass rows, B's name, B's rows, what the intervals cover) of
-    `compare A B`: each side collected once, whatever is printed from it. Passes of different
+def margin_of(text: str | None, sides_margin: float | None) -> float | None:
+    """--margin (percent, '3%' or '3'), else the A side's benchmark.margin_pct."""
+    if text is None:
+        return sides_margin
+    try:
+        value = float(str(text).strip().rstrip("%"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 50:
+        raise UsageError(f"--margin {text!r}: not an equivalence margin in percent (allowed: a number in "
+                         "[0, 50), e.g. 3%; 0: no equivalence verdicts)")
+    return value
+
+
+def pair(refs: list[str], find, margin: str | None = None, trust_jobs: bool = False) -> tuple:
+    """(A's name, A's ok pass rows, B's name, B's rows, what the intervals cover, margin, confound)
+    of `compare A B`: each side collected once, whatever is printed from it. Passes of different
     concurrencies are never pooled: a sweep side is cut to the concurrencies both sides ran (each
-    compared on its own by pair_text); none in common is a usage error naming them (exit 2)."""
-    (na, ra, va), (nb, rb, vb) = _side(refs[0], find), _side(refs[1], find)
+    compared on its own by pair_text); none in common is a usage error naming them (exit 2). Two
+    jobs: job and mode are confounded, so verdicts are qualified '(separate jobs)' unless
+    `trust_jobs` (--trust-jobs) says the jobs are alike."""
+    from ..ab_stats.verdicts import ACROSS_JOBS
+
+    (na, ra, va, ma), (nb, rb, vb, _) = _side(refs[0], find), _side(refs[1], find)
     if na == nb:
         na, nb = f"A: {refs[0]}", f"B: {refs[1]}"
     ca, cb = _concurrencies(ra), _concurrencies(rb)
@@ -174,27 +240,36 @@ def pair(refs: list[str], find) -> tuple[str, list[dict], str, list[dict], str]:
                 "intervals include launch-to-launch variance between the two sides"
                 if va is None and vb is None else
                 f"A: {va or 'one run'}; B: {vb or 'one run'}")
+    variance += ("; job and mode confounded: verdicts across jobs are qualified '(separate jobs)' "
+                 "(--trust-jobs: plain verdicts, if job-to-job variance is negligible)" if not trust_jobs else
+                 "; job and mode confounded: plain verdicts because --trust-jobs says the jobs are alike")
     left_out = sorted(set(ca) ^ set(cb))
     if left_out:
         variance += (f"; compared at concurrency {', '.join(map(str, common))} only (the passes at "
                      f"{', '.join(map(str, left_out))} have no counterpart on the other side)")
     return (na, [r for r in ra if int(r.get("concurrency") or 0) in common],
-            nb, [r for r in rb if int(r.get("concurrency") or 0) in common], variance)
+            nb, [r for r in rb if int(r.get("concurrency") or 0) in common], variance,
+            margin_of(margin, ma), None if trust_jobs else ACROSS_JOBS)
 
 
 def by_concurrency(sides: tuple) -> list[tuple[int, list[dict], list[dict]]]:
     """(C, A's rows at C, B's rows at C) for every concurrency both sides ran."""
-    _, ra, _, rb, _ = sides
+    ra, rb = sides[1], sides[3]
     return [(c, [r for r in ra if int(r.get("concurrency") or 0) == c],
              [r for r in rb if int(r.get("concurrency") or 0) == c])
             for c in sorted(set(_concurrencies(ra)) & set(_concurrencies(rb)))]
 
 
 def pair_records(sides: tuple) -> list[dict]:
-    """Per concurrency both sides ran: {concurrency, metrics: the ab_stats records}."""
-    from ..collect.rows import comparison
+    """Per concurrency both sides ran: {concurrency, metrics: the ab_stats records}; the
+    concurrencies' primaries one Holm family."""
+    from ..ab_stats.family import compare_all
+    from ..collect.rows import ok_rows
 
-    return [{"concurrency": c, "metrics": comparison(ra, rb)} for c, ra, rb in by_concurrency(sides)]
+    per_c = by_concurrency(sides)
+    tables = compare_all([(ok_rows(ra), ok_rows(rb)) for _, ra, rb in per_c], margin_pct=sides[5] or None,
+                         confound=sides[6])
+    return [{"concurrency": c, "metrics": [r.to_dict() for r in t]} for (c, _, _), t in zip(per_c, tables)]
 
 
 def pair_text(sides: tuple, fmt: str) -> str:
@@ -203,13 +278,13 @@ def pair_text(sides: tuple, fmt: str) -> str:
 
     from ..tables.campaign import comparison_table
 
-    na, _, nb, _, variance = sides
+    na, _, nb, _, variance = sides[:5]
+    out = pair_records(sides)
     if fmt == "json":
-        out = pair_records(sides)
         return json.dumps({"variance": variance, "metrics": out[0]["metrics"] if len(out) == 1 else [],
                            "by_concurrency": out}, indent=2) + "\n"
     per_c = by_concurrency(sides)
     if len(per_c) == 1:
-        return comparison_table(na, nb, per_c[0][1], per_c[0][2], variance)
-    return "\n".join(f"### Concurrency {c}\n\n" + comparison_table(na, nb, ra, rb, variance)
-                     for c, ra, rb in per_c)
+        return comparison_table(na, nb, per_c[0][1], per_c[0][2], variance, records=out[0]["metrics"])
+    return "\n".join(f"### Concurrency {c}\n\n" + comparison_table(na, nb, ra, rb, variance, records=rec["metrics"])
+                     for (c, ra, rb), rec in zip(per_c, out))

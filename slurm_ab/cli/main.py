@@ -36,8 +36,15 @@ def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, 
 
     if time_limit is not None:
         sets = (*sets, f"cluster.time_limit={json.dumps(time_limit)}")
-    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
-    return fit_time_limit(plan, partition=partition_limit(plan.exp))
+    def make(launches=None):
+        return campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in,
+                                 launches)
+
+    plan = make()
+    part = partition_limit(plan.exp)
+    if not plan.single and plan.campaign.campaign.sequential and not campaign_cli.sequential_fixed_launches():
+        return campaign_cli.fit_blocks(make, lambda p: fit_time_limit(p, partition=part))
+    return fit_time_limit(plan, partition=part)
 
 
 def _sources(site, configs, sets):
@@ -340,8 +347,13 @@ def _write_page(path: str, text: str) -> None:
 @click.argument("run_a")
 @click.argument("run_b", required=False)
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@click.option("--margin", default=None, metavar="PCT",
+              help="Equivalence margin (default: the campaign's / A's benchmark.margin_pct; 0: none).")
+@click.option("--trust-jobs", is_flag=True,
+              help="Two separate jobs: give plain verdicts, as if job-to-job variance were negligible (by "
+                   "default they are qualified '(separate jobs)': job and mode are confounded).")
 @_html_option
-def compare(run_a, run_b, fmt, html_out):
+def compare(run_a, run_b, fmt, margin, trust_jobs, html_out):
     """B against A: two runs (the seed's table, signed % change), or with campaigns (one
     campaign of several modes, or two campaigns/runs) per metric the change, its 95% interval
     and a verdict."""
@@ -350,13 +362,13 @@ def compare(run_a, run_b, fmt, html_out):
 
     refs = [r for r in (run_a, run_b) if r]
     if len(refs) == 1:
-        click.echo(campaign_cli.compare(refs, fmt, _find_run), nl=False)
+        click.echo(campaign_cli.compare(refs, fmt, _find_run, margin, trust_jobs), nl=False)
         if html_out:                                # the campaign's page holds its comparisons
             from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
         return
     if any(campaign_cli.is_campaign(_find_run(r)) for r in refs):
-        sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
+        sides = campaign_cli.pair(refs, _find_run, margin, trust_jobs)   # collected once for every output
         click.echo(campaign_cli.pair_text(sides, fmt), nl=False)
         if html_out:
             from ..ab_stats import METRIC_BY_NAME

@@ -92,18 +92,22 @@ def pass_row(s: PassSummary) -> dict:
 
 
 def comparisons(cs: CampaignSummary, rows: list[dict]) -> list[dict]:
-    """The first mode against each other mode, at each concurrency."""
-    c = cs.campaign
-    out = []
-    if len(c.modes) >= 2:
-        a_mode = c.modes[0]
-        for b_mode in c.modes[1:]:
-            for conc in c.concurrencies:
-                out.append({"a": a_mode, "b": b_mode, "concurrency": conc,
-                            "metrics": comparison(rows_of(rows, a_mode, conc),
-                                                     rows_of(rows, b_mode, conc),
-                                                     c.primary_metric)})
-    return out
+    """The first mode against each other mode, at each concurrency: one family (ab_stats.family.
+    compare_all: the primaries Holm-adjusted across the comparisons)."""
+    return comparisons_of(cs.campaign, rows)
+
+
+def comparisons_of(c, rows: list[dict]) -> list[dict]:
+    """comparisons() of a Campaign's pass rows (compare --margin restates a collected campaign)."""
+    from ..ab_stats.family import compare_all
+
+    if len(c.modes) < 2:
+        return []
+    keys = [(c.modes[0], b, conc) for b in c.modes[1:] for conc in c.concurrencies]
+    pairs = [(ok_rows(rows_of(rows, a, conc)), ok_rows(rows_of(rows, b, conc))) for a, b, conc in keys]
+    tables = compare_all(pairs, c.primary_metric, margin_pct=c.margin_pct or None)
+    return [{"a": a, "b": b, "concurrency": conc, "metrics": [r.to_dict() for r in t]}
+            for (a, b, conc), t in zip(keys, tables)]
 
 
 def campaign_record(cs: CampaignSummary) -> dict:
@@ -147,7 +151,9 @@ def aggregate_records(rows: Sequence[Mapping]) -> list[dict]:
     return out
 
 
-def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT) -> list[dict]:
+def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT,
+               margin_pct: float | None = None, confound: str | None = None) -> list[dict]:
     """Per printed row (ok passes only): the JSON record of ab_stats.family.Row, the primary first."""
     from ..ab_stats.family import compare
-    return [r.to_dict() for r in compare(ok_rows(a_rows), ok_rows(b_rows), primary)]
+    return [r.to_dict() for r in compare(ok_rows(a_rows), ok_rows(b_rows), primary, margin_pct=margin_pct,
+                                         confound=confound)]

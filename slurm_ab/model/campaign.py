@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 ORDERS = ("counterbalanced", "interleaved", "blocked")
 MAX_REPEATS = 100
 MAX_LAUNCHES = 50
+# A block: two launches of every mode in counterbalanced order (A B B A). A campaign is balanced
+# after every block, so a sequential campaign looks, and a campaign out of time stops, only there.
+LAUNCHES_PER_BLOCK = 2          # per mode
+MIN_BLOCKS, MAX_BLOCKS = 2, MAX_LAUNCHES // LAUNCHES_PER_BLOCK
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,16 @@ class Campaign:
     launches: tuple[Launch, ...] = field(default=())
     launches_per_mode: int = 1
     primary_metric: str = "output_tps"      # benchmark.primary_metric: the headline verdict
+    margin_pct: float = 0.0                 # equivalence margin (benchmark.margin_pct, --margin)
+    sequential: bool = False                # a look after every block, stop when the answer is clear
+
+    @property
+    def blocks(self) -> tuple[tuple[int, ...], ...]:
+        """The launch indices of each complete block (2 x modes consecutive launches, every mode
+        twice); launches after the last complete block belong to none."""
+        size = LAUNCHES_PER_BLOCK * len(self.modes)
+        idx = [x.index for x in self.launches]
+        return tuple(tuple(idx[i:i + size]) for i in range(0, len(idx) - size + 1, size))
 
     @property
     def single(self) -> bool:
@@ -112,7 +126,8 @@ class Campaign:
         return {"modes": list(self.modes), "repeats": self.repeats,
                 "concurrencies": list(self.concurrencies), "order": self.order,
                 "burn_in": self.burn_in, "launches_per_mode": self.launches_per_mode,
-                "primary_metric": self.primary_metric, "launches": [x.to_dict() for x in self.launches]}
+                "primary_metric": self.primary_metric, "margin_pct": self.margin_pct,
+                "sequential": self.sequential, "launches": [x.to_dict() for x in self.launches]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Campaign":
@@ -120,7 +135,8 @@ class Campaign:
         per_mode = max((sum(1 for x in launches if x.mode == m) for m in d["modes"]), default=1)
         return cls(tuple(d["modes"]), int(d["repeats"]), tuple(int(c) for c in d["concurrencies"]),
                    str(d["order"]), bool(d.get("burn_in", False)), launches,
-                   int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")))
+                   int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")),
+                   float(d.get("margin_pct") or 0.0), bool(d.get("sequential", False)))
 
 
 def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int) -> int:
@@ -144,7 +160,7 @@ def launch_order(modes: tuple[str, ...], launches: int, order: str) -> list[str]
 
 def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...], order: str,
              burn_in: bool, num_prompts: int, prompts_per_concurrency: int = 0, launches: int = 1,
-             primary_metric: str = "output_tps") -> Campaign:
+             primary_metric: str = "output_tps", margin_pct: float = 0.0, sequential: bool = False) -> Campaign:
     """The launches and passes of a campaign (arguments already validated): `launches` server
     launches per mode, `repeats` timed passes per concurrency in each."""
     out: list[Launch] = []
@@ -162,7 +178,7 @@ def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...
                 passes.append(Pass(index, mode, c, r, prompts_for(c, num_prompts, prompts_per_concurrency)))
         out.append(Launch(index, mode, tuple(passes)))
     return Campaign(tuple(modes), repeats, tuple(concurrencies), order, burn_in, tuple(out), launches,
-                    primary_metric)
+                    primary_metric, margin_pct, sequential)
 
 
 def parse_concurrencies(text: str) -> tuple[int, ...]:
