@@ -47,8 +47,10 @@ export SLURM_AB_SITES := $(if $(findstring $(TESTBED_SITES),$(SLURM_AB_SITES)),$
 help:
 	@echo "make setup                     install system packages (Slurm, munge, MariaDB, shellcheck, chromium),"
 	@echo "                               slurm-ab and the testbed (emulator, local cluster); a quick no-op when done"
-	@echo "make cluster-up | cluster-down start/stop the local Slurm cluster, 27 nodes in 3 lanes (cluster-status: its state"
-	@echo "                               and network layout; SLURM_AB_CLUSTER_NET=netns|localhost picks one)"
+	@echo "make cluster-up                start the local Slurm cluster, 27 nodes in 3 lanes"
+	@echo "                               (SLURM_AB_CLUSTER_NET=netns|localhost picks its network layout)"
+	@echo "make cluster-status            its daemons, nodes and network layout"
+	@echo "make cluster-down              stop it"
 	@echo "make demo                      run the three modes on the local cluster and print the tables"
 	@echo "make dry-run MODE=tp32         print the job script (SITE=example|local|FILE)"
 	@echo "make submit MODE=tp32          submit one run (add WAIT=1 to follow it)"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Where a command's CPU goes (`make test` by default), by kind of process.
 
-The test suite's time on a 2-core machine is CPU (README): this says whose. Linux BSD process
-accounting (acct(5), `accton` from Debian's `acct` package; root) records every process's user
+The test suite's time on a 2-core machine is CPU (benchmarks/README.md): this says whose. Linux
+BSD process accounting (acct(5), `accton` from Debian's `acct` package; root) records every process's user
 + system time when it exits, jobs' processes on the local cluster's nodes included (the nodes are
 network namespaces, not PID namespaces). Its records name a process by its last `comm` only
 ("python3"), so a sampler reads /proc/<pid>/cmdline of every new process every 0.3 s and a record

@@ -1,6 +1,6 @@
 """Campaigns on the real local Slurm cluster: A/B with repeats in one allocation, a concurrency
 sweep, and a campaign whose second mode OOMs at start-up. In-job overheads are measured from
-events.log and printed (figures for the README)."""
+events.log and printed (figures for docs/campaigns.md)."""
 from __future__ import annotations
 
 import json

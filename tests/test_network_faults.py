@@ -5,7 +5,7 @@ the real router and client), inject a network fault from the node's side (cluste
 rate / block / names: inside the node's network namespace; the bridge and its route are never
 touched, and the fallback route `unreachable 10.77.0.0/24` is checked before anything is sent)
 and check the verdict's first reason, how long the job took to end, and that no process is left.
-Measured times are printed as 'MEASURE <scenario>: ...' (pytest -rA shows them; README table).
+Measured times are printed as 'MEASURE <scenario>: ...' (pytest -rA shows them; docs/failures.md's table).
 
 The fast tests check the emulator's NCCL-like behaviour (a silent peer is waited for until the
 dist timeout, then torch's watchdog text), the diagnosis signatures and the balance check.

@@ -2,7 +2,7 @@
 NCCL fallback to sockets on a site that declares IB, a missing interface, an unwritable cache
 directory, SIGTERM reaching SGLang before SIGKILL with the grace honoured, and collect of a run
 whose job id now belongs to another job. Each test measures its time to the verdict
-('MEASURE <scenario>: ...', pytest -rA shows them; the README's fault table quotes them).
+('MEASURE <scenario>: ...', pytest -rA shows them; docs/failures.md's fault table quotes them).
 """
 from __future__ import annotations
 

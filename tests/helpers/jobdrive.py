@@ -172,6 +172,6 @@ def job_starter(workdir: Path, made: list, *defaults: str):
 
 
 def measure(scenario: str, seconds: float, verdict_line: str) -> None:
-    """A measured time for the README's tables (pytest -rA shows the lines)."""
+    """A measured time for the tables of docs/failures.md (pytest -rA shows the lines)."""
     print(f"MEASURE {scenario}: {seconds:.1f} s | {verdict_line}")
 
