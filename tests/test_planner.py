@@ -42,8 +42,10 @@ def test_standard_error_and_power_by_hand():
     d = Design(4, 2)
     se = math.sqrt(2 * (0.015 ** 2 + 0.015 ** 2 / 2) / 4)
     assert d.se(EMU) == pytest.approx(se)
-    tc, ncp = stats.t.ppf(0.975, 6), math.log(1.05) / se
-    assert d.power(EMU, 5) == pytest.approx(stats.nct.sf(tc, 6, ncp) + stats.nct.cdf(-tc, 6, ncp))
+    # 8 launches: the analysis regresses launch means on mode and run position, 8 - 3 = 5 df
+    tc, ncp = stats.t.ppf(0.975, 5), math.log(1.05) / se
+    assert d.power(EMU, 5) == pytest.approx(stats.nct.sf(tc, 5, ncp) + stats.nct.cdf(-tc, 5, ncp))
+    assert Design(2, 2).df() == 2 and Design(3, 2).df() == 3
     assert Design(1, 8).power(EMU, 5) == 0.0            # one launch a side: no launch-level test
     # AR(1) within a launch: passes add less than independent ones
     assert Design(4, 3).se(Noise(0.015, 0.015, ar1=0.5)) > Design(4, 3).se(EMU)

@@ -428,9 +428,19 @@ def cancel(run):
 @click.option("--halfwidth", default=None, metavar="PCT", help="Or: a 95%% interval half-width to reach.")
 @click.option("--time-limit-min", type=float, default=None,
               help="Job time limit, minutes (default: cluster.time_limit, or the partition's MaxTime when auto).")
+@click.option("--ar1", type=float, default=None,
+              help="Correlation of consecutive passes of a launch (default: estimated by --from with 3+ passes "
+                   "per launch, else 0).")
+@click.option("--drift", "drift_pct", type=float, default=None, metavar="PCT",
+              help="Drift per pass over the job, percent (default: estimated by --from, else 0).")
+@click.option("--sequential/--fixed", "sequential", default=None,
+              help="Plan a sequential design (a look after every block; priced by expected and maximum "
+                   "node-hours). Default: benchmark.sequential.")
+@click.option("--margin", default=None, metavar="PCT",
+              help="Equivalence margin of a sequential design (default: benchmark.margin_pct).")
 @_config_options
 def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, detect, power, halfwidth,
-             time_limit_min, site, configs, sets):
+             time_limit_min, ar1, drift_pct, sequential, margin, site, configs, sets):
     """The cheapest campaign design (launches per mode, passes per launch, order) comparing two
     MODES to a target, its node-hours, queue waits and A/A false-positive rate."""
     from ..ab_stats import planner
@@ -439,7 +449,8 @@ def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, det
     opts = {"launch_cov": None if launch_cov is None else launch_cov / 100.0,
             "pass_cov": None if pass_cov is None else pass_cov / 100.0, "load_min": load_min,
             "pass_min": pass_min, "detect": detect, "power": power, "halfwidth": halfwidth,
-            "time_limit_min": time_limit_min}
+            "time_limit_min": time_limit_min, "ar1": ar1, "drift_pct": drift_pct, "sequential": sequential,
+            "margin": margin}
     src = _find_run(from_campaign) if from_campaign else None
     p, notes = planner_cli.plan_for_modes(_sources(site, configs, sets), tuple(modes), src, opts)
     click.echo("".join(f"{n}\n" for n in notes) + planner.text(p, tuple(modes)), nl=False)
