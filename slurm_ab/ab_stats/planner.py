@@ -41,7 +41,7 @@ from .launches import MIN_TREND_UNITS
 ORDER = "counterbalanced"
 
 
-ASSURANCE = 0.8     # plan on this upper confidence bound of the pilot's variances
+ASSURANCE = 0.85    # plan on this upper confidence bound of the pilot's variances (the calibration's choice)
 DRAWS = 4000        # posterior draws of the variances
 
 
@@ -92,6 +92,21 @@ class Noise:
         import numpy as np
         sl2, sp2 = self.draws()
         return float(np.quantile(sl2 + sp2 * ar1_factor(k, self.ar1) / k, assurance))
+
+
+def pilot_noise(comp, ser, ar1: Optional[float] = None, drift_pct: Optional[float] = None) -> Noise:
+    """The noise a pilot campaign measured (components.components and .serial of its ok passes),
+    with its degrees of freedom: the launch-mean variance at the pilot's passes per launch is what
+    it estimates directly; AR(1) (stated, else estimated) moves variance from the launch to the
+    passes (within-launch variance is (1 - mean correlation) x the pass variance)."""
+    rho = ar1 if ar1 is not None else (ser.ar1 or 0.0)
+    k0 = max(ser.repeats, 1)
+    pc = comp.pass_cov / (1.0 - ser.mean_corr(rho, max(k0, 2))) ** 0.5
+    v0 = comp.launch_cov ** 2 + comp.pass_cov ** 2 / k0
+    lc2 = max(v0 - pc ** 2 * ar1_factor(k0, rho) / k0, 0.0)
+    drift = drift_pct if drift_pct is not None else (ser.drift_pct or 0.0)
+    return Noise(lc2 ** 0.5, pc, rho, drift, launch_df=comp.launch_df, pass_df=comp.pass_df or None,
+                 pilot_repeats=k0)
 
 
 @dataclass(frozen=True)
@@ -382,6 +397,11 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
     sim_power = 0.0
     if sequential:
         fits = _by_expected_cost(fits, n, c, detect, margin_pct, seed)
+    if campaigns <= 0:          # analytic only (the calibration's many pilots)
+        d = fits[0]
+        sure, point, low = d.assurance(n, detect, target.power) if target.detect_pct is not None else (None,) * 3
+        return Plan(d, target, n, c, d.planned_power(n, detect), d.halfwidth_pct(n), sure=sure, point_power=point,
+                    low_power=low, margin_pct=margin_pct)
     for i, d in enumerate(fits[:8]):
         var = n.planning(d.repeats)
         if sequential:

@@ -82,10 +82,5 @@ def kind(verdict: Optional[str]) -> str:
             DESCRIPTIVE: "descriptive"}.get(b, "inconclusive")
 
 
-def plain(verdict: Optional[str]) -> bool:
-    """A better/worse without qualifier: a claim about the modes themselves."""
-    return verdict in PLAIN
-
-
 def colour(verdict: Optional[str]) -> str:
     return KINDS[kind(verdict)][1]

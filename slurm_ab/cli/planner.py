@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..model.errors import UsageError
-from ..ab_stats.planner import Costs, Noise, Runs, Target
+from ..ab_stats.planner import Costs, Noise, Runs, Target, pilot_noise
 
 
 def from_campaign(run_dir: Path, primary: str = "output_tps") -> dict:
@@ -59,12 +59,7 @@ def inputs(src_campaign: Optional[Path], launch_cov, pass_cov, primary: str, ar1
         k0 = ser.repeats
         stated = launch_cov is not None or pass_cov is not None
         if not stated and comp.launch_cov is not None and comp.pass_cov is not None and comp.launch_df > 0:
-            launch_df, pass_df = comp.launch_df, comp.pass_df or None
-            pc = comp.pass_cov / (1.0 - ser.mean_corr(ar1 or 0.0, max(k0, 2))) ** 0.5      # AR(1) hides within-launch variance
-            v0 = comp.launch_cov ** 2 + comp.pass_cov ** 2 / max(k0, 1)
-            from ..ab_stats.planner import ar1_factor
-            lc2 = max(v0 - pc ** 2 * ar1_factor(max(k0, 1), ar1 or 0.0) / max(k0, 1), 0.0)
-            launch_cov, pass_cov = lc2 ** 0.5, pc
+            return pilot_noise(comp, ser, ar1, drift_pct), notes
         else:
             launch_cov = launch_cov if launch_cov is not None else comp.launch_cov
             pass_cov = pass_cov if pass_cov is not None else comp.pass_cov

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from ..ab_stats import METRICS, PRIMARY_DEFAULT, aggregate
+from ..ab_stats import METRICS, aggregate
 from .records import CampaignSummary, PassSummary
 
 # Verdicts whose pass has no numbers worth showing (the client's output, if any, is not final).
@@ -149,11 +149,3 @@ def aggregate_records(rows: Sequence[Mapping]) -> list[dict]:
                     "metrics": {m.name: aggregate([r.get(m.name) for r in good]).to_dict()
                                 for m in METRICS}})
     return out
-
-
-def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT,
-               margin_pct: float | None = None, confound: str | None = None) -> list[dict]:
-    """Per printed row (ok passes only): the JSON record of ab_stats.family.Row, the primary first."""
-    from ..ab_stats.family import compare
-    return [r.to_dict() for r in compare(ok_rows(a_rows), ok_rows(b_rows), primary, margin_pct=margin_pct,
-                                         confound=confound)]
