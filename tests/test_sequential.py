@@ -3,6 +3,7 @@ reference, the look (stdlib only) against statsmodels, and the look's decisions.
 from __future__ import annotations
 
 import ast
+import json
 import math
 import random
 
@@ -112,3 +113,67 @@ def test_a_look_reads_the_clients_own_files(tmp_path):
                             str(tmp_path / "launch3-y/logs/client-c8-r1.log"))[1] == "record"
     line = " ".join(looks.fields(out))
     assert line.startswith("look=2 blocks=2 of=2 launches_a=4 launches_b=4 passes=8 ") and "decision=better" in line
+
+
+def _sequential_campaign(blocks: int = 3):
+    from slurm_ab.model.campaign import schedule
+    return schedule(("tp32", "tp32-dflash"), 1, (8,), "counterbalanced", False, 16, launches=2 * blocks,
+                    margin_pct=3.0, sequential=True)
+
+
+def _write_passes(root, campaign, effect: float, upto: int):
+    """Each launch's client result file (makespan figure only, as SGLang 0.5.2 writes it)."""
+    from slurm_ab.model.rundir import launch_dirname
+    rng = random.Random(7)
+    for la in campaign.launches[:upto]:
+        d = root / launch_dirname(la)
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        for p in la.passes:
+            v = 1000.0 * (1 + (effect if la.mode == "tp32-dflash" else 0)) * (1 + rng.gauss(0, 0.01))
+            (d / f"bench-{p.key}.jsonl").write_text(json.dumps({"output_throughput": v}) + "\n")
+
+
+def test_the_collector_recomputes_every_look_and_says_whether_the_job_agrees(tmp_path):
+    from slurm_ab.ab_stats.sequential import job_spec
+    from slurm_ab.collect.sequential import recompute
+    from slurm_ab.parse.events import read_events
+    c = _sequential_campaign()
+    _write_passes(tmp_path, c, -0.3, 8)
+    spec = job_spec(c)
+    lines = []
+    for k in (1, 2):
+        r = looks.look(spec, k, str(tmp_path))
+        lines.append(f"1.0 2026-12-03 10:00:00.000 sequential_look {' '.join(looks.fields(r))}")
+    assert r["decision"] == "worse"
+    lines.append("2.0 2026-12-03 10:00:01.000 sequential_stop look=2 decision=worse launches_run=8 launches_planned=12")
+    (tmp_path / "events.log").write_text("\n".join(lines) + "\n")
+    rec = recompute(tmp_path, c, read_events(tmp_path / "events.log"))
+    assert rec.agree and rec.stopped_at == 2 and rec.decision == "worse" and rec.verdict == "worse"
+    assert [x.agrees for x in rec.looks] == [True, True] and rec.high_pct < 0
+    # a job whose logged look differs from the raw files is said to differ
+    (tmp_path / "events.log").write_text("\n".join([lines[0].replace("passes=4", "passes=3")] + lines[1:]) + "\n")
+    assert not recompute(tmp_path, c, read_events(tmp_path / "events.log")).agree
+
+
+def test_a_sequential_script_carries_its_boundaries_and_the_stop_rule_verbatim(cli):
+    import re
+    import shutil
+    import subprocess
+    code, script, err = cli("dry-run", "tp32", "tp32-dflash", "--sequential", "--launches", "6")
+    assert code == 0, err
+    assert "SEQ_LOOK_AFTER=(4 8 12)" in script and "SEQ_PYTHON=(python3)" in script
+    program = script.split("<<'SLURM_AB_STOP_RULE'\n")[1].split("\nSLURM_AB_STOP_RULE\n")[0]
+    assert program == open(looks.__file__).read().rstrip("\n")
+    spec = json.loads(script.split("<<'SLURM_AB_SEQUENTIAL_SPEC'\n")[1].split("\nSLURM_AB_SEQUENTIAL_SPEC\n")[0])
+    assert spec["blocks"] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]] and spec["margin_pct"] == 3.0
+    assert spec["z"] == pytest.approx(list(boundaries(3)), abs=1e-6)
+    assert spec["launches"][2]["dir"] == "launch3-tp32-dflash" and spec["launches"][2]["passes"][0]["bench"] == \
+        "bench-c8-r3.jsonl"     # two passes per launch, numbered per mode
+    assert "sequential: a look after each of at most 3 counterbalanced blocks" in err
+    assert re.search(r"look boundaries \|z\| >= 3\.710, 2\.511, 1\.993", err)
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    if shutil.which("shellcheck"):
+        r = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script, text=True, capture_output=True)
+        assert r.returncode == 0, r.stdout[-3000:]
+    code, _, err = cli("dry-run", "tp32", "tp32-dflash", "--sequential", "--concurrency", "1,8")
+    assert code == 2 and "--concurrency" in err and "one concurrency" in err

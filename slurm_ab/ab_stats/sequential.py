@@ -27,7 +27,7 @@ from ..model.campaign import MAX_BLOCKS, MIN_BLOCKS
 
 ALPHA = 0.05
 __all__ = ["ALPHA", "Boundaries", "MAX_BLOCKS", "MIN_BLOCKS", "boundaries", "critical_table",
-           "exit_probabilities", "nominal_alpha", "spending"]
+           "exit_probabilities", "job_spec", "nominal_alpha", "spending"]
 GRID = 301                 # points of the integration grid per look (801 gives the same to 1e-5)
 
 
@@ -132,3 +132,25 @@ def critical_table(blocks: int, max_df: int, alpha: float = ALPHA) -> Boundaries
     crit = tuple(tuple(round(float(stats.t.isf(p / 2.0, df)), 6) for df in range(1, max_df + 1)) for p in nom)
     return Boundaries(blocks, alpha, tuple(round(c, 6) for c in boundaries(blocks, alpha)),
                       tuple(float(f"{p:.6g}") for p in nom), crit)
+
+
+def job_spec(campaign, critical_df: int = 0) -> dict:
+    """What the job's stop rule reads (sequential.json) and the collector rebuilds to recompute
+    every look: the two modes, the metric and its direction, the margin, each block's launches,
+    each launch's directory and pass files (rundir.PATHS, as the job names them) and the
+    boundaries with a t critical value for every degrees of freedom a look can have."""
+    from ..model.rundir import PATHS, launch_dirname
+    from .metrics import METRIC_BY_NAME
+    blocks = campaign.blocks
+    b = critical_table(len(blocks), critical_df or 4 * len(blocks))
+    metric = campaign.primary_metric
+    return {"version": 1, "a": campaign.modes[0], "b": campaign.modes[1], "metric": metric,
+            "better": METRIC_BY_NAME[metric].better, "log": True, "margin_pct": campaign.margin_pct,
+            "blocks": [list(x) for x in blocks],
+            "launches": [{"index": la.index, "mode": la.mode,
+                          "dir": launch_dirname(la),
+                          "passes": [{"key": p.key, "bench": PATHS["bench_pass"].format(key=p.key),
+                                      "client_log": PATHS["client_log_pass"].format(key=p.key)}
+                                     for p in la.passes if not p.burn_in]}
+                         for la in campaign.launches],
+            "z": list(b.z), "nominal": list(b.nominal), "critical": [list(r) for r in b.critical]}

@@ -24,8 +24,10 @@ from .passes import PassInputs, collect_pass
 from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary
 from .replicas import scan_launch
 from .rows import campaign_record
+from .sequential import recompute
 
 NOT_RUN = "not run"
+SKIPPED = "skipped (sequential stop)"
 
 
 def campaign_of(run_dir: Path) -> Campaign | None:
@@ -62,7 +64,13 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     status = launch_status(root_events)
     outputs = tuple(root.slurm_outs())
     launches, passes = [], []
+    stop = next(iter(root_events.named("sequential_stop")), None)
+    ran = stop.get_int("launches_run") if stop is not None else None
     for launch in campaign.launches:
+        if ran is not None and launch.index > ran:     # a sequential campaign decided before it
+            launches.append(LaunchSummary(launch.index, launch.mode, root.rel(root.launch(launch, False).root),
+                                          SKIPPED, None, tuple(f"{p.key}: {SKIPPED}" for p in launch.passes)))
+            continue
         lay = root.launch(launch, single)
         events = root_events if single else with_job_end(read_events(lay.events), root_events)
         lman = manifest if single else (rundir.read_manifest(lay.root) or replace(manifest, campaign=None))
@@ -84,8 +92,9 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
             dict(fail.fields) if fail else None, tuple(verdicts)))
     job = passes[0].job if single and passes else job_info(sacct, root_events, who.job_id)
     running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
+    seq = None if single else recompute(run_dir, campaign, root_events)
     return CampaignSummary(who.run_id, manifest.job_id or who.job_id, campaign, single, job,
-                           running, tuple(launches), tuple(passes))
+                           running, tuple(launches), tuple(passes), seq)
 
 
 def with_job_end(launch_events: EventLog, root_events: EventLog) -> EventLog:

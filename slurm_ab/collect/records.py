@@ -206,7 +206,7 @@ class LaunchSummary:
     launch: int
     mode: str
     dir: str                            # relative to the run directory ("." for a single run)
-    status: str                         # ok | failed | unfinished | not run (launch_end event)
+    status: str                         # ok | failed | unfinished | not run | skipped (a sequential stop)
     failure: dict | None = None         # the first 'fail' event's fields
     passes: tuple = ()                  # "<key>: <verdict>" (burn-ins marked discarded)
 
@@ -227,6 +227,7 @@ class CampaignSummary:
     running: bool = False               # Slurm says the job has not ended: nothing is final
     launches: tuple = ()                # LaunchSummary
     passes: tuple = ()                  # PassSummary of every timed pass (burn-ins left out)
+    sequential: object = None           # collect.sequential.SequentialRecord of a sequential campaign
 
     @property
     def only(self) -> PassSummary:

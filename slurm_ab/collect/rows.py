@@ -117,7 +117,17 @@ def campaign_record(cs: CampaignSummary) -> dict:
             "variance": cs.campaign.variance, "job_state": cs.job.state_raw or cs.job.state,
             "running": cs.running, "launches": [la.to_dict() for la in cs.launches],
             "passes": rows, "aggregates": aggregate_records(rows),
-            "comparisons": comparisons(cs, rows)}
+            "comparisons": _sequential(comparisons(cs, rows), cs.sequential),
+            **({"sequential": cs.sequential.to_dict()} if cs.sequential is not None else {})}
+
+
+def _sequential(cmps: list[dict], seq) -> list[dict]:
+    """A sequential campaign's one comparison with its primary row restated by the looks."""
+    if seq is None or len(cmps) != 1 or not cmps[0]["metrics"]:
+        return cmps
+    from .sequential import primary_row
+    cmp = cmps[0]
+    return [dict(cmp, metrics=[primary_row(cmp["metrics"][0], seq)] + cmp["metrics"][1:])]
 
 
 def rows_of(rows: list[dict], mode: str, concurrency) -> list[dict]:

@@ -63,6 +63,9 @@ PATHS = {
     "scrape_partial": "metrics/{target}-{stamp}.part",   # being written (renamed to .prom/.err)
     "scrape_curl": "metrics/{target}-{stamp}.curl",      # curl's message while it runs
     "launch_dir": "launch{index}-{mode}",        # a campaign's server launch, laid out like a run
+    "sequential_spec": "sequential.json",        # a sequential campaign's looks: launches, boundaries (render)
+    "stop_rule": "stoprule.py",                  # its stop rule (ab_stats/looks.py), run after each block
+    "stop_rule_log": "logs/stoprule.log",        # the stop rule's stderr
     "submitit": "submitit",                      # submitit's own files (collector job)
     "submit_error": "submit-error.txt",          # why sbatch refused
     "summary": "summary.{ext}",                  # the collector's files (json, csv, md)
@@ -99,6 +102,7 @@ class Layout:
     preflight = property(lambda self: self.path("preflight"))
     submit_error = property(lambda self: self.path("submit_error"))
     report_html = property(lambda self: self.path("report_html"))
+    sequential_spec = property(lambda self: self.path("sequential_spec"))
     plots = property(lambda self: self.path("plots"))
 
     def server_log(self, replica: int, rank: int) -> Path:

@@ -153,6 +153,9 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
         lines.append(f"equivalence margin ±{margin:g}% (benchmark.margin_pct, --margin): an interval that "
                      f"includes 0 and lies inside it reads 'equivalent within ±{margin:g}%' (two one-sided "
                      "tests at the interval's level); 'no significant difference' is what is neither")
+    seq = (records[0].get("sequential") if records else None) or None
+    if seq:
+        lines.append(_sequential_note(seq))
     if first.qualifier == ACROSS_JOBS:
         lines.append("separate jobs: A and B ran in different jobs, so job and mode are confounded (a "
                      "job-to-job difference reads as the modes'); verdicts say '(separate jobs)'; run both "
@@ -171,6 +174,18 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
         if bad:
             lines.append(f"{side}: {bad} pass(es) not ok left out")
     return text + notes(lines) + "\n"
+
+
+def _sequential_note(seq: Mapping) -> str:
+    """What a sequential campaign's primary row says and how it was checked."""
+    looks = seq.get("looks") or []
+    stop = seq.get("stopped_at")
+    where = (f"stopped at look {stop} of {seq['blocks']}" if stop else f"ran to look {len(looks)} of {seq['blocks']}")
+    agree = "the collector's recomputation of every look from the raw files equals the job's" if seq.get("agree") \
+        else "a look recomputed from the raw files DIFFERS from the job's (see summary.json 'sequential')"
+    return (f"sequential: {where} ({seq.get('decision')}); the primary row is that look's decision on the "
+            "clients' own figures, its interval the repeated confidence interval at the look's level "
+            f"(O'Brien-Fleming spending, two-sided 5% over all looks); {agree}")
 
 
 def _family_note(rows) -> str:
