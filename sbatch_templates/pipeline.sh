@@ -263,7 +263,8 @@ run_launches() {
       log "launch $(( i + 1 )) (${LAUNCH_MODES[i]}) failed (status $LAUNCH_RC): see ${LAUNCH_DIRS[i]}/events.log; going on" >&2
       event launch_end "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" status=failed "rc=$LAUNCH_RC"
     fi
-    (( ${#SEQ_LOOK_AFTER[@]} )) && sequential_look "$(( i + 1 ))" && break
+    # a sequential campaign (its script defines write_stop_rule): a look after each block
+    declare -F write_stop_rule >/dev/null && sequential_look "$(( i + 1 ))" && break
   done
   return "$status"
 }

@@ -17,7 +17,8 @@ from helpers.scripts import GOLDEN_SETS
 
 PATTERNS = [re.sub(r"\{[a-z]+\}", "*", v) for v in PATHS.values()]
 # Set per pass from LAUNCH_PASSES, whose file names the plan takes from PATHS (tested below).
-FROM_THE_PLAN = {"PASS_BENCH", "PASS_CLIENT_LOG"}
+# A sequential campaign's files: generated from PATHS by render.sequential_parts (tested below).
+FROM_THE_PLAN = {"PASS_BENCH", "PASS_CLIENT_LOG", "F_SEQ_SPEC", "F_STOP_RULE", "F_STOP_RULE_LOG"}
 _PATH = re.compile(r'"?\$(?:\{RUN_DIR\}|RUN_DIR)"?/([^\s\'()<>|;]*)')
 _VAR = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
 
@@ -81,3 +82,11 @@ def test_layout_parses_the_names_it_gives(tmp_path):
                                     12: {7: lay.server_log(12, 7)}}
     assert lay.head_logs() == {0: lay.server_log(0, 0)}
     assert lay.slurm_out(42).name == "slurm-42.out" and lay.warmup_response(1).name == "warmup-r1.json"
+
+
+def test_a_sequential_campaigns_files_are_layout_paths():
+    text = render_script(plan_campaign(Sources("example", (), GOLDEN_SETS), ["tp32", "tp32-dflash"], "RUN-ID",
+                                       CampaignOptions(launches=4, sequential=True)))
+    assigned = dict(re.findall(r"^(F_SEQ_SPEC|F_STOP_RULE|F_STOP_RULE_LOG)=(\S+)$", text, re.M))
+    assert assigned == {"F_SEQ_SPEC": PATHS["sequential_spec"], "F_STOP_RULE": PATHS["stop_rule"],
+                        "F_STOP_RULE_LOG": PATHS["stop_rule_log"]}

@@ -15,6 +15,15 @@ from slurm_ab.ab_stats import looks
 from slurm_ab.ab_stats.sequential import boundaries, critical_table, exit_probabilities, nominal_alpha, spending
 
 
+def test_power_spending_spends_alpha_t_squared():
+    """Kim-DeMets alpha t^2: the first of K = 4 looks spends 0.05 / 16 (two-sided)."""
+    assert spending(0.25, 0.05, "power-2") == pytest.approx(0.05 / 16)
+    cs = boundaries(4, 0.05, "power-2")
+    assert 2 * stats.norm.sf(cs[0]) == pytest.approx(0.05 / 16, rel=1e-6)
+    assert sum(exit_probabilities(4, 0.0, 0.05, "power-2")) == pytest.approx(0.05, abs=1e-8)
+    assert cs[0] < boundaries(4)[0] and cs[-1] > boundaries(4)[-1]     # more early, less at the end
+
+
 def test_obrien_fleming_boundaries_are_the_published_ones():
     """rpact getDesignGroupSequential(kMax = 4, alpha = 0.05, sided = 2, typeOfDesign = "asOF")
     and gsDesign sfLDOF: 4.333, 2.963, 2.359, 2.014."""
@@ -166,11 +175,14 @@ def test_a_sequential_script_carries_its_boundaries_and_the_stop_rule_verbatim(c
     assert program == open(looks.__file__).read().rstrip("\n")
     spec = json.loads(script.split("<<'SLURM_AB_SEQUENTIAL_SPEC'\n")[1].split("\nSLURM_AB_SEQUENTIAL_SPEC\n")[0])
     assert spec["blocks"] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]] and spec["margin_pct"] == 3.0
-    assert spec["z"] == pytest.approx(list(boundaries(3)), abs=1e-6)
+    assert spec["z"] == pytest.approx(list(boundaries(3, 0.05, "power-2")), abs=1e-6) and spec["spending"] == "power-2"
     assert spec["launches"][2]["dir"] == "launch3-tp32-dflash" and spec["launches"][2]["passes"][0]["bench"] == \
         "bench-c8-r3.jsonl"     # two passes per launch, numbered per mode
     assert "sequential: a look after each of at most 3 counterbalanced blocks" in err
-    assert re.search(r"look boundaries \|z\| >= 3\.710, 2\.511, 1\.993", err)
+    assert re.search(r"look boundaries \|z\| >= 2\.773, 2\.347, 2\.062", err)
+    code, script, _ = cli("dry-run", "tp32", "tp32-dflash", "--sequential", "--launches", "6", "--set",
+                          "benchmark.spending=obrien-fleming")
+    assert '"z": [\n  3.710' in script or "3.7103" in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
     if shutil.which("shellcheck"):
         r = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script, text=True, capture_output=True)

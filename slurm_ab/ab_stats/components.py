@@ -45,6 +45,17 @@ def _points(rows: Sequence[Mapping], metric: str) -> list[tuple[str, str, float]
     return out
 
 
+def _positions(rows: Sequence[Mapping], metric: str) -> Optional[list[float]]:
+    """Each point's run position (its launch index) when the launches of one job are numbered and
+    there are enough of them (ab_stats.launches.MIN_TREND_UNITS) for the analysis to regress a
+    drift out: then the variance components leave the drift out too."""
+    from .launches import MIN_TREND_UNITS
+    pos = [r.get("launch") for r in rows if (v := finite([r.get(metric)])) and v[0] > 0]
+    if not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in pos):
+        return None
+    return [float(p) for p in pos] if len(set(pos)) >= MIN_TREND_UNITS else None
+
+
 def components(rows: Sequence[Mapping], metric: str) -> Components:
     """Launch and pass CoV of `metric` over the ok pass rows of a campaign (every mode)."""
     pts = _points(rows, metric)
@@ -65,7 +76,11 @@ def components(rows: Sequence[Mapping], metric: str) -> Components:
         ss = sum((y - sum(ys) / len(ys)) ** 2 for ys in cells.values() for y in ys)
         return Components(launch_cov=None, pass_cov=math.sqrt(ss / pass_df), note="one launch per mode: "
                           "launch-to-launch variance cannot be estimated (confounded with the mode)", **base)
-    sigma_l2, sigma_p2 = _reml(pts)
+    pos = _positions(rows, metric)
+    sigma_l2, sigma_p2 = _reml(pts, pos)
+    if pos is not None:
+        launch_df -= 1
+        base["launch_df"] = launch_df
     if pass_df == 0:        # one pass per launch: only the sum is identified
         return Components(launch_cov=math.sqrt(sigma_l2 + sigma_p2), pass_cov=None, note="one pass per "
                           "launch: launch and pass variance cannot be told apart; all of it is "
@@ -77,13 +92,16 @@ def components(rows: Sequence[Mapping], metric: str) -> Components:
     return Components(launch_cov=math.sqrt(max(sigma_l2, 0.0)), pass_cov=math.sqrt(sigma_p2), note=note, **base)
 
 
-def _reml(pts: list[tuple[str, str, float]]) -> tuple[float, float]:
-    """(launch variance, pass variance) by REML (statsmodels MixedLM); launches without spread
-    between them converge to the boundary 0, which is kept."""
+def _reml(pts: list[tuple[str, str, float]], positions: Optional[list[float]] = None) -> tuple[float, float]:
+    """(launch variance, pass variance) by REML (statsmodels MixedLM), run position a fixed effect
+    when given (a drift is not launch variance: the analysis regresses it out); launches without
+    spread between them converge to the boundary 0, which is kept."""
     import numpy as np
     from statsmodels.regression.mixed_linear_model import MixedLM
     cells = sorted({c for c, _, _ in pts})
     exog = np.array([[1.0 if c == k else 0.0 for k in cells] for c, _, _ in pts])
+    if positions is not None:
+        exog = np.column_stack([exog, np.asarray(positions) - float(np.mean(positions))])
     y = np.array([v for _, _, v in pts])
     groups = np.array([g for _, g, _ in pts])
     with warnings.catch_warnings():

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Optional
 
-from ..model.campaign import schedule
+from ..model.campaign import MAX_LAUNCHES, SPENDING_DEFAULT, schedule
 from ..model.duration import Estimate, TimeModel, campaign_schedule, format_time
 from .launches import MIN_TREND_UNITS
 
@@ -261,7 +261,8 @@ class Plan:
     margin_pct: float = 0.0
 
 
-def candidates(n: Noise, c: Costs, target: Target, max_launches: int = 30, max_repeats: int = 12) -> list[Design]:
+def candidates(n: Noise, c: Costs, target: Target, max_launches: int = MAX_LAUNCHES,
+               max_repeats: int = 12) -> list[Design]:
     """Every design meeting the target (at the planning variance), cheapest first (ties: fewer
     launches)."""
     out = [Design(L, k) for L in range(2, max_launches + 1) for k in range(1, max_repeats + 1)
@@ -315,7 +316,8 @@ def verify(d: Design, n: Noise, detect_pct: float, campaigns: int = 2000, seed: 
 
 
 def sequential_oc(d: Design, n: Noise, c: Costs, detect_pct: float, margin_pct: float = 0.0,
-                  campaigns: int = 2000, seed: int = 5, var: Optional[float] = None, aa: bool = True) -> Sequential:
+                  campaigns: int = 2000, seed: int = 5, var: Optional[float] = None, aa: bool = True,
+                  spending: str = SPENDING_DEFAULT) -> Sequential:
     """Simulate a sequential campaign of d.launches / 2 blocks looking after each block with the
     job's own stop rule (looks.decide, the boundaries of sequential.critical_table): power, stops
     per look, A/A errors and equivalence, expected and maximum node-hours (the time model's
@@ -327,7 +329,7 @@ def sequential_oc(d: Design, n: Noise, c: Costs, detect_pct: float, margin_pct: 
     from .sequential import critical_table
 
     blocks = d.launches // LAUNCHES_PER_BLOCK
-    bounds = critical_table(blocks, 4 * blocks)
+    bounds = critical_table(blocks, 4 * blocks, name=spending)
     spec = {"critical": [list(r) for r in bounds.critical], "blocks": [()] * blocks, "margin_pct": margin_pct,
             "better": "higher", "log": True}
     rng = np.random.default_rng(seed)
@@ -360,7 +362,7 @@ def sequential_oc(d: Design, n: Noise, c: Costs, detect_pct: float, margin_pct: 
 
 
 def _by_expected_cost(fits: list[Design], n: Noise, c: Costs, detect: float, margin_pct: float,
-                      seed: int) -> list[Design]:
+                      seed: int, spending: str) -> list[Design]:
     """Sequential candidates in order of their expected node-hours at the target change
     (simulated roughly at the planning variance): per passes per launch the three smallest
     numbers of blocks that reach the target as fixed designs."""
@@ -368,13 +370,14 @@ def _by_expected_cost(fits: list[Design], n: Noise, c: Costs, detect: float, mar
     for k in sorted({d.repeats for d in fits}):
         short += [d for d in fits if d.repeats == k][:3]
     short = sorted(short, key=lambda d: d.node_hours(c))[:9]
-    scored = [(sequential_oc(d, n, c, detect, margin_pct, 300, seed, n.planning(d.repeats), aa=False), d)
+    scored = [(sequential_oc(d, n, c, detect, margin_pct, 300, seed, n.planning(d.repeats), aa=False,
+                             spending=spending), d)
               for d in short]
     return [d for _, d in sorted(scored, key=lambda x: x[0].expected_node_hours)]
 
 
 def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 1,
-         sequential: bool = False, margin_pct: float = 0.0) -> Plan:
+         sequential: bool = False, margin_pct: float = 0.0, spending: str = SPENDING_DEFAULT) -> Plan:
     """The cheapest design meeting the target that fits the time limit, checked by simulation
     (a candidate whose simulated power falls short gives way to the next). Sequential: designs of
     whole blocks (even launches per mode, 2 blocks or more), priced by their maximum, checked by
@@ -385,7 +388,7 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
     fits = [d for d in cands if d.fits(c)]
     base = Plan(None, target, n, c, margin_pct=margin_pct)
     if not cands:
-        return replace(base, reason="no design of up to 30 launches x 12 passes per mode reaches the target")
+        return replace(base, reason=f"no design of up to {MAX_LAUNCHES} launches x 12 passes per mode reaches the target")
     if not fits:
         best = cands[0]
         return replace(base, reason=(f"out of reach within the time limit {format_time(c.time_limit_s)}: the "
@@ -396,7 +399,7 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
     detect = target.detect_pct if target.detect_pct is not None else target.halfwidth_pct
     sim_power = 0.0
     if sequential:
-        fits = _by_expected_cost(fits, n, c, detect, margin_pct, seed)
+        fits = _by_expected_cost(fits, n, c, detect, margin_pct, seed, spending)
     if campaigns <= 0:          # analytic only (the calibration's many pilots)
         d = fits[0]
         sure, point, low = d.assurance(n, detect, target.power) if target.detect_pct is not None else (None,) * 3
@@ -405,7 +408,7 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
     for i, d in enumerate(fits[:8]):
         var = n.planning(d.repeats)
         if sequential:
-            oc = sequential_oc(d, n, c, detect, margin_pct, campaigns, seed, var)
+            oc = sequential_oc(d, n, c, detect, margin_pct, campaigns, seed, var, spending=spending)
             sim_power, sim_fp = oc.power, oc.aa_false
         else:
             oc = None
@@ -413,7 +416,8 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
         if target.halfwidth_pct is not None or sim_power >= target.power:
             sure, point, low = d.assurance(n, detect, target.power)
             if sequential:      # costs at the estimate, not the bound
-                oc = replace(sequential_oc(d, n, c, detect, margin_pct, campaigns, seed + 1), power=oc.power)
+                oc = replace(sequential_oc(d, n, c, detect, margin_pct, campaigns, seed + 1, spending=spending),
+                             power=oc.power)
             return Plan(d, target, n, c, d.planned_power(n, detect), d.halfwidth_pct(n), sim_power, sim_fp,
                         campaigns, alternatives=tuple((x, x.node_hours(c)) for x in fits[i + 1:i + 4]),
                         sure=sure, point_power=point, low_power=low, sequential=oc, margin_pct=margin_pct)

@@ -118,7 +118,9 @@ def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
     from ..model import rundir
 
     run_dir = rundir.find(ref, Path(os.environ.get("SLURM_AB_RESULTS", "results")))
-    p, _ = planner_cli.plan_for_modes(src, tuple(modes), run_dir, {})
+    extra = _meta()
+    p, _ = planner_cli.plan_for_modes(src, tuple(modes), run_dir, {"sequential": extra.get("sequential"),
+                                                                   "margin": extra.get("margin")})
     if p.design is None:
         raise UsageError(f"--plan {ref}: {p.reason}")
     click.echo(f"plan: {p.design.launches} launches per mode x {p.design.repeats} passes, "

@@ -176,4 +176,4 @@ def plan_for_modes(src, modes: tuple, campaign: Optional[Path], opts: dict) -> t
     sequential = exp.benchmark.sequential if sequential is None else sequential
     return plan(noise, c, target(opts.get("detect"), opts.get("halfwidth"), opts.get("power", 0.8)),
                 campaigns=opts.get("campaigns", 1000), sequential=bool(sequential),
-                margin_pct=margin), notes + limit_notes
+                margin_pct=margin, spending=exp.benchmark.spending), notes + limit_notes

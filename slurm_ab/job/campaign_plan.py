@@ -99,7 +99,7 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
     if errors:
         raise ConfigErrors(errors)
     return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
-                    launches, primary, margin, sequential)
+                    launches, primary, margin, sequential, bench.spending)
 
 
 def _margin(opts: CampaignOptions, bench, errors: list) -> float:
@@ -203,10 +203,10 @@ def sequential_lines(c: Campaign) -> list[str]:
     from ..ab_stats.sequential import critical_table
 
     k = len(c.blocks)
-    b = critical_table(k, 1)
+    b = critical_table(k, 1, name=c.spending)
     return [f"  sequential: a look after each of at most {k} counterbalanced blocks (launches "
-            + "; ".join(",".join(map(str, blk)) for blk in c.blocks) + "); O'Brien-Fleming alpha spending "
-            "(two-sided 5%); stops for better/worse when the look's interval excludes 0, for equivalence "
+            + "; ".join(",".join(map(str, blk)) for blk in c.blocks) + f"); alpha spending {c.spending} "
+            "(two-sided 5%; benchmark.spending); stops for better/worse when the look's interval excludes 0, for equivalence "
             f"when it lies inside ±{c.margin_pct:g}%; never mid-block",
             "  look boundaries |z| >= " + ", ".join(f"{z:.3f}" for z in b.z) + " (nominal two-sided levels "
             + ", ".join(f"{p:.2g}" for p in b.nominal) + "; t critical values per degrees of freedom in the "

@@ -23,6 +23,24 @@ MAX_LAUNCHES = 50
 # after every block, so a sequential campaign looks, and a campaign out of time stops, only there.
 LAUNCHES_PER_BLOCK = 2          # per mode
 MIN_BLOCKS, MAX_BLOCKS = 2, MAX_LAUNCHES // LAUNCHES_PER_BLOCK
+# benchmark.spending: how a sequential campaign spends its 5 % over its looks (ab_stats/sequential.py)
+SPENDING_DEFAULT = "power-2"
+SPENDING_CHOICES = "obrien-fleming, or power-R with 1 <= R <= 5 (alpha x t^R; e.g. power-2)"
+
+
+def spending_power(name) -> float | None:
+    """R of 'power-R' (1 <= R <= 5), else None."""
+    if not isinstance(name, str) or not name.startswith("power-"):
+        return None
+    try:
+        rho = float(name[len("power-"):])
+    except ValueError:
+        return None
+    return rho if 1.0 <= rho <= 5.0 else None
+
+
+def valid_spending(name) -> bool:
+    return name == "obrien-fleming" or spending_power(name) is not None
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,7 @@ class Campaign:
     primary_metric: str = "output_tps"      # benchmark.primary_metric: the headline verdict
     margin_pct: float = 0.0                 # equivalence margin (benchmark.margin_pct, --margin)
     sequential: bool = False                # a look after every block, stop when the answer is clear
+    spending: str = SPENDING_DEFAULT        # benchmark.spending: its alpha-spending function
 
     @property
     def blocks(self) -> tuple[tuple[int, ...], ...]:
@@ -127,7 +146,8 @@ class Campaign:
                 "concurrencies": list(self.concurrencies), "order": self.order,
                 "burn_in": self.burn_in, "launches_per_mode": self.launches_per_mode,
                 "primary_metric": self.primary_metric, "margin_pct": self.margin_pct,
-                "sequential": self.sequential, "launches": [x.to_dict() for x in self.launches]}
+                "sequential": self.sequential, "spending": self.spending,
+                "launches": [x.to_dict() for x in self.launches]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Campaign":
@@ -136,7 +156,8 @@ class Campaign:
         return cls(tuple(d["modes"]), int(d["repeats"]), tuple(int(c) for c in d["concurrencies"]),
                    str(d["order"]), bool(d.get("burn_in", False)), launches,
                    int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")),
-                   float(d.get("margin_pct") or 0.0), bool(d.get("sequential", False)))
+                   float(d.get("margin_pct") or 0.0), bool(d.get("sequential", False)),
+                   str(d.get("spending") or SPENDING_DEFAULT))
 
 
 def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int) -> int:
@@ -160,7 +181,8 @@ def launch_order(modes: tuple[str, ...], launches: int, order: str) -> list[str]
 
 def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...], order: str,
              burn_in: bool, num_prompts: int, prompts_per_concurrency: int = 0, launches: int = 1,
-             primary_metric: str = "output_tps", margin_pct: float = 0.0, sequential: bool = False) -> Campaign:
+             primary_metric: str = "output_tps", margin_pct: float = 0.0, sequential: bool = False,
+             spending: str = SPENDING_DEFAULT) -> Campaign:
     """The launches and passes of a campaign (arguments already validated): `launches` server
     launches per mode, `repeats` timed passes per concurrency in each."""
     out: list[Launch] = []
@@ -178,7 +200,7 @@ def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...
                 passes.append(Pass(index, mode, c, r, prompts_for(c, num_prompts, prompts_per_concurrency)))
         out.append(Launch(index, mode, tuple(passes)))
     return Campaign(tuple(modes), repeats, tuple(concurrencies), order, burn_in, tuple(out), launches,
-                    primary_metric, margin_pct, sequential)
+                    primary_metric, margin_pct, sequential, spending)
 
 
 def parse_concurrencies(text: str) -> tuple[int, ...]:

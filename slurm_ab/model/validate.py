@@ -9,7 +9,7 @@ import math
 import re
 from typing import Any
 
-from .campaign import MAX_BLOCKS, MIN_BLOCKS
+from .campaign import MAX_BLOCKS, MIN_BLOCKS, SPENDING_CHOICES, valid_spending
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
 from . import pd_checks, site_checks
@@ -267,6 +267,8 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     if isinstance(k, bool) or not isinstance(k, int) or not MIN_BLOCKS <= k <= MAX_BLOCKS:
         errs.append(ConfigError("benchmark.max_blocks", k, "not a number of counterbalanced blocks",
                                 f"an integer in {MIN_BLOCKS}..{MAX_BLOCKS} (a block: two launches per mode)"))
+    if not valid_spending(b["spending"]):
+        errs.append(ConfigError("benchmark.spending", b["spending"], "not an alpha-spending function", SPENDING_CHOICES))
     prof, perrs = _profile("client", "benchmark.client", b["client"], tree["client_profiles"],
                            ("command", "module"), "sglang.bench_serving")
     errs += perrs

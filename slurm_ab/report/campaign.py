@@ -108,7 +108,8 @@ def campaign_plots(run_dir: Path, summary: dict) -> list[tuple[str, str, bytes]]
             n = max((max(r.get("n_a") or 0, r.get("n_b") or 0) for r in rows), default=0)
             out.append((name, f"{cmp['b']} against {cmp['a']} at concurrency {cmp['concurrency']}: % change "
                         f"of each metric with its 95% interval (Welch on log values; passes per side up "
-                        f"to {n}); green better, red worse, grey no significant difference",
+                        f"to {n}); green better, red worse, blue equivalent within the margin, grey no significant "
+                        "difference or descriptive",
                         plots.png(plots.fig_forest(rows, title=f"{cmp['b']} vs {cmp['a']}, C={cmp['concurrency']}",
                                                    context=ctx))))
     sw = sweep_points(summary)
