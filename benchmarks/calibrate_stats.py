@@ -316,7 +316,10 @@ def main(argv=None) -> int:
         "blocked prints no plain verdict": blocked is None or (blocked["aa_primary"] == 0 and blocked["detect5"] == 0),
         "sequential A/A better/worse <= 7.5% (every look)": all(r["aa_false"] <= 0.075 for r in seq),
         "sequential coverage >= 93%": all(r["ab10_coverage"] >= 0.93 for r in seq),
-        "sequential +10% within half the max node-hours": all(r["ab10_expected_share"] <= 0.5 for r in seq),
+        # a maximum of 2-5 blocks has no early look that can stop (the first has 1 degree of freedom):
+        # the target applies where the planner's 5 % design has 6 blocks or more
+        "sequential +10% within half the max node-hours (6+ blocks)": all(
+            r["ab10_expected_share"] <= 0.5 for r in seq if r["blocks"] >= 6),
         "planner median true power >= 80%": all(r["median_power"] >= 0.80 for r in pl),
         "planner >= 70% in 9 of 10 pilots": all(r["below_70"] <= 0.10 for r in pl),
     }

@@ -1,8 +1,11 @@
 """Sequential campaigns on the real local cluster (issue 30): tp32 against tp32-dflash stops
 before its maximum with the decision in events.log, and `collect` reproduces every look from the
 raw files; tp32 against a copy of itself ends 'equivalent' or runs to its maximum, never
-better/worse. Small jobs: SGLang 0.5.2's client, 16 prompts of 128 tokens, no preflight, one pass
-per launch (the launch is the unit)."""
+better/worse. Small jobs: SGLang 0.5.2's client, 16 prompts, no preflight, one pass per launch
+(the launch is the unit). Launch-to-launch noise on this 2-core machine under the suite's load
+reaches 8 %, and DFlash's own difference with 128 output tokens is a few percent: the A/B job runs
+512 output tokens with 32 draft tokens (the emulator's verify cost grows with them: -47 % in its
+offline simulator), a change no load hides, so the test checks the stop rule, not the machine."""
 from __future__ import annotations
 
 import json
@@ -27,8 +30,9 @@ ep = 4
 
 def _submit(workdir: Path, run_id: str, *args: str):
     t0 = time.monotonic()
-    r = slurm_ab("submit", *args, "--site", "local", "--run-id", run_id, "--wait", "--no-collector", "--no-report",
-                 "--sequential", "--repeats", "1", *CLIENT_052, *set_args("preflight.enabled=false", *SMALL),
+    # the test's own values after SMALL's (later --set wins)
+    r = slurm_ab("submit", "--site", "local", "--run-id", run_id, "--wait", "--no-collector", "--no-report",
+                 "--sequential", "--repeats", "1", *CLIENT_052, *set_args("preflight.enabled=false", *SMALL), *args,
                  cwd=workdir, timeout=1500)
     return r, workdir / "results" / run_id, time.monotonic() - t0
 
@@ -50,7 +54,8 @@ def workdir(tmp_path_factory, local_cluster):
 
 
 def test_a_real_change_stops_before_the_maximum_and_collect_reproduces_every_look(workdir):
-    r, run_dir, seconds = _submit(workdir, f"seq-ab-{int(time.time())}", "tp32", "tp32-dflash", "--launches", "6")
+    r, run_dir, seconds = _submit(workdir, f"seq-ab-{int(time.time())}", "tp32", "tp32-dflash", "--launches", "6",
+                                  *set_args("benchmark.output_len=512", "modes.tp32-dflash.args.speculative-num-draft-tokens=32"))
     print(f"sequential tp32 vs tp32-dflash: {seconds:.0f} s")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
     looks = _events(run_dir, "sequential_look")
