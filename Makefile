@@ -121,7 +121,8 @@ cluster-status:
 # (they used to take ~200 s of each lane worker's time; the cores idle ~12 % of a run while every
 # lane waits on Slurm, on a grace period or a timeout). Then the `exclusive` tests (they take the
 # whole cluster down and up) alone. Every part always runs; the 30 longest cluster tests and the 15
-# longest others are listed (where the suite's time goes, issue 17).
+# longest others are listed (where the suite's time goes, issue 17). In every part a test that passes
+# without running an assertion fails (tests/helpers/asserted.py, from tests/conftest.py).
 LOCAL_TESTS_LOG = build/test-local.log
 test: setup cluster-up
 	@lanes=$$(sinfo -h -o %R | grep -c '^lane[0-9]'); \

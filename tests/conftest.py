@@ -5,7 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT
+# helpers' asserts count as the tests' own (helpers/asserted.py) and explain their failures
+pytest.register_assert_rewrite("helpers")
+
+from helpers import ROOT  # noqa: E402  (after the registration)
+from helpers import asserted  # noqa: E402
 from helpers.lanes import VARS as LANE_VARS, lane_of
 
 # The testbed's `local` site is not shipped with slurm-ab; the site loader finds it through
@@ -22,6 +26,10 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 LANE = lane_of(os.environ.get("PYTEST_XDIST_WORKER"))
 if LANE:
     os.environ.update(dict.fromkeys(LANE_VARS, LANE))
+
+
+def pytest_configure(config):
+    asserted.pytest_configure(config)       # a test that passes without an assertion fails
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 
 import numpy as np
 import pytest
@@ -125,14 +126,15 @@ def test_a_comparison_has_one_primary_row_and_folds_the_same_measurement():
     assert rows[0].metric == "output_tps" and rows[0].label == "Output TPS (= Input TPS, Duration)"
     assert {r.metric for r in rows}.isdisjoint({"input_tps", "duration_s", "accept_len"})
     assert rows[0].verdict == "worse" and rows[0].p_holm is None
-    assert "makespan" in primary_note(rows, "output_tps")
+    assert primary_note(rows, "output_tps").startswith("primary metric: Output TPS over the makespan")
     sec = [r for r in rows if r.role == "secondary" and r.delta.tested]
     assert sec and all(r.p_holm >= r.delta.p_value for r in sec)
     assert rows[0].to_dict()["same_as"] == ["input_tps", "duration_s"]
     # a steady-state throughput on every pass carries the headline; the makespan row is secondary
     a, b = _rows(1.0, (1, 4), 1, steady=True), _rows(0.90, (2, 3), 2, steady=True)
     rows = compare(a, b)
-    assert rows[0].metric == "steady_output_tps" and "steady state" in primary_note(rows, "output_tps")
+    assert rows[0].metric == "steady_output_tps"
+    assert primary_note(rows, "output_tps").startswith("primary metric: output throughput in the steady state")
     assert "output_tps" in [r.metric for r in rows[1:]]
     b[0]["steady_output_tps"] = None                          # one pass without it: makespan
     assert compare(a, b)[0].metric == "output_tps"
@@ -143,11 +145,32 @@ def test_a_comparison_has_one_primary_row_and_folds_the_same_measurement():
 
 
 def test_a_secondary_significant_alone_is_not_after_holm():
+    """B's TTFT mean 8 % slower, nothing else changed: alone it is 'worse' at 5 % (p ~0.03), but
+    it is one of six tested secondaries, so Holm multiplies its p (the smallest) by six: same."""
     a, b = _rows(1.0, (1, 4, 5), 3), _rows(1.0, (2, 3, 6), 4)
+    b = [dict(r, ttft_mean_s=r["ttft_mean_s"] * 1.08) for r in b]
     rows = compare(a, b)
-    for r in rows[1:]:
-        if r.p_holm is not None and r.delta.p_value < 0.05 <= r.p_holm:
-            assert r.verdict == SAME
+    met = [r for r in rows[1:] if r.p_holm is not None and r.delta.p_value < 0.05 <= r.p_holm]
+    assert [r.metric for r in met] == ["ttft_mean_s"]                # the condition holds, once
+    tested = [r for r in rows[1:] if r.p_holm is not None]
+    (ttft,) = met
+    assert len(tested) == 6 and ttft.p_holm == pytest.approx(6 * ttft.delta.p_value)
+    assert ttft.delta.verdict == "worse" and ttft.verdict == SAME
+    assert rows[0].verdict == SAME                                   # the primary did not move
+
+
+def test_a_metric_on_one_side_only_keeps_its_row_and_the_rows_after_it():
+    """A's client reported no TTFT p95: the row stays (a value on one side is news), untested and
+    outside the Holm family, and every row after it is there."""
+    a, b = _rows(1.0, (1, 4, 5), 3), _rows(1.0, (2, 3, 6), 4)
+    a = [dict(r, ttft_p95_s=None) for r in a]
+    rows = compare(a, b)
+    assert [r.metric for r in rows] == ["output_tps", "ttft_mean_s", "ttft_p95_s", "tpot_mean_ms", "tpot_p95_ms",
+                                        "e2e_mean_s", "e2e_p95_s"]
+    p95 = rows[2]
+    assert p95.delta.a_mean is None and p95.delta.b_mean == pytest.approx(np.mean([r["ttft_p95_s"] for r in b]))
+    assert p95.p_holm is None and p95.verdict == p95.delta.verdict and not p95.delta.tested
+    assert sum(r.p_holm is not None for r in rows) == 5              # the family: five, not six
 
 
 def test_expected_percentile_noise_matches_a_simulation():
@@ -160,6 +183,36 @@ def test_expected_percentile_noise_matches_a_simulation():
     warn = percentile_noise([_rows(1.0, (1, 4), 1)])
     ttft = next(w for w in warn if w.metric == "ttft_p95_s")
     assert ttft.warn and "from 40 requests" in ttft.text() and "requests per pass would bring it" in ttft.text()
+
+
+def test_percentile_noise_takes_the_noisier_side_and_says_what_would_fix_it():
+    """Side A (40 requests a pass, p95 2.5x the mean) expects ~24 % noise per pass though its two
+    passes happen to agree; B's p95 fits no lognormal (no expectation) and C's are zeros: A is
+    the noisier side, it warns on the expected noise, and the request count it names brings that
+    to 5 %. A p95 without its mean (E2E here) gives no entry."""
+    def side(p95s, mean, reqs):
+        return [{"ttft_p95_s": p, "ttft_mean_s": mean, "requests_ok": reqs, "e2e_p95_s": 60.0} for p in p95s]
+    a, b, c = side([19.9, 20.1], 8.0, 40), side([100.0, 101.0], 1.0, 400), side([0.0, 0.0], 8.0, 40)
+    (got,) = percentile_noise([a, b, c])
+    sigma = lognormal_sigma(8.0, 20.0, 0.95)
+    expected, measured = percentile_cov(40, 0.95, sigma), statistics.stdev([19.9, 20.1]) / 20.0
+    assert (got.metric, got.requests) == ("ttft_p95_s", 40)
+    assert (got.sigma, got.expected_cov, got.measured_cov) == pytest.approx((sigma, expected, measured))
+    assert expected == pytest.approx(0.238, abs=1e-3) and measured < 0.05 and got.warn
+    need = math.ceil(40 * (expected / 0.05) ** 2)
+    assert got.text() == (f"TTFT p95 per pass from 40 requests, expected noise 24% per pass (lognormal request "
+                          f"times, sigma {sigma:.2f} from mean and p95), measured 1% between passes; {need} "
+                          "requests per pass would bring it to 5% (benchmark.num_prompts, or "
+                          "prompts_per_concurrency x C)")
+
+
+def test_percentile_noise_at_its_edges():
+    """One request still has a noise; no request, or a mean or percentile of 0 (a failed pass's
+    zeros) fits no lognormal and raises nothing; a p95 below the mean is sigma 0."""
+    assert percentile_cov(1, 0.95, 0.3) == pytest.approx(0.3 * math.sqrt(0.95 * 0.05) / 0.10314, rel=1e-3)
+    assert percentile_cov(0, 0.95, 0.3) == 0.0 and percentile_cov(40, 0.95, 0.0) == 0.0
+    assert lognormal_sigma(0.0, 1.0, 0.95) is None and lognormal_sigma(1.0, 0.0, 0.95) is None
+    assert lognormal_sigma(1.0, 0.9, 0.95) == 0.0
 
 
 def _balanced(sl, sp, modes=2, launches=6, k=4, seed=5):
@@ -205,3 +258,24 @@ def test_first_pass_effect_is_measured_per_launch():
     assert fp.launches == 12 and fp.change_pct == pytest.approx(-5.0, abs=1.0)
     assert fp.ci_high_pct < 0 and "use --burn-in" in fp.text()
     assert "no burn-in needed" in first_pass(rows, "output_tps").text()
+
+
+def test_components_and_first_pass_are_scale_free_and_skip_missing_passes():
+    """On log values: a metric below 1 (a TTFT of 0.2 s, throughput in thousands) gives the same
+    CoVs and first-pass change as in other units; a pass without the metric is left out; two
+    passes per launch, and two launches, are enough."""
+    rows = _balanced(0.02, 0.01, launches=4, k=2, seed=4)
+    cold = [dict(r, output_tps=r["output_tps"] * (0.95 if r["repeat"] == 1 else 1.0)) for r in rows]
+    small = [dict(r, output_tps=r["output_tps"] / 1000) for r in cold]
+    missing = cold + [dict(cold[0], repeat=3, output_tps=None)]
+    c = components(cold, "output_tps")
+    assert (c.launches, c.passes) == (8, 16) and c.launch_cov is not None and c.pass_cov is not None
+    for other in (components(small, "output_tps"), components(missing, "output_tps")):
+        assert (other.launches, other.passes) == (8, 16)
+        assert (other.launch_cov, other.pass_cov) == pytest.approx((c.launch_cov, c.pass_cov), rel=1e-3)
+    fp = first_pass(cold, "output_tps")
+    assert fp.launches == 8 and fp.change_pct == pytest.approx(-5.0, abs=1.5)
+    for other in (first_pass(small, "output_tps"), first_pass(missing, "output_tps")):
+        assert other.launches == 8 and other.change_pct == pytest.approx(fp.change_pct, rel=1e-9)
+    two = first_pass([r for r in cold if r["launch"] in (0, 1)], "output_tps")
+    assert two.launches == 2 and two.change_pct is not None and two.ci_low_pct is not None

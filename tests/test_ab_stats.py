@@ -39,6 +39,11 @@ def test_aggregate_of_one_pass_has_no_spread_or_interval():
 
 def test_aggregate_skips_missing_passes():
     assert aggregate([1.0, None, 3.0, float("inf")]).n == 2
+    # anywhere in the column: a missing first pass does not end it; a bool or a text is no number
+    agg = aggregate([None, 1.0, True, 3.0, float("nan"), "x", 5.0])
+    assert (agg.n, agg.mean) == (3, 3.0)
+    assert aggregate([-1.0, 1.0]).cov is None                          # mean 0: no CoV, no division
+    assert aggregate([0.5, 1.5]).cov == pytest.approx(math.sqrt(0.5))      # mean 1 is a mean like any
 
 
 def _welch_log_reference(a, b, confidence=0.95):
@@ -114,6 +119,40 @@ def test_non_positive_values_fall_back_to_the_difference_of_means():
     ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
     assert (d.ci_low_pct, d.ci_high_pct) == pytest.approx((ci.low * 100, ci.high * 100))
     assert d.verdict == "worse (within-launch only)"
+    # Welch's interval, not the pooled-variance one: unequal spreads and sizes
+    a, b = [0.0, 1.0, 2.0], [3.0, 9.0, 4.0, 12.0]
+    d = delta("ttft_mean_s", a, b)
+    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    assert (d.ci_low_pct, d.ci_high_pct) == pytest.approx((ci.low * 100, ci.high * 100))
+
+
+def test_a_metric_below_one_is_compared_on_the_log_scale_too():
+    """accept_rate (0..1), a TTFT in seconds: the change of values below 1 is the change of the
+    same values in other units (log scale, not the fallback for values <= 0), passes or launches."""
+    a, b = [0.61, 0.64, 0.60, 0.63], [0.55, 0.57, 0.54, 0.58]
+    for launches in ({}, TWO):
+        small = delta("accept_rate", a, b, **launches)
+        big = delta("accept_rate", [x * 1000 for x in a], [x * 1000 for x in b], **launches)
+        assert small.ci_low_pct is not None and small.change_pct == pytest.approx(-9.677, abs=1e-3)
+        assert (small.ci_low_pct, small.ci_high_pct, small.p_value) == pytest.approx(
+            (big.ci_low_pct, big.ci_high_pct, big.p_value), rel=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss occurred in moment calculation:RuntimeWarning")
+def test_one_side_without_spread_still_has_an_interval():
+    """Only both sides constant is 'no spread': a constant side beside a varying one leaves a
+    variance to estimate (Welch's interval takes it from the other side; scipy warns of the
+    constant side's 'precision loss', which Welch's variance of it, 0, does not suffer)."""
+    for a, b in (([80.0, 80.0, 80.0], [84.0, 85.0, 83.0]), ([80.0, 81.0, 79.0], [84.0, 84.0, 84.0])):
+        d = delta("output_tps", a, b)
+        assert d.ci_low_pct is not None and d.verdict == "better (within-launch only)", (a, b)
+
+
+def test_launch_names_that_are_not_numbers_give_no_run_position():
+    """Six launches named, not numbered: no run position to regress on, plain Welch on launch means."""
+    d = delta("output_tps", [100.0, 101.0, 99.5], [97.0, 96.0, 97.5],
+              a_launches=["x1", "x4", "x5"], b_launches=["x2", "x3", "x6"])
+    assert not d.drift_adjusted and d.variance_levels == ("launch", "pass") and d.ci_low_pct is not None
 
 
 def test_json_of_a_delta_has_exactly_the_documented_keys():

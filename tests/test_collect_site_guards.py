@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from helpers.rundir_builder import build_run
-from slurm_ab.collect.job import identity_problem, job_info
+from slurm_ab.collect.job import expand_hostlist, identity_problem, job_info, parse_elapsed
 from slurm_ab.collect.summary import collect_run
-from slurm_ab.collect.verdict import (RouterRetries, guard_reasons, nccl_network_reasons, router_retries,
-                                     router_retry_reasons)
+from slurm_ab.collect.verdict import (RouterRetries, diagnosis_reasons, guard_reasons, nccl_network_reasons,
+                                     router_retries, router_retry_reasons)
 from slurm_ab.parse.diagnose import Finding, diagnose
-from slurm_ab.parse.events import read_events
+from slurm_ab.parse.events import EventLog, read_events
 from slurm_ab.parse.nccl import nccl_network
 
 # NCCL 2.27's init lines (src/transport/net_ib.cc, net_socket.cc, init.cc; prefix from debug.cc)
@@ -62,6 +62,11 @@ def test_nccl_network_reasons_name_the_node(tmp_path):
     assert got == ["replica 1 node rank 1 (node06): NCCL used network Socket, not IB (cluster.nccl_network): "
                    "node06:3101:3140 [0] NCCL INFO NET/IB : No device found. [logs/server-r1-n1.log:3]"]
     assert nccl_network_reasons(logs, "", nodes) == []
+    # a fallback without a line saying why: the reason shows the "Using network" line itself
+    bare = [_log(tmp_path, "server-r1-n3.log", "noise\n", SOCKET_LINES.splitlines(keepends=True)[-1])]
+    assert nccl_network_reasons(bare, "IB", nodes, root=tmp_path) == [
+        "replica 1 node rank 3 (node08): NCCL used network Socket, not IB (cluster.nccl_network): "
+        "node06:3101:3140 [0] NCCL INFO Using network Socket [logs/server-r1-n3.log:2]"]
     assert nccl_network_reasons(logs[1:2], "Socket", nodes) == []
 
 
@@ -97,6 +102,24 @@ def test_guard_reasons_from_the_jobs_own_failures(tmp_path):
     assert got[2] == ("NCCL on node06 (replica 1 node rank 1) used network Socket, not IB (cluster.nccl_network): "
                       "every collective of replica 1 crossed the fallback, so the job stopped before the "
                       "benchmark: node06:3101:3140 [0] NCCL INFO NET/IB : No device found. [logs/server-r1-n1.log:3]")
+
+
+def test_srun_s_line_about_the_failed_server_step_comes_first(tmp_path):
+    """The job saw replica 1's server step exit (fail step=server-r1): srun's line about a task on
+    replica 1's node is the reason, named by replica and node rank, before the job's FATAL line
+    and srun's other lines (replica 0's task was killed in the teardown)."""
+    ev = _events(tmp_path, "fail kind=step_exited step=server-r1 rc=1")
+    nodes = {"0": ["node01", "node02"], "1": ["node05", "node06"]}
+    out = "slurm-4242.out"
+    findings = [Finding("srun_error", out, 40, "srun: error: node01: task 0: Killed",
+                        {"message": "node01: task 0: Killed"}),
+                Finding("srun_error", out, 41, "srun: error: node06: task 5: Exited with exit code 1",
+                        {"message": "node06: task 5: Exited with exit code 1"}),
+                Finding("job_fatal", out, 50, "FATAL: replica 1 server exited",
+                        {"message": "replica 1 server exited"})]
+    got = diagnosis_reasons(findings, nodes, events=ev)
+    assert got[:3] == ["replica 1 node rank 1 (node06): srun: task 5: Exited with exit code 1",
+                       "job: replica 1 server exited", "srun: node01: task 0: Killed"]
 
 
 def _sacct(**kw):
@@ -144,6 +167,41 @@ def test_sacct_of_another_job_is_ignored_and_said(tmp_path):
     # a FAILED run must not become COMPLETED through another job's record either
     assert identity_problem(_sacct(job_name=f"ab-{run.name}", start=_at(run, -3600), end=_at(run, -3000)), ev) \
         .startswith("it ended at ")
+
+
+def test_sacct_of_the_same_id_submitted_before_the_run_is_another_job(tmp_path):
+    """Job ids wrap: a record of the same id and name (a rebuilt cluster, the same run id reused)
+    submitted a day before this run's sbatch is another job, even with no start or end to compare
+    (it was cancelled while pending); one submitted a few seconds either side is this run's."""
+    run = build_run(tmp_path)
+    ev = read_events(run / "events.log")
+    at = ev.first["job_start"].epoch
+    submitted = datetime.fromtimestamp(at - 5).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
+    expected = {"job_name": f"ab-{run.name}", "submitted_at": submitted, "cluster": "abtest"}
+    early = _sacct(job_name=f"ab-{run.name}", state="CANCELLED", submit=_at(run, -86400), expected=expected)
+    assert identity_problem(early, ev) == f"it was submitted at {_at(run, -86400)}, this run at {submitted}"
+    job = job_info(early, ev, "4242")
+    assert job.source == "ignored" and job.state is None and "is another job (it was submitted at" in job.note
+    for skew in (-60, -3, 30):          # sbatch a moment after the manifest, or clocks apart
+        same = _sacct(job_name=f"ab-{run.name}", submit=_at(run, skew), expected=expected)
+        assert identity_problem(same, ev) is None, skew
+        assert job_info(same, ev, "4242").source == "sacct"
+
+
+def test_sacct_elapsed_and_hostlists_as_slurm_prints_them():
+    """sacct's Elapsed ([D-]HH:MM:SS, MM:SS) and NodeList (slurm's hostlist: ranges keep their
+    zero padding, a suffix after the brackets, several ranges and hosts)."""
+    assert parse_elapsed("1-02:03:04") == 93784 and parse_elapsed("02:03:04.5") == 7384.5
+    assert parse_elapsed("05:12") == 312 == parse_elapsed("00:05:12") == parse_elapsed(312)
+    assert parse_elapsed("12.5") == 12.5 and parse_elapsed("Unknown") is None and parse_elapsed(None) is None
+    assert expand_hostlist("node[01-03,7],gpu5") == ["node01", "node02", "node03", "node7", "gpu5"]
+    assert expand_hostlist("n[08-10]-ib") == ["n08-ib", "n09-ib", "n10-ib"]
+    assert expand_hostlist("gpu5,node[01-02]") == ["gpu5", "node01", "node02"]
+    assert expand_hostlist("node05") == ["node05"] and expand_hostlist("") == [] and expand_hostlist(None) == []
+    lists = {"1": "node[03-04]", "0": "node[01-02]"}
+    job = job_info(_sacct(node_lists=lists, elapsed="1-00:00:01"), EventLog(), "4242")
+    assert job.node_lists == {"0": ["node01", "node02"], "1": ["node03", "node04"]} and job.elapsed_s == 86401
+    assert job.job_id == "4242" and job_info({**_sacct(), "job_id": None}, EventLog(), "4243").job_id == "4243"
 
 
 # smg's counters as sglang-router 0.3.2 prints them at its /metrics (TYPE lines and label sets of

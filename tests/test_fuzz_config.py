@@ -55,9 +55,14 @@ def test_random_config_files_never_traceback(tmp_path_factory, body):
     cfg = tmp_path_factory.mktemp("fz") / "x.toml"
     cfg.write_text(body)
     try:
-        plan_for(Sources("example", (str(cfg),), ()), "tp32", "FUZZ")
-    except (ConfigErrors, ConfigError):
-        pass
+        plan = plan_for(Sources("example", (str(cfg),), ()), "tp32", "FUZZ")
+    except ConfigErrors as e:
+        assert e.errors and all(" = " in str(x) for x in e.errors)          # each names its key and value
+        return
+    except ConfigError as e:
+        assert " = " in str(e)                                              # not TOML: the file named
+        return
+    assert render_script(plan).startswith("#!/bin/bash\n")                 # (an empty file, a comment)
 
 
 def test_fuzzed_cli_writes_nothing(cli, tmp_path):

@@ -150,6 +150,16 @@ def test_percentile_by_hand():
     assert percentile(xs, 95) == pytest.approx(37.05)
     assert percentile([1.0, 2.0], 50) == 1.5
     assert Dist.of([]) is None
+    d = Dist.of(reversed(xs))                                 # sorted by Dist, percentiles as numpy's
+    assert (d.n, d.mean, d.p50, d.p95, d.p99) == (40, 19.5, 19.5, pytest.approx(37.05), pytest.approx(38.61))
+
+
+def test_details_without_lengths_or_errors_of_every_request():
+    """Older or cut records: no output_lens (length = inter-token gaps + 1), an errors list shorter
+    than the requests (the rest had none)."""
+    s = latency_stats({"ttfts": [0.5, 1.0], "itls": [[0.1, 0.2], [0.3]], "errors": [""]})
+    assert (s.requests, s.succeeded, s.errors) == (2, 2, ())
+    assert s.tpot.n == 2 and s.tpot.mean == pytest.approx((150.0 + 300.0) / 2)
 
 
 def _record():

@@ -67,6 +67,17 @@ def test_specific_oom_messages(tmp_path):
     assert diagnose([q])[0].details["phase"] == "cuda graph capture (startup)"
 
 
+def test_memory_fraction_from_the_launch_command_and_a_long_excerpt(tmp_path):
+    """--mem-fraction-static as the launch command gives it (an OOM before ServerArgs is
+    printed); the excerpt of a long line is cut to 300 characters."""
+    p = _write(tmp_path, "x.log", [
+        "+ python3 -m sglang.launch_server --model-path /m --tp-size 32 --mem-fraction-static 0.83",
+        "[2026-09-02 14:10:00] loading", OOM + " and more" * 50])
+    f = next(f for f in diagnose([p]) if f.kind == "oom")
+    assert f.details["mem_fraction_static"] == 0.83 and f.details["phase"] == "startup"
+    assert len(f.excerpt) == 300 and f.excerpt.startswith("torch.OutOfMemoryError") and f.excerpt.endswith("...")
+
+
 def test_job_slurm_and_router_lines(tmp_path):
     out = _write(tmp_path, "slurm-7.out", [
         "2026-09-02 12:00:00 slurm-ab: replica 0: starting",

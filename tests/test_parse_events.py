@@ -48,6 +48,16 @@ def test_read_events(tmp_path):
                            "replica": "1"}
 
 
+def test_a_blank_line_is_skipped_not_the_end(tmp_path):
+    """A blank line (an interrupted write, an editor) is neither an event nor a bad line, and the
+    events after it are read."""
+    p = tmp_path / "events.log"
+    lines = LOG.splitlines()
+    p.write_text("\n".join(lines[:3] + ["", "   "] + lines[3:]) + "\n")
+    log = read_events(p)
+    assert len(log.events) == len(lines) - 1 and log.bad_lines == (11,) and log.job_rc() == 1
+
+
 def test_open_window_and_free_text_values():
     e = parse_event_line("1.5 2026-09-02 12:00:00.5 fail kind=not_ready "
                          "reason=replica 1 not healthy after 30 s replicas=1")

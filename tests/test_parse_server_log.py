@@ -142,6 +142,10 @@ CASES = [
      "2026-06-07 10:59:33 INFO [DP1 TP0] Decode batch, #running-req: 1, #token: 5, "
      "token usage: 0.00, cuda graph: True, gen throughput (token/s): 7.00, #queue-req: 0",
      "Decode", datetime(2026, 6, 7, 10, 59, 33), {"DP": 1, "TP": 0}, {"gen_throughput": 7.0}),
+    ("sglang-brackets-with-a-stamp-that-is-not-one",
+     "[uptime 12.5s TP3 EP1] Decode batch, #running-req: 1, #token: 5, "
+     "token usage: 0.00, cuda graph: True, gen throughput (token/s): 7.00, #queue-req: 0",
+     "Decode", None, {"TP": 3, "EP": 1}, {"gen_throughput": 7.0}),
 ]
 
 

@@ -116,6 +116,9 @@ def test_garbage_is_a_scrape_error(tmp_path):
     p = tmp_path / "x.prom"
     p.write_text(END)
     assert read_scrape(p).total("sglang:num_requests_total") == 20
+    # comments and blank lines only (a server with nothing registered yet): an empty scrape
+    empty = parse_scrape("# no metrics yet\n\n")
+    assert empty.samples == {} and empty.types == {}
 
 
 def test_increase_counts_resets_from_zero():

@@ -16,8 +16,8 @@ from ..model.campaign import (LAUNCHES_PER_BLOCK, MAX_LAUNCHES, MAX_REPEATS, MIN
 from ..model.errors import ConfigError, ConfigErrors
 from ..model.experiment import Experiment
 from ..ab_stats.metrics import PRIMARY_CHOICES
+from .render import mode_lines
 from .plan import JobPlan, check_run_id, make_plan
-from . import pd_summary
 
 MODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -36,11 +36,14 @@ class CampaignOptions:
 
 
 def _shape(exp: Experiment, plan: JobPlan) -> tuple:
-    return (exp.replicas, exp.nodes_per_replica, exp.cluster.gpus_per_node, plan.sbatch_component)
+    """The allocation a mode's launch needs: every component's nodes (one per role instance)."""
+    return (tuple(c.nodes for c in exp.components), exp.cluster.gpus_per_node, plan.sbatch_component)
 
 
 def _describe_shape(exp: Experiment) -> str:
-    return f"{exp.replicas} replicas x {exp.nodes_per_replica} nodes x {exp.cluster.gpus_per_node} GPUs"
+    comps = exp.components
+    return (f"{len(comps)} components of {' + '.join(str(c.nodes) for c in comps)} nodes x "
+            f"{exp.cluster.gpus_per_node} GPUs")
 
 
 def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
@@ -92,8 +95,8 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
         groups = "; ".join(f"{', '.join(x.mode.name for x in es)}: {_describe_shape(es[0])}"
                            for es in shapes.values())
         errors.append(ConfigError("modes", list(modes), "modes of different shape cannot share one "
-                                  f"allocation ({groups})", "modes with the same replicas, nodes per "
-                                  "replica and component options; submit the others separately"))
+                                  f"allocation ({groups})", "modes whose components (role instances) "
+                                  "have the same nodes and options; submit the others separately"))
     if sequential:
         errors += _sequential_checks(modes, order, concurrencies, launches, opts)
     if errors:
@@ -189,12 +192,11 @@ def campaign_summary(plan: JobPlan) -> str:
                                              "none (benchmark.margin_pct = 0)"))
     if c.sequential:
         lines += sequential_lines(c)
-    lines += pd_summary.campaign_lines(plan)
-    for mode, cmd, roles in zip(c.modes, cp.servers, cp.roles):
-        # a PD mode: each role's command, its environment first
-        shown = [(f"{r} role", rc.env + _words(rc)) for r, rc in roles] if roles else [("server", _words(cmd))]
-        for what, ws in shown:
-            lines.append(f"  {what} of {mode}: " + " ".join(str(w) for w in ws))
+    for i in range(1, len(c.modes)):
+        lines += mode_lines(plan, i)
+    for mode, roles in zip(c.modes, cp.roles):
+        for r, rc in roles:           # each role's command, its environment first
+            lines.append(f"  {r} role of {mode}: " + " ".join(str(w) for w in rc.env + _words(rc)))
     return "\n".join(lines) + "\n"
 
 
