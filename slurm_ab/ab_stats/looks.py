@@ -210,10 +210,10 @@ def fields(result: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    """stoprule.py SPEC LOOK [ROOT]: print the look's fields on one line (the job logs them)."""
+    """PROGRAM SPEC LOOK [ROOT]: print the look's fields on one line (the job logs them)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2:
-        print("usage: stoprule.py SPEC LOOK [ROOT]", file=sys.stderr)
+        print(f"usage: {sys.argv[0]} SPEC LOOK [ROOT]", file=sys.stderr)
         return 2
     with open(argv[0], encoding="utf-8") as f:
         spec = json.load(f)

@@ -154,9 +154,9 @@ def critical_table(blocks: int, max_df: int, alpha: float = ALPHA, name: str = S
 def job_spec(campaign, critical_df: int = 0) -> dict:
     """What the job's stop rule reads (sequential.json) and the collector rebuilds to recompute
     every look: the two modes, the metric and its direction, the margin, each block's launches,
-    each launch's directory and pass files (rundir.PATHS, as the job names them) and the
+    each launch's directory and pass files (rundir.Layout's names, as the job's LAUNCH_PASSES) and the
     boundaries with a t critical value for every degrees of freedom a look can have."""
-    from ..model.rundir import PATHS, launch_dirname
+    from ..model.rundir import RELATIVE, launch_dirname
     from .metrics import METRIC_BY_NAME
     blocks = campaign.blocks
     b = critical_table(len(blocks), critical_df or 4 * len(blocks), ALPHA, campaign.spending)
@@ -166,8 +166,8 @@ def job_spec(campaign, critical_df: int = 0) -> dict:
             "blocks": [list(x) for x in blocks],
             "launches": [{"index": la.index, "mode": la.mode,
                           "dir": launch_dirname(la),
-                          "passes": [{"key": p.key, "bench": PATHS["bench_pass"].format(key=p.key),
-                                      "client_log": PATHS["client_log_pass"].format(key=p.key)}
+                          "passes": [{"key": p.key, "bench": str(RELATIVE.bench(p.key)),
+                                      "client_log": str(RELATIVE.client_log(p.key))}
                                      for p in la.passes if not p.burn_in]}
                          for la in campaign.launches],
             "spending": b.spending, "z": list(b.z), "nominal": list(b.nominal),

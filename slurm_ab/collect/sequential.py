@@ -10,11 +10,12 @@ interval, which would not be valid after looking.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 from ..ab_stats import looks
+from ..ab_stats.family import Row
 from ..ab_stats.sequential import job_spec
 from ..ab_stats.verdicts import BETTER, SAME, WORSE, equivalent
 from ..model.campaign import Campaign
@@ -86,10 +87,12 @@ def recompute(run_dir: Path, campaign: Campaign, events: EventLog) -> Optional[S
                             final.get("estimate_pct"), nominal, all(x.agrees for x in out if x.job))
 
 
-def primary_row(record: dict, seq: SequentialRecord) -> dict:
-    """The comparison's primary record restated by the sequential answer: its verdict, the
-    deciding look's repeated interval and level, and the look."""
+def primary_row(row: Row, seq: SequentialRecord) -> Row:
+    """The comparison's primary row restated by the sequential answer: its verdict, the deciding
+    look's repeated interval and level (no fixed-design p-value: it would not be valid after
+    looking). Unchanged when no look could be computed."""
     if seq.low_pct is None:
-        return dict(record, sequential=seq.to_dict())
-    return dict(record, verdict=seq.verdict, ci_low_pct=seq.low_pct, ci_high_pct=seq.high_pct,
-                confidence=1.0 - (seq.nominal or 0.05), p_value=None, sequential=seq.to_dict())
+        return row
+    d = replace(row.delta, verdict=seq.verdict, ci_low_pct=seq.low_pct, ci_high_pct=seq.high_pct,
+                confidence=1.0 - (seq.nominal or 0.05), p_value=None)
+    return Row(d, row.role, seq.verdict, None, 1)

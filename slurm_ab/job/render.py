@@ -39,21 +39,18 @@ def sequential_parts(plan: JobPlan) -> dict | None:
     """A sequential campaign's part of the script: the launches that end a block (a look after
     each), the client's Python, the spec (ab_stats.sequential.job_spec: boundaries computed here,
     at render time) and the stop rule's program (ab_stats/looks.py, verbatim: stdlib only)."""
-    cp = plan.campaign
-    if plan.single or cp is None or not cp.campaign.sequential:
+    campaign = plan.campaign.campaign
+    if not campaign.sequential:
         return None
     import json
 
     from ..ab_stats import looks
     from ..ab_stats.sequential import job_spec
-    from ..model.rundir import PATHS
 
     program = Path(looks.__file__).read_text()
     python = plan.client.lines[0][0] if plan.client.lines and plan.client.lines[0] else "python3"
-    return {"look_after": [blk[-1] for blk in cp.campaign.blocks], "python": python,
-            "spec": json.dumps(job_spec(cp.campaign), indent=1, sort_keys=True), "program": program.rstrip("\n"),
-            "spec_file": PATHS["sequential_spec"], "stop_rule": PATHS["stop_rule"],
-            "stop_rule_log": PATHS["stop_rule_log"]}
+    return {"look_after": [blk[-1] for blk in campaign.blocks], "python": python,
+            "spec": json.dumps(job_spec(campaign), indent=1, sort_keys=True), "program": program.rstrip("\n")}
 
 
 def summary(plan: JobPlan) -> str:
@@ -123,10 +120,8 @@ def summary(plan: JobPlan) -> str:
                      f"once the router counts {e.replicas} healthy workers (within pd.canary_timeout_s = "
                      f"{e.pd.canary_timeout_s} s)")
     first = plan.campaign.launches[0].passes[0]
-    client = plan.client_of(first) if plan.single else plan.client
-    lines.append(f"  client (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}"
-                 + ("" if plan.single else ", per pass") + "): "
-                 + words(w for line in client.lines for w in line))
+    lines.append(f"  client (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}; per pass, the first "
+                 f"shown: {first.key}): " + words(w for line in plan.client_of(first).lines for w in line))
     for n in notices(e):
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
