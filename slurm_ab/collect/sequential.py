@@ -10,7 +10,7 @@ interval, which would not be valid after looking.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -46,11 +46,7 @@ class SequentialRecord:
     estimate_pct: Optional[float]
     nominal: Optional[float]        # its two-sided level
     agree: bool                     # every look the job logged equals its recomputation
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["looks"] = [dict(asdict(x), agrees=x.agrees) for x in self.looks]
-        return d
+    spending: str = ""              # the alpha-spending function of its boundaries (benchmark.spending)
 
 
 def _verdict(decision: str, margin: float) -> str:
@@ -78,13 +74,14 @@ def recompute(run_dir: Path, campaign: Campaign, events: EventLog) -> Optional[S
         if r["decision"] not in (looks.CONTINUE,) and k >= last:
             break
     if final is None:
-        return SequentialRecord(len(spec["blocks"]), (), None, looks.CONTINUE, SAME, None, None, None, None, True)
+        return SequentialRecord(len(spec["blocks"]), (), None, looks.CONTINUE, SAME, None, None, None, None, True,
+                                spec["spending"])
     stopped = stop.get_int("look") if stop is not None else None
     decision = str(final["decision"])
     nominal = spec["nominal"][final["look"] - 1]
     return SequentialRecord(len(spec["blocks"]), tuple(out), stopped, decision,
                             _verdict(decision, campaign.margin_pct), final.get("low_pct"), final.get("high_pct"),
-                            final.get("estimate_pct"), nominal, all(x.agrees for x in out if x.job))
+                            final.get("estimate_pct"), nominal, all(x.agrees for x in out if x.job), spec["spending"])
 
 
 def primary_row(row: Row, seq: SequentialRecord) -> Row:

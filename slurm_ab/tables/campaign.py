@@ -181,7 +181,7 @@ def _sequential_note(seq: SequentialRecord) -> str:
         else f"a look recomputed from the raw files DIFFERS from the job's (see {RELATIVE.summary('json')} 'sequential')"
     return (f"sequential: {where} ({seq.decision}); the primary row is that look's decision on the "
             "clients' own figures, its interval the repeated confidence interval at the look's level "
-            f"(O'Brien-Fleming spending, two-sided 5% over all looks); {agree}")
+            f"({seq.spending or 'alpha'} spending, two-sided 5% over all looks); {agree}")
 
 
 def _family_note(rows: Sequence[Row]) -> str:
