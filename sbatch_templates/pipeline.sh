@@ -208,6 +208,38 @@ run_launch() {
   exit 0
 }
 
+# sequential_look N: after launch N. When N ends a block (SEQ_LOOK_AFTER), the stop rule looks at
+# the blocks so far (a step on ROUTER_HOST with the client's Python, reading the clients' own pass
+# files); the look goes into events.log. Returns 0 when it decided: the campaign ends here, at a
+# block's end (sequential_stop), so the design stays balanced.
+sequential_look() {
+  local n=$1 k=0 j out decision=""
+  local -a fields
+  for j in "${!SEQ_LOOK_AFTER[@]}"; do
+    (( SEQ_LOOK_AFTER[j] == n )) && k=$(( j + 1 ))
+  done
+  (( k )) || return 1
+  out=$(side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
+    env LC_ALL=C "${COMMON_ENV[@]}" "${SEQ_PYTHON[@]}" "$RUN_DIR/$F_STOP_RULE" "$RUN_DIR/$F_SEQ_SPEC" "$k" "$RUN_DIR" \
+    2>>"$RUN_DIR/$F_STOP_RULE_LOG")
+  if [[ $out != look=* ]]; then
+    event sequential_look "look=$k" decision=error "note=stop_rule_failed_see_$F_STOP_RULE_LOG"
+    return 1
+  fi
+  read -ra fields <<<"$out"
+  event sequential_look "${fields[@]}"
+  for j in "${fields[@]}"; do
+    [[ $j == decision=* ]] && decision=${j#decision=}
+  done
+  case $decision in
+    better|worse|equivalent)
+      log "sequential look $k after launch $n: $decision; the campaign stops at this block's end"
+      event sequential_stop "look=$k" "decision=$decision" "launches_run=$n" "launches_planned=${#LAUNCH_DIRS[@]}"
+      return 0 ;;
+  esac
+  return 1
+}
+
 # The job's schedule in its events, first thing: a launch_plan line per launch (its mode, directory
 # and passes as CONCURRENCY:REPEAT:PROMPTS), so the job's own record says what it was to run (a
 # script submitted again writes a directory without manifest).
@@ -245,6 +277,8 @@ run_launches() {
       log "launch $(( i + 1 )) (${LAUNCH_MODES[i]}) failed (status $LAUNCH_RC): see ${LAUNCH_DIRS[i]}/$F_EVENTS" >&2
       event launch_end "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" status=failed "rc=$LAUNCH_RC"
     fi
+    # a sequential campaign (its script defines write_stop_rule): a look after each block
+    declare -F write_stop_rule >/dev/null && sequential_look "$(( i + 1 ))" && break
   done
   (( succeeded )) && return 0
   return "$status"
@@ -254,6 +288,7 @@ main() {
   local rc
   prepare_run_dir
   CAMPAIGN_DIR=$RUN_DIR
+  if declare -F write_stop_rule >/dev/null; then write_stop_rule; fi
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)" "cluster=${SLURM_CLUSTER_NAME:-}"
   record_schedule
   check_secrets

@@ -124,3 +124,18 @@ def test_default_campaign_run_id_names_the_modes(monkeypatch):
     monkeypatch.delenv("RUN_ID", raising=False)
     plan = plan_job(Sources("example", (), GOLDEN_SETS), AB, None, CampaignOptions(repeats=2))
     assert re.fullmatch(r"dp2-tp32-vs-tp32-dflash-\d{8}-\d{6}", plan.run_id)
+
+
+def test_sequential_campaign_golden_and_shell_checks(tmp_path):
+    """A sequential campaign's generated part: SEQ_LOOK_AFTER, the client's Python, the spec with
+    its boundaries and the stop rule (golden); the static flow is every job's."""
+    text = render_script(_plan(repeats=1, launches=6, sequential=True))
+    check_golden("campaign-sequential-tp32-vs-tp32-dflash.sbatch", generated(text))
+    assert static(text) == static(render("tp32"))
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    r = shellcheck(script)
+    assert r.returncode == 0, r.stdout
+    assert "SEQ_LOOK_AFTER=(4 8 12)" in text and "write_stop_rule() {" in text
+    assert "write_stop_rule() {" not in render("tp32")        # only a sequential campaign looks

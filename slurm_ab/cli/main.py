@@ -36,8 +36,15 @@ def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, 
 
     if time_limit is not None:
         sets = (*sets, f"cluster.time_limit={json.dumps(time_limit)}")
-    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
-    return fit_time_limit(plan, partition=partition_limit(plan.exp))
+    def make(launches=None):
+        return campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in,
+                                 launches)
+
+    plan = make()
+    part = partition_limit(plan.exp)
+    if plan.campaign.campaign.sequential and not campaign_cli.sequential_fixed_launches():
+        return campaign_cli.fit_blocks(make, lambda p: fit_time_limit(p, partition=part))
+    return fit_time_limit(plan, partition=part)
 
 
 def _sources(site, configs, sets):
@@ -345,8 +352,13 @@ def _write_page(path: str, text: str) -> None:
 @click.argument("run_a")
 @click.argument("run_b", required=False)
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@click.option("--margin", default=None, metavar="PCT",
+              help="Equivalence margin (default: the campaign's / A's benchmark.margin_pct; 0: none).")
+@click.option("--trust-jobs", is_flag=True,
+              help="Two separate jobs: give plain verdicts, as if job-to-job variance were negligible (by "
+                   "default they are qualified '(separate jobs)': job and mode are confounded).")
 @_html_option
-def compare(run_a, run_b, fmt, html_out):
+def compare(run_a, run_b, fmt, margin, trust_jobs, html_out):
     """B against A: two runs (the seed's table, signed % change), or with campaigns (one
     campaign of several modes, or two campaigns/runs) per metric the change, its 95% interval
     and a verdict."""
@@ -355,13 +367,13 @@ def compare(run_a, run_b, fmt, html_out):
 
     refs = [r for r in (run_a, run_b) if r]
     if len(refs) == 1:
-        click.echo(campaign_cli.compare(refs, fmt, _find_run), nl=False)
+        click.echo(campaign_cli.compare(refs, fmt, _find_run, margin, trust_jobs), nl=False)
         if html_out:                                # the campaign's page holds its comparisons
             from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
         return
     if any(campaign_cli.shown_as_campaign(_find_run(r)) for r in refs):
-        sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
+        sides = campaign_cli.pair(refs, _find_run, margin, trust_jobs)   # collected once for every output
         click.echo(campaign_cli.pair_text(sides, fmt), nl=False)
         if html_out:
             from ..ab_stats import METRIC_BY_NAME
@@ -421,9 +433,19 @@ def cancel(run):
 @click.option("--halfwidth", default=None, metavar="PCT", help="Or: a 95%% interval half-width to reach.")
 @click.option("--time-limit-min", type=float, default=None,
               help="Job time limit, minutes (default: cluster.time_limit, or the partition's MaxTime when auto).")
+@click.option("--ar1", type=float, default=None,
+              help="Correlation of consecutive passes of a launch (default: estimated by --from with 3+ passes "
+                   "per launch, else 0).")
+@click.option("--drift", "drift_pct", type=float, default=None, metavar="PCT",
+              help="Drift per pass over the job, percent (default: estimated by --from, else 0).")
+@click.option("--sequential/--fixed", "sequential", default=None,
+              help="Plan a sequential design (a look after every block; priced by expected and maximum "
+                   "node-hours). Default: benchmark.sequential.")
+@click.option("--margin", default=None, metavar="PCT",
+              help="Equivalence margin of a sequential design (default: benchmark.margin_pct).")
 @_config_options
 def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, detect, power, halfwidth,
-             time_limit_min, site, configs, sets):
+             time_limit_min, ar1, drift_pct, sequential, margin, site, configs, sets):
     """The cheapest campaign design (launches per mode, passes per launch, order) comparing two
     MODES to a target, its node-hours, queue waits and A/A false-positive rate."""
     from ..ab_stats import planner
@@ -432,7 +454,8 @@ def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, det
     opts = {"launch_cov": None if launch_cov is None else launch_cov / 100.0,
             "pass_cov": None if pass_cov is None else pass_cov / 100.0, "load_min": load_min,
             "pass_min": pass_min, "detect": detect, "power": power, "halfwidth": halfwidth,
-            "time_limit_min": time_limit_min}
+            "time_limit_min": time_limit_min, "ar1": ar1, "drift_pct": drift_pct, "sequential": sequential,
+            "margin": margin}
     src = _find_run(from_campaign) if from_campaign else None
     p, notes = planner_cli.plan_for_modes(_sources(site, configs, sets), tuple(modes), src, opts)
     click.echo("".join(f"{n}\n" for n in notes) + planner.text(p, tuple(modes)), nl=False)

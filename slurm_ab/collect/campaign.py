@@ -25,8 +25,10 @@ from .job import job_info
 from .passes import PassInputs, collect_pass
 from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary
 from .replicas import scan_launch
+from .sequential import recompute
 
 WHOLE_LAUNCH = "launch"     # the window of passes when none of the launch's started: its whole logs
+SKIPPED = "skipped (sequential stop)"
 
 
 def launch_status(root_events: EventLog) -> dict[int, dict]:
@@ -46,8 +48,14 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     status = launch_status(job_events)
     outputs = tuple(root.slurm_outs())
     launches, passes = [], []
+    stop = next(iter(job_events.named("sequential_stop")), None)
+    ran = stop.get_int("launches_run") if stop is not None else None
     for launch in run.campaign.launches:
         lay = root.launch(launch)
+        if ran is not None and launch.index > ran:     # a sequential campaign decided before it
+            launches.append(LaunchSummary(launch.index, launch.mode, root.rel(lay.root), SKIPPED, None,
+                                          tuple(f"{p.key}: {SKIPPED}" for p in launch.passes)))
+            continue
         own = read_events(lay.events)
         events = launch_view(job_events, own, launch.index)
         lman = rundir.read_manifest(lay.root) or replace(manifest, campaign=None)
@@ -68,7 +76,7 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     job = job_info(sacct, job_events, who.job_id)
     running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
     return CampaignSummary(who.run_id, manifest.job_id or who.job_id, run.campaign, job, running,
-                           tuple(launches), tuple(passes))
+                           tuple(launches), tuple(passes), recompute(run_dir, run.campaign, job_events))
 
 
 def _status(end: dict | None, started: bool, events: EventLog) -> str:

@@ -15,6 +15,7 @@ from ..model.campaign import Campaign
 from ..model.experiment import instance_name
 from ..parse.diagnose import Finding
 from .pd import PdSummary
+from .sequential import SequentialRecord
 from .server_metrics import ServerMetrics
 
 VERDICTS = ("ok", "invalid", "failed", "cancelled", "timeout", "running")
@@ -219,7 +220,7 @@ class LaunchSummary:
     launch: int
     mode: str
     dir: str                            # relative to the run directory (launch<N>-<MODE>)
-    status: str                         # ok | failed | unfinished | not run (launch_end event)
+    status: str                         # ok | failed | unfinished | not run (launch_end) | skipped (sequential stop)
     failure: dict | None = None         # the first 'fail' event's fields
     passes: tuple[str, ...] = ()        # "<key>: <verdict>" (burn-ins marked discarded)
 
@@ -239,6 +240,7 @@ class CampaignSummary:
     running: bool = False               # Slurm says the job has not ended: nothing is final
     launches: tuple[LaunchSummary, ...] = ()
     passes: tuple[PassSummary, ...] = ()    # every timed pass (burn-ins left out)
+    sequential: SequentialRecord | None = None   # a sequential campaign's looks (collect.sequential)
 
     @property
     def verdict(self) -> str:

@@ -149,8 +149,9 @@ class JobPlan:
     @property
     def files(self) -> tuple[tuple[str, str, str], ...]:
         """The run directory's file names the job script writes, as printf formats (rundir.Layout's
-        names: the script spells none itself); a PD job's pair files only with pd.sh."""
-        return job_formats(self.pd)
+        names: the script spells none itself); a PD job's pair files only with pd.sh, a
+        sequential campaign's stop-rule files only in its script."""
+        return job_formats(self.pd, self.campaign.campaign.sequential)
 
     @property
     def router_profile(self) -> str:

@@ -32,7 +32,25 @@ def _env():
 
 
 def render_script(plan: JobPlan, template: str = "hetjob.sbatch.j2") -> str:
-    return _env().get_template(template).render(p=sized(plan), version=__version__)
+    return _env().get_template(template).render(p=sized(plan), version=__version__, seq=sequential_parts(plan))
+
+
+def sequential_parts(plan: JobPlan) -> dict | None:
+    """A sequential campaign's part of the script: the launches that end a block (a look after
+    each), the client's Python, the spec (ab_stats.sequential.job_spec: boundaries computed here,
+    at render time) and the stop rule's program (ab_stats/looks.py, verbatim: stdlib only)."""
+    campaign = plan.campaign.campaign
+    if not campaign.sequential:
+        return None
+    import json
+
+    from ..ab_stats import looks
+    from ..ab_stats.sequential import job_spec
+
+    program = Path(looks.__file__).read_text()
+    python = plan.client.lines[0][0] if plan.client.lines and plan.client.lines[0] else "python3"
+    return {"look_after": [blk[-1] for blk in campaign.blocks], "python": python,
+            "spec": json.dumps(job_spec(campaign), indent=1, sort_keys=True), "program": program.rstrip("\n")}
 
 
 def summary(plan: JobPlan) -> str:

@@ -43,6 +43,9 @@ FILES = {
     "preflight_address": "preflight/{node}.addr",
     "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
     "launch_dir": "launch{index}-{mode}",        # one server launch, its files below
+    "sequential_spec": "sequential.json",        # a sequential campaign's looks: launches, boundaries (render)
+    "stop_rule": "stoprule.py",                  # its stop rule (ab_stats/looks.py), run after each block
+    "stop_rule_log": "logs/stoprule.log",        # the stop rule's stderr
     "submitit": "submitit",                      # submitit's own files (collector job)
     "submit_error": "submit-error.txt",          # why sbatch refused
     "summary": "summary.{ext}",                  # the collector's files (json, csv, md)
@@ -115,6 +118,10 @@ class Layout:
     submit_error = property(lambda self: self._file("submit_error"))
     report_html = property(lambda self: self._file("report_html"))
     plots = property(lambda self: self._file("plots"))
+    # a sequential campaign: the spec and program of its stop rule (written by the job at its start)
+    sequential_spec = property(lambda self: self._file("sequential_spec"))
+    stop_rule = property(lambda self: self._file("stop_rule"))
+    stop_rule_log = property(lambda self: self._file("stop_rule_log"))
 
     def slurm_out(self, job_id: str | int) -> Path:
         """The batch script's stdout+stderr (#SBATCH --output; '%j': Slurm's own placeholder)."""
@@ -286,11 +293,12 @@ class OldRunLayout(Layout):
 RELATIVE = Layout(Path())
 
 
-def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
+def job_formats(pd: bool = True, sequential: bool = True) -> tuple[tuple[str, str, str], ...]:
     """(F_<NAME>, printf format, its arguments in words) of every file the job script writes: the
     Layout's own names with '%s' for what only the job knows. The script's only way to name a
     run-directory file (F_RESUBMITTED: where a script submitted again writes). pd=False: without
-    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups)."""
+    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups);
+    sequential=False: without a sequential campaign's stop-rule files."""
     f, lay = "%s", RELATIVE
     files = (
         ("JOB_SCRIPT", lay.job_script, ""), ("EVENTS", lay.events, ""), ("SLURM_OUT", lay.slurm_out(f), "job id"),
@@ -314,9 +322,13 @@ def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
         ("SCRAPE_PARTIAL", lay.scrape_partial(f, f), "scrape target, time stamp"),
         ("SCRAPE_CURL", lay.scrape_curl(f, f), "scrape target, time stamp"),
         ("RESUBMITTED", Layout(Path(f)).resubmitted(f), "run directory, job id"),
+        ("SEQ_SPEC", lay.sequential_spec, ""), ("STOP_RULE", lay.stop_rule, ""),
+        ("STOP_RULE_LOG", lay.stop_rule_log, ""),
     )
     pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP", "ROUTER_CANARY", "ROUTER_CANARY_HTTP"}
-    return tuple((f"F_{name}", str(path), args) for name, path, args in files if pd or name not in pd_only)
+    sequential_only = {"SEQ_SPEC", "STOP_RULE", "STOP_RULE_LOG"}
+    return tuple((f"F_{name}", str(path), args) for name, path, args in files
+                 if (pd or name not in pd_only) and (sequential or name not in sequential_only))
 
 
 def launch_dirname(launch: Launch) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 
+from .campaign import MAX_BLOCKS, MIN_BLOCKS, SPENDING_CHOICES, valid_spending
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
 from . import roles, site_checks
@@ -190,6 +191,16 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
         errs.append(ConfigError("benchmark.steady_concurrency_ratio", r, "not a share of the peak concurrency",
                                 "a number in (0, 1], e.g. 0.5 (SGLang's --steady-state-concurrency-ratio)"))
+    mg = b["margin_pct"]
+    if isinstance(mg, bool) or not isinstance(mg, (int, float)) or not 0 <= mg < 50:
+        errs.append(ConfigError("benchmark.margin_pct", mg, "not an equivalence margin in percent",
+                                "a number in [0, 50), e.g. 3 (0: no equivalence verdicts)"))
+    k = b["max_blocks"]
+    if isinstance(k, bool) or not isinstance(k, int) or not MIN_BLOCKS <= k <= MAX_BLOCKS:
+        errs.append(ConfigError("benchmark.max_blocks", k, "not a number of counterbalanced blocks",
+                                f"an integer in {MIN_BLOCKS}..{MAX_BLOCKS} (a block: two launches per mode)"))
+    if not valid_spending(b["spending"]):
+        errs.append(ConfigError("benchmark.spending", b["spending"], "not an alpha-spending function", SPENDING_CHOICES))
     prof, perrs = _profile("client", "benchmark.client", b["client"], tree["client_profiles"],
                            ("command", "module"), "sglang.bench_serving")
     errs += perrs
