@@ -205,10 +205,48 @@ run_launch() {
   exit 0
 }
 
+# time_left: seconds until the job's time limit as Slurm says (squeue %L: [D-][H:]M:S), less
+# TIME_RESERVE_S (the job's own early stop and Slurm's early warning); "" when Slurm does not say
+# (UNLIMITED, no answer).
+time_left() {
+  local out
+  out=$(LC_ALL=C timeout 10 squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null | head -n 1)
+  out=${out//[[:space:]]/}
+  [[ $out =~ ^(([0-9]+)-)?(([0-9]+):)?([0-9]+):([0-9]+)$ ]] || return 0
+  echo $(( 10#${BASH_REMATCH[2]:-0} * 86400 + 10#${BASH_REMATCH[4]:-0} * 3600 + 10#${BASH_REMATCH[5]} * 60 \
+    + 10#${BASH_REMATCH[6]} - TIME_RESERVE_S ))
+}
+
+# block_fits N: before launch N. When N starts a block (TIME_BLOCKS), the block must fit in the time
+# left: its expected seconds, or the longest block this job has run, whichever is more. A block that
+# cannot finish is not started (time_stop): the campaign ends at a block boundary, its design
+# balanced, instead of being killed part-way at the time limit. Returns 1 to stop.
+BLOCK_AT=-1
+BLOCK_LONGEST=0
+block_fits() {
+  local n=$1 b k=0 need left
+  for b in "${TIME_BLOCKS[@]}"; do
+    k=$(( k + 1 ))
+    (( ${b%%:*} == n )) || continue
+    (( BLOCK_AT >= 0 && SECONDS - BLOCK_AT > BLOCK_LONGEST )) && BLOCK_LONGEST=$(( SECONDS - BLOCK_AT ))
+    BLOCK_AT=$SECONDS
+    need=$(( ${b#*:} > BLOCK_LONGEST ? ${b#*:} : BLOCK_LONGEST ))
+    left=$(time_left)
+    event time_check "block=$k" "launch=$n" "need_s=$need" "left_s=${left:-unknown}"
+    [[ -z $left ]] || (( left >= need )) && return 0
+    log "block $k of ${#TIME_BLOCKS[@]} (launch $n on) needs ~$need s, the job has $left s left: the campaign stops here, at a block boundary" >&2
+    event time_stop "block=$k" "blocks=${#TIME_BLOCKS[@]}" "launches_run=$(( n - 1 ))" \
+      "launches_planned=${#LAUNCH_DIRS[@]}" "need_s=$need" "left_s=$left"
+    return 1
+  done
+  return 0
+}
+
 # Every launch in turn; returns the status of the last failed launch (0: all ok).
 run_launches() {
   local i status=0
   for i in "${!LAUNCH_DIRS[@]}"; do
+    block_fits "$(( i + 1 ))" || break
     (( SINGLE )) || event launch_start "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}"
     run_launch "$i" &
     # While a launch runs, the job's own teardown (scancel, time limit) stops it first, as it

@@ -21,11 +21,12 @@ from ..model.rundir import Layout, Manifest
 from ..model.slurm import is_active
 from .job import job_info
 from .passes import PassInputs, collect_pass
-from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary
+from .records import CampaignStop, CampaignSummary, LaunchSummary, PassRef, PassSummary
 from .replicas import scan_launch
 from .rows import campaign_record
 
 NOT_RUN = "not run"
+SKIPPED_TIME = "skipped (time)"
 
 
 def campaign_of(run_dir: Path) -> Campaign | None:
@@ -62,7 +63,12 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     status = launch_status(root_events)
     outputs = tuple(root.slurm_outs())
     launches, passes = [], []
+    stop = None if single else time_stop(root_events, campaign)
     for launch in campaign.launches:
+        if stop is not None and launch.index > stop.launches_run:     # the job did not start its block
+            launches.append(LaunchSummary(launch.index, launch.mode, root.rel(root.launch(launch, False).root),
+                                          SKIPPED_TIME, None, tuple(f"{p.key}: {SKIPPED_TIME}" for p in launch.passes)))
+            continue
         lay = root.launch(launch, single)
         events = root_events if single else with_job_end(read_events(lay.events), root_events)
         lman = manifest if single else (rundir.read_manifest(lay.root) or replace(manifest, campaign=None))
@@ -85,7 +91,28 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     job = passes[0].job if single and passes else job_info(sacct, root_events, who.job_id)
     running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
     return CampaignSummary(who.run_id, manifest.job_id or who.job_id, campaign, single, job,
-                           running, tuple(launches), tuple(passes))
+                           running, tuple(launches), tuple(passes), stop)
+
+
+def time_stop(root_events: EventLog, campaign: Campaign) -> CampaignStop | None:
+    """The job's stop before a block it could not finish in its time left (time_stop in the job's
+    events.log, pipeline.sh), with the design that ran: the launches before that block."""
+    e = next(iter(root_events.named("time_stop")), None)
+    if e is None:
+        return None
+    ran = e.get_int("launches_run")
+    if ran is None:
+        return None
+    done = campaign.launches[:ran]
+    counts = {m: sum(1 for x in done if x.mode == m) for m in campaign.modes}
+    balanced = len(set(counts.values())) == 1
+    block, blocks = e.get_int("block") or 0, e.get_int("blocks") or 0
+    design = (f"launches 1-{ran} of {len(campaign.launches)} ({block - 1} of {blocks} block(s)): "
+              + ", ".join(f"{m} {n}" for m, n in counts.items()) + " launch(es)"
+              + ("" if balanced else ", not balanced") if ran else
+              f"no launch of the {len(campaign.launches)} planned ran")
+    return CampaignStop("time", block, blocks, ran, len(campaign.launches), e.get_int("need_s"),
+                        e.get_int("left_s"), design)
 
 
 def with_job_end(launch_events: EventLog, root_events: EventLog) -> EventLog:

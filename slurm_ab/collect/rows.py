@@ -110,7 +110,8 @@ def campaign_record(cs: CampaignSummary) -> dict:
     """A campaign's summary.json: every launch and pass, aggregates and comparisons."""
     rows = [pass_row(p) for p in cs.passes]
     return {"run_id": cs.run_id, "job_id": cs.job_id, "campaign": cs.campaign.to_dict(),
-            "variance": cs.campaign.variance, "job_state": cs.job.state_raw or cs.job.state,
+            "stop": cs.stop.to_dict() if cs.stop is not None else None,
+            "variance": cs.design.variance, "job_state": cs.job.state_raw or cs.job.state,
             "running": cs.running, "launches": [la.to_dict() for la in cs.launches],
             "passes": rows, "aggregates": aggregate_records(rows),
             "comparisons": comparisons(cs, rows)}

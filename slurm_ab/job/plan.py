@@ -81,7 +81,29 @@ class JobPlan:
         wd = self.exp.watchdog
         if not (self.exp.server_metrics and wd.progress_metric):
             return 0
-        return wd.stall_s or max(60, int(3 * max(f.seconds for f in self.duration.request.values())))
+        return wd.stall_s or max(60, int(3 * max(f.seconds for f in self.request_figures.values())))
+
+    @property
+    def request_figures(self) -> dict:
+        """(mode, concurrency, prompts) -> seconds per request (duration.Figure) of every pass the
+        job runs: the watchdog's pass limits and stall time read the one time model's figures."""
+        model = self.duration.model
+        return {(p.mode, p.concurrency, p.prompts): model.figure(p.mode, p.prompts, p.concurrency)
+                for x in self.campaign.campaign.launches for p in x.passes}
+
+    @property
+    def time_reserve_s(self) -> int:
+        """What the job keeps back from squeue's time left: its own early stop and Slurm's early
+        warning (duration.SLURM_EARLY_SIGNAL_S)."""
+        from ..model.duration import SLURM_EARLY_SIGNAL_S
+        return int(self.exp.cluster.signal_before_limit_s) + SLURM_EARLY_SIGNAL_S
+
+    @property
+    def time_blocks(self) -> tuple[tuple[int, int], ...]:
+        """(first launch, expected seconds) of each block of a campaign: the job does not start a
+        block that cannot finish in the time it has left (duration.block_seconds)."""
+        from ..model.duration import block_seconds
+        return block_seconds(self)
 
     @property
     def guards(self) -> "Guards":

@@ -19,6 +19,10 @@ from dataclasses import dataclass, field
 ORDERS = ("counterbalanced", "interleaved", "blocked")
 MAX_REPEATS = 100
 MAX_LAUNCHES = 50
+# A block: two launches of every mode in counterbalanced order (A B B A). A campaign is balanced
+# after every block, so a sequential campaign looks, and a campaign out of time stops, only there.
+LAUNCHES_PER_BLOCK = 2          # per mode
+MIN_BLOCKS, MAX_BLOCKS = 2, MAX_LAUNCHES // LAUNCHES_PER_BLOCK
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,14 @@ class Campaign:
     primary_metric: str = "output_tps"      # benchmark.primary_metric: the headline verdict
 
     @property
+    def blocks(self) -> tuple[tuple[int, ...], ...]:
+        """The launch indices of each complete block (2 x modes consecutive launches, every mode
+        twice); launches after the last complete block belong to none."""
+        size = LAUNCHES_PER_BLOCK * len(self.modes)
+        idx = [x.index for x in self.launches]
+        return tuple(tuple(idx[i:i + size]) for i in range(0, len(idx) - size + 1, size))
+
+    @property
     def single(self) -> bool:
         """Today's single run: one mode, one concurrency, one timed pass, no burn-in."""
         return (len(self.modes) == 1 and self.repeats == 1 and len(self.concurrencies) == 1
@@ -121,6 +133,16 @@ class Campaign:
         return cls(tuple(d["modes"]), int(d["repeats"]), tuple(int(c) for c in d["concurrencies"]),
                    str(d["order"]), bool(d.get("burn_in", False)), launches,
                    int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")))
+
+
+def time_blocks(campaign: Campaign) -> tuple[tuple[int, ...], ...]:
+    """The units a campaign that runs out of time stops between (the job starts one only when it
+    can finish): its complete blocks, then the launches after the last one as one more unit (every
+    mode at most once more), or the whole campaign when it has no complete block."""
+    blocks = campaign.blocks
+    done = {i for b in blocks for i in b}
+    rest = tuple(x.index for x in campaign.launches if x.index not in done)
+    return blocks + ((rest,) if rest else ())
 
 
 def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int) -> int:

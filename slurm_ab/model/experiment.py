@@ -235,7 +235,7 @@ class Cache:
 class Estimate:
     """Default figures of a job's duration ([estimate]; duration.py replaces them by measured ones)."""
 
-    model_load_s: float = 900
+    model_load_s: float = 1800
     warmup_s: float = 60
     request_s: float = 60
     pass_overhead_s: float = 30

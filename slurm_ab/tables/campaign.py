@@ -166,6 +166,11 @@ def campaign_md(result: dict, passes: bool = False) -> str:
            f"{', '.join(map(str, c.concurrencies))}, order {c.order}"
            + (", burn-in pass per launch" if c.burn_in else "")
            + f"; job {result.get('job_id') or '?'} ({result.get('job_state') or 'state unknown'})", ""]
+    stop = result.get("stop") or None
+    if stop:
+        out += [f"Stopped at a block boundary ({stop.get('reason')}): block {stop.get('block')} of "
+                f"{stop.get('blocks')} was not started, it needed ~{stop.get('need_s')} s and the job had "
+                f"{stop.get('left_s')} s left before its own early stop; design run: {stop.get('design')}", ""]
     for la in result["launches"]:
         fail = la.get("failure") or {}
         why = f" ({fail.get('kind')})" if fail else ""
