@@ -436,7 +436,7 @@ write_preflight_script() {
     declare -p RUN_DIR PF_MODULES PF_CLIENT_MODULES PF_IMPORT PF_GPU PF_GPUS PF_PORT PF_ADDRESS PF_IFACE PF_PATHS PF_CLIENT_PATHS
     # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
     declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB \
-      PF_CLIENT_IMPORT 2>/dev/null
+      PF_CLIENT_IMPORT PF_PD_GPUDIRECT PF_PD_IFACE 2>/dev/null
     declare -f json_str preflight_node preflight_fabric iface_matches
     if declare -F preflight_pd >/dev/null; then declare -f preflight_pd; fi
     echo 'preflight_node "$@"'

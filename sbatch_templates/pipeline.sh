@@ -107,9 +107,11 @@ resolve_addresses() {
 # One srun step per het group, one task per node, with the command of the group's role in the
 # launch's mode (SERVER_CMD_<mode>_<role>; a prefill adds its bootstrap port).
 start_servers() {
-  local g
+  local g ipdir
   local -a cmd
   for g in "${!HEADS[@]}"; do
+    ipdir=""
+    if declare -F host_ip_dir >/dev/null; then ipdir=$(host_ip_dir "$g"); fi
     local -n nodes_ref="R${g}_NODES"
     local -n role_cmd="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}"
     cmd=("${role_cmd[@]}")
@@ -117,10 +119,15 @@ start_servers() {
     [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
     event server_launch "replica=$g" "role=${GROUP_ROLES[g]}"
-    # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
+    # $SLURM_NODEID must expand on each node, not here; so must the node's SGLANG_HOST_IP (the
+    # preflight's file of the node, when IPDIR is set: pd.host_ip_interface)
+    # shellcheck disable=SC2016
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
       --output="$RUN_DIR/logs/server-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
-      bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${cmd[@]}" \
+      bash -c 'ip=""; n=${SLURMD_NODENAME:-${HOSTNAME:-unknown}}
+        if [[ -n $1 ]] && ! ip=$(cat "$1/$n.hostip"); then echo "slurm-ab: no SGLANG_HOST_IP for $n ($1/$n.hostip)" >&2; exit 1; fi
+        shift; exec env ${ip:+"SGLANG_HOST_IP=$ip"} "$@" --node-rank "$SLURM_NODEID"' \
+      "server-r$g" "$ipdir" "${SERVER_ENV[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
     unset -n nodes_ref

@@ -311,7 +311,7 @@ def test_every_path_a_pd_job_writes_is_a_layout_path():
     from test_layout_paths import _VAR, PATTERNS, _written_paths
 
     paths = _written_paths(render_script(_campaign(["tp32", "pd-1p1d"])) + render("pd-1p1d", site="local"))
-    assert {"logs/canary-r$2-with-r$3.json", "logs/warmup-r$2-with-r$3.json", "logs/canary-router.json"} <= paths
+    assert {"logs/canary-r$2-with-r$3$sfx.json", "logs/warmup-r$2-with-r$3.json", "logs/canary-router.json"} <= paths
     unknown = [p for p in sorted(paths)
                if not any(fnmatch.fnmatch(_VAR.sub("*", p.replace("%t", "*")).rstrip("/"), pat) for pat in PATTERNS)]
     assert not unknown, f"paths the job writes that rundir.PATHS does not name: {unknown}"

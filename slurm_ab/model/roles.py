@@ -31,6 +31,7 @@ RESERVED_FLAGS = {
     "disaggregation-bootstrap-port": "ports.bootstrap (each prefill instance's own port)",
     "disaggregation-transfer-backend": "pd.transfer_backend",
     "disaggregation-ib-device": "pd.ib_device",
+    "disaggregation-enable-kv-checksum": "pd.kv_checksum (both roles)",
 }
 # Spellings SGLang 0.5.23's argparse takes for something else than they seem to mean (parser-checked:
 # argparse prefixes; 0.5.23 split the CUDA-graph flags per phase).

@@ -43,8 +43,8 @@ PATHS = {
     "warmup_http": "logs/warmup-r{g}.json.http",      # its HTTP status and curl's message
     # prefill/decode launches: each pair's KV canary and warm-up, sent to both (r{g} answering, its
     # peer r{peer}), and the canary through the router
-    "pd_canary": "logs/canary-r{g}-with-r{peer}.json",
-    "pd_canary_http": "logs/canary-r{g}-with-r{peer}.json.http",
+    "pd_canary": "logs/canary-r{g}-with-r{peer}{dp}.json",      # dp: "" or -dp<K>, the pair's K-th DP canary
+    "pd_canary_http": "logs/canary-r{g}-with-r{peer}{dp}.json.http",
     "pd_warmup": "logs/warmup-r{g}-with-r{peer}.json",
     "pd_warmup_http": "logs/warmup-r{g}-with-r{peer}.json.http",
     "router_canary": "logs/canary-router.json",
@@ -55,6 +55,7 @@ PATHS = {
     "preflight_report": "preflight/{node}.json",
     "preflight_problems": "preflight/{node}.problems",
     "preflight_address": "preflight/{node}.addr",
+    "preflight_host_ip": "preflight/{node}.hostip",      # PD: the node's SGLANG_HOST_IP (pd.host_ip_interface)
     "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
     "cleanup_log": "logs/cleanup-r{g}-n{rank}.log",      # the nodes' clean-up step at the job's end
     "metrics": "metrics",
