@@ -225,24 +225,30 @@ time_left() {
 }
 
 # block_fits N: before launch N. When N starts a block (TIME_BLOCKS), the block must fit in the time
-# left: its expected seconds, or the longest block this job has run, whichever is more. A block that
-# cannot finish is not started (time_stop): the campaign ends at a block boundary, its design
-# balanced, instead of being killed part-way at the time limit. Returns 1 to stop.
+# left: its expected seconds, or its launches at the pace of the slowest block this job has run
+# (seconds per launch), whichever is more. A block that cannot finish is not started (time_stop):
+# the campaign ends at a block boundary, its design balanced, instead of being killed part-way at
+# the time limit. Returns 1 to stop.
 BLOCK_AT=-1
-BLOCK_LONGEST=0
+BLOCK_SIZE=1
+BLOCK_PACE=0
 block_fits() {
-  local n=$1 b k=0 need left
-  for b in "${TIME_BLOCKS[@]}"; do
-    k=$(( k + 1 ))
-    (( ${b%%:*} == n )) || continue
-    (( BLOCK_AT >= 0 && SECONDS - BLOCK_AT > BLOCK_LONGEST )) && BLOCK_LONGEST=$(( SECONDS - BLOCK_AT ))
-    BLOCK_AT=$SECONDS
-    need=$(( ${b#*:} > BLOCK_LONGEST ? ${b#*:} : BLOCK_LONGEST ))
+  local n=$1 k size need left pace
+  for (( k = 0; k < ${#TIME_BLOCKS[@]}; k++ )); do
+    (( ${TIME_BLOCKS[k]%%:*} == n )) || continue
+    if (( BLOCK_AT >= 0 )); then
+      pace=$(( (SECONDS - BLOCK_AT + BLOCK_SIZE - 1) / BLOCK_SIZE ))
+      (( pace > BLOCK_PACE )) && BLOCK_PACE=$pace
+    fi
+    if (( k + 1 < ${#TIME_BLOCKS[@]} )); then size=$(( ${TIME_BLOCKS[k+1]%%:*} - n )); else size=$(( ${#LAUNCH_DIRS[@]} - n + 1 )); fi
+    BLOCK_AT=$SECONDS BLOCK_SIZE=$size
+    need=$(( BLOCK_PACE * size ))
+    (( ${TIME_BLOCKS[k]#*:} > need )) && need=${TIME_BLOCKS[k]#*:}
     left=$(time_left)
-    event time_check "block=$k" "launch=$n" "need_s=$need" "left_s=${left:-unknown}"
+    event time_check "block=$(( k + 1 ))" "launch=$n" "need_s=$need" "left_s=${left:-unknown}"
     [[ -z $left ]] || (( left >= need )) && return 0
-    log "block $k of ${#TIME_BLOCKS[@]} (launch $n on) needs ~$need s, the job has $left s left: the campaign stops here, at a block boundary" >&2
-    event time_stop "block=$k" "blocks=${#TIME_BLOCKS[@]}" "launches_run=$(( n - 1 ))" \
+    log "block $(( k + 1 )) of ${#TIME_BLOCKS[@]} (launch $n on) needs ~$need s, the job has $left s left: the campaign stops here, at a block boundary" >&2
+    event time_stop "block=$(( k + 1 ))" "blocks=${#TIME_BLOCKS[@]}" "launches_run=$(( n - 1 ))" \
       "launches_planned=${#LAUNCH_DIRS[@]}" "need_s=$need" "left_s=$left"
     return 1
   done

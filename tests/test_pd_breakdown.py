@@ -77,3 +77,20 @@ def test_the_path_is_unknown_without_the_decodes_view(tmp_path):
                     300.0, backend="mooncake")
     kv = next(s for s in pd.breakdown.chain if s.key == "kv_transfer")
     assert kv.mean_ms is None and pd.breakdown.other_ms is None and pd.breakdown.kv_share is None
+
+
+def test_a_failed_canary_names_its_dp_ranks_and_a_checksum_mismatch(tmp_path):
+    """pd.sh's fail event of a pair's DP canary (prefill_dp, decode_dp) and of a decode that answered
+    'KV checksum mismatch' (kv_checksum=mismatch) in the verdict's words."""
+    from slurm_ab.collect.pd import pd_fail_reasons
+    (tmp_path / "events.log").write_text(
+        "1800000000.000 2027-01-15 08:00:00.000 fail kind=pd_canary prefill=0 decode=1 prefill_node=n1 decode_node=n5 "
+        "prefill_dp=0 decode_dp=1 http_prefill=500 http_decode=500 curl_prefill=0 curl_decode=0 seconds=2\n"
+        "1800000001.000 2027-01-15 08:00:01.000 fail kind=pd_canary prefill=0 decode=1 prefill_node=n1 decode_node=n5 "
+        "http_prefill=200 http_decode=500 curl_prefill=0 curl_decode=0 seconds=1 kv_checksum=mismatch\n")
+    a, b = pd_fail_reasons(read_events(tmp_path / "events.log"), {0: ("prefill", 0), 1: ("decode", 0)})
+    assert a == ("the KV canary (2 tokens) between prefill 0 (n1) and decode 0 (n5), prefill DP rank 0 and decode DP "
+                 "rank 1 failed after 2 s (prefill HTTP 500, decode HTTP 500): KV transfer between them does not work "
+                 "although both servers were healthy; the job stopped before the benchmark")
+    assert b.endswith("(prefill HTTP 200, decode HTTP 500): the decode's KV checksum did not match what the prefill "
+                      "sent (pd.kv_checksum): the KV arrived corrupted; the job stopped before the benchmark")

@@ -80,18 +80,19 @@ run_launches; echo "status $?"
     assert "block 2 of 2 (launch 5 on) needs ~1000 s, the job has 900 s left" in r.stderr
 
 
-def test_the_longest_block_run_counts_when_the_estimate_was_short(lib, tmp_path):
-    """Block 1 was estimated at 1 s but took ~2 s (this job's own evidence): block 2 (estimate 1 s)
-    needs the 2 s it measured, which the 1 s left cannot give."""
+def test_the_slowest_blocks_pace_counts_when_the_estimate_was_short(lib, tmp_path):
+    """Block 1 (4 launches) was estimated at 1 s but took ~4 s (this job's own evidence: 1 s a
+    launch): block 2 (2 launches, estimate 1 s) needs 2 s at that pace, which 1 s left cannot give;
+    its own size counts, not block 1's."""
     script = LAUNCHES + """TIME_BLOCKS=(1:1 5:1)
-run_launch() { sleep 0.5; exit 0; }
+run_launch() { sleep 0.9; exit 0; }
 run_launches
 """
     r, ev, _ = run(lib, tmp_path, script, "10:00\n3:01\n")
     assert r.returncode == 0, r.stderr
     (stop,) = ev.named("time_stop")
     assert stop.get_int("launches_run") == 4 and stop.get_int("left_s") == 1
-    assert stop.get_int("need_s") in (2, 3)          # whole seconds (bash SECONDS)
+    assert stop.get_int("need_s") == 2               # ceil(3-4 s / 4 launches) x 2 launches
 
 
 def test_no_answer_from_slurm_goes_on_and_says_so(lib, tmp_path):

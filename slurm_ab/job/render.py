@@ -236,6 +236,14 @@ def site_lines(plan: JobPlan) -> list[str]:
         if given is not None and given < d.limit_s else ""
     out.append(f"duration estimate: {d.text}; time limit {_time(plan)}{short}"
                + (f" ({d.limit_note})" if d.limit_note else ""))
+    blocks = plan.time_blocks
+    if blocks:
+        ends = [b[0] - 1 for b in blocks[1:]] + [len(plan.campaign.launches)]
+        out.append("blocks: " + ", ".join(f"launches {first}-{end} ~{secs} s" for (first, secs), end in
+                                          zip(blocks, ends))
+                   + f"; a block starts only when the time left (squeue, less {plan.time_reserve_s} s for the "
+                   "early stops) covers it, and its launches at the pace of the slowest block run so far: a "
+                   "campaign out of time stops at a block boundary")
     wd = e.watchdog
     out.append(f"watchdog: a pass fails when it runs longer than {wd.pass_factor:g} x its estimate"
                + (f", or when a server finishes no request for {plan.watch_stall_s} s while requests are in "

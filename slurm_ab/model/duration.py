@@ -302,8 +302,8 @@ def estimate(plan, history: History = History()) -> Estimate:
 def block_seconds(plan) -> tuple[tuple[int, int], ...]:
     """(first launch index, seconds) of every block of a campaign's launches (model.campaign's
     time_blocks), each the time model's expected duration of its launches, margin included: the
-    job starts a block only when the time it has left covers this (and the longest block it has
-    already run). () for a single run."""
+    job starts a block only when the time it has left covers this (and its launches at the pace of
+    the slowest block it has already run). () for a single run."""
     cp = getattr(plan, "campaign", None)
     if cp is None or cp.campaign.single:
         return ()
