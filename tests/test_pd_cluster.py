@@ -324,8 +324,9 @@ def test_pd_on_a_real_fabric_and_a_campaign_out_of_time(job):
     node advertises its own eth0 address (pd.host_ip_interface, read by the preflight), the preflight
     checks GPUDirect RDMA (the stand-in says peermem), both roles verify KV checksums, each launch
     proves the pair with one canary per decode DP rank, the breakdown's KV transfer is the one on
-    TTFT's path. Each block is priced at 240 s by the time model (80 s load + 10 s teardown + 2 x 5 s
-    + 20 s a pass, per launch): block 1 starts when the job reaches it within 30 s (the preflight
+    TTFT's path. Each block is priced at 240 s by the time model (10 s load + 10 s teardown + 2 x 10 s
+    + 80 s a pass, per launch; the pass limit is 3 x 100 s, as the client's start-up under load
+    needs): block 1 starts when the job reaches it within 30 s (the preflight
     without imports: 3-10 s), block 2 is not started once block 1 and the preflight took more than
     30 s (two PD launches alone take more): launches 3 and 4 'skipped (time)'."""
     import socket
@@ -333,8 +334,8 @@ def test_pd_on_a_real_fabric_and_a_campaign_out_of_time(job):
     from helpers import NO_IMPORT
 
     j = job("pd-fabric", NO_IMPORT, 'pd.host_ip_interface="eth0"', *DP2_DECODE, "benchmark.num_prompts=16",
-            "benchmark.output_len=128", "cluster.signal_before_limit_s=30", "estimate.model_load_s=80",
-            "estimate.warmup_s=0", "estimate.request_s=5", "estimate.pass_overhead_s=20", "estimate.margin=0",
+            "benchmark.output_len=128", "cluster.signal_before_limit_s=30", "estimate.model_load_s=10",
+            "estimate.warmup_s=0", "estimate.request_s=10", "estimate.pass_overhead_s=80", "estimate.margin=0",
             "estimate.from_results=false", "estimate.enforce=false", mode="pd-1p1d", client=CLIENT_052,
             extra=("--launches", "4", "--repeats", "1", "--time", "00:06:00"))
     # every emulator process of both roles runs with its own node's eth0 address as SGLANG_HOST_IP
