@@ -150,7 +150,8 @@ def test_measured_figures_of_earlier_runs_replace_the_defaults(tmp_path):
     assert sorted(s for s, _ in h.loads) == [100, 600, 700]        # every launch of the model on 4 nodes
     e = estimate(p, h)
     assert e.load.seconds == 700 and "measured" in e.load.source and "run b" in e.load.source
-    assert e.request[("tp32", 8, 40)].seconds == pytest.approx(40) and "run a" in e.request[("tp32", 8, 40)].source
+    f = e.model.figure("tp32", 40, 8)
+    assert f.seconds == pytest.approx(40) and "run a" in f.source
     assert e.seconds == pytest.approx((120 + 700 + 60 + 20 + 5 * 40 + 30) * 1.15)
 
 

@@ -257,11 +257,6 @@ class Estimate:
     limit_note: str = ""         # how the time limit was chosen (fit_time_limit), for dry-run
 
     @property
-    def request(self) -> dict:
-        """(mode, concurrency, prompts) -> seconds per request of the figures the model holds."""
-        return dict(self.model.requests) or {("", 0, 0): self.model.default_request}
-
-    @property
     def load(self) -> Figure:
         return self.model.load
 
