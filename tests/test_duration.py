@@ -217,3 +217,15 @@ def test_fit_replaces_auto_and_records_the_estimate():
     with pytest.raises(ConfigErrors) as e:
         fit_time_limit(_plan('cluster.time_limit="00:10:00"'), History())
     assert "needs 00:48:00" in str(e.value.errors[0])
+
+
+def test_blocks_are_priced_by_the_one_time_model_without_its_margin():
+    """A campaign's blocks (2 launches of every mode, then the rest) at the time model's expected
+    launch time, without the margin the limit keeps as slack: a preflight slower than estimated
+    must not keep the first block from starting (duration.block_seconds, TIME_BLOCKS)."""
+    from slurm_ab.job.campaign_plan import CampaignOptions, plan_campaign
+    plan = plan_campaign(Sources("example", (), ("paths.results=/nonexistent-results",)), ["tp32", "tp32-dflash"],
+                         "R", CampaignOptions(launches=3, repeats=1, order="counterbalanced"))
+    launch = 1800 + 60 + 20 + 5 * 60 + 30                            # load, warm-ups, grace, one pass
+    assert plan.time_blocks == ((1, 4 * launch), (5, 2 * launch))    # A B B A, then A B
+    assert "TIME_BLOCKS=(1:8840 5:4420)" in __import__("slurm_ab.job.render", fromlist=["x"]).render_script(plan)

@@ -214,9 +214,11 @@ class TimeModel:
         return self.load.seconds + self.warmup.seconds + self.teardown_s
 
     def launch_seconds(self, mode: str, passes) -> float:
-        """One server launch of the schedule with its passes [(prompts, C), ...], margin included:
-        what the job allows a launch (and a block, the sum of its launches) before starting it."""
-        return (self.launch_s + sum(self.pass_seconds(mode, p, c) for p, c in passes)) * (1 + self.margin)
+        """One server launch of the schedule with its passes [(prompts, C), ...]: its expected
+        duration without the margin, which the time limit keeps as slack (a block, the sum of its
+        launches, is started when the time left covers this; with the margin the first block of a
+        job whose preflight took longer than estimated would never start)."""
+        return self.launch_s + sum(self.pass_seconds(mode, p, c) for p, c in passes)
 
     def estimate(self, sched: Schedule) -> "Estimate":
         """The job's expected duration and the --time it needs, for [(mode, [(prompts, C), ...])
@@ -296,7 +298,7 @@ def estimate(plan, history: History = History()) -> Estimate:
 
 def block_seconds(plan) -> tuple[tuple[int, int], ...]:
     """(first launch index, seconds) of every block of a campaign's launches (model.campaign's
-    time_blocks), each the time model's expected duration of its launches, margin included: the
+    time_blocks), each the time model's expected duration of its launches (no margin): the
     job starts a block only when the time it has left covers this (and its launches at the pace of
     the slowest block it has already run). () for a single run."""
     cp = getattr(plan, "campaign", None)
