@@ -12,7 +12,7 @@ check_nccl_network() {
     local -n nodes_ref="R${g}_NODES"
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
-      f="$RUN_DIR/logs/server-r$g-n$r.log"
+      f=$(rpath "$F_SERVER_LOG" "$g" "$r")
       nets=$(grep -ao 'NCCL INFO Using network [A-Za-z0-9_]*' "$f" 2>/dev/null | awk '{print $NF}' | sort -u | paste -sd, -)
       [[ -n "$nets" ]] && any=1
       event nccl_network "replica=$g" "node_rank=$r" "node=$node" "network=${nets:-unknown}"
@@ -27,9 +27,10 @@ check_nccl_network() {
   fi
   [[ -n "$bad" ]] || return 0
   IFS='|' read -r g r node nets <<<"$bad"
-  tail_log "$RUN_DIR/logs/server-r$g-n$r.log"
+  tail_log "$(rpath "$F_SERVER_LOG" "$g" "$r")"
+  # shellcheck disable=SC2059  # a generated format (rundir.Layout)
   fatal nccl_network "node=$node" "replica=$g" "node_rank=$r" "network=$nets" "expected=$NCCL_NETWORK" \
-    "NCCL on $node (replica $g node rank $r) uses network $nets, not $NCCL_NETWORK (cluster.nccl_network): see logs/server-r$g-n$r.log"
+    "NCCL on $node (replica $g node rank $r) uses network $nets, not $NCCL_NETWORK (cluster.nccl_network): see $(printf "$F_SERVER_LOG" "$g" "$r")"
 }
 
 # metric_sum NAME: the sum of every sample of NAME in Prometheus text on stdin (0 when absent).
@@ -69,7 +70,7 @@ stall_check() {
   (( SECONDS - prog_at[$g] >= WATCH_STALL_S )) || return 0
   [[ "${inflight[$g]:-?}" == 0 ]] && return 0          # idle, not hung
   [[ $state == answered ]] || what="is stalled or unreachable from the batch host"
-  tail_log "$RUN_DIR/logs/server-r$g-n0.log"
+  tail_log "$(rpath "$F_SERVER_LOG" "$g" 0)"
   fatal stalled "replica=$g" "role=${GROUP_ROLES[g]:-server}" "node=${HEADS[g]}" "pass=${PASS_KEY:-bench}" \
     "seconds=$(( SECONDS - prog_at[$g] ))" "inflight=${inflight[$g]:-?}" "held=${held[$g]:-}" "finished=${prog[$g]:-?}" \
     "metrics=${state%% *}" \
@@ -123,7 +124,7 @@ cleanup_nodes() {
     ( drop_gpu_request
       # shellcheck disable=SC2016  # expands on the node
       exec timeout 60 srun --het-group="$g" --nodes="${#nodes_ref[@]}" "${NODE_STEP[@]}" "${SRUN_EXTRA[@]}" \
-        --output="$RUN_DIR/logs/cleanup-r$g-n%t.log" bash -c \
+        --output="$(rpath "$F_CLEANUP_LOG" "$g" %t)" bash -c \
         'rc=0; if [ -n "$1" ]; then "${@:3}" "$1" || rc=1; fi; if [ -n "$2" ]; then rm -rf -- "$2" || rc=1; fi; exit $rc' \
         cleanup "${CLEANUP_CONTAINER:-}" "${CLEANUP_CACHE:-}" "${REMOVE_CMD[@]}" ) &
     pids+=($!)
@@ -131,7 +132,8 @@ cleanup_nodes() {
   done
   for g in "${pids[@]}"; do wait "$g" || rc=1; done
   event cleanup "container=${CLEANUP_CONTAINER:-none}" "cache=${CLEANUP_CACHE:-none}" "ok=$(( rc == 0 ))"
-  (( rc == 0 )) || log "clean-up of the nodes failed (see logs/cleanup-r*-n*.log): a container or cache directory may remain" >&2
+  # shellcheck disable=SC2059  # a generated format (rundir.Layout)
+  (( rc == 0 )) || log "clean-up of the nodes failed (see $(printf "$F_CLEANUP_LOG" '*' '*')): a container or cache directory may remain" >&2
   return 0
 }
 {% endraw %}

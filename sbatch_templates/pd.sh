@@ -9,7 +9,7 @@ PAIR_P=()
 PAIR_D=()
 
 # Runs on each node in the preflight (preflight_node, through check.sh): the node's SGLANG_HOST_IP
-# (PF_PD_IFACE: the IPv4 address of pd.host_ip_interface here -> preflight/<node>.hostip, which the
+# (PF_PD_IFACE: the IPv4 address of pd.host_ip_interface here -> F_PREFLIGHT_HOST_IP of the node, which the
 # server step exports: SGLang 0.5.23 advertises it for the KV side channel and transfer engine,
 # utils/network.py get_local_ip_auto), GPUDirect RDMA (PF_PD_GPUDIRECT: nvidia_peermem loaded or
 # dma-buf support, without which Mooncake and UCX cannot register GPU memory and every KV transfer
@@ -23,7 +23,7 @@ preflight_pd() {
   if [[ -n "${PF_PD_IFACE:-}" ]]; then
     ip=$("${PF_ADDRESS[@]}" "$PF_PD_IFACE" 2>&1)
     if [[ "$ip" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
-      printf '%s\n' "$ip" >"$dir/$node.hostip"
+      printf '%s\n' "$ip" >"$(rpath "$F_PREFLIGHT_HOST_IP" "$node")"
     else
       problem pd "pd.host_ip_interface=$PF_PD_IFACE: no IPv4 address on this node, so no SGLANG_HOST_IP for its KV transfers: $(head -n 1 <<<"$ip")"
     fi
@@ -59,16 +59,19 @@ preflight_pd() {
   done
 }
 
-# host_ip_dir G: where group G's nodes find their SGLANG_HOST_IP (the preflight's files), "" for
-# SGLang's own guess (pd.host_ip_interface unset); recorded once per group (pd_host_ip).
+# host_ip_dir G: the directory whose F_PREFLIGHT_HOST_IP files give group G's nodes their
+# SGLANG_HOST_IP (the job's: the preflight wrote them), "" for SGLang's own guess
+# (pd.host_ip_interface unset); recorded once per group (pd_host_ip).
 host_ip_dir() {
-  local g=$1 n ips=""
+  local g=$1 n f ips="" ref="R${1}_NODES[@]"
   [[ -n "${HOST_IP_IFACE:-}" && ${GROUP_ROLES[g]} != server ]] || return 0
-  local -n nodes_ref="R${g}_NODES"
-  for n in "${nodes_ref[@]}"; do ips+="${ips:+,}$n=$(cat "$CAMPAIGN_DIR/preflight/$n.hostip" 2>/dev/null)"; done
-  unset -n nodes_ref
+  for n in ${!ref+"${!ref}"}; do
+    # shellcheck disable=SC2059  # the format is a generated F_* (rundir.Layout), never data
+    printf -v f "%s/$F_PREFLIGHT_HOST_IP" "$CAMPAIGN_DIR" "$n"
+    ips+="${ips:+,}$n=$(cat "$f" 2>/dev/null)"
+  done
   event pd_host_ip "replica=$g" "interface=$HOST_IP_IFACE" "ips=$ips"
-  printf '%s' "$CAMPAIGN_DIR/preflight"
+  printf '%s' "$CAMPAIGN_DIR"
 }
 
 # json_value NAME: the first scalar "NAME": value of the JSON on stdin, quotes stripped ("" if none).
@@ -89,7 +92,7 @@ pd_check_roles() {
     dtype=$(json_value kv_cache_dtype <<<"$info")
     event pd_role "replica=$g" "role=${GROUP_ROLES[g]}" "server_role=${role:-unknown}" "page_size=${page:-unknown}" "kv_cache_dtype=${dtype:-unknown}"
     if [[ -n "$role" && "$role" != "${GROUP_ROLES[g]}" ]]; then
-      tail_log "$RUN_DIR/logs/server-r$g-n0.log"
+      tail_log "$(rpath "$F_SERVER_LOG" "$g" 0)"
       fatal pd_role "replica=$g" "role=${GROUP_ROLES[g]}" "server_role=$role" "node=${HEADS[g]}" \
         "$(group_name "$g") (${HEADS[g]}) runs --disaggregation-mode $role, not ${GROUP_ROLES[g]}: the router would pair it as a ${GROUP_ROLES[g]} (its /server_info)"
     fi
@@ -127,7 +130,7 @@ pd_wait_bootstrap() {
     alive_or_die
     if (( SECONDS - start >= READY_TIMEOUT )); then
       g=${pending[0]}
-      tail_log "$RUN_DIR/logs/server-r$g-n0.log"
+      tail_log "$(rpath "$F_SERVER_LOG" "$g" 0)"
       fatal pd_bootstrap "replica=$g" "node=${HEADS[g]}" "port=${BOOT_PORTS[g]}" \
         "$(group_name "$g")'s bootstrap server ${ADDRS[g]}:${BOOT_PORTS[g]} has not registered every rank after $READY_TIMEOUT s (last answer: $(tr '\n' ' ' <<<"${out%$'\n'*}" | head -c 200))"
     fi
@@ -135,15 +138,21 @@ pd_wait_bootstrap() {
   done
 }
 
-# pair_file KIND G PEER [K]: the answer of group G to a pair request (canary | warmup) with PEER;
-# K: the pair's K-th DP canary (none or 0: its first).
+# pair_file KIND G PEER [K [http]]: the answer of group G to a pair request (canary | warmup) with
+# PEER (F_PD_CANARY; K > 0: the pair's K-th DP canary, F_PD_CANARY_DP; F_PD_WARMUP), or with "http"
+# its HTTP status and curl's message.
 pair_file() {
-  local sfx=""
-  (( ${4:-0} )) && sfx="-dp$4"
-  case $1 in
-    canary) printf '%s' "$RUN_DIR/logs/canary-r$2-with-r$3$sfx.json" ;;
-    *) printf '%s' "$RUN_DIR/logs/warmup-r$2-with-r$3.json" ;;
+  local kind=$1 k=${4:-0} fmt
+  (( k > 0 )) && [[ $kind == canary ]] && kind=canary_dp
+  case $kind:${5:-} in
+    canary:) fmt=$F_PD_CANARY ;;
+    canary:http) fmt=$F_PD_CANARY_HTTP ;;
+    canary_dp:) fmt=$F_PD_CANARY_DP ;;
+    canary_dp:http) fmt=$F_PD_CANARY_DP_HTTP ;;
+    *:http) fmt=$F_PD_WARMUP_HTTP ;;
+    *) fmt=$F_PD_WARMUP ;;
   esac
+  if [[ $kind == canary_dp ]]; then rpath "$fmt" "$2" "$3" "$k"; else rpath "$fmt" "$2" "$3"; fi
 }
 
 # pd_room: a random bootstrap room (the router draws one per request; 45 bits here).
@@ -152,7 +161,7 @@ pd_room() { printf '%d' $(( (RANDOM << 30) | (RANDOM << 15) | RANDOM )); }
 # pd_pair KIND P D ROOM TIMEOUT BODY [K PFIELDS DFIELDS]: BODY (a JSON object, or @FILE) to prefill P
 # and decode D at once with P's bootstrap fields, as the PD router sends a request ("dual dispatch"),
 # PFIELDS / DFIELDS (JSON members, each ending in ",") added to the prefill's / the decode's; each
-# answer goes to pair_file KIND G PEER K (+ .http: status and curl's message). Sets PAIR_P=(rc http)
+# answer goes to pair_file KIND G PEER K (+ its http file: status and curl's message). Sets PAIR_P=(rc http)
 # and PAIR_D=(rc http).
 pd_pair() {
   local kind=$1 p=$2 d=$3 room=$4 timeout=$5 body=$6 k=${7:-0} pfields=${8:-} dfields=${9:-} g peer out rc extra
@@ -165,14 +174,14 @@ pd_pair() {
     { printf '{"bootstrap_host":"%s","bootstrap_port":%d,"bootstrap_room":%s,%s' "${ADDRS[p]}" "${BOOT_PORTS[p]}" "$room" "$extra"
       if [[ $body == @* ]]; then tail -c +2 -- "${body#@}"; else printf '%s' "${body#\{}"; fi
     } | curl -sS -m "$timeout" -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' \
-        --data-binary @- "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$out.http" 2>&1 &
+        --data-binary @- "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$(pair_file "$kind" "$g" "$peer" "$k" http)" 2>&1 &
     curls[$g]=$!
   done
   for g in "$p" "$d"; do
     watch_pid "${curls[$g]}"
     rc=$?
-    out=$(pair_file "$kind" "$g" "$(( g == p ? d : p ))" "$k")
-    if (( g == p )); then PAIR_P=("$rc" "$(head -c 3 "$out.http" 2>/dev/null)"); else PAIR_D=("$rc" "$(head -c 3 "$out.http" 2>/dev/null)"); fi
+    out=$(pair_file "$kind" "$g" "$(( g == p ? d : p ))" "$k" http)
+    if (( g == p )); then PAIR_P=("$rc" "$(head -c 3 "$out" 2>/dev/null)"); else PAIR_D=("$rc" "$(head -c 3 "$out" 2>/dev/null)"); fi
   done
 }
 
@@ -183,8 +192,8 @@ pd_pair_failed() {
   local -a dpf=("${@:7}")
   grep -q "KV checksum mismatch" "$(pair_file "$kind" "$d" "$p" "$k")" 2>/dev/null && sum=mismatch
   tail_log "$(pair_file "$kind" "$p" "$d" "$k")" "$(pair_file "$kind" "$d" "$p" "$k")" \
-    "$RUN_DIR/logs/server-r$p-n0.log" "$RUN_DIR/logs/server-r$d-n0.log"
-  fatal "pd_$kind" "prefill=$p" "decode=$d" "prefill_node=${HEADS[p]}" "decode_node=${HEADS[d]}" "${dpf[@]}" \
+    "$(rpath "$F_SERVER_LOG" "$p" 0)" "$(rpath "$F_SERVER_LOG" "$d" 0)"
+  fatal "pd_$kind" "prefill=$p" "decode=$d" "prefill_node=${HEADS[p]}" "decode_node=${HEADS[d]}" ${dpf[@]+"${dpf[@]}"} \
     "http_prefill=${PAIR_P[1]:-none}" "http_decode=${PAIR_D[1]:-none}" "curl_prefill=${PAIR_P[0]}" "curl_decode=${PAIR_D[0]}" "seconds=$seconds" \
     ${sum:+"kv_checksum=$sum"} \
     "$what between $(group_name "$p") (${HEADS[p]}) and $(group_name "$d") (${HEADS[d]})${dpf[*]:+ (${dpf[*]})} failed after $seconds s: prefill HTTP ${PAIR_P[1]:-none} (curl $((PAIR_P[0]))), decode HTTP ${PAIR_D[1]:-none} (curl $((PAIR_D[0])))${sum:+: KV checksum mismatch}"
@@ -212,9 +221,8 @@ pd_pairs() {
 # CANARY_TIMEOUT s; with pd.kv_checksum the decode verifies the KV it received.
 pd_canaries() {
   local p d k n dpp dpd start ok body pf df
-  local -n dps_ref="MODE_DP_$MODE_INDEX"
-  local -a dps=("${dps_ref[@]}")
-  unset -n dps_ref
+  local ref="MODE_DP_${MODE_INDEX}[@]"
+  local -a dps=(${!ref+"${!ref}"})
   body="{\"input_ids\":[$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID],\"sampling_params\":{\"max_new_tokens\":2,\"temperature\":0,\"ignore_eos\":true},\"stream\":false}"
   while read -r p d; do
     dpp=${dps[p]:-1} dpd=${dps[d]:-1}
@@ -227,15 +235,15 @@ pd_canaries() {
       (( dpp > 1 )) && df+="\"disagg_prefill_dp_rank\":$(( k % dpp )),"
       local -a dpf=()
       (( n > 1 )) && dpf=("prefill_dp=$(( k % dpp ))" "decode_dp=$(( k % dpd ))")
-      event pd_canary_start "prefill=$p" "decode=$d" "${dpf[@]}"
+      event pd_canary_start "prefill=$p" "decode=$d" ${dpf[@]+"${dpf[@]}"}
       pd_pair canary "$p" "$d" "$(( $(pd_room) / dpp * dpp + k % dpp ))" "$CANARY_TIMEOUT" "$body" "$k" "$pf" "$df"
       ok=0
       if (( PAIR_P[0] == 0 && PAIR_D[0] == 0 )) && [[ ${PAIR_P[1]} == 200 && ${PAIR_D[1]} == 200 ]] \
         && grep -Eq '"completion_tokens": *2\b' "$(pair_file canary "$d" "$p" "$k")"; then ok=1; fi
-      event pd_canary "prefill=$p" "decode=$d" "${dpf[@]}" "ok=$ok" "http_prefill=${PAIR_P[1]:-none}" "http_decode=${PAIR_D[1]:-none}" "seconds=$(( SECONDS - start ))"
+      event pd_canary "prefill=$p" "decode=$d" ${dpf[@]+"${dpf[@]}"} "ok=$ok" "http_prefill=${PAIR_P[1]:-none}" "http_decode=${PAIR_D[1]:-none}" "seconds=$(( SECONDS - start ))"
       if (( ! ok )); then
         alive_or_die
-        pd_pair_failed canary "$p" "$d" "$(( SECONDS - start ))" "KV canary (2 tokens)" "$k" "${dpf[@]}"
+        pd_pair_failed canary "$p" "$d" "$(( SECONDS - start ))" "KV canary (2 tokens)" "$k" ${dpf[@]+"${dpf[@]}"}
       fi
       log "KV canary $(group_name "$p") -> $(group_name "$d")${dpf[*]:+ (${dpf[*]})} ok after $(( SECONDS - start )) s"
     done
@@ -271,19 +279,19 @@ pd_warmups() {
 # One generation through the router once it is ready: its PD path (bootstrap injection, both
 # roles' URLs as it registered them) works, before the benchmark relies on it.
 pd_router_canary() {
-  local start=$SECONDS out="$RUN_DIR/logs/canary-router.json" code rc
+  local start=$SECONDS out="$RUN_DIR/$F_ROUTER_CANARY" http="$RUN_DIR/$F_ROUTER_CANARY_HTTP" code rc
   curl -sS -m "$CANARY_TIMEOUT" -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' \
     --data-binary "{\"input_ids\":[$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID],\"sampling_params\":{\"max_new_tokens\":2,\"temperature\":0,\"ignore_eos\":true},\"stream\":false}" \
-    "http://$ROUTER_ADDR:$ROUTER_PORT/generate" >"$out.http" 2>&1 &
+    "http://$ROUTER_ADDR:$ROUTER_PORT/generate" >"$http" 2>&1 &
   watch_pid $!
   rc=$?
-  code=$(head -c 3 "$out.http" 2>/dev/null)
+  code=$(head -c 3 "$http" 2>/dev/null)
   if (( rc == 0 )) && [[ "$code" == 200 ]] && grep -Eq '"completion_tokens": *2\b' "$out"; then
     event pd_canary via=router ok=1 http=200 "seconds=$(( SECONDS - start ))"
     return 0
   fi
   event pd_canary via=router ok=0 "http=${code:-none}" "curl_rc=$rc" "seconds=$(( SECONDS - start ))"
-  tail_log "$out" "$RUN_DIR/logs/router.log"
+  tail_log "$out" "$RUN_DIR/$F_ROUTER_LOG"
   fatal pd_canary via=router "http=${code:-none}" "curl_rc=$rc" \
     "a 2-token generation through the router failed after $(( SECONDS - start )) s (HTTP ${code:-none}, curl $rc): the router's PD path does not work"
 }

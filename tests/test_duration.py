@@ -9,7 +9,8 @@ import pytest
 
 from slurm_ab.model.duration import History, estimate, fit_time_limit, format_time, parse_time, read_history
 from slurm_ab.model.errors import ConfigErrors
-from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.model.sources import Sources
+from helpers.scripts import plan_for
 
 
 @pytest.mark.parametrize("text,seconds", [("30", 1800), ("10:30", 630), ("02:00:00", 7200),
@@ -223,9 +224,12 @@ def test_blocks_are_priced_by_the_one_time_model_without_its_margin():
     """A campaign's blocks (2 launches of every mode, then the rest) at the time model's expected
     launch time, without the margin the limit keeps as slack: a preflight slower than estimated
     must not keep the first block from starting (duration.block_seconds, TIME_BLOCKS)."""
-    from slurm_ab.job.campaign_plan import CampaignOptions, plan_campaign
-    plan = plan_campaign(Sources("example", (), ("paths.results=/nonexistent-results",)), ["tp32", "tp32-dflash"],
+    from slurm_ab.job.campaign_plan import CampaignOptions, plan_job
+    plan = plan_job(Sources("example", (), ("paths.results=/nonexistent-results",)), ["tp32", "tp32-dflash"],
                          "R", CampaignOptions(launches=3, repeats=1, order="counterbalanced"))
     launch = 1800 + 60 + 20 + 5 * 60 + 30                            # load, warm-ups, grace, one pass
     assert plan.time_blocks == ((1, 4 * launch), (5, 2 * launch))    # A B B A, then A B
     assert "TIME_BLOCKS=(1:8840 5:4420)" in __import__("slurm_ab.job.render", fromlist=["x"]).render_script(plan)
+    one = plan_job(Sources("example", (), ("paths.results=/nonexistent-results",)), ["tp32"], "R",
+                   CampaignOptions(repeats=3))
+    assert one.time_blocks == ()                                     # one launch: no boundary to stop at

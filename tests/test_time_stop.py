@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
+from slurm_ab.model.rundir import job_formats
 from slurm_ab.parse.events import read_events
 
 TEMPLATES = ROOT / "sbatch_templates"
@@ -40,7 +41,8 @@ def run(lib: Path, tmp_path: Path, script: str, squeue: str):
     sq.chmod(0o755)
     rd = tmp_path / "run"
     (rd / "logs").mkdir(parents=True, exist_ok=True)
-    full = (f"RUN_DIR={rd}\nSLURM_JOB_ID=77\nTIME_RESERVE_S=180\nSINGLE=0\nPOLL=0.1\nsource {lib}\n" + script)
+    formats = "".join(f"{name}='{fmt}'\n" for name, fmt, _ in job_formats())    # the script's F_* (Layout)
+    full = (f"RUN_DIR={rd}\nSLURM_JOB_ID=77\nTIME_RESERVE_S=180\nPOLL=0.1\n{formats}source {lib}\n" + script)
     e = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", LC_ALL="de_DE.UTF-8")
     r = subprocess.run(["bash", "-c", full], capture_output=True, text=True, cwd=tmp_path, env=e, timeout=60)
     return r, read_events(rd / "events.log"), (tmp_path / "calls").read_text() if (tmp_path / "calls").exists() else ""
@@ -103,7 +105,8 @@ def test_no_answer_from_slurm_goes_on_and_says_so(lib, tmp_path):
     assert not ev.named("time_stop") and len(ev.named("launch_end")) == 6
 
 
-def test_a_single_run_has_no_blocks(lib, tmp_path):
-    script = "LAUNCH_DIRS=(.)\nLAUNCH_MODES=(a)\nSINGLE=1\nTIME_BLOCKS=()\nrun_launch() { exit 0; }\nrun_launches\n"
+def test_a_job_of_one_launch_has_no_blocks(lib, tmp_path):
+    """No boundary to stop at (duration.block_seconds gives none): the launch runs, Slurm is not asked."""
+    script = "LAUNCH_DIRS=(launch1-a)\nLAUNCH_MODES=(a)\nTIME_BLOCKS=()\nrun_launch() { exit 0; }\nrun_launches\n"
     r, ev, calls = run(lib, tmp_path, script, "0:01\n")
     assert r.returncode == 0 and not ev.named("time_check") and calls == ""

@@ -78,11 +78,7 @@ def campaign_schedule(campaign) -> Schedule:
 
 
 def _schedule(plan) -> Schedule:
-    cp = getattr(plan, "campaign", None)
-    if cp is not None:
-        return campaign_schedule(cp.campaign)
-    b = plan.exp.benchmark
-    return [(plan.exp.mode.name, [(b.num_prompts, b.concurrency)])]
+    return campaign_schedule(plan.campaign.campaign)
 
 
 # ---- measured figures of earlier runs -----------------------------------------------------------
@@ -104,11 +100,13 @@ class History:
 
 
 def _run_dirs(results: Path) -> list[Path]:
+    from .rundir import Layout
+
     try:
-        dirs = [d for d in results.iterdir() if (d / "manifest.json").is_file()]
+        dirs = [d for d in results.iterdir() if Layout(d).manifest.is_file()]
     except OSError:
         return []
-    return sorted(dirs, key=lambda d: (d / "manifest.json").stat().st_mtime, reverse=True)[:HISTORY_RUNS]
+    return sorted(dirs, key=lambda d: Layout(d).manifest.stat().st_mtime, reverse=True)[:HISTORY_RUNS]
 
 
 def _launch_figures(events_path: Path, mode: str, cfg, run_id: str, pass_overhead_s: float,
@@ -148,7 +146,7 @@ def read_history(exp: Experiment) -> History:
     """Measured loads and seconds per request of earlier runs of this model on as many nodes at
     the same input/output lengths, from the run directories under paths.results (newest first);
     each request figure keeps the concurrency and prompts it was measured at."""
-    from .rundir import read_manifest
+    from .rundir import open_run, read_manifest
 
     loads: list = []
     requests: list = []
@@ -162,10 +160,12 @@ def read_history(exp: Experiment) -> History:
                 or cfg.benchmark.output_len != b.output_len:
             continue
         run_id = m.run_id or d.name
-        subs = [s for s in sorted(d.glob("launch*")) if (s / "events.log").is_file()]
-        for events, manifest in ([(s / "events.log", read_manifest(s)) for s in subs] or [(d / "events.log", m)]):
-            _launch_figures(events, (manifest.mode if manifest else None) or "", cfg, run_id,
-                            exp.estimate.pass_overhead_s, loads, requests, not_ready)
+        run = open_run(d)
+        for launch in run.campaign.launches:
+            lay = run.launch_layout(launch)
+            if lay.events.is_file():
+                _launch_figures(lay.events, launch.mode, cfg, run_id,
+                                exp.estimate.pass_overhead_s, loads, requests, not_ready)
     return History(tuple(loads), tuple(requests), tuple(not_ready))
 
 
@@ -300,9 +300,10 @@ def block_seconds(plan) -> tuple[tuple[int, int], ...]:
     """(first launch index, seconds) of every block of a campaign's launches (model.campaign's
     time_blocks), each the time model's expected duration of its launches (no margin): the
     job starts a block only when the time it has left covers this (and its launches at the pace of
-    the slowest block it has already run). () for a single run."""
-    cp = getattr(plan, "campaign", None)
-    if cp is None or cp.campaign.single:
+    the slowest block it has already run). () for a job of one launch: no boundary to stop at (its
+    time limit's teardown ends it, as any job's)."""
+    cp = plan.campaign
+    if len(cp.campaign.launches) < 2:
         return ()
     from .campaign import time_blocks
     est = plan.duration
