@@ -328,7 +328,8 @@ def test_pd_on_a_real_fabric_and_a_campaign_out_of_time(job):
     DP-attention decode (2 DP ranks), --launches 4 (blocks of 2 launches), --time 6 min with the
     job's own stop 30 s before it and Slurm's 60 s early warning kept back (270 s usable): every PD
     node advertises its own eth0 address (pd.host_ip_interface, read by the preflight), the preflight
-    checks GPUDirect RDMA (the stand-in says peermem), both roles verify KV checksums, each launch
+    checks GPUDirect RDMA (the stand-in says peermem), both roles verify KV checksums (pd.kv_checksum,
+    off by default), each launch
     proves the pair with one canary per decode DP rank, the breakdown's KV transfer is the one on
     TTFT's path. Each block is priced at 240 s by the time model (10 s load + 10 s teardown + 2 x 10 s
     + 80 s a pass, per launch; the pass limit is 3 x 100 s, as the client's start-up under load
@@ -339,7 +340,7 @@ def test_pd_on_a_real_fabric_and_a_campaign_out_of_time(job):
 
     from helpers import NO_IMPORT
 
-    j = job("pd-fabric", NO_IMPORT, 'pd.host_ip_interface="eth0"', *DP2_DECODE, "benchmark.num_prompts=16",
+    j = job("pd-fabric", NO_IMPORT, 'pd.host_ip_interface="eth0"', "pd.kv_checksum=true", *DP2_DECODE, "benchmark.num_prompts=16",
             "benchmark.output_len=128", "cluster.signal_before_limit_s=30", "estimate.model_load_s=10",
             "estimate.warmup_s=0", "estimate.request_s=10", "estimate.pass_overhead_s=80", "estimate.margin=0",
             "estimate.from_results=false", "estimate.enforce=false", mode="pd-1p1d", client=CLIENT_052,

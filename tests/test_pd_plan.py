@@ -330,15 +330,16 @@ def test_fabric_settings_reach_the_job_and_dry_run():
     exports it), gpudirect_check (the preflight's command, on RDMA backends only) and the decode's
     DP workers (one canary each): in the script and in dry-run's words."""
     text = render("pd-1p1d", sets=['pd.host_ip_interface="ib0"', "mode.roles.decode.args.dp-size=2",
-                                   "mode.roles.decode.args.enable-dp-attention=true"])
+                                   "mode.roles.decode.args.enable-dp-attention=true", "pd.kv_checksum=true"])
     for role in ("prefill", "decode"):
         assert "--disaggregation-enable-kv-checksum" in role_argv(text, role)[1]
     assert "HOST_IP_IFACE=ib0" in text and "PF_PD_IFACE=ib0" in text and "MODE_DP_0=(1 2)" in text
     assert re.search(r"^PF_ADDRESS=\(python3 -c ", text, re.M)                 # the address probe, for ib0
     assert re.search(r"^PF_PD_GPUDIRECT=\(python3 -c ", text, re.M)
-    off = render("pd-1p1d", sets=["pd.kv_checksum=false", 'pd.transfer_backend="mooncake_tcp"',
+    off = render("pd-1p1d", sets=['pd.transfer_backend="mooncake_tcp"',
                                   'pd.host_ip_interface=""'])       # the example site sets ib0
-    assert "--disaggregation-enable-kv-checksum" not in role_argv(off, "decode")[1]
+    for role in ("prefill", "decode"):                               # off by default (docs/pd.md)
+        assert "--disaggregation-enable-kv-checksum" not in role_argv(off, role)[1]
     assert "PF_PD_GPUDIRECT=()" in off and "HOST_IP_IFACE=''" in off and "MODE_DP_0=(1 1)" in off
     tcp = render("pd-1p1d", sets=['pd.env.MOONCAKE_PROTOCOL="tcp"'])
     assert "PF_PD_GPUDIRECT=()" in tcp                                         # no RDMA: nothing to check
@@ -346,7 +347,9 @@ def test_fabric_settings_reach_the_job_and_dry_run():
                                                           "mode.roles.decode.args.enable-dp-attention=true")),
                     "pd-1p1d", "R")
     text = summary(plan)
-    assert "KV checksum: --disaggregation-enable-kv-checksum on both roles (pd.kv_checksum)" in text
+    assert "KV checksum: off (pd.kv_checksum = false, SGLang's default)" in text
+    assert "KV checksum: --disaggregation-enable-kv-checksum on both roles (pd.kv_checksum)" in summary(plan_for(
+        Sources("example", (), GOLDEN_SETS + ("pd.kv_checksum=true",)), "pd-1p1d", "R"))
     assert "SGLANG_HOST_IP (the address each rank advertises for KV): the IPv4 address of ib0 on each node" in text
     assert "GPUDirect RDMA on every node (nvidia_peermem or dma-buf" in text
     assert "2 canaries, one per DP rank" in text

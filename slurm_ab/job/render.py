@@ -130,8 +130,9 @@ def role_lines(e: Experiment) -> list[str]:
                       " (IB devices: SGLang's auto discovery)")
                    + "; both roles' environment: " + (" ".join(f"{k}={v}" for k, v in e.pd.env) or "(none)"))
         out.append("KV checksum: " + ("--disaggregation-enable-kv-checksum on both roles (pd.kv_checksum): the "
-                                      "decode verifies every request's KV" if e.pd.kv_checksum else
-                                      "off (pd.kv_checksum = false): corrupted KV goes unnoticed"))
+                                      "decode verifies every request's KV, the benchmark's too (its cost is in the figures)" if e.pd.kv_checksum
+                                      else "off (pd.kv_checksum = false, SGLang's default): the canaries prove "
+                                      "that KV arrives, not that it arrives intact"))
         out.append("SGLANG_HOST_IP (the address each rank advertises for KV): " + (
             f"the IPv4 address of {e.pd.host_ip_interface} on each node (pd.host_ip_interface, read by the preflight)"
             if e.pd.host_ip_interface else "unset: SGLang's guess (the route to 8.8.8.8), wrong on a node whose "
