@@ -353,7 +353,7 @@ def test_pd_on_a_real_fabric_and_a_campaign_out_of_time(job):
         assert p.envvar("SGLANG_HOST_IP") == socket.gethostbyname(node), (node, p.envvar("SGLANG_HOST_IP"))
     rc = j.finish(500)
     assert rc == 0, j.output()[-4000:]
-    s = j.summary()
+    s = json.loads(Layout(j.run_dir).summary("json").read_text())      # the job's whole record
     assert [la["status"] for la in s["launches"]] == ["ok", "ok", "skipped (time)", "skipped (time)"], s["launches"]
     stop = s["stop"]
     assert (stop["reason"], stop["block"], stop["blocks"], stop["launches_run"]) == ("time", 2, 2, 2)
@@ -446,7 +446,7 @@ def test_random_transfer_failures_fail_the_pass(job):
     assert j.event("bench_start") and j.event("pd_canary", via="router", ok="1")
     r = s["reasons"][0]
     assert re.match(rf"prefill 0 node rank 0 \({nodes[0]}\): KV transfer failed: .*Failed to send kv chunk of (\d+) "
-                    r"to [\d.]+:\d+ \[logs/server-r0-n0\.log:\d+\]$", r), s["reasons"]
+                    r"to [\d.]+:\d+ \[launch1-pd-1p1d/logs/server-r0-n0\.log:\d+\]$", r), s["reasons"]
     assert any(x.startswith("decode 0 node rank 0 (") and "Failed to get kvcache from prefill instance" in x
                for x in s["reasons"]), s["reasons"]
     log = (j.run_dir / "logs" / "server-r0-n0.log").read_text()
