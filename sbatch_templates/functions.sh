@@ -455,7 +455,7 @@ write_preflight_script() {
       F_PREFLIGHT_REPORT F_PREFLIGHT_PARTIAL F_PREFLIGHT_PROBLEMS F_PREFLIGHT_ADDRESS F_PREFLIGHT_TOKENIZER
     # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
     declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB \
-      PF_CLIENT_IMPORT 2>/dev/null
+      PF_CLIENT_IMPORT PF_PD_GPUDIRECT PF_PD_IFACE F_PREFLIGHT_HOST_IP 2>/dev/null
     declare -f rpath json_str preflight_node preflight_fabric iface_matches
     if declare -F preflight_pd >/dev/null; then declare -f preflight_pd; fi
     echo 'preflight_node "$@"'

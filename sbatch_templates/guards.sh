@@ -78,10 +78,11 @@ stall_check() {
 }
 
 # pass_limit PROMPTS CONCURRENCY MODE: seconds a pass may take, WATCH_FACTOR_PCT % of its estimate
-# (ceil(PROMPTS / CONCURRENCY) requests of REQUEST_MS[MODE] each, plus PASS_OVERHEAD_S); 0: none.
+# (ceil(PROMPTS / CONCURRENCY) requests of REQUEST_MS[MODE:CONCURRENCY:PROMPTS] each, plus
+# PASS_OVERHEAD_S); 0: none.
 pass_limit() {
   local prompts=$1 conc=$2 mode=$3 ms rounds
-  ms=${REQUEST_MS[$mode]:-0}
+  ms=${REQUEST_MS[$mode:$conc:$prompts]:-0}
   (( ms > 0 && conc > 0 )) || { echo 0; return 0; }
   rounds=$(( (prompts + conc - 1) / conc ))
   echo $(( (rounds * ms / 1000 + PASS_OVERHEAD_S) * WATCH_FACTOR_PCT / 100 ))

@@ -111,9 +111,11 @@ resolve_addresses() {
 # One srun step per het group, one task per node, with the command of the group's role in the
 # launch's mode (SERVER_CMD_<mode>_<role>; a prefill adds its bootstrap port).
 start_servers() {
-  local g
+  local g ipdir
   local -a cmd
   for g in "${!HEADS[@]}"; do
+    ipdir=""
+    if declare -F host_ip_dir >/dev/null; then ipdir=$(host_ip_dir "$g"); fi
     local -n nodes_ref="R${g}_NODES"
     local -n role_cmd="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}"
     cmd=("${role_cmd[@]}")
@@ -121,10 +123,15 @@ start_servers() {
     [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
     event server_launch "replica=$g" "role=${GROUP_ROLES[g]}"
-    # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
+    # $SLURM_NODEID must expand on each node, not here; so must the node's SGLANG_HOST_IP (the
+    # preflight's file of the node, when IPDIR is set: pd.host_ip_interface)
+    # shellcheck disable=SC2016
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
       --output="$(rpath "$F_SERVER_LOG" "$g" %t)" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
-      bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${cmd[@]}" \
+      bash -c 'ip=""; n=${SLURMD_NODENAME:-${HOSTNAME:-unknown}}
+        if [[ -n $1 ]]; then printf -v f "%s/$2" "$1" "$n"; ip=$(cat "$f") || { echo "slurm-ab: no SGLANG_HOST_IP for $n ($f)" >&2; exit 1; }; fi
+        shift 2; exec env ${ip:+"SGLANG_HOST_IP=$ip"} "$@" --node-rank "$SLURM_NODEID"' \
+      "server-r$g" "$ipdir" "${F_PREFLIGHT_HOST_IP:-}" "${SERVER_ENV[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
     unset -n nodes_ref
@@ -240,6 +247,49 @@ sequential_look() {
   return 1
 }
 
+# time_left: seconds until the job's time limit as Slurm says (squeue %L: [D-][H:]M:S), less
+# TIME_RESERVE_S (the job's own early stop and Slurm's early warning); "" when Slurm does not say
+# (UNLIMITED, no answer).
+time_left() {
+  local out
+  out=$(LC_ALL=C timeout 10 squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null | head -n 1)
+  out=${out//[[:space:]]/}
+  [[ $out =~ ^(([0-9]+)-)?(([0-9]+):)?([0-9]+):([0-9]+)$ ]] || return 0
+  echo $(( 10#${BASH_REMATCH[2]:-0} * 86400 + 10#${BASH_REMATCH[4]:-0} * 3600 + 10#${BASH_REMATCH[5]} * 60 \
+    + 10#${BASH_REMATCH[6]} - TIME_RESERVE_S ))
+}
+
+# block_fits N: before launch N. When N starts a block (TIME_BLOCKS), the block must fit in the time
+# left: its expected seconds, or its launches at the pace of the slowest block this job has run
+# (seconds per launch), whichever is more. A block that cannot finish is not started (time_stop):
+# the campaign ends at a block boundary, its design balanced, instead of being killed part-way at
+# the time limit. Returns 1 to stop.
+BLOCK_AT=-1
+BLOCK_SIZE=1
+BLOCK_PACE=0
+block_fits() {
+  local n=$1 k size need left pace
+  for (( k = 0; k < ${#TIME_BLOCKS[@]}; k++ )); do
+    (( ${TIME_BLOCKS[k]%%:*} == n )) || continue
+    if (( BLOCK_AT >= 0 )); then
+      pace=$(( (SECONDS - BLOCK_AT + BLOCK_SIZE - 1) / BLOCK_SIZE ))
+      (( pace > BLOCK_PACE )) && BLOCK_PACE=$pace
+    fi
+    if (( k + 1 < ${#TIME_BLOCKS[@]} )); then size=$(( ${TIME_BLOCKS[k+1]%%:*} - n )); else size=$(( ${#LAUNCH_DIRS[@]} - n + 1 )); fi
+    BLOCK_AT=$SECONDS BLOCK_SIZE=$size
+    need=$(( BLOCK_PACE * size ))
+    (( ${TIME_BLOCKS[k]#*:} > need )) && need=${TIME_BLOCKS[k]#*:}
+    left=$(time_left)
+    event time_check "block=$(( k + 1 ))" "launch=$n" "need_s=$need" "left_s=${left:-unknown}"
+    [[ -z $left ]] || (( left >= need )) && return 0
+    log "block $(( k + 1 )) of ${#TIME_BLOCKS[@]} (launch $n on) needs ~$need s, the job has $left s left: the campaign stops here, at a block boundary" >&2
+    event time_stop "block=$(( k + 1 ))" "blocks=${#TIME_BLOCKS[@]}" "launches_run=$(( n - 1 ))" \
+      "launches_planned=${#LAUNCH_DIRS[@]}" "need_s=$need" "left_s=$left"
+    return 1
+  done
+  return 0
+}
+
 # The job's schedule in its events, first thing: a launch_plan line per launch (its mode, directory
 # and passes as CONCURRENCY:REPEAT:PROMPTS), so the job's own record says what it was to run (a
 # script submitted again writes a directory without manifest).
@@ -261,6 +311,7 @@ record_schedule() {
 run_launches() {
   local i status=0 succeeded=0
   for i in "${!LAUNCH_DIRS[@]}"; do
+    block_fits "$(( i + 1 ))" || break
     event launch_start "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}"
     run_launch "$i" &
     # While a launch runs, the job's own teardown (scancel, time limit) stops it first, as it

@@ -55,7 +55,7 @@ def test_campaign_golden_and_shell_checks(tmp_path):
     def header(t):
         return [ln for ln in t.splitlines() if ln.startswith("#SBATCH") and not ln.startswith("#SBATCH --time=")]
     assert header(text) == header(single)
-    assert "#SBATCH --time=01:21:00" in text and "#SBATCH --time=00:31:00" in single
+    assert "#SBATCH --time=01:56:00" in text and "#SBATCH --time=00:48:00" in single
     assert "SERVER_CMD_0_server=(" in text and "SERVER_CMD_1_server=(" in text
     files = [f"{RELATIVE.bench(k)}:{RELATIVE.client_log(k)}" for k in ("c8-r1", "c8-r2")]
     assert f"LAUNCH_PASSES=(\n  '8:1:40:c8-r1:{files[0]} 8:2:40:c8-r2:{files[1]} " in text

@@ -147,10 +147,11 @@ def test_metric_sum_and_pass_limit(lib, tmp_path):
             'sglang:num_requests_total{is_streaming="false",model_name="m"} 2.0\\n'
             'sglang:num_requests_total_created 1.7e9\\n')
     script = (f"printf '{text}' | metric_sum sglang:num_requests_total; echo\n"
-              "declare -A REQUEST_MS=([tp32]=60000 [pp8]=1500)\nPASS_OVERHEAD_S=30\nWATCH_FACTOR_PCT=300\n"
-              "pass_limit 40 8 tp32; pass_limit 40 1 pp8; pass_limit 40 8 other\n")
+              "declare -A REQUEST_MS=([tp32:8:40]=60000 [pp8:1:40]=1500)\nPASS_OVERHEAD_S=30\nWATCH_FACTOR_PCT=300\n"
+              "pass_limit 40 8 tp32; pass_limit 40 1 pp8; pass_limit 40 8 other; pass_limit 80 8 tp32\n")
     r, _, _ = bash(lib, tmp_path, script)
-    assert r.stdout.split() == ["14", "990", "270", "0"]     # (5 x 60 + 30) x 3; (40 x 1.5 + 30) x 3
+    # (5 x 60 + 30) x 3; (40 x 1.5 + 30) x 3; a pass the figures do not hold (mode, C, prompts): no limit
+    assert r.stdout.split() == ["14", "990", "270", "0", "0"]
 
 
 INFLIGHT = ("declare -A WATCH_INFLIGHT=([server]='sglang:num_running_reqs sglang:num_queue_reqs' "

@@ -203,7 +203,7 @@ def test_a_sequential_campaigns_files_are_generated_formats():
 
 def test_the_formats_give_layouts_names_in_bash(tmp_path):
     """bash's printf of every F_* format names the file Layout names, placeholders in order."""
-    args = {"g": "1", "rank": "3", "peer": "2", "node": "node07", "target": "r1n0", "stamp": "20261130-1.5",
+    args = {"g": "1", "rank": "3", "peer": "2", "dp": "1", "node": "node07", "target": "r1n0", "stamp": "20261130-1.5",
             "job": "42", "run_dir": "/r/x"}
     by_format = {re.sub(r"\{[a-z_]+\}", "%s", v): v for v in [*FILES.values(), RESUBMITTED]}
     for name, fmt, _ in job_formats():

@@ -141,11 +141,15 @@ def costs(exp, modes: tuple, load_min: Optional[float], pass_min: Optional[float
     from ..model.duration import (Figure, format_time, history_for, limit_bound, partition_limit,
                                   time_model)
 
-    time = time_model(exp, modes, history_for(exp),
-                      Figure(load_min * 60.0, "--load-min") if load_min is not None else None,
-                      Figure(pass_min * 60.0, "--pass-min") if pass_min is not None else None)
+    from ..model.campaign import prompts_for
+
     b = exp.benchmark
     runs = Runs(tuple(modes), (b.concurrency,), b.num_prompts, b.prompts_per_concurrency, b.burn_in)
+    passes = [(prompts_for(c, b.num_prompts, b.prompts_per_concurrency), c) for c in runs.concurrencies]
+    time = time_model(exp, modes, history_for(exp),
+                      Figure(load_min * 60.0, "--load-min") if load_min is not None else None,
+                      Figure(pass_min * 60.0, "--pass-min") if pass_min is not None else None,
+                      sched=[(m, passes) for m in modes])
     notes = []
     if time_limit_min is not None:
         limit = int(time_limit_min * 60)

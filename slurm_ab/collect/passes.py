@@ -113,7 +113,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     pd = None
     if disaggregated(names):
         pd = collect_pd(lay.root, events, names, job.node_lists, bench.ttft.mean if bench.ttft else None,
-                        server_metrics.replicas, notes)
+                        server_metrics.replicas, notes,
+                        getattr(getattr(manifest.config, "pd", None), "transfer_backend", None))
         notes += pd.notes
 
     # ---- verdict -----------------------------------------------------------------------

@@ -193,7 +193,7 @@ def summary_record(cs: CampaignSummary) -> dict:
     outside slurm-ab, its verdict, every pass's numeric row, the aggregates and comparisons."""
     rows = pass_rows(cs)
     return {"summary_schema": SCHEMA, **cs.to_dict(), "verdict": cs.verdict,
-            "variance": cs.campaign.variance, "rows": [r.to_dict() for r in rows],
+            "variance": cs.design.variance, "rows": [r.to_dict() for r in rows],
             "aggregates": [a.to_dict() for a in aggregates(rows)],
             "comparisons": [x.to_dict() for x in comparisons(cs, rows)]}
 

@@ -83,7 +83,29 @@ class JobPlan:
         wd = self.exp.watchdog
         if not (self.exp.server_metrics and wd.progress_metric):
             return 0
-        return wd.stall_s or max(60, int(3 * max(f.seconds for f in self.duration.request.values())))
+        return wd.stall_s or max(60, int(3 * max(f.seconds for f in self.request_figures.values())))
+
+    @property
+    def request_figures(self) -> dict:
+        """(mode, concurrency, prompts) -> seconds per request (duration.Figure) of every pass the
+        job runs: the watchdog's pass limits and stall time read the one time model's figures."""
+        model = self.duration.model
+        return {(p.mode, p.concurrency, p.prompts): model.figure(p.mode, p.prompts, p.concurrency)
+                for x in self.campaign.campaign.launches for p in x.passes}
+
+    @property
+    def time_reserve_s(self) -> int:
+        """What the job keeps back from squeue's time left: its own early stop and Slurm's early
+        warning (duration.SLURM_EARLY_SIGNAL_S)."""
+        from ..model.duration import SLURM_EARLY_SIGNAL_S
+        return int(self.exp.cluster.signal_before_limit_s) + SLURM_EARLY_SIGNAL_S
+
+    @property
+    def time_blocks(self) -> tuple[tuple[int, int], ...]:
+        """(first launch, expected seconds) of each block of a campaign: the job does not start a
+        block that cannot finish in the time it has left (duration.block_seconds)."""
+        from ..model.duration import block_seconds
+        return block_seconds(self)
 
     @property
     def guards(self) -> "Guards":
@@ -164,11 +186,14 @@ class JobPlan:
 
     @property
     def pd_variables(self) -> tuple[tuple[str, object], ...]:
-        """The settings of a job with prefill/decode roles (only such jobs' scripts have them)."""
+        """The settings of a job with prefill/decode roles (only such jobs' scripts have them): the
+        bootstrap port base, the canary's time, where each node's SGLANG_HOST_IP comes from ("":
+        SGLang's guess; else the preflight's file of that node)."""
         if not self.pd:
             return ()
         pd = next(e for e in self.campaign.experiments if e.mode.disaggregated).pd
-        return (("BOOTSTRAP_PORT_BASE", self.exp.ports.bootstrap), ("CANARY_TIMEOUT", pd.canary_timeout_s))
+        return (("BOOTSTRAP_PORT_BASE", self.exp.ports.bootstrap), ("CANARY_TIMEOUT", pd.canary_timeout_s),
+                ("HOST_IP_IFACE", pd.host_ip_interface))
 
     def sbatch_of(self, r: Replica) -> tuple[str, ...]:
         """#SBATCH options of one component (its own --nodes)."""
@@ -236,6 +261,11 @@ class CampaignPlan:
     def group_names(self) -> tuple[tuple[str, ...], ...]:
         """Per mode: how users read each het group of its launch ("replica 1", "prefill 0")."""
         return tuple(tuple(c.name for c in e.components) for e in self.experiments)
+
+    @property
+    def group_dp(self) -> tuple[tuple[int, ...], ...]:
+        """Per mode: the DP workers of each het group's role (its PD canaries reach each one)."""
+        return tuple(tuple(e.dp_ranks(c.role) for c in e.components) for e in self.experiments)
 
     @property
     def same_router(self) -> bool:
@@ -315,6 +345,8 @@ class Preflight:
     tokenizer_command: tuple[str, ...] = ()     # + the client's tokenizer, on ROUTER_HOST
     tokenizer: str = ""
     pd_ib: str = ""                             # PD: RDMA devices of pd.ib_device, each ACTIVE
+    gpudirect_command: tuple[str, ...] = ()     # PD on an RDMA backend: GPUDirect RDMA on every node
+    host_ip_interface: str = ""                 # PD: each node's SGLANG_HOST_IP from this interface
     client_import_command: tuple[str, ...] = ()  # by the client's Python, when not import_command's
 
 
@@ -448,6 +480,8 @@ def role_command(exp: Experiment, role: str) -> Command:
                   ("--disaggregation-transfer-backend", exp.pd.transfer_backend)]
         if exp.pd.ib_device:
             lines.append(("--disaggregation-ib-device", exp.pd.ib_device))
+        if exp.pd.kv_checksum:
+            lines.append(("--disaggregation-enable-kv-checksum",))
     lines += [tuple(w) for w in flag_words(exp.role_flags(role))]
     return Command(_env(env + r.env), tuple(lines))
 
@@ -571,13 +605,15 @@ def _preflight(exps: Sequence[Experiment]) -> Preflight | None:
         import_command=pf.import_command, gpu_command=pf.gpu_command,
         client_import_command=() if client_import == pf.import_command else client_import,
         gpus=exp.cluster.gpus_per_node, port_command=pf.port_command,
-        address_command=pf.address_command if interface else (),
+        address_command=pf.address_command if interface or (pd and pd.host_ip_interface) else (),
         interface=exp.cluster.address_interface if interface else "",
         paths=tuple(paths), client_paths=tuple(client_paths), timeout_s=pf.timeout_s,
         interfaces_command=pf.interfaces_command, hca_command=pf.hca_command,
         tokenizer_command=client_python(pf.tokenizer_command, exp.client.command),
         tokenizer=exp.paths.tokenizer,
-        pd_ib=pd.ib_device if pd and pd.transfer_backend != "mooncake_tcp" else "")
+        pd_ib=pd.ib_device if pd and pd.transfer_backend != "mooncake_tcp" else "",
+        gpudirect_command=pf.gpudirect_command if pd and pd.gpudirect_check and pd.rdma else (),
+        host_ip_interface=pd.host_ip_interface if pd else "")
 
 
 def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,

@@ -154,6 +154,16 @@ class Campaign:
                    str(d.get("spending") or SPENDING_DEFAULT))
 
 
+def time_blocks(campaign: Campaign) -> tuple[tuple[int, ...], ...]:
+    """The units a campaign that runs out of time stops between (the job starts one only when it
+    can finish): its complete blocks, then the launches after the last one as one more unit (every
+    mode at most once more), or the whole campaign when it has no complete block."""
+    blocks = campaign.blocks
+    done = {i for b in blocks for i in b}
+    rest = tuple(x.index for x in campaign.launches if x.index not in done)
+    return blocks + ((rest,) if rest else ())
+
+
 def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int) -> int:
     """Requests of one pass: the experiment's num_prompts, or prompts_per_concurrency x C when
     that is set (> 0) so every concurrency of a sweep runs the same number of 'rounds'."""

@@ -239,7 +239,7 @@ class Cache:
 class Estimate:
     """Default figures of a job's duration ([estimate]; duration.py replaces them by measured ones)."""
 
-    model_load_s: float = 900
+    model_load_s: float = 1800
     warmup_s: float = 60
     request_s: float = 60
     pass_overhead_s: float = 30
@@ -302,6 +302,7 @@ class Preflight:
     hca_command: tuple[str, ...] = ()
     tokenizer_command: tuple[str, ...] = ()
     client_import: bool = True       # also import the client profile's module on ROUTER_HOST
+    gpudirect_command: tuple[str, ...] = ()   # prints "peermem yes|no", "dmabuf yes|no|unknown"
 
 
 @dataclass(frozen=True)
@@ -321,6 +322,18 @@ class Pd:
     transfer_module: str = ""
     canary_timeout_s: int = 60
     env: Pairs = ()                  # both roles' servers
+    kv_checksum: bool = False        # --disaggregation-enable-kv-checksum on both roles
+    host_ip_interface: str = ""      # SGLANG_HOST_IP of every PD node: this interface's address there
+    gpudirect_check: bool = False    # the preflight checks GPUDirect RDMA on an RDMA backend
+
+    @property
+    def rdma(self) -> bool:
+        """The backend moves KV over RDMA (GPU memory registered with the HCAs): mooncake unless its
+        protocol is tcp (MOONCAKE_PROTOCOL, MC_FORCE_TCP in [pd.env]), nixl (UCX), mori."""
+        env = dict(self.env)
+        if self.transfer_backend == "mooncake":
+            return env.get("MOONCAKE_PROTOCOL", "rdma") == "rdma" and env.get("MC_FORCE_TCP") != "1"
+        return self.transfer_backend in ("nixl", "mori")
 
 
 @dataclass(frozen=True)
@@ -382,6 +395,17 @@ class Experiment:
             return sum(c.nodes for c in comps) * self.cluster.gpus_per_node if comps else None
         except TypeError:
             return None
+
+    def dp_ranks(self, role: str) -> int:
+        """The DP workers of one role's instance a request can be routed to (routed_dp_rank):
+        --attn-dp-size, or --dp-size (with DP attention its attention-DP ranks, without it data
+        parallel replicas of the TP group); 1 when neither is set."""
+        f = dict(self.role_flags(role))
+        for k in ("attn-dp-size", "dp-size"):
+            v = f.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+                return v
+        return 1
 
     def role_flags(self, role: str) -> Pairs:
         """The SGLang flags of one role: [server.args], each key the mode's args also set taking

@@ -41,6 +41,7 @@ FILES = {
     "preflight_partial": "preflight/{node}.json.tmp",   # being written (renamed to .json)
     "preflight_problems": "preflight/{node}.problems",
     "preflight_address": "preflight/{node}.addr",
+    "preflight_host_ip": "preflight/{node}.hostip",      # PD: the node's SGLANG_HOST_IP (pd.host_ip_interface)
     "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
     "launch_dir": "launch{index}-{mode}",        # one server launch, its files below
     "sequential_spec": "sequential.json",        # a sequential campaign's looks: launches, boundaries (render)
@@ -61,6 +62,8 @@ FILES = {
     # peer r{peer}), and the canary through the router
     "pd_canary": "logs/canary-r{g}-with-r{peer}.json",
     "pd_canary_http": "logs/canary-r{g}-with-r{peer}.json.http",
+    "pd_canary_dp": "logs/canary-r{g}-with-r{peer}-dp{dp}.json",      # the pair's K-th DP canary (K >= 1)
+    "pd_canary_dp_http": "logs/canary-r{g}-with-r{peer}-dp{dp}.json.http",
     "pd_warmup": "logs/warmup-r{g}-with-r{peer}.json",
     "pd_warmup_http": "logs/warmup-r{g}-with-r{peer}.json.http",
     "router_canary": "logs/canary-router.json",
@@ -146,6 +149,10 @@ class Layout:
     def preflight_partial(self, node: str) -> Path:
         return self._file("preflight_partial", node=node)
 
+    def preflight_host_ip(self, node: str) -> Path:
+        """PD: the node's SGLANG_HOST_IP, the address of pd.host_ip_interface there."""
+        return self._file("preflight_host_ip", node=node)
+
     def preflight_tokenizer(self, node: str) -> Path:
         return self._file("preflight_tokenizer", node=node)
 
@@ -205,11 +212,15 @@ class Layout:
     def warmup_http(self, replica: int) -> Path:
         return self._file("warmup_http", g=replica)
 
-    def pd_canary(self, replica: int, peer: int) -> Path:
-        return self._file("pd_canary", g=replica, peer=peer)
+    def pd_canary(self, replica: int, peer: int, dp: int | str = 0) -> Path:
+        """The answer of replica to the pair's KV canary with peer; dp > 0: its dp-th canary (one
+        per attention-DP rank of the pair's larger DP)."""
+        return self._file("pd_canary_dp", g=replica, peer=peer, dp=dp) if dp else \
+            self._file("pd_canary", g=replica, peer=peer)
 
-    def pd_canary_http(self, replica: int, peer: int) -> Path:
-        return self._file("pd_canary_http", g=replica, peer=peer)
+    def pd_canary_http(self, replica: int, peer: int, dp: int | str = 0) -> Path:
+        return self._file("pd_canary_dp_http", g=replica, peer=peer, dp=dp) if dp else \
+            self._file("pd_canary_http", g=replica, peer=peer)
 
     def pd_warmup(self, replica: int, peer: int) -> Path:
         return self._file("pd_warmup", g=replica, peer=peer)
@@ -297,8 +308,8 @@ def job_formats(pd: bool = True, sequential: bool = True) -> tuple[tuple[str, st
     """(F_<NAME>, printf format, its arguments in words) of every file the job script writes: the
     Layout's own names with '%s' for what only the job knows. The script's only way to name a
     run-directory file (F_RESUBMITTED: where a script submitted again writes). pd=False: without
-    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups);
-    sequential=False: without a sequential campaign's stop-rule files."""
+    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups, the PD nodes'
+    SGLANG_HOST_IP); sequential=False: without a sequential campaign's stop-rule files."""
     f, lay = "%s", RELATIVE
     files = (
         ("JOB_SCRIPT", lay.job_script, ""), ("EVENTS", lay.events, ""), ("SLURM_OUT", lay.slurm_out(f), "job id"),
@@ -308,12 +319,15 @@ def job_formats(pd: bool = True, sequential: bool = True) -> tuple[tuple[str, st
         ("PREFLIGHT_PARTIAL", lay.preflight_partial(f), "node"),
         ("PREFLIGHT_PROBLEMS", lay.preflight_problems(f), "node"),
         ("PREFLIGHT_ADDRESS", lay.preflight_address(f), "node"),
+        ("PREFLIGHT_HOST_IP", lay.preflight_host_ip(f), "node"),
         ("PREFLIGHT_TOKENIZER", lay.preflight_tokenizer(f), "node"),
         ("SERVER_LOG", lay.server_log(f, f), "replica, node rank"), ("ROUTER_LOG", lay.router_log, ""),
         ("WARMUP_REQUEST", lay.warmup_request, ""), ("WARMUP_RESPONSE", lay.warmup_response(f), "replica"),
         ("WARMUP_HTTP", lay.warmup_http(f), "replica"),
         ("PD_CANARY", lay.pd_canary(f, f), "replica, peer replica"),
         ("PD_CANARY_HTTP", lay.pd_canary_http(f, f), "replica, peer replica"),
+        ("PD_CANARY_DP", lay.pd_canary(f, f, f), "replica, peer replica, DP canary (>= 1)"),
+        ("PD_CANARY_DP_HTTP", lay.pd_canary_http(f, f, f), "replica, peer replica, DP canary (>= 1)"),
         ("PD_WARMUP", lay.pd_warmup(f, f), "replica, peer replica"),
         ("PD_WARMUP_HTTP", lay.pd_warmup_http(f, f), "replica, peer replica"),
         ("ROUTER_CANARY", lay.router_canary, ""), ("ROUTER_CANARY_HTTP", lay.router_canary_http, ""),
@@ -325,7 +339,8 @@ def job_formats(pd: bool = True, sequential: bool = True) -> tuple[tuple[str, st
         ("SEQ_SPEC", lay.sequential_spec, ""), ("STOP_RULE", lay.stop_rule, ""),
         ("STOP_RULE_LOG", lay.stop_rule_log, ""),
     )
-    pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP", "ROUTER_CANARY", "ROUTER_CANARY_HTTP"}
+    pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_CANARY_DP", "PD_CANARY_DP_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP",
+               "ROUTER_CANARY", "ROUTER_CANARY_HTTP", "PREFLIGHT_HOST_IP"}
     sequential_only = {"SEQ_SPEC", "STOP_RULE", "STOP_RULE_LOG"}
     return tuple((f"F_{name}", str(path), args) for name, path, args in files
                  if (pd or name not in pd_only) and (sequential or name not in sequential_only))

@@ -23,6 +23,7 @@ SQUASHFS = (".sqsh", ".squashfs", ".sqfs")
 # which a prefill server refuses ("Prefill server does not support 'fake' as the transfer backend",
 # pd_disaggregation_hook.py) and which moves no KV.
 TRANSFER_BACKENDS = ("mooncake", "nixl", "mori", "ascend", "mooncake_tcp")
+IFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")          # a Linux interface name (IFNAMSIZ - 1)
 IB_DEVICES = re.compile(r"[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*")
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 SCOPES = ("global", "job")
@@ -125,6 +126,16 @@ def pd_checks(tree: Tree) -> list[ConfigError]:
                                 'e.g. mooncake.engine, nixl._api, or "" to skip the preflight\'s import'))
     if pd["canary_timeout_s"] < 1:
         errs.append(ConfigError("pd.canary_timeout_s", pd["canary_timeout_s"], "must be >= 1 (seconds)"))
+    iface, pf = pd["host_ip_interface"], tree["preflight"]
+    if iface and not IFACE.fullmatch(iface):
+        errs.append(ConfigError("pd.host_ip_interface", iface, "not a network interface name",
+                                'the interface of the KV fabric on every node, e.g. "ib0", or "" for SGLang\'s guess'))
+    elif iface and not (pf["enabled"] and pf["address_command"]):
+        errs.append(ConfigError("pd.host_ip_interface", iface, "each node's address is read by the preflight",
+                                'preflight.enabled = true and preflight.address_command, or "" for SGLang\'s guess'))
+    if pd["gpudirect_check"] and any(not w for w in pf["gpudirect_command"]):
+        errs.append(ConfigError("preflight.gpudirect_command", pf["gpudirect_command"],
+                                "must not contain empty strings", "a command as a list, or [] to skip"))
     for k, v in pd["env"].items():
         if k in tree["server"]["env"]:
             errs.append(ConfigError(f"pd.env.{k}", v, "also set in [server.env]", "set it in one place"))

@@ -221,6 +221,11 @@ def campaign_md(cs: CampaignSummary, passes: bool = False) -> str:
            f"{', '.join(map(str, c.concurrencies))}, order {c.order}"
            + (", burn-in pass per launch" if c.burn_in else "")
            + f"; job {cs.job_id or '?'} ({cs.job.state_raw or cs.job.state or 'state unknown'})", ""]
+    if cs.stop is not None:
+        st = cs.stop
+        out += [f"Stopped at a block boundary ({st.reason}): block {st.block} of {st.blocks} was not started, "
+                f"it needed ~{st.need_s} s and the job had {st.left_s} s left before its own early stop; "
+                f"design run: {st.design}", ""]
     for la in cs.launches:
         why = f" ({la.failure.get('kind')})" if la.failure else ""
         out.append(f"- launch {la.launch} {la.mode}: {la.status}{why} -- " + ", ".join(la.passes))
