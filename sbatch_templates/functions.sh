@@ -7,6 +7,10 @@ WARMUP_BODY=""
 
 log() { printf '%s slurm-ab: %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
 
+# Milliseconds since the epoch (GNU date): EPOCHREALTIME is bash 5 only, and its decimal point is
+# the locale's.
+now_ms() { date '+%s%3N'; }
+
 # events.log: "<epoch_s.ms> <YYYY-mm-dd HH:MM:SS.mmm> <event> [key=value ...]", read by the collector.
 event() {
   local stamp
@@ -216,7 +220,8 @@ preflight_node() {
   problem() { checks+=("$1"); problems+=("$2"); }
   # import_modules CMD_ARRAY MODULE[=DIST]...: CMD prints "MODULE VERSION" or "MODULE ERROR ..."
   import_modules() {
-    local -n imp=$1; shift
+    local ref="$1[@]"; shift
+    local -a imp=("${!ref}")
     (( ${#imp[@]} && $# )) || return 0
     out=$("${imp[@]}" "$@" 2>&1); rc=$?
     while IFS= read -r line; do
@@ -441,7 +446,7 @@ wait_preflight() {
   done
   for pid in "${PF_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
       nodes=$(( nodes + 1 ))
@@ -459,7 +464,6 @@ wait_preflight() {
         [[ -n "$first" ]] || first="$g|$r|$node|$check|$cause"
       done <"$f"
     done
-    unset -n nodes_ref
   done
   if [[ -n "$first" ]]; then
     IFS='|' read -r g r node check cause <<<"$first"
@@ -490,7 +494,7 @@ metrics_targets() {
   (( ${#METRICS_URLS[@]} )) && return 0
   if (( METRICS_SERVERS )); then
     for g in "${!HEADS[@]}"; do
-      local -n nodes_ref="R${g}_NODES"
+      local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
       for r in "${!nodes_ref[@]}"; do
         node=${nodes_ref[r]}
         if (( r == 0 )); then
@@ -501,7 +505,6 @@ metrics_targets() {
         METRICS_URLS["r${g}n$r"]="http://$addr:${PORTS[g]}/metrics"
         METRICS_NODES["r${g}n$r"]=$node
       done
-      unset -n nodes_ref
     done
   fi
   METRICS_URLS[router]="http://${ROUTER_ADDR:-$ROUTER_HOST}:$ROUTER_METRICS_PORT/metrics"
@@ -629,8 +632,8 @@ teardown() {
   # Nothing of this shell runs any more (a launch tore its own steps down): steps Slurm still lists
   # are completing; give them 3 s (a deadline, not a count of squeue calls that may each take 10 s
   # while slurmctld waits for a node that stopped answering) before signalling them again.
-  deadline=$(( ${EPOCHREALTIME/./} + 3000000 ))
-  while (( ${#pids[@]} == 0 && ${EPOCHREALTIME/./} < deadline )) && [[ -n "$(job_steps)" ]]; do
+  deadline=$(( $(now_ms) + 3000 ))
+  while (( ${#pids[@]} == 0 && $(now_ms) < deadline )) && [[ -n "$(job_steps)" ]]; do
     sleep 0.3
   done
   if (( ${#pids[@]} == 0 )); then
@@ -645,8 +648,8 @@ teardown() {
   for pid in "${pids[@]}"; do
     [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == srun ]] || kill -TERM "$pid" 2>/dev/null
   done
-  deadline=$(( ${EPOCHREALTIME/./} + GRACE * 1000000 ))    # microseconds: the whole grace, not less
-  while (( ${EPOCHREALTIME/./} < deadline )); do
+  deadline=$(( $(now_ms) + GRACE * 1000 ))    # milliseconds: the whole grace, not less
+  while (( $(now_ms) < deadline )); do
     alive=0
     for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
     if (( alive )); then

@@ -9,7 +9,7 @@
 check_nccl_network() {
   local g r node f nets bad="" any=0
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
       f="$RUN_DIR/logs/server-r$g-n$r.log"
@@ -20,7 +20,6 @@ check_nccl_network() {
         bad="$g|$r|$node|$nets"
       fi
     done
-    unset -n nodes_ref
   done
   if [[ -n "$NCCL_NETWORK" && $any == 0 ]]; then
     log "no NCCL 'Using network' line in the server logs (NCCL_DEBUG=INFO not in effect?): the fabric is unchecked" >&2
@@ -108,7 +107,7 @@ cleanup_nodes() {
   local -a pids=()
   [[ -n "${CLEANUP_CONTAINER:-}${CLEANUP_CACHE:-}" ]] || return 0
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     ( drop_gpu_request
       # shellcheck disable=SC2016  # expands on the node
       exec timeout 60 srun --het-group="$g" --nodes="${#nodes_ref[@]}" "${NODE_STEP[@]}" "${SRUN_EXTRA[@]}" \
@@ -116,7 +115,6 @@ cleanup_nodes() {
         'rc=0; if [ -n "$1" ]; then "${@:3}" "$1" || rc=1; fi; if [ -n "$2" ]; then rm -rf -- "$2" || rc=1; fi; exit $rc' \
         cleanup "${CLEANUP_CONTAINER:-}" "${CLEANUP_CACHE:-}" "${REMOVE_CMD[@]}" ) &
     pids+=($!)
-    unset -n nodes_ref
   done
   for g in "${pids[@]}"; do wait "$g" || rc=1; done
   event cleanup "container=${CLEANUP_CONTAINER:-none}" "cache=${CLEANUP_CACHE:-none}" "ok=$(( rc == 0 ))"

@@ -34,9 +34,8 @@ read_hosts() {
   for (( g = 0; g < REPLICAS; g++ )); do
     var="SLURM_JOB_NODELIST_HET_GROUP_$g"
     mapfile -t "R${g}_NODES" < <(scontrol show hostnames "${!var}")
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     HEADS[g]=${nodes_ref[0]}
-    unset -n nodes_ref
     PORTS[g]=$(( SERVER_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
     DIST_PORTS[g]=$(( DIST_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
     (( BOOTSTRAP_PORT_BASE )) && BOOT_PORTS[g]=$(( BOOTSTRAP_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
@@ -50,10 +49,9 @@ read_hosts() {
 record_hosts() {
   local g
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     event hosts "replica=$g" "head=${HEADS[g]}" "nodes=$(IFS=,; echo "${nodes_ref[*]}")" "port=${PORTS[g]}" "dist_port=${DIST_PORTS[g]}" \
       ${BOOT_PORTS[g]:+"bootstrap_port=${BOOT_PORTS[g]}"}
-    unset -n nodes_ref
   done
   event ports "router=$ROUTER_PORT" "router_metrics=$ROUTER_METRICS_PORT"
 }
@@ -70,11 +68,10 @@ run_preflight() {
     extra=()
     (( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")
     [[ -n "${BOOT_PORTS[g]:-}" ]] && extra+=("${BOOT_PORTS[g]}")
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 \
       --output="$RUN_DIR/logs/preflight-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
       env "${SERVER_ENV[@]}" bash "$RUN_DIR/preflight/check.sh" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
-    unset -n nodes_ref
     PF_PIDS+=($!)
   done
   wait_preflight
@@ -99,15 +96,14 @@ resolve_addresses() {
 # One srun step per replica, one task per node, with the launch's SERVER_CMD (a PD launch: the
 # command of the group's role, SERVER_CMD_<mode>_<role>, and a prefill's bootstrap port).
 start_servers() {
-  local g
+  local g ref
   local -a cmd
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     cmd=("${SERVER_CMD[@]}")
     if pd_launch; then
-      local -n role_cmd="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}"
-      cmd=("${role_cmd[@]}")
-      unset -n role_cmd
+      ref="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}[@]"
+      cmd=("${!ref}")
       [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
     fi
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
@@ -118,7 +114,6 @@ start_servers() {
       bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
-    unset -n nodes_ref
   done
 }
 
@@ -160,7 +155,7 @@ run_pass() {
 # run_launch I: launch I from start to teardown (runs as a background subshell of the job).
 # shellcheck disable=SC2317  # traps
 run_launch() {
-  local i=$1 spec
+  local i=$1 spec ref
   local -a specs
   LAUNCH=$(( i + 1 ))
   MODE=${LAUNCH_MODES[i]}
@@ -169,12 +164,11 @@ run_launch() {
   GROUP_ROLES=()
   SERVER_CMD=()
   if declare -p "MODE_ROLES_$MODE_INDEX" >/dev/null 2>&1; then    # prefill/decode roles (pd.sh)
-    local -n roles_ref="MODE_ROLES_$MODE_INDEX"
-    GROUP_ROLES=("${roles_ref[@]}")
-    unset -n roles_ref
+    ref="MODE_ROLES_${MODE_INDEX}[@]"
+    GROUP_ROLES=("${!ref}")
   else
-    local -n mode_cmd="SERVER_CMD_$MODE_INDEX"
-    SERVER_CMD=("${mode_cmd[@]}")
+    ref="SERVER_CMD_${MODE_INDEX}[@]"
+    SERVER_CMD=("${!ref}")
   fi
   METRICS_SERVERS=${MODE_METRICS[LAUNCH_SERVER[i]]}
   STEP_PIDS=()
