@@ -9,6 +9,7 @@ log() { printf '%s slurm-ab: %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
 
 # Milliseconds since the epoch (GNU date): EPOCHREALTIME is bash 5 only, and its decimal point is
 # the locale's.
+# shellcheck disable=SC2317  # runs from a trap (teardown)
 now_ms() { date '+%s%3N'; }
 
 # events.log: "<epoch_s.ms> <YYYY-mm-dd HH:MM:SS.mmm> <event> [key=value ...]", read by the collector.

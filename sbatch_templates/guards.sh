@@ -2,23 +2,28 @@
 # ---- guards of a real site (static): the fabric NCCL chose, hung passes, clean-up of the nodes ---
 
 # NCCL's choice of network on every node of every replica: with NCCL_DEBUG=INFO each rank logs
-# "NCCL INFO Using network <name>" when its communicator starts (src/init.cc, NVIDIA/nccl 2.18-2.29;
-# "IB" covers InfiniBand and RoCE, "Socket" is the TCP fallback). Recorded per node
-# ("nccl_network replica=G node_rank=R node=N network=IB"); a node whose ranks chose another network
-# than cluster.nccl_network (NCCL_NETWORK) fails the launch before the benchmark, naming the node.
+# "NCCL INFO Using network <name>" when its communicator starts (src/init.cc, NVIDIA/nccl 2.18-2.29:
+# comm->ncclNet->name; "IB" covers InfiniBand and RoCE, "Socket" is the TCP fallback, a net plugin
+# prints its own name, e.g. IBext_v8). Recorded per node ("nccl_network replica=G node_rank=R node=N
+# network=IB"); a node whose ranks chose a name outside cluster.nccl_network's family (NCCL_NAMES)
+# fails the launch before the benchmark, naming the node.
 check_nccl_network() {
-  local g r node f nets bad="" any=0
+  local g r node f nets name bad="" any=0
+  local -a names=("${NCCL_NAMES[@]}")
+  (( ${#names[@]} )) || names=("$NCCL_NETWORK")
   for g in "${!HEADS[@]}"; do
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
       f="$RUN_DIR/logs/server-r$g-n$r.log"
-      nets=$(grep -ao 'NCCL INFO Using network [A-Za-z0-9_]*' "$f" 2>/dev/null | awk '{print $NF}' | sort -u | paste -sd, -)
+      nets=$(grep -a 'NCCL INFO Using network ' "$f" 2>/dev/null | sed 's/.*NCCL INFO Using network //; s/[[:space:]]*$//' \
+        | sort -u | paste -sd, -)
       [[ -n "$nets" ]] && any=1
       event nccl_network "replica=$g" "node_rank=$r" "node=$node" "network=${nets:-unknown}"
-      if [[ -n "$NCCL_NETWORK" && -n "$nets" && "$nets" != "$NCCL_NETWORK" && -z "$bad" ]]; then
-        bad="$g|$r|$node|$nets"
-      fi
+      [[ -n "$NCCL_NETWORK" && -z "$bad" ]] || continue
+      while IFS= read -r name; do
+        [[ -n "$name" ]] && ! in_family "$name" "${names[@]}" && bad="$g|$r|$node|$nets"
+      done < <(tr , '\n' <<<"$nets")
     done
   done
   if [[ -n "$NCCL_NETWORK" && $any == 0 ]]; then
@@ -29,6 +34,17 @@ check_nccl_network() {
   tail_log "$RUN_DIR/logs/server-r$g-n$r.log"
   fatal nccl_network "node=$node" "replica=$g" "node_rank=$r" "network=$nets" "expected=$NCCL_NETWORK" \
     "NCCL on $node (replica $g node rank $r) uses network $nets, not $NCCL_NETWORK (cluster.nccl_network): see logs/server-r$g-n$r.log"
+}
+
+# in_family NAME PATTERN...: NAME is one of the family's names (patterns: * any text).
+in_family() {
+  local name=$1 pat
+  shift
+  for pat in "$@"; do
+    # shellcheck disable=SC2053  # a pattern on purpose
+    [[ $name == $pat ]] && return 0
+  done
+  return 1
 }
 
 # metric_sum NAME: the sum of every sample of NAME in Prometheus text on stdin (0 when absent).

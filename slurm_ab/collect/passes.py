@@ -56,10 +56,10 @@ def _pass_benchmark(benchmark, ref: PassRef) -> dict:
                                     if v is not None}}
 
 
-def _nccl_network(manifest: Manifest) -> str:
-    """cluster.nccl_network as the run recorded it ("": not checked)."""
+def _nccl_network(manifest: Manifest) -> tuple[str, tuple[str, ...]]:
+    """cluster.nccl_network as the run recorded it ("": not checked) and its family's names."""
     c = manifest.config.cluster if manifest.config is not None else None
-    return (c.nccl_network if c is not None else None) or ""
+    return ((c.nccl_network if c is not None else None) or "", tuple(c.nccl_names or ()) if c is not None else ())
 
 
 def _max_retry_pct(manifest: Manifest) -> float:
@@ -129,7 +129,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
             invalid = validity_reasons(bench, problems, replicas, window,
                                        [text for confirmed, text in speed if confirmed]) + \
                 (pd_reasons(pd, replicas) if pd else []) + retried + \
-                (nccl_network_reasons(lay.server_logs(), _nccl_network(manifest), job.node_lists, root)
+                (nccl_network_reasons(lay.server_logs(), *_nccl_network(manifest)[:1], job.node_lists, root,
+                                      names=_nccl_network(manifest)[1])
                  if logs_exist else [])
             verdict, reasons = ("invalid", invalid) if invalid else ("ok", flagged)
     elif verdict in ("failed", "cancelled", "timeout"):

@@ -312,11 +312,12 @@ def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dic
 
 
 def nccl_network_reasons(server_logs: Sequence, expected: str, node_lists: dict,
-                         root=None) -> list[str]:
+                         root=None, names: tuple[str, ...] = ()) -> list[str]:
     """Nodes whose NCCL ranks used another network than the site declares (cluster.nccl_network,
     e.g. Socket on an IB site: no usable HCA in the container): that replica's collectives crossed
     TCP, so the run measured the fallback, not the configuration ('invalid'). Reads NCCL's init
-    lines (parse.nccl); logs without any (NCCL_DEBUG not INFO) say nothing."""
+    lines (parse.nccl); NAMES are the family's ([nccl_networks]: IB is also IBext_v8, UCX, ...);
+    logs without any (NCCL_DEBUG not INFO) say nothing."""
     from ..parse.diagnose import server_log_identity
     from ..parse.nccl import nccl_network
 
@@ -326,7 +327,7 @@ def nccl_network_reasons(server_logs: Sequence, expected: str, node_lists: dict,
     for path in server_logs:
         got = nccl_network(path)
         ident = server_log_identity(path)
-        if got is None or ident is None or not got.other_than(expected):
+        if got is None or ident is None or not got.other_than(expected, names):
             continue
         g, r = ident
         hosts = node_lists.get(str(g)) or []

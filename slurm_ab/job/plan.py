@@ -85,7 +85,8 @@ class JobPlan:
         ct, wd = e.container, e.watchdog
         cleanup = (f"pyxis_{ct.name}-$SLURM_JOB_ID" if self.container_name and ct.scope == "global"
                    and ct.remove_command else "")
-        return Guards(nccl_network=e.cluster.nccl_network, watch_every_s=e.metrics.interval_s,
+        return Guards(nccl_network=e.cluster.nccl_network, nccl_names=tuple(e.cluster.nccl_names),
+                      watch_every_s=e.metrics.interval_s,
                       watch_factor_pct=int(round(wd.pass_factor * 100)), progress_metric=wd.progress_metric,
                       inflight_metrics=tuple(wd.inflight_metrics), cleanup_container=cleanup,
                       remove_command=tuple(ct.remove_command), node_step_args=tuple(e.cluster.side_step_args))
@@ -275,6 +276,7 @@ class Guards:
     """What keeps a job honest on a real site: the network NCCL must use ("" = not checked), the
     pass watchdog's figures, the clean-up of each node's named container."""
     nccl_network: str
+    nccl_names: tuple[str, ...]          # the names NCCL may print for it (patterns, * any text)
     watch_every_s: int
     watch_factor_pct: int
     progress_metric: str
@@ -508,8 +510,10 @@ def _server_step(exp: Experiment) -> tuple[str, ...]:
 
 
 def _side_step(exp: Experiment) -> tuple[str, ...]:
-    """Router and client: one task on ROUTER_HOST, overlapping the server step there."""
-    return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args)
+    """Router and client: one task on ROUTER_HOST, overlapping the server step there, not bound to
+    one core (cluster.side_cpu_bind)."""
+    bind = (f"--cpu-bind={exp.cluster.side_cpu_bind}",) if exp.cluster.side_cpu_bind else ()
+    return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args, *bind)
 
 
 def client_python(check: tuple[str, ...], client_command: tuple[str, ...]) -> tuple[str, ...]:

@@ -145,8 +145,9 @@ def site_lines(plan: JobPlan) -> list[str]:
                    f"{'removed at the end' if plan.cache.per_job else 'kept'}); every step runs with "
                    + " ".join(v.text.replace("${CACHE_DIR}", "$CACHE_DIR") for v in plan.cache.env))
     if e.cluster.nccl_network:
-        out.append(f"fabric: every rank's NCCL must use network {e.cluster.nccl_network} (cluster.nccl_network); "
-                   "the job checks NCCL's 'Using network' lines once the servers are ready")
+        out.append(f"fabric: every rank's NCCL must use network {e.cluster.nccl_network} (cluster.nccl_network: "
+                   f"{', '.join(e.cluster.nccl_names)}); the job checks NCCL's 'Using network' lines once "
+                   "the servers are ready")
     d = plan.duration
     given = parse_time(_time(plan))
     short = " -- SHORTER than the estimate (estimate.enforce = false): Slurm may stop the job part-way" \

@@ -169,6 +169,8 @@ class Cluster:
     prologue: str
     mpi: str = "none"                # srun --mpi of every step ("" = the site's MpiDefault)
     nccl_network: str = ""           # NCCL network every rank must use: "IB", "Socket", "" (unchecked)
+    nccl_names: tuple[str, ...] = ()  # the names NCCL may print for it ([nccl_networks]; * any text)
+    side_cpu_bind: str = "none"      # srun --cpu-bind of the router and client steps ("" = the site's)
 
 
 @dataclass(frozen=True)
@@ -432,7 +434,8 @@ def build(tree: dict, mode_name: str) -> Experiment:
         server_env=_build_pairs(tree["server"]["env"]),
         env=_build_pairs(tree["env"]),
         router=_router(tree),
-        cluster=_build(Cluster, tree["cluster"]),
+        cluster=_build(Cluster, tree["cluster"], nccl_names=tuple(
+            (tree.get("nccl_networks") or {}).get(tree["cluster"]["nccl_network"], ()))),
         container=_build(Container, tree["container"]),
         paths=_build(Paths, tree["paths"]),
         commands=_build(Commands, tree["commands"]),

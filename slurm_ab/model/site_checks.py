@@ -66,9 +66,10 @@ def check(tree: Tree) -> list[ConfigError]:
                                     "a relative path such as .cache/huggingface, or \".\""))
     if c["mpi"] and not WORD.fullmatch(c["mpi"]):
         errs.append(ConfigError("cluster.mpi", c["mpi"], "not an srun --mpi type", "none, pmix, pmi2, or \"\""))
-    if c["nccl_network"] and not WORD.fullmatch(c["nccl_network"]):
-        errs.append(ConfigError("cluster.nccl_network", c["nccl_network"], "not an NCCL network name",
-                                "IB, Socket, or \"\" (not checked)"))
+    nets = tree.get("nccl_networks") or {}
+    if c["nccl_network"] and c["nccl_network"] not in nets:
+        errs.append(ConfigError("cluster.nccl_network", c["nccl_network"], "not a family of [nccl_networks]",
+                                ", ".join(sorted(nets)) + ', or "" (not checked)'))
     est = tree["estimate"]
     for k in ("model_load_s", "warmup_s", "request_s", "pass_overhead_s", "job_overhead_s"):
         if est[k] < 0:

@@ -171,8 +171,9 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
             errs.append(ConfigError(f"cluster.srun_extra[{i}]", opt, "not an srun option", "starts with -"))
     if c["mem"] and not MEM.fullmatch(c["mem"]):
         errs.append(ConfigError("cluster.mem", c["mem"], "not an sbatch --mem size", "\"0\" (all of each node), e.g. \"500G\", or \"\" for the site default"))
-    if not CPU_BIND.fullmatch(c["server_cpu_bind"]):
-        errs.append(ConfigError("cluster.server_cpu_bind", c["server_cpu_bind"], "not an srun --cpu-bind value", "e.g. none, cores, or \"\" for the site default"))
+    for key in ("server_cpu_bind", "side_cpu_bind"):
+        if not CPU_BIND.fullmatch(c[key]):
+            errs.append(ConfigError(f"cluster.{key}", c[key], "not an srun --cpu-bind value", "e.g. none, cores, or \"\" for the site default"))
     for i, opt in enumerate(c["side_step_args"]):
         if not SBATCH_OPTION.fullmatch(opt):
             errs.append(ConfigError(f"cluster.side_step_args[{i}]", opt, "not a single srun option", "--name or --name=value, no spaces or quotes"))
