@@ -114,12 +114,22 @@ make_warmup_body() {
     "$ids" "$WARMUP_OUTPUT_LEN" >"$WARMUP_BODY"
 }
 
-# One direct request to replica G's head (not through the router); it must succeed with every
+# has_role ROLE: some het group of the running launch runs ROLE.
+has_role() {
+  [[ " ${GROUP_ROLES[*]} " == *" $1 "* ]]
+}
+
+# group_name G: how users read het group G of the running launch: "replica 1", "prefill 0".
+group_name() {
+  printf '%s' "${GROUP_NAMES[$1]:-replica $1}"
+}
+
+# One direct request to group G's head (not through the router); it must succeed with every
 # input token counted.
 warmup_replica() {
   local g=$1 out code rc
   out="$RUN_DIR/logs/warmup-r$g.json"
-  log "replica $g: warm-up ${WARMUP_INPUT_LEN} -> ${WARMUP_OUTPUT_LEN} tokens"
+  log "$(group_name "$g"): warm-up ${WARMUP_INPUT_LEN} -> ${WARMUP_OUTPUT_LEN} tokens"
   event warmup_start "replica=$g"
   curl -sS -m "$WARMUP_TIMEOUT" -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' \
     --data-binary "@$WARMUP_BODY" "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$out.http" 2>>"$out.http" &
@@ -130,9 +140,17 @@ warmup_replica() {
     event warmup_done "replica=$g" ok=0 "http=${code:-none}" "curl_rc=$rc"
     alive_or_die
     tail_log "$out" "$RUN_DIR/logs/server-r$g-n0.log"
-    fatal warmup_failed "replica=$g" "warm-up of replica $g failed (curl status $rc, HTTP ${code:-none})"
+    fatal warmup_failed "replica=$g" "warm-up of $(group_name "$g") failed (curl status $rc, HTTP ${code:-none})"
   fi
   event warmup_done "replica=$g" ok=1 http=200 "prompt_tokens=$WARMUP_INPUT_LEN"
+}
+
+# The warm-up of a launch of servers: one direct request to each.
+warmup_replicas() {
+  local g
+  for g in "${!HEADS[@]}"; do
+    warmup_replica "$g"
+  done
 }
 
 wait_router_ready() {
@@ -303,7 +321,7 @@ preflight_node() {
     fi
   fi
   preflight_fabric
-  preflight_pd
+  if declare -F preflight_pd >/dev/null; then preflight_pd; fi     # a job with prefill/decode roles (pd.sh)
   if [[ -n "$tok_pid" ]]; then
     wait "$tok_pid"; rc=$?
     if (( rc != 0 )); then
@@ -425,7 +443,8 @@ write_preflight_script() {
     # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
     declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB \
       PF_CLIENT_IMPORT 2>/dev/null
-    declare -f json_str preflight_node preflight_fabric iface_matches preflight_pd
+    declare -f json_str preflight_node preflight_fabric iface_matches
+    if declare -F preflight_pd >/dev/null; then declare -f preflight_pd; fi
     echo 'preflight_node "$@"'
   } >"$RUN_DIR/preflight/check.sh"
 }

@@ -52,23 +52,32 @@ metric_sum() {
   awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $NF } END { printf "%d", s }'
 }
 
-# stall_check G: replica G's progress counter (WATCH_PROGRESS) and requests in flight
-# (WATCH_INFLIGHT) from its /metrics; fails the pass when the counter has not moved for
-# WATCH_STALL_S while requests were in flight (or the replica no longer answers /metrics). Reads
-# and updates watch_pass's prog / prog_at / inflight.
+# stall_check G: group G's progress counter (WATCH_PROGRESS) and requests in flight (the sum of
+# its role's gauges, WATCH_INFLIGHT[role]: a prefill/decode role adds its queue gauges) from its
+# /metrics; fails the pass when the counter has not moved for WATCH_STALL_S while requests were in
+# flight (or the server no longer answers /metrics), naming the gauges that held them. Reads and
+# updates watch_pass's prog / prog_at / inflight / held.
 stall_check() {
-  local g=$1 text count n=0 m state=answered what="is stalled"
+  local g=$1 text count n=0 m v now="" state=answered what="is stalled"
+  local -a gauges=()
+  read -ra gauges <<<"${WATCH_INFLIGHT[${GROUP_ROLES[g]:-server}]:-}"
   if text=$(curl -sS -m "$METRICS_TIMEOUT" "http://${ADDRS[g]}:${PORTS[g]}/metrics" 2>&1); then
     count=$(metric_sum "$WATCH_PROGRESS" <<<"$text")
-    for m in "${WATCH_INFLIGHT[@]}"; do n=$(( n + $(metric_sum "$m" <<<"$text") )); done
-    # the clock runs from the last finished request, or from when requests arrived at an idle replica
+    for m in "${gauges[@]}"; do
+      v=$(metric_sum "$m" <<<"$text")
+      n=$(( n + v ))
+      (( v > 0 )) && now+="${now:+,}$m:$v"
+    done
+    # the clock runs from the last finished request, or from when requests arrived at an idle server
     if [[ "${prog[$g]:-}" != "$count" || "${inflight[$g]:-0}" == 0 ]]; then
       prog[$g]=$count
       prog_at[$g]=$SECONDS
       inflight[$g]=$n
+      held[$g]=$now
       return 0
     fi
     inflight[$g]=$n
+    held[$g]=$now
   else
     state="did not answer ($(tail -n 1 <<<"$text"))"
   fi
@@ -76,9 +85,10 @@ stall_check() {
   [[ "${inflight[$g]:-?}" == 0 ]] && return 0          # idle, not hung
   [[ $state == answered ]] || what="is stalled or unreachable from the batch host"
   tail_log "$RUN_DIR/logs/server-r$g-n0.log"
-  fatal stalled "replica=$g" "node=${HEADS[g]}" "pass=${PASS_KEY:-bench}" "seconds=$(( SECONDS - prog_at[$g] ))" \
-    "inflight=${inflight[$g]:-?}" "finished=${prog[$g]:-?}" "metrics=${state%% *}" \
-    "replica $g (head ${HEADS[g]}) $what: no request finished for $(( SECONDS - prog_at[$g] )) s while ${inflight[$g]:-some} were in flight ($WATCH_PROGRESS stayed at ${prog[$g]:-?}; its /metrics $state)"
+  fatal stalled "replica=$g" "role=${GROUP_ROLES[g]:-server}" "node=${HEADS[g]}" "pass=${PASS_KEY:-bench}" \
+    "seconds=$(( SECONDS - prog_at[$g] ))" "inflight=${inflight[$g]:-?}" "held=${held[$g]:-}" "finished=${prog[$g]:-?}" \
+    "metrics=${state%% *}" \
+    "$(group_name "$g") (head ${HEADS[g]}) $what: no request finished for $(( SECONDS - prog_at[$g] )) s while ${inflight[$g]:-some} were in flight (${held[$g]:-its gauges unread}; $WATCH_PROGRESS stayed at ${prog[$g]:-?}; its /metrics $state)"
 }
 
 # pass_limit PROMPTS CONCURRENCY MODE: seconds a pass may take, WATCH_FACTOR_PCT % of its estimate
@@ -93,10 +103,10 @@ pass_limit() {
 
 # watch_pass PID LIMIT_S: watch_pid for the benchmark client, and the pass fails (the job's
 # teardown stops the client and the servers) when it runs longer than LIMIT_S (0: no limit), or
-# a replica stalls (stall_check, every WATCH_EVERY s). Returns the client's exit status.
+# a server stalls (stall_check, every WATCH_EVERY s). Returns the client's exit status.
 watch_pass() {
   local pid=$1 limit=$2 start=$SECONDS next=0 g
-  local -A prog=() prog_at=() inflight=()
+  local -A prog=() prog_at=() inflight=() held=()
   for g in "${!HEADS[@]}"; do prog_at[$g]=$SECONDS; done
   while kill -0 "$pid" 2>/dev/null; do
     alive_or_die

@@ -1,13 +1,10 @@
 {% raw %}
 # ---- prefill/decode (PD) launches (static): roles, bootstrap, KV canaries, pair warm-ups --------
-# A PD launch's het groups are role instances (GROUP_ROLES[g] = prefill | decode; empty for a mode
-# of identical replicas). SGLang 0.5.23's servers of both roles answer /health and finish their own
-# warm-up with a fake bootstrap host (2.2.2.2: http_server.py), so "every server healthy" proves
-# nothing about KV transfer; the job proves it pair by pair before the benchmark.
-BOOTSTRAP_PORT_BASE=${BOOTSTRAP_PORT_BASE:-0}
+# Included only in jobs with prefill/decode roles. A PD launch's het groups are role instances
+# (GROUP_ROLES[g] = prefill | decode). SGLang 0.5.23's servers of both roles answer /health and
+# finish their own warm-up with a fake bootstrap host (2.2.2.2: http_server.py), so "every server
+# healthy" proves nothing about KV transfer; the job proves it pair by pair before the benchmark.
 CANARY_TIMEOUT=${CANARY_TIMEOUT:-60}
-GROUP_ROLES=()
-BOOT_PORTS=()
 PAIR_P=()
 PAIR_D=()
 
@@ -37,17 +34,6 @@ preflight_pd() {
       inactive) problem pd "pd.ib_device=$PF_PD_IB: $dev has no ACTIVE port: every KV transfer through it would fail" ;;
     esac
   done
-}
-
-# pd_launch: this launch runs prefill/decode roles.
-pd_launch() { (( ${#GROUP_ROLES[@]} )); }
-
-# group_name G: how users read group G: "prefill 0", "decode 1", "replica 1".
-group_name() {
-  local g=$1 i n=0
-  [[ -n "${GROUP_ROLES[g]:-}" ]] || { printf 'replica %d' "$g"; return 0; }
-  for (( i = 0; i < g; i++ )); do [[ ${GROUP_ROLES[i]} == "${GROUP_ROLES[g]}" ]] && n=$(( n + 1 )); done
-  printf '%s %d' "${GROUP_ROLES[g]}" "$n"
 }
 
 # json_value NAME: the first scalar "NAME": value of the JSON on stdin, quotes stripped ("" if none).
@@ -238,8 +224,8 @@ pd_router_canary() {
     "a 2-token generation through the router failed after $(( SECONDS - start )) s (HTTP ${code:-none}, curl $rc): the router's PD path does not work"
 }
 
-# The servers of a PD launch are up: prove the roles, the bootstrap servers and every pair's KV
-# transfer, then warm every pair up (in that order: each step fails faster than the next).
+# The servers of a PD launch are up: prove the roles, the bootstrap servers and every
+# pair's KV transfer, then warm every pair up (in that order: each step fails faster than the next).
 pd_ready() {
   pd_check_roles
   pd_wait_bootstrap

@@ -7,6 +7,14 @@
 # A failed launch of a campaign ends only itself (launch_end status=failed) and the job goes on;
 # a single run's job ends with its launch's status.
 
+# Each prefill instance's bootstrap port (a job with prefill/decode roles sets BOOTSTRAP_PORT_BASE);
+# the role and the name of each het group of the running launch (run_launch: MODE_ROLES_<i>,
+# MODE_NAMES_<i>).
+BOOTSTRAP_PORT_BASE=${BOOTSTRAP_PORT_BASE:-0}
+BOOT_PORTS=()
+GROUP_ROLES=()
+GROUP_NAMES=()
+
 # Run directory: never reuse one that a job already wrote to.
 prepare_run_dir() {
   if [[ -e "$RUN_DIR/events.log" ]]; then
@@ -93,21 +101,18 @@ resolve_addresses() {
   event addresses "mode=$ADDRESS_MODE" "${kv[@]}"
 }
 
-# One srun step per replica, one task per node, with the launch's SERVER_CMD (a PD launch: the
-# command of the group's role, SERVER_CMD_<mode>_<role>, and a prefill's bootstrap port).
+# One srun step per het group, one task per node, with the command of the group's role in the
+# launch's mode (SERVER_CMD_<mode>_<role>; a prefill adds its bootstrap port).
 start_servers() {
   local g ref
   local -a cmd
   for g in "${!HEADS[@]}"; do
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
-    cmd=("${SERVER_CMD[@]}")
-    if pd_launch; then
-      ref="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}[@]"
-      cmd=("${!ref}")
-      [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
-    fi
+    ref="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}[@]"
+    cmd=("${!ref}")
+    [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
-    event server_launch "replica=$g" ${GROUP_ROLES[g]:+"role=${GROUP_ROLES[g]}"}
+    event server_launch "replica=$g" "role=${GROUP_ROLES[g]}"
     # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
       --output="$RUN_DIR/logs/server-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
@@ -161,15 +166,10 @@ run_launch() {
   MODE=${LAUNCH_MODES[i]}
   [[ ${LAUNCH_DIRS[i]} == . ]] || RUN_DIR="$CAMPAIGN_DIR/${LAUNCH_DIRS[i]}"
   MODE_INDEX=${LAUNCH_SERVER[i]}
-  GROUP_ROLES=()
-  SERVER_CMD=()
-  if declare -p "MODE_ROLES_$MODE_INDEX" >/dev/null 2>&1; then    # prefill/decode roles (pd.sh)
-    ref="MODE_ROLES_${MODE_INDEX}[@]"
-    GROUP_ROLES=("${!ref}")
-  else
-    ref="SERVER_CMD_${MODE_INDEX}[@]"
-    SERVER_CMD=("${!ref}")
-  fi
+  ref="MODE_ROLES_${MODE_INDEX}[@]"
+  GROUP_ROLES=("${!ref}")
+  ref="MODE_NAMES_${MODE_INDEX}[@]"
+  GROUP_NAMES=("${!ref}")
   METRICS_SERVERS=${MODE_METRICS[LAUNCH_SERVER[i]]}
   STEP_PIDS=()
   CLIENT_PID=""
@@ -187,15 +187,10 @@ run_launch() {
   wait_servers_ready
   check_nccl_network
   make_warmup_body
-  if pd_launch; then
-    pd_ready
-  else
-    for g in "${!HEADS[@]}"; do
-      warmup_replica "$g"
-    done
-  fi
+  # servers are warmed up one by one; prefill/decode roles are proven pair by pair (pd.sh)
+  if has_role prefill; then pd_ready; else warmup_replicas; fi
   start_router
-  pd_launch && pd_router_canary
+  if has_role prefill; then pd_router_canary; fi
   read -ra specs <<<"${LAUNCH_PASSES[i]}"
   for spec in "${specs[@]}"; do
     IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG <<<"$spec"

@@ -53,7 +53,7 @@ def test_campaign_golden_and_shell_checks(tmp_path):
         return [ln for ln in t.splitlines() if ln.startswith("#SBATCH") and not ln.startswith("#SBATCH --time=")]
     assert header(text) == header(single)
     assert "#SBATCH --time=01:21:00" in text and "#SBATCH --time=00:31:00" in single
-    assert "SERVER_CMD_0=(" in text and "SERVER_CMD_1=(" in text
+    assert "SERVER_CMD_0_server=(" in text and "SERVER_CMD_1_server=(" in text
     assert ("LAUNCH_PASSES=(\n  '8:1:40:c8-r1:bench-c8-r1.jsonl:logs/client-c8-r1.log "
             "8:2:40:c8-r2:bench-c8-r2.jsonl:logs/client-c8-r2.log ") in text
     assert "LAUNCH_DIRS=(launch1-tp32 launch2-tp32-dflash)" in text
@@ -107,11 +107,14 @@ def test_every_mode_is_validated_and_duplicates_refused():
 def test_modes_of_different_shape_cannot_share_an_allocation():
     src = Sources("example", (), GOLDEN_SETS)
     exps = [load_experiment(src, m) for m in AB]
-    exps[1] = dataclasses.replace(exps[1], nodes_per_replica=2)
+    mode = exps[1].mode
+    exps[1] = dataclasses.replace(exps[1], mode=dataclasses.replace(
+        mode, roles=(dataclasses.replace(mode.roles[0], nodes=2, tp=16),)))
     with pytest.raises(ConfigErrors) as e:
         resolve_options(exps, CampaignOptions(repeats=2))
     msg = str(e.value)
-    assert "different shape" in msg and "tp32: 2 replicas x 4 nodes" in msg and "tp32-dflash: 2 replicas x 2 nodes" in msg
+    assert "different shape" in msg and "tp32: 2 components of 4 + 4 nodes" in msg
+    assert "tp32-dflash: 2 components of 2 + 2 nodes" in msg
 
 
 def test_default_campaign_run_id_names_the_modes(monkeypatch):

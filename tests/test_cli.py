@@ -10,7 +10,7 @@ def test_dry_run_prints_script_and_summary(cli):
     code, out, err = cli("dry-run", "tp32", "--run-id", "r1")
     assert code == 0
     assert out.startswith("#!/bin/bash\n") and "#SBATCH hetjob" in out
-    assert "parallelism per replica: TP32 / PP1 / EP4" in err and "router (srun" in err
+    assert "role server: 2 instance(s) x 4 nodes, TP32 / PP1 / EP4" in err and "router (srun" in err
 
 
 def test_dry_run_all_modes(cli):

@@ -172,16 +172,23 @@ def test_metric_sum_and_pass_limit(lib, tmp_path):
     assert r.stdout.split() == ["14", "990", "270", "0"]     # (5 x 60 + 30) x 3; (40 x 1.5 + 30) x 3
 
 
-def _watch(lib, tmp_path, counts, inflight):
-    """watch_pass on a 'client' that runs for 4 s while replica 0's /metrics shows COUNTS (one per
-    scrape, the last repeated) and INFLIGHT requests."""
+INFLIGHT = ("declare -A WATCH_INFLIGHT=([server]='sglang:num_running_reqs sglang:num_queue_reqs' "
+            "[decode]='sglang:num_running_reqs sglang:num_queue_reqs sglang:num_decode_prealloc_queue_reqs "
+            "sglang:num_decode_transfer_queue_reqs')\n")
+
+
+def _watch(lib, tmp_path, counts, inflight, role="server", gauges=""):
+    """watch_pass on a 'client' that runs for 4 s while group 0's /metrics shows COUNTS (one per
+    scrape, the last repeated), INFLIGHT running requests and the GAUGES lines; group 0 runs ROLE."""
     seq = tmp_path / "seq"
     seq.write_text("".join(f"{c}\n" for c in counts))
     curl = (f'n=$(head -n 1 {seq}); [ $(wc -l <{seq}) -gt 1 ] && sed -i 1d {seq}\n'
             '[ "$n" = down ] && { echo "curl: (7) Failed to connect to a0 port 1" >&2; exit 7; }\n'
-            f'printf "sglang:num_requests_total{{a=\\"b\\"}} $n\\nsglang:num_running_reqs{{a=\\"b\\"}} {inflight}\\n"')
+            f'printf "sglang:num_requests_total{{a=\\"b\\"}} $n\\nsglang:num_running_reqs{{a=\\"b\\"}} {inflight}\\n{gauges}"')
+    name = "replica 0" if role == "server" else f"{role} 0"
     script = (NODES + "ADDRS=(a0 a1)\nPORTS=(1 2)\nHEADS=(node01)\nMETRICS_SERVERS=1\nWATCH_STALL_S=2\n"
-              "WATCH_EVERY=0\nWATCH_PROGRESS=sglang:num_requests_total\nWATCH_INFLIGHT=(sglang:num_running_reqs)\n"
+              f"GROUP_ROLES=({role})\nGROUP_NAMES=('{name}')\n"
+              "WATCH_EVERY=0\nWATCH_PROGRESS=sglang:num_requests_total\n" + INFLIGHT +
               "PASS_KEY=c8-r1\nsleep 4 & watch_pass $! 0\necho client_rc=$?\n")
     return bash(lib, tmp_path, script, curl=curl)
 
@@ -193,6 +200,24 @@ def test_a_replica_that_finishes_nothing_while_busy_fails_the_pass(lib, tmp_path
     assert f["kind"] == "stalled" and f["replica"] == "0" and f["pass"] == "c8-r1" and f["finished"] == "5"
     assert f["inflight"] == "4" and f["metrics"] == "answered" and int(f["seconds"]) >= 2
     assert "replica 0 (head node01) is stalled: no request finished for" in r.stderr, r.stderr
+
+
+def test_a_decode_whose_transfers_hang_fails_the_pass_naming_its_queue(lib, tmp_path):
+    """SGLang 0.5.23 counts a decode request waiting for its KV in neither num_running_reqs nor
+    num_queue_reqs: the decode's own queue gauges (watchdog.role_inflight_metrics.decode) are what
+    shows it in flight, and the failure names them."""
+    queue = 'sglang:num_decode_transfer_queue_reqs{a=\\"b\\"} 6\\nsglang:num_decode_prealloc_queue_reqs{a=\\"b\\"} 0\\n'
+    r, ev, _ = _watch(lib, tmp_path, [3, 4, 4], inflight=0, role="decode", gauges=queue)
+    assert r.returncode == 1 and "client_rc" not in r.stdout
+    f = ev.failures()[0].fields
+    assert f["kind"] == "stalled" and f["role"] == "decode" and f["inflight"] == "6", f
+    assert f["held"] == "sglang:num_decode_transfer_queue_reqs:6", f
+    assert ("decode 0 (head node01) is stalled: no request finished for" in r.stderr
+            and "while 6 were in flight (sglang:num_decode_transfer_queue_reqs:6;" in r.stderr), r.stderr
+    # the same scrapes read with a server's gauges only: idle, no stall (what the watchdog saw before)
+    (tmp_path / "server").mkdir()
+    r, ev, _ = _watch(lib, tmp_path / "server", [3, 4, 4], inflight=0, role="server", gauges=queue)
+    assert "client_rc=0" in r.stdout and not ev.failures()
 
 
 def test_a_replica_whose_metrics_stop_answering_fails_the_pass_as_stalled_or_unreachable(lib, tmp_path):

@@ -263,3 +263,50 @@ def test_a_slow_link_shows_as_kv_transfer_share_of_ttft(job, dp2_vs_pd):
             f"KV transfer {kv['mean_ms']:.0f} ms = {slow['kv_share'] * 100:.1f} % of TTFT "
             f"(unlimited: {next(x.mean_ms for x in base.chain if x.key == 'kv_transfer'):.0f} ms = "
             f"{base.kv_share * 100:.1f} %)")
+
+
+def _requests_done(run_dir: Path, kv: dict) -> float | None:
+    """sglang:num_requests_total of one /metrics scrape the job recorded (None when it failed)."""
+    if kv.get("ok") != "1":
+        return None
+    text = (run_dir / kv["file"]).read_text(errors="replace")
+    return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("sglang:num_requests_total{"))
+
+
+def test_transfers_that_hang_mid_run_fail_the_pass_by_the_stall_watchdog(job):
+    """The prefill's KV transfer engine hangs once 15 requests finished there (its canary, warm-up
+    and router canary, then 12 of the benchmark's): the later requests wait in the prefill's
+    inflight queue and the decode's transfer queue, which SGLang 0.5.23 counts in neither
+    num_running_reqs nor num_queue_reqs. The stall watchdog reads each role's own in-flight gauges
+    (watchdog.role_inflight_metrics) and fails the pass within watchdog.stall_s (15 s on the local
+    site) of the last finished request plus its scrape interval (metrics.interval_s = 2 s), naming
+    the role instance and the queue; the decode's waiting timeout (120 s here) never comes into play."""
+    j, nodes = _fault_job(job, "pd-hang", 'server.env.SLURM_AB_EMU_FAULT="pd_transfer_hang_after=15"',
+                          'pd.env.SGLANG_DISAGGREGATION_WAITING_TIMEOUT="120"', nodes="prefill", client=CLIENT_052)
+    rc = j.finish(400)
+    assert rc != 0, j.output()[-3000:]
+    t_fail, f = j.event("fail")
+    assert f["kind"] == "stalled" and f["role"] in ("prefill", "decode"), f
+    g, stall_s, every = int(f["replica"]), 15, 2
+    name = f"{f['role']} 0"
+    queues = {"prefill": ("sglang:num_prefill_bootstrap_queue_reqs", "sglang:num_prefill_inflight_queue_reqs"),
+              "decode": ("sglang:num_decode_prealloc_queue_reqs", "sglang:num_decode_transfer_queue_reqs")}[f["role"]]
+    held = dict(x.rsplit(":", 1) for x in f["held"].split(","))
+    assert any(int(held.get(q, 0)) > 0 for q in queues), f        # a PD queue held requests
+    assert stall_s <= int(f["seconds"]) <= stall_s + every + 2, f
+    # from the last scrape of that server before its final count (the hang began after it) to the stop
+    scrapes = [(t, _requests_done(j.run_dir, kv)) for t, k, kv in j.events()
+               if k == "metrics_scrape" and kv.get("target") == f"r{g}n0" and t < t_fail]
+    before = max(t for t, n in scrapes if n is not None and n < float(f["finished"]))
+    took = t_fail - before
+    assert took <= stall_s + 2 * every + 3, took
+    s = j.summary()
+    assert s["verdict"] == "failed", s["reasons"]
+    r = next(x for x in s["reasons"] if " stalled in pass " in x)
+    head = j.hosts()[g][0]
+    assert r.startswith(f"{name} (head {head}) stalled in pass "), r
+    assert any(q in r for q in queues) and "(watchdog.stall_s)" in r, r
+    j.assert_nothing_left()
+    measure("PD: KV transfers hang mid-run (pd_transfer_hang_after=15)", took,
+            f"stall verdict {took:.1f} s after the last scrape before the hang (stall_s {stall_s}, scrape "
+            f"every {every} s; clock {f['seconds']} s): {r}")

@@ -133,9 +133,13 @@ def test_golden_pd_local_site():
 
 
 def test_replica_modes_render_as_before():
-    """Nothing of a PD mode leaks into a job without one: no PD variables, one SERVER_CMD per mode."""
-    text = generated(render("tp32", site="local"))
-    assert "BOOTSTRAP_PORT_BASE" not in text and "MODE_ROLES_" not in text and "PF_PD_IB" not in text
+    """Nothing of a PD mode leaks into a job without one: no PD variables, no pd.sh; its one role's
+    command per mode."""
+    full = render("tp32", site="local")
+    text = generated(full)
+    assert "BOOTSTRAP_PORT_BASE=" not in text and "PF_PD_IB" not in text and "CANARY_TIMEOUT" not in text
+    assert "MODE_ROLES_0=(server server)" in text and "SERVER_CMD_0_server=(" in text
+    assert "prefill/decode (PD) launches" not in full and "pd_ready()" not in full
 
 
 def _campaign(modes, sets=()):
@@ -143,9 +147,14 @@ def _campaign(modes, sets=()):
                          CampaignOptions(repeats=1, order="blocked"))
 
 
-@pytest.mark.parametrize("script", ["pd-1p1d", "pd-1p1d-dflash", "campaign"])
+@pytest.mark.parametrize("script", ["pd-1p1d", "pd-1p1d-dflash", "campaign", "1p2d"])
 def test_pd_scripts_pass_bash_n_and_shellcheck(tmp_path, script):
-    text = render_script(_campaign(["tp32", "pd-1p1d"])) if script == "campaign" else render(script, site="local")
+    text = (render_script(_campaign(["tp32", "pd-1p1d"])) if script == "campaign" else
+            render("pd-1p1d", site="local", sets=["mode.roles.decode.instances=2"]) if script == "1p2d" else
+            render(script, site="local"))
+    if script == "1p2d":                  # xPyD is a count: three het groups, the router told of both decodes
+        assert "MODE_ROLES_0=(prefill decode decode)" in text and text.count("#SBATCH hetjob") == 2
+        assert '--decode "http://${R1_ADDR}:${R1_PORT}"' in text and '--decode "http://${R2_ADDR}:${R2_PORT}"' in text
     p = tmp_path / "pd.sbatch"
     p.write_text(text)
     r = subprocess.run(["bash", "-n", str(p)], capture_output=True, text=True)
@@ -159,8 +168,9 @@ def test_dp2_and_pd_share_one_allocation():
     launch starts its own mode's servers and router (router_command picks by MODE_INDEX)."""
     plan = _campaign(["tp32", "pd-1p1d"])
     text = render_script(plan)
-    assert "SERVER_CMD_0=(" in text and "SERVER_CMD_1_prefill=(" in text and "SERVER_CMD_1_decode=(" in text
-    assert "MODE_ROLES_1=(prefill decode)" in text and "MODE_ROLES_0" not in text
+    assert "SERVER_CMD_0_server=(" in text and "SERVER_CMD_1_prefill=(" in text and "SERVER_CMD_1_decode=(" in text
+    assert "MODE_ROLES_0=(server server)" in text and "MODE_ROLES_1=(prefill decode)" in text
+    assert "\n# ---- prefill/decode (PD) launches (static)" in text          # pd.sh: the job has PD roles
     body = text[text.index("router_command() {"): text.index("client_command() {")]
     assert "case $MODE_INDEX in" in body and "0) ROUTER_CMD=(" in body and "1) ROUTER_CMD=(" in body
     assert body.index("--worker-urls") < body.index("1) ROUTER_CMD=(") < body.index("--pd-disaggregation")
@@ -176,7 +186,7 @@ def test_campaign_dry_run_shows_the_pd_modes_roles_and_router():
                  "    KV canary prefill 0 -> decode 0: POST /generate to both at once",
                  '    router of pd-1p1d: env -u PYTHONPATH python3 -m sglang_router.launch_router --pd-disaggregation --prefill',
                  "  prefill role of pd-1p1d: SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=15 ",
-                 "  server of tp32: python3 -m slurm_ab_testbed.emulator "):
+                 "  server role of tp32: python3 -m slurm_ab_testbed.emulator "):
         assert line in text, line
 
 

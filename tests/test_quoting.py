@@ -33,7 +33,7 @@ def test_model_path_is_one_literal_word(path, tmp_path):
     esc = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     cfg.write_text(f'[paths]\nmodel = "{esc}"\n[container]\nimage = ""\n')
     text = render("tp32", configs=[str(cfg)])
-    words = _array(text, "SERVER_CMD_0")
+    words = _array(text, "SERVER_CMD_0_server")
     i = words.index("--model-path")
     assert words[i + 1] == path
     client = _array(text, "CLIENT_CMD")

@@ -177,11 +177,11 @@ def test_summary_md_shows_each_replicas_server_tpot(tmp_path):
     assert "TPOT mean / p50 / p95 (server)" in table
     # the mean is exact; p50 and p95 are the buckets they fall in, nothing finer (issue 19)
     # each replica's decode-line speed per running request (what the rule compares), mean ± sd
-    assert re.search(r"^\| 0 .*\| 10\.2 ± 0\.5 +\| 98\.0 ms / 80-100 ms / 80-100 ms ", table, re.M), table
-    assert re.search(r"^\| 1 .*\| 2\.2 ± 0\.1 +\| 450\.0 ms", table, re.M), table
+    assert re.search(r"^\| replica 0 .*\| 10\.2 ± 0\.5 +\| 98\.0 ms / 80-100 ms / 80-100 ms ", table, re.M), table
+    assert re.search(r"^\| replica 1 .*\| 2\.2 ± 0\.1 +\| 450\.0 ms", table, re.M), table
     assert "tok/s per request: each decode line's gen throughput / #running-req" in md
-    assert re.search(r"^\| 0 .*\| 98\.0 ms / 80-100 ms / 80-100 ms ", table, re.M), table
-    assert re.search(r"^\| 1 .*\| 450\.0 ms / 400-600 ms / 400-600 ms ", table, re.M), table
+    assert re.search(r"^\| replica 0 .*\| 98\.0 ms / 80-100 ms / 80-100 ms ", table, re.M), table
+    assert re.search(r"^\| replica 1 .*\| 450\.0 ms / 400-600 ms / 400-600 ms ", table, re.M), table
     assert "- replica 1 (node05, node06, node07, node08) decoded 4.6x slower" in md
     # without server histograms the column is not shown at all
     plain = run_md(RunSummary(run_id="r", replicas=tuple(reps), server_metrics=ServerMetrics()))

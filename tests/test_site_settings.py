@@ -120,8 +120,9 @@ def test_dry_run_summary_of_a_pyxis_site():
     assert "cache directory /scratch/cache/slurm-ab-$SLURM_JOB_ID on every node" in text
     assert "HOME=$CACHE_DIR XDG_CACHE_HOME=$CACHE_DIR/.cache HF_HOME=$CACHE_DIR/.cache/huggingface" in text
     assert "duration estimate: 1 server launch(es)" in text and "time limit 00:31:00" in text
-    assert "watchdog: a pass fails when it runs longer than 3 x its estimate, or when a replica " \
+    assert "watchdog: a pass fails when it runs longer than 3 x its estimate, or when a server " \
            "finishes no request for 180 s" in text
+    assert "in flight: server sglang:num_running_reqs + sglang:num_queue_reqs)" in text
     assert "note: heterogeneous jobs are scheduled by the backfill scheduler only" in text
     assert "MaxJobsPerUser" in text
     plain = summary(_plan("tp32", 'cache.dir=""'))

@@ -128,7 +128,7 @@ def test_unknown_reference():
 
 def test_other_modes_missing_values_do_not_block():
     exp = load_experiment(Sources("example", (), ("paths.draft_model=\"\"",)), "tp32")
-    assert exp.mode.tp == 32
+    assert exp.mode.role("server").tp == 32
 
 
 @pytest.mark.parametrize("run_id", ["../x", "a/b", "", "-x", "a b", "x" * 101, "a..b"])

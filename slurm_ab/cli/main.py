@@ -71,26 +71,26 @@ def main():
 @_config_options
 def modes(site, configs, sets):
     """List the experiment's modes with their parallelism."""
+    from ..model.experiment import mode_of
     from ..model.sources import load_tree_for
 
     tree = load_tree_for(_sources(site, configs, sets))
-    nodes = tree["experiment"]["nodes_per_replica"]
-    reps = tree["experiment"]["replicas"]
-    for name, m in tree["modes"].items():
-        extra = ", ".join(f"{k}={v}" for k, v in m.get("args", {}).items())
-        roles = m.get("roles") or {}
-        if roles:           # prefill/decode: its description, else each role's parallelism
-            par = " + ".join(f"{r.get('instances')} x {role} TP{r.get('tp')}/PP{r.get('pp')}/EP{r.get('ep')} "
-                             f"({r.get('nodes')} nodes)" for role, r in roles.items())
-            click.echo(f"{name:<16} {m.get('description') or par}"
-                       + (f"  [both roles: {extra}]" if extra else ""))
+    for name in tree["modes"]:
+        try:
+            m = mode_of(tree, name)
+        except (KeyError, TypeError) as e:
+            click.echo(f"{name:<16} (incomplete: no {e})")
             continue
-        par = f"{reps} x TP{m.get('tp')}/PP{m.get('pp')}/EP{m.get('ep')}"
-        desc = m.get("description", "")
-        # the description usually starts with the parallelism ("2 x TP32/PP1/EP4 + DFlash"):
-        # print it once
-        head = desc if desc.startswith(par) else f"{par}  {desc}".rstrip()
-        click.echo(f"{name:<16} {head}, {nodes} nodes per replica{'  [' + extra + ']' if extra else ''}")
+        extra = ", ".join(f"{k}={v}" for k, v in m.args)
+        # each role's parallelism once: the description usually starts with it ("2 x TP32/PP1/EP4 +
+        # DFlash"), a PD mode's says it in words
+        par = " + ".join(f"{r.instances} x {r.name + ' ' if r.kind.disaggregation else ''}TP{r.tp}/PP{r.pp}/EP{r.ep}"
+                         + (f" ({r.nodes} nodes)" if r.kind.disaggregation else "") for r in m.roles)
+        if m.disaggregated:
+            click.echo(f"{name:<16} {m.description or par}" + (f"  [both roles: {extra}]" if extra else ""))
+            continue
+        head = m.description if m.description.startswith(par) else f"{par}  {m.description}".rstrip()
+        click.echo(f"{name:<16} {head}, {m.roles[0].nodes} nodes per replica{'  [' + extra + ']' if extra else ''}")
 
 
 @main.command("dry-run")

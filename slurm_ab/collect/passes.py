@@ -19,7 +19,8 @@ from ..parse.preflight import ran_on_note, server_info_note
 from ..model.rundir import Layout, Manifest
 from .bench_result import bench_result, bench_spec
 from .job import job_info
-from .pd import collect_pd, component_name, pd_reasons, role_names
+from ..model.experiment import kind_of
+from .pd import collect_pd, component_name, disaggregated, pd_reasons, role_names
 from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
@@ -94,7 +95,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     replica_ids = set(events.replicas()) | set(inp.logs.files)
     if manifest.replicas is not None:
         replica_ids |= set(range(manifest.replicas))
-    names = role_names(manifest.config)          # PD: het group -> (role, instance)
+    names = role_names(manifest.config)          # het group -> (role, instance)
     reps = summarise_replicas(inp.logs, replica_ids, PassWindow(
         inp.window_name, window, inp.all_samples, manifest.warmup_input_len, job.node_lists, names))
     replicas = tuple(replace(r.summary, role=names[r.summary.replica][0], instance=names[r.summary.replica][1])
@@ -109,7 +110,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     speed = speed_findings(replicas, server_metrics.replicas)     # (confirmed, text): reason or note
     notes += [*server_metrics.notes, *(text for confirmed, text in speed if not confirmed)]
     pd = None
-    if names:
+    if disaggregated(names):
         pd = collect_pd(lay.root, events, names, job.node_lists, bench.ttft.mean if bench.ttft else None,
                         server_metrics.replicas, notes)
         notes += pd.notes
@@ -182,8 +183,7 @@ def interrupted_reason(events, replicas, total: int | None, has_result: bool) ->
                  ("fail", "teardown", "job_end")), None)
     after = f" {stop.epoch - start.epoch:.0f} s after it started" if stop else ""
     # PD: every request reaches a prefill and a decode; the decodes' answers are the client's
-    counted = [r for r in replicas if r.requests_served is not None
-               and (r.role is None or r.role == "decode")]
+    counted = [r for r in replicas if r.requests_served is not None and kind_of(r.role).answers]
     if not counted:
         return f"benchmark interrupted{after}; no server log to count completed requests"
     n = sum(r.requests_served for r in counted)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..model.experiment import instance_name, kind_of
 from ..parse.events import EventLog
 from ..parse.prometheus import Scrape
 from .gauges import groups
@@ -109,16 +110,21 @@ class PdSummary:
 
 
 def role_names(config) -> dict[int, tuple[str, int]]:
-    """het group -> (role, instance) of a PD run's components ({} for identical replicas or an
-    unknown configuration)."""
+    """het group -> (role, instance) of every component of the run's mode ({} for an unknown
+    configuration)."""
     comps = getattr(config, "components", None) or ()
-    return {c.group: (c.role, c.instance) for c in comps if getattr(c, "role", None)}
+    return {c.group: (c.role, c.instance) for c in comps}
+
+
+def disaggregated(names: Mapping[int, tuple[str, int]]) -> bool:
+    """The components are prefill/decode role instances (the pass gets collect_pd's record)."""
+    return any(kind_of(role).disaggregation for role, _ in names.values())
 
 
 def component_name(g: int, names: Mapping[int, tuple[str, int]] | None) -> str:
-    """'prefill 0' for a PD component, 'replica G' otherwise."""
+    """'replica 1', 'prefill 0': het group g as the model names it ('replica G' when unknown)."""
     got = (names or {}).get(g)
-    return f"{got[0]} {got[1]}" if got else f"replica {g}"
+    return instance_name(*got) if got else f"replica {g}"
 
 
 def _hist(a: Scrape, b: Scrape, name: str, where=None) -> tuple[float, float]:

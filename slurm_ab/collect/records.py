@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ..model.experiment import instance_name
+
 VERDICTS = ("ok", "invalid", "failed", "cancelled", "timeout", "running")
 
 
@@ -141,13 +143,13 @@ class ReplicaSummary:
     untimed_batch_lines: int = 0        # batch lines whose time could not be read
     retractions: int = 0                # KV-cache retractions (in the window, or all)
     retracted_requests: int = 0         # requests they sent back to the queue
-    role: str | None = None             # PD: prefill | decode (None: a replica)
-    instance: int | None = None         # PD: its index within the role
+    role: str | None = None             # server | prefill | decode (None: unknown, an old manifest's)
+    instance: int | None = None         # its index within the role
 
     @property
     def name(self) -> str:
         """How users read it: "replica 1", "prefill 0", "decode 0"."""
-        return f"{self.role} {self.instance}" if self.role else f"replica {self.replica}"
+        return instance_name(self.role, self.replica if self.instance is None else self.instance)
 
 
 @dataclass(frozen=True)

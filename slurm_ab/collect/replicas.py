@@ -156,7 +156,7 @@ class PassWindow:
     all_samples: bool = False
     warmup_tokens: int | None = None
     node_lists: dict = field(default_factory=dict)
-    names: dict = field(default_factory=dict)   # PD: het group -> (role, instance)
+    names: dict = field(default_factory=dict)   # het group -> (role, instance)
 
 
 def summarise_replicas(logs: LaunchLogs, replica_ids: Iterable[int], pw: PassWindow

@@ -29,6 +29,7 @@ from typing import Mapping, Sequence
 
 from ..parse.events import EventLog
 from ..parse.prometheus import Scrape
+from ..model.experiment import Experiment, kind_of
 from ..model.rundir import Layout
 from .gauges import (DRAFT_TOKENS, QUEUED, RETRACTED, RUNNING, by_stage, first_stage, gauge,
                      gauge_max, in_flight, kv_by_stage, label_set)
@@ -156,35 +157,38 @@ def _counter(scrape: Scrape, name: str) -> float:
 
 # ---- the run's configuration ------------------------------------------------------------------
 
-def _flags(exp) -> dict:
-    """The merged server flags of the run (an Experiment, or an older manifest's config dict)."""
-    if exp is None:
-        return {}
-    if hasattr(exp, "server_flags"):
-        return dict(exp.server_flags)
-    if hasattr(exp, "server_args"):                   # an Experiment: the mode's args win
-        return {**dict(exp.server_args), **dict(getattr(exp.mode, "args", ()) or ())}
-    pairs: list = []
-    mode = exp.get("mode") if isinstance(exp, Mapping) else None
-    for src in (exp.get("server_args") if isinstance(exp, Mapping) else None,
-                mode.get("args") if isinstance(mode, Mapping) else None):
-        if isinstance(src, Mapping):
-            pairs += list(src.items())
-        elif isinstance(src, (list, tuple)):
-            pairs += [tuple(p) for p in src if isinstance(p, (list, tuple)) and len(p) == 2]
-    return dict(pairs)
+def _config(exp):
+    """The run's Experiment (an older manifest's config dict reads as one: Experiment.from_dict)."""
+    return Experiment.from_dict(dict(exp)) if isinstance(exp, Mapping) else exp
 
 
-def _pp_of(exp) -> int | None:
-    mode = getattr(exp, "mode", None) if exp is not None and not isinstance(exp, Mapping) else \
-        (exp or {}).get("mode")
-    pp = getattr(mode, "pp", None) if not isinstance(mode, Mapping) else mode.get("pp")
+def _role(exp, role: str | None = None):
+    """One role of the run's mode (its first when unnamed or unknown); None without a config."""
+    roles = getattr(getattr(exp, "mode", None), "roles", None) or ()
+    return next((r for r in roles if r.name == role), roles[0] if roles else None)
+
+
+def role_of(exp, g: int) -> str | None:
+    """The role of het group g of the run's mode."""
+    return next((c.role for c in getattr(exp, "components", ()) or () if c.group == g), None)
+
+
+def _flags(exp, role: str | None = None) -> dict:
+    """One role's merged server flags (Experiment.role_flags; the first role's when unnamed)."""
+    exp = _config(exp)
+    r = _role(exp, role)
+    return dict(exp.role_flags(r.name)) if r is not None else {}
+
+
+def _pp_of(exp, role: str | None = None) -> int | None:
+    r = _role(_config(exp), role)
+    pp = getattr(r, "pp", None)
     return pp if isinstance(pp, int) else None
 
 
-def draft_tokens_of(exp) -> int | None:
-    """--speculative-num-draft-tokens (or DFlash's block size) of the run's merged server flags."""
-    flags = _flags(exp)
+def draft_tokens_of(exp, role: str | None = None) -> int | None:
+    """--speculative-num-draft-tokens (or DFlash's block size) of a role's merged flags."""
+    flags = _flags(exp, role)
     for k in ("speculative-dflash-block-size", "speculative-num-draft-tokens"):
         try:
             return int(flags[k])
@@ -193,9 +197,10 @@ def draft_tokens_of(exp) -> int | None:
     return None
 
 
-def _dp_of(exp) -> int | None:
-    """DP ranks whose schedulers report separately (DP attention), when the flags say so."""
-    flags = _flags(exp)
+def _dp_of(exp, role: str | None = None) -> int | None:
+    """DP ranks whose schedulers report separately (DP attention), when a role's flags say so
+    (per role: a decode's --dp-size 2 is its own)."""
+    flags = _flags(exp, role)
     for k in ("attn-dp-size", "dp-size"):
         try:
             n = int(flags[k])
@@ -420,7 +425,7 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
     exp: the run's Experiment (or an older manifest's config dict)."""
     run_dir = Path(run_dir)
     refs = window_scrapes(events)
-    pp, dp, draft = _pp_of(exp), _dp_of(exp), draft_tokens_of(exp)
+    exp = _config(exp)
     per_rep = by_replica(refs)
     if not per_rep:
         why = ("the job took no /metrics scrapes (older job script, or metrics scraping off)"
@@ -432,8 +437,10 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
     names = node_names(events)
     reps, windows = [], {}
     for r in replicas:
-        rm, w = replica_metrics(run_dir, r.replica, per_rep.get(r.replica, {}), pp=pp, dp=dp,
-                                node_names=names.get(r.replica, ()), draft_tokens=draft,
+        role = r.role or role_of(exp, r.replica)          # each role's own PP, DP and drafts
+        rm, w = replica_metrics(run_dir, r.replica, per_rep.get(r.replica, {}), pp=_pp_of(exp, role),
+                                dp=_dp_of(exp, role), node_names=names.get(r.replica, ()),
+                                draft_tokens=draft_tokens_of(exp, role),
                                 log_accept=r.accept_len, log_samples=r.accept_samples,
                                 problems=problems)
         reps.append(rm)
@@ -465,7 +472,7 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
                 checks.append(c)
     # PD: the prefills generate each request's first token and decode nothing; what the client
     # receives (tokens, acceptance, running requests) is the decodes'
-    prefills = {c.group for c in getattr(exp, "components", ()) or () if getattr(c, "role", None) == "prefill"}
+    prefills = {c.group for c in getattr(exp, "components", ()) or () if not kind_of(c.role).answers}
     pooled = _pooled([r for r in final if r.replica not in prefills], pooled_log)
     if pooled.rounds_skipped:
         problems.append(f"pooled running/queued/in-flight peaks over the {pooled.rounds} scrape "

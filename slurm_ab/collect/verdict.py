@@ -272,7 +272,8 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
 def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dict, names=None) -> list[str]:
     """Why the job stopped itself: NCCL on a node chose another network than the site declares
     (fail kind=nccl_network; the log line saying why, when diagnose found one), a replica stalled
-    (kind=stalled: no request finished for N s while requests were in flight, from its /metrics),
+    (kind=stalled: no request finished for N s while requests were in flight, from its /metrics,
+    with the in-flight gauges of its role that held them: a decode's transfer queue, ...),
     a pass ran past its time limit (kind=pass_timeout)."""
     out = []
     for e in events.failures():
@@ -300,15 +301,24 @@ def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dic
             what, seen, metrics = (("stalled", "finished", "its /metrics answered") if answered else
                                    ("stalled or unreachable", "seen to finish", "its /metrics did not answer "
                                     "the batch host: a hung server or a network path down"))
+            held = _held(f.get("held", ""))
             out.append(f"{who} (head {head}) {what} in pass {f.get('pass', '?')}: no request {seen} for "
                        f"{f.get('seconds', '?')} s while {f.get('inflight', '?')} were in flight "
-                       f"({f.get('finished', '?')} finished before; {metrics}); the job stopped the pass "
+                       + (f"in {held} " if held else "")
+                       + f"({f.get('finished', '?')} finished before; {metrics}); the job stopped the pass "
                        "(watchdog.stall_s)")
         elif kind == "pass_timeout":
             out.append(f"pass {f.get('pass', '?')} ran {f.get('seconds', '?')} s, past its limit of "
                        f"{f.get('limit', '?')} s (watchdog.pass_factor x its estimated duration); the "
                        "job stopped it")
     return out
+
+
+def _held(field: str) -> str:
+    """The stall event's held=NAME:N,... (the in-flight gauges of the stalled server's role that
+    were not 0) as "sglang:num_decode_transfer_queue_reqs (6)"; "" when the job recorded none."""
+    parts = [p.rpartition(":") for p in field.split(",") if ":" in p]
+    return ", ".join(f"{name} ({n})" for name, _, n in parts if name)
 
 
 def nccl_network_reasons(server_logs: Sequence, expected: str, node_lists: dict,

@@ -15,8 +15,8 @@ from ..model.campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_
 from ..model.errors import ConfigError, ConfigErrors
 from ..model.experiment import Experiment
 from ..ab_stats.metrics import PRIMARY_CHOICES
+from .render import mode_lines
 from .plan import JobPlan, check_run_id, make_plan
-from . import pd_summary
 
 MODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -33,11 +33,14 @@ class CampaignOptions:
 
 
 def _shape(exp: Experiment, plan: JobPlan) -> tuple:
-    return (exp.replicas, exp.nodes_per_replica, exp.cluster.gpus_per_node, plan.sbatch_component)
+    """The allocation a mode's launch needs: every component's nodes (one per role instance)."""
+    return (tuple(c.nodes for c in exp.components), exp.cluster.gpus_per_node, plan.sbatch_component)
 
 
 def _describe_shape(exp: Experiment) -> str:
-    return f"{exp.replicas} replicas x {exp.nodes_per_replica} nodes x {exp.cluster.gpus_per_node} GPUs"
+    comps = exp.components
+    return (f"{len(comps)} components of {' + '.join(str(c.nodes) for c in comps)} nodes x "
+            f"{exp.cluster.gpus_per_node} GPUs")
 
 
 def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
@@ -86,8 +89,8 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
         groups = "; ".join(f"{', '.join(x.mode.name for x in es)}: {_describe_shape(es[0])}"
                            for es in shapes.values())
         errors.append(ConfigError("modes", list(modes), "modes of different shape cannot share one "
-                                  f"allocation ({groups})", "modes with the same replicas, nodes per "
-                                  "replica and component options; submit the others separately"))
+                                  f"allocation ({groups})", "modes whose components (role instances) "
+                                  "have the same nodes and options; submit the others separately"))
     if errors:
         raise ConfigErrors(errors)
     return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
@@ -135,12 +138,11 @@ def campaign_summary(plan: JobPlan) -> str:
         lines.append(f"  launch {launch.index} ({launch.mode}) -> {launch.dir}/: "
                      + ", ".join(f"{p.key} ({p.prompts} prompts)" for p in launch.passes))
     lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
-    lines += pd_summary.campaign_lines(plan)
-    for mode, cmd, roles in zip(c.modes, cp.servers, cp.roles):
-        # a PD mode: each role's command, its environment first
-        shown = [(f"{r} role", rc.env + _words(rc)) for r, rc in roles] if roles else [("server", _words(cmd))]
-        for what, ws in shown:
-            lines.append(f"  {what} of {mode}: " + " ".join(str(w) for w in ws))
+    for i in range(1, len(c.modes)):
+        lines += mode_lines(plan, i)
+    for mode, roles in zip(c.modes, cp.roles):
+        for r, rc in roles:           # each role's command, its environment first
+            lines.append(f"  {r} role of {mode}: " + " ".join(str(w) for w in rc.env + _words(rc)))
     return "\n".join(lines) + "\n"
 
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..model.campaign import Campaign, Launch, Pass
-from . import pd_plan
-from ..model.experiment import Experiment
+from ..model.experiment import PD_KINDS, Experiment, kind_of
 from .shell import Var, flag_words
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -24,8 +23,14 @@ class Replica:
     index: int           # also its het group
     nodes: int
     port_offset: int     # added to the job's port base
-    role: str | None = None     # PD: the role instance this component runs in the job's first mode
+    role: str = "server"  # the role this component runs in the job's first mode
     instance: int = 0
+
+    @property
+    def name(self) -> str:
+        """How users read it: "replica 1", "prefill 0"."""
+        from ..model.experiment import instance_name
+        return instance_name(self.role, self.instance)
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class JobPlan:
     sbatch_component: tuple[str, ...]      # #SBATCH options repeated for every component
     replicas: tuple[Replica, ...]
     container_flags: tuple[str, ...]       # pyxis flags for every step ('' image -> none)
-    server: Command                        # without the per-replica run-time flags
+    server_env: tuple[str, ...]            # environment of every server step ([env], [server.env])
     router: Command
     client: Command
     job_slot_size: int                     # ports per job slot (replicas x stride)
@@ -85,10 +90,11 @@ class JobPlan:
         ct, wd = e.container, e.watchdog
         cleanup = (f"pyxis_{ct.name}-$SLURM_JOB_ID" if self.container_name and ct.scope == "global"
                    and ct.remove_command else "")
+        kinds = dict.fromkeys(r.name for x in self.campaign.experiments for r in x.mode.roles)
         return Guards(nccl_network=e.cluster.nccl_network, nccl_names=tuple(e.cluster.nccl_names),
                       watch_every_s=e.metrics.interval_s,
                       watch_factor_pct=int(round(wd.pass_factor * 100)), progress_metric=wd.progress_metric,
-                      inflight_metrics=tuple(wd.inflight_metrics), cleanup_container=cleanup,
+                      inflight_metrics=tuple((k, wd.inflight_of(k)) for k in kinds), cleanup_container=cleanup,
                       remove_command=tuple(ct.remove_command), node_step_args=tuple(e.cluster.side_step_args))
 
     @property
@@ -151,15 +157,15 @@ class JobPlan:
 
     @property
     def pd(self) -> bool:
-        """Some launch of the job runs a prefill/decode mode."""
-        return any(e.mode.roles for e in self.campaign.experiments) if self.campaign else bool(self.exp.mode.roles)
+        """Some launch of the job runs prefill/decode roles (the job then has pd.sh and its settings)."""
+        return any(e.mode.disaggregated for e in self.campaign.experiments)
 
     @property
     def pd_variables(self) -> tuple[tuple[str, object], ...]:
-        """The settings of a job with a PD mode (only such jobs' scripts have them)."""
+        """The settings of a job with prefill/decode roles (only such jobs' scripts have them)."""
         if not self.pd:
             return ()
-        pd = next(e for e in self.campaign.experiments if e.mode.roles).pd
+        pd = next(e for e in self.campaign.experiments if e.mode.disaggregated).pd
         return (("BOOTSTRAP_PORT_BASE", self.exp.ports.bootstrap), ("CANARY_TIMEOUT", pd.canary_timeout_s))
 
     def sbatch_of(self, r: Replica) -> tuple[str, ...]:
@@ -204,7 +210,7 @@ class PassStep:
 class LaunchStep:
     index: int
     mode: str
-    server: int                            # index of its mode's server command
+    server: int                            # index of its mode (its role commands, MODE_* arrays)
     dir: str                               # relative to the run directory; "." = the run's own
     passes: tuple[PassStep, ...]
 
@@ -215,15 +221,19 @@ class CampaignPlan:
 
     campaign: Campaign
     experiments: tuple[Experiment, ...]   # per mode, in campaign.modes order
-    servers: tuple[Command, ...]           # per mode (a PD mode: its prefill's)
     launches: tuple[LaunchStep, ...]
-    roles: tuple = ()                      # per mode: ((role, Command), ...) of a PD mode, else ()
+    roles: tuple = ()                      # per mode: ((role, its servers' Command), ...) in role order
     routers: tuple = ()                    # per mode: the router's Command
 
     @property
     def group_roles(self) -> tuple[tuple[str, ...], ...]:
-        """Per mode: the role of each het group of a PD mode's launch, else ()."""
-        return tuple(tuple(c.role for c in e.components) if e.mode.roles else () for e in self.experiments)
+        """Per mode: the role of each het group of its launch."""
+        return tuple(tuple(c.role for c in e.components) for e in self.experiments)
+
+    @property
+    def group_names(self) -> tuple[tuple[str, ...], ...]:
+        """Per mode: how users read each het group of its launch ("replica 1", "prefill 0")."""
+        return tuple(tuple(c.name for c in e.components) for e in self.experiments)
 
     @property
     def same_router(self) -> bool:
@@ -242,6 +252,9 @@ class CampaignPlan:
     def metrics(self) -> tuple[int, ...]:
         """Per mode: 1 when its servers run with --enable-metrics (the job scrapes them)."""
         return tuple(int(e.server_metrics) for e in self.experiments)
+
+    def role_command(self, mode_index: int, role: str) -> Command:
+        return dict(self.roles[mode_index])[role]
 
 
 def single_campaign(exp: Experiment) -> Campaign:
@@ -267,8 +280,7 @@ def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignP
         steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
                                 "." if single else launch_dirname(launch), passes))
     roles = tuple(tuple((r.name, role_command(e, r.name)) for r in e.mode.roles) for e in exps)
-    return CampaignPlan(campaign, exps, tuple(server_command(e) for e in exps), tuple(steps), roles,
-                        tuple(_router(e) for e in exps))
+    return CampaignPlan(campaign, exps, tuple(steps), roles, tuple(_router(e) for e in exps))
 
 
 @dataclass(frozen=True)
@@ -280,7 +292,7 @@ class Guards:
     watch_every_s: int
     watch_factor_pct: int
     progress_metric: str
-    inflight_metrics: tuple[str, ...]
+    inflight_metrics: tuple[tuple[str, tuple[str, ...]], ...]   # role kind -> its in-flight gauges
     cleanup_container: str              # pyxis' name of the job's container, "" = none to remove
     remove_command: tuple[str, ...]
     node_step_args: tuple[str, ...]     # srun options of the steps that run once per node
@@ -351,8 +363,8 @@ def used_paths(exp: Experiment) -> tuple[tuple[str, str], ...]:
     """(what, path) of the site paths this mode reads: the model always; the draft model only if
     its server flags name it, the dataset and a separate tokenizer only if the client's do (a
     path a mode does not use must not be mounted: a missing draft model breaks no other mode)."""
-    words = {w for cmd in (server_command(exp),) + tuple(role_command(exp, r.name) for r in exp.mode.roles)
-             for line in cmd.lines for w in line if isinstance(w, str)}
+    words = {w for r in exp.mode.roles for line in role_command(exp, r.name).lines for w in line
+             if isinstance(w, str)}
     cwords = {w for line in _client(exp).lines for w in line if isinstance(w, str)}
     out = [("model", exp.paths.model)]
     if exp.paths.draft_model and exp.paths.draft_model in words:
@@ -425,40 +437,60 @@ def _env(pairs) -> tuple[str, ...]:
 
 
 def role_command(exp: Experiment, role: str) -> Command:
-    """A PD role's SGLang command line; its env words go before it, after the job's SERVER_ENV."""
-    return Command(pd_plan.role_env(exp, role), pd_plan.role_lines(exp, role))
-
-
-def server_command(exp: Experiment) -> Command:
-    """SGLang's command line of every node (the job adds --dist-init-addr, --port, --node-rank).
-    Its words after the program are what the report shows as a run's flags. A PD mode's is its
-    prefill role's (role_command)."""
-    if exp.mode.roles:
-        return Command(_env(exp.env) + _env(exp.server_env), role_command(exp, exp.mode.roles[0].name).lines)
-    m = exp.mode
+    """The one builder of SGLang's command line, for every node of every instance of one role (the
+    job adds --dist-init-addr, --port, --node-rank and, on a prefill, --disaggregation-bootstrap-port).
+    Its env words go before it, after the job's SERVER_ENV: a prefill/decode role's [pd.env], then
+    the role's own env (which wins). Its words after the program are the report's flags row of the
+    role. What SGLang 0.5.23 takes of a prefill/decode role (shared/research/pd-disaggregation.md):
+    --disaggregation-mode, the site's --disaggregation-transfer-backend (and -ib-device); the other
+    ranks of an instance register with <dist-init host>:<bootstrap port> (common/conn.py), so the
+    router's prefill URL, the dist-init address and the bootstrap host are one address, the head's."""
+    r = exp.mode.role(role)
+    kind = r.kind
     lines = [
         tuple(exp.commands.server),
         ("--model-path", exp.paths.model),
-        ("--tp-size", str(m.tp)), ("--pp-size", str(m.pp)), ("--ep-size", str(m.ep)),
-        ("--nnodes", str(exp.nodes_per_replica)),
+        ("--tp-size", str(r.tp)), ("--pp-size", str(r.pp)), ("--ep-size", str(r.ep)),
+        ("--nnodes", str(r.nodes)),
         ("--host", "0.0.0.0"),
-        *(tuple(w) for w in flag_words(exp.server_flags)),
     ]
-    return Command(_env(exp.env) + _env(exp.server_env), tuple(lines))
+    env = exp.pd.env if kind.disaggregation else ()
+    if kind.disaggregation:
+        lines += [("--disaggregation-mode", kind.disaggregation),
+                  ("--disaggregation-transfer-backend", exp.pd.transfer_backend)]
+        if exp.pd.ib_device:
+            lines.append(("--disaggregation-ib-device", exp.pd.ib_device))
+    lines += [tuple(w) for w in flag_words(exp.role_flags(role))]
+    return Command(_env(env + r.env), tuple(lines))
 
 
-def server_flags_text(exp: Experiment) -> str:
-    """The server's flags as the job script's srun line writes them (shell words)."""
+def server_flags_text(exp: Experiment, role: str) -> str:
+    """One role's flags as the job script's srun line writes them (shell words)."""
     from .shell import words
-    return words(w for line in server_command(exp).lines[1:] for w in line)
+    return words(w for line in role_command(exp, role).lines[1:] for w in line)
 
 
 def _router(exp: Experiment) -> Command:
-    urls = tuple(Var(f"http://${{R{g}_ADDR}}:${{R{g}_PORT}}") for g in range(exp.replicas))
-    head = pd_plan.router_lines(exp) if exp.mode.roles else (
-        tuple(exp.router.command),
-        ("--worker-urls", *urls),
-        ("--policy", exp.router.policy))
+    """The router: one --worker-urls list of servers, or in PD mode (--pd-disaggregation) one
+    `--prefill URL BOOTSTRAP_PORT` per prefill instance (always with its port: without one the router
+    sends bootstrap_port null and each server substitutes its own setting, scheduler.py), one
+    `--decode URL` per decode instance (nargs=1 in sglang-router 0.3.2: two URLs after one flag are
+    "unrecognized arguments") and the per-role policies (sglang-router 0.3.2 and smg 1.13 alike)."""
+    def url(g: int) -> Var:
+        return Var(f"http://${{R{g}_ADDR}}:${{R{g}_PORT}}")
+
+    m = exp.mode
+    head: list[tuple] = [tuple(exp.router.command)]
+    if m.disaggregated:
+        head.append(("--pd-disaggregation",))
+        for c in exp.components:
+            kind = kind_of(c.role)
+            head.append((f"--{kind.disaggregation}", url(c.group), *((Var(f"${{R{c.group}_BOOT}}"),)
+                                                                     if kind.bootstrap else ())))
+        policies = dict(m.router)
+        head += [(f"--{k}-policy", policies.get(f"{k}_policy", "round_robin")) for k in PD_KINDS]
+    else:
+        head += [("--worker-urls", *(url(c.group) for c in exp.components)), ("--policy", exp.router.policy)]
     lines = [
         *head,
         ("--host", "0.0.0.0"),
@@ -468,6 +500,12 @@ def _router(exp: Experiment) -> Command:
         *(tuple(w) for w in flag_words(exp.router.args)),
     ]
     return Command(_env(exp.env), tuple(lines))
+
+
+def pairs(exp: Experiment) -> tuple[tuple[int, int], ...]:
+    """(prefill group, decode group) of every pair a PD launch proves and warms up."""
+    comps = exp.components
+    return tuple((p.group, d.group) for p in comps if p.role == "prefill" for d in comps if d.role == "decode")
 
 
 def _client(exp: Experiment) -> Command:
@@ -526,7 +564,7 @@ def client_python(check: tuple[str, ...], client_command: tuple[str, ...]) -> tu
     return (*client_command[:client_command.index("-m", 1)], *check[1:])
 
 
-def _preflight(exps: Sequence[Experiment], server: Command, client: Command) -> Preflight | None:
+def _preflight(exps: Sequence[Experiment]) -> Preflight | None:
     """The preflight of the job's first mode's settings, checking the paths every mode reads
     (a draft model that one mode of a campaign uses)."""
     exp = exps[0]
@@ -538,7 +576,7 @@ def _preflight(exps: Sequence[Experiment], server: Command, client: Command) -> 
     client_paths = [x for x in used if x[0] not in ("model", "draft model")]
     router = exp.router.module + (f"={exp.router.distribution}" if exp.router.distribution else "")
     interface = exp.cluster.address == "interface"
-    pd = next((e.pd for e in exps if e.mode.roles), None)
+    pd = next((e.pd for e in exps if e.mode.disaggregated), None)
     client_import = client_python(pf.import_command, exp.client.command)
     return Preflight(
         modules=tuple(m for m in (pf.server_module, router, pd.transfer_module if pd else "") if m),
@@ -571,7 +609,6 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
         f"--signal=B:USR1@{c.signal_before_limit_s}",
         "--no-requeue",  # a node failure must end the run with its evidence, not silently rerun it
     )
-    server, client = server_command(exp), _client(exp)
     return JobPlan(
         exp=exp,
         run_id=run_id,
@@ -581,14 +618,14 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
         sbatch_component=_sbatch_component(exp),
         replicas=tuple(Replica(c.group, c.nodes, c.group * stride, c.role, c.instance) for c in exp.components),
         container_flags=container_flags_for(exps, run_dir),
-        server=server,
+        server_env=_env(exp.env) + _env(exp.server_env),
         router=_router(exp),
-        client=client,
+        client=_client(exp),
         job_slot_size=exp.replicas * stride,
         secret_env=c.secret_env,
         server_step=_server_step(exp),
         side_step=_side_step(exp),
-        preflight=_preflight(exps, server, client),
+        preflight=_preflight(exps),
         campaign=campaign_plan(exps, campaign or single_campaign(exp)),
         srun_extra=srun_extra(exp),
         cache=cache_plan(exp),

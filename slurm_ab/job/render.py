@@ -5,9 +5,9 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import __version__
-from . import pd_summary
 from ..model.duration import parse_time, sized
-from .plan import JobPlan
+from ..model.experiment import Experiment, kind_of
+from .plan import JobPlan, Replica, pairs
 from .shell import word, words
 from ..model.validate import notices
 
@@ -36,31 +36,33 @@ def render_script(plan: JobPlan, template: str = "hetjob.sbatch.j2") -> str:
 
 
 def summary(plan: JobPlan) -> str:
-    """What the job will do, for dry-run: components, parallelism, ports and every command."""
+    """What the job will do, for dry-run: components, each role's parallelism, ports and every
+    command (each role instance's as its srun line runs it)."""
     e = plan.exp
     m = e.mode
     slot = plan.job_slot_size
     lines = [
         f"experiment {e.name}, mode {m.name}: {m.description}",
         f"run id {plan.run_id}, run directory {plan.run_dir}, job name {plan.job_name}",
-        *(pd_summary.components(plan) if m.roles else (
-            f"components: {e.replicas} (one per replica) x {e.nodes_per_replica} nodes, "
-            f"{e.cluster.gpus_per_node} GPUs per node, partition {e.cluster.partition}, time {_time(plan)}",
-            f"parallelism per replica: TP{m.tp} / PP{m.pp} / EP{m.ep} over {e.nodes_per_replica * e.cluster.gpus_per_node} GPUs")),
+        f"components: {len(plan.replicas)} (one per role instance: "
+        + ", ".join(f"{r.name} x {r.nodes} nodes" for r in plan.replicas)
+        + f"), {e.cluster.gpus_per_node} GPUs per node, partition {e.cluster.partition}, time {_time(plan)}",
+        *role_lines(e),
         f"benchmark: {e.benchmark.dataset} ({e.benchmark.dataset_config}) {e.benchmark.input_len} -> {e.benchmark.output_len}, "
         f"C={e.benchmark.concurrency}, {e.benchmark.num_prompts} prompts; warm-up {e.warmup.input_len} -> {e.warmup.output_len} per "
-        + ("prefill/decode pair" if m.roles else "replica"),
+        + ("prefill/decode pair" if m.disaggregated else "replica"),
         f"ports (slot = job id % {e.ports.job_slots}):",
     ]
     for r in plan.replicas:
-        lines.append(f"  {pd_summary.name(r)}: http {e.ports.server + r.port_offset} + slot*{slot}, "
+        lines.append(f"  {_name(r)}: http {e.ports.server + r.port_offset} + slot*{slot}, "
                      f"dist-init {e.ports.dist_init + r.port_offset} + slot*{slot}"
-                     + (f", bootstrap {e.ports.bootstrap + r.port_offset} + slot*{slot}" if r.role == "prefill" else ""))
+                     + (f", bootstrap {e.ports.bootstrap + r.port_offset} + slot*{slot}" if kind_of(r.role).bootstrap
+                        else ""))
     lines.append(f"  router: {e.ports.router} + slot, metrics {e.ports.router_metrics} + slot")
     addr = {"name": "the Slurm node name", "nodeaddr": "the node's NodeAddr (scontrol show node)",
             "interface": f"the IPv4 address of {e.cluster.address_interface} on the node (read by the preflight)"}
     lines.append(f"head node addresses ($R<g>_ADDR): {addr.get(e.cluster.address, e.cluster.address)}")
-    lines += pd_summary.bootstrap(plan)
+    lines += bootstrap_lines(plan, e)
     lines.append(f"router profile {e.router.profile}: {e.router.description}; ready when GET "
                  f"{e.router.ready_path} counts {e.replicas} {e.router.ready_field}")
     pf = plan.preflight
@@ -85,23 +87,17 @@ def summary(plan: JobPlan) -> str:
         lines.append("prologue (cluster.prologue, site shell code run verbatim by the batch script before any step):")
         lines += [f"  | {ln}" for ln in prologue.splitlines()]
     lines.append("commands:")
-    server = words(w for line in plan.server.lines for w in line)
-    env = " ".join(word(x) for x in plan.server.env)
+    env = " ".join(word(x) for x in plan.server_env)
     step = " ".join(plan.server_step)
     for r in plan.replicas:
-        cmd = pd_summary.role_server(plan, r) if r.role else server
-        lines.append(f"  {pd_summary.name(r)} (srun --het-group={r.index} --nodes={r.nodes}{' ' + step if step else ''}, every node): "
-                     f"{env + ' ' if env else ''}{cmd} --dist-init-addr \"$R{r.index}_ADDR:$R{r.index}_DIST_PORT\" "
-                     f"--port \"$R{r.index}_PORT\" --node-rank \"$SLURM_NODEID\"")
-    if m.roles:
-        lines += pd_summary.pair_steps(e)
-    for r in plan.replicas if not m.roles else ():
-        lines.append(f"  warm-up {r.index}: POST http://$R{r.index}_ADDR:$R{r.index}_PORT/generate "
-                     f"{{input_ids: {e.warmup.input_len} x {e.warmup.token_id}, max_new_tokens: {e.warmup.output_len}}}")
+        lines.append(f"  {_name(r)} (srun --het-group={r.index} --nodes={r.nodes}{' ' + step if step else ''}, every node): "
+                     f"{env + ' ' if env else ''}{instance_command(plan, 0, r)} --dist-init-addr "
+                     f"\"$R{r.index}_ADDR:$R{r.index}_DIST_PORT\" --port \"$R{r.index}_PORT\" --node-rank \"$SLURM_NODEID\"")
+    lines += ready_lines(e)
     side = " ".join(plan.side_step)
     lines.append(f"  router (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}): "
                  + words(w for line in plan.router.lines for w in line))
-    if m.roles:
+    if m.disaggregated:
         lines.append(f"  router canary: POST http://$ROUTER_ADDR:$ROUTER_PORT/generate {{4 tokens, max_new_tokens: 2}} "
                      f"once the router counts {e.replicas} healthy workers (within pd.canary_timeout_s = "
                      f"{e.pd.canary_timeout_s} s)")
@@ -113,6 +109,75 @@ def summary(plan: JobPlan) -> str:
     for n in notices(e):
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
+
+
+def _name(r: Replica) -> str:
+    return f"{r.name} (het group {r.index})"
+
+
+def role_lines(e: Experiment) -> list[str]:
+    """Each role's instances and parallelism, and a prefill/decode mode's KV transfer."""
+    gpus = e.cluster.gpus_per_node
+    out = [f"role {r.name}: {r.instances} instance(s) x {r.nodes} nodes, TP{r.tp} / PP{r.pp} / EP{r.ep} over "
+           f"{r.nodes * gpus} GPUs" + (f", --disaggregation-mode {r.kind.disaggregation}" if r.kind.disaggregation
+                                       else "") for r in e.mode.roles]
+    if e.mode.disaggregated:
+        out.append(f"KV transfer: --disaggregation-transfer-backend {e.pd.transfer_backend}"
+                   + (f" --disaggregation-ib-device {e.pd.ib_device}" if e.pd.ib_device else
+                      " (IB devices: SGLang's auto discovery)")
+                   + "; both roles' environment: " + (" ".join(f"{k}={v}" for k, v in e.pd.env) or "(none)"))
+    return out
+
+
+def bootstrap_lines(plan: JobPlan, e: Experiment) -> list[str]:
+    """Where each prefill's bootstrap server listens, and what the router is told."""
+    stride, slot = e.ports.replica_stride, plan.job_slot_size
+    return [f"KV bootstrap of {c.name}: $R{c.group}_ADDR:$R{c.group}_BOOT = its head, port "
+            f"{e.ports.bootstrap + c.group * stride} + slot*{slot} (the router's --prefill URL, the dist-init host "
+            f"and the bootstrap host are one address: the other ranks register there)"
+            for c in e.components if kind_of(c.role).bootstrap]
+
+
+def instance_command(plan: JobPlan, mode_index: int, r: Replica) -> str:
+    """A role instance's command as the job runs it (its role's environment first; a prefill's
+    bootstrap port)."""
+    cmd = plan.campaign.role_command(mode_index, r.role)
+    text = words(list(cmd.env) + [w for line in cmd.lines for w in line])
+    return text + (f' --disaggregation-bootstrap-port "$R{r.index}_BOOT"' if kind_of(r.role).bootstrap else "")
+
+
+def ready_lines(e: Experiment) -> list[str]:
+    """What proves a launch ready before the router: each server's direct warm-up; or for
+    prefill/decode roles the roles check, the bootstrap registries, each pair's KV canary and
+    warm-up (pd.sh)."""
+    names = {c.group: c.name for c in e.components}
+    out = [f"  warm-up {c.name}: POST http://$R{c.group}_ADDR:$R{c.group}_PORT/generate "
+           f"{{input_ids: {e.warmup.input_len} x {e.warmup.token_id}, max_new_tokens: {e.warmup.output_len}}}"
+           for c in e.components if not kind_of(c.role).disaggregation]
+    if not e.mode.disaggregated:
+        return out
+    out.append("  roles: GET /server_info of every head: its disaggregation_mode is its role, page_size and "
+               "kv_cache_dtype the same on all; then each prefill's GET $R<g>_ADDR:$R<g>_BOOT/route (-1 "
+               "wildcards) answers 200 (every rank registered)")
+    for p, d in pairs(e):
+        fields = f"bootstrap_host $R{p}_ADDR, bootstrap_port $R{p}_BOOT, a random bootstrap_room"
+        out.append(f"  KV canary {names[p]} -> {names[d]}: POST /generate to both at once ({fields}) "
+                   f"{{4 tokens, max_new_tokens: 2}}; the decode returns 2 tokens within {e.pd.canary_timeout_s} s")
+        out.append(f"  warm-up {names[p]} -> {names[d]}: the same with {{input_ids: {e.warmup.input_len} x "
+                   f"{e.warmup.token_id}, max_new_tokens: {e.warmup.output_len}}}")
+    return out
+
+
+def mode_lines(plan: JobPlan, i: int) -> list[str]:
+    """A campaign's mode i after its first (whose summary is above): its het groups, roles, bootstrap
+    ports, readiness steps, router and each role's command."""
+    cp = plan.campaign
+    e, mode = cp.experiments[i], cp.modes[i]
+    out = [f"  {mode} launches: het groups " + ", ".join(f"{c.group} = {c.name}" for c in e.components)]
+    out += [f"    {x}" for x in role_lines(e) + bootstrap_lines(plan, e)]
+    out += [f"  {x}" for x in ready_lines(e)]
+    out.append(f"    router of {mode}: " + words(w for line in cp.routers[i].lines for w in line))
+    return out
 
 
 def _time(plan: JobPlan) -> str:
@@ -156,6 +221,8 @@ def site_lines(plan: JobPlan) -> list[str]:
                + (f" ({d.limit_note})" if d.limit_note else ""))
     wd = e.watchdog
     out.append(f"watchdog: a pass fails when it runs longer than {wd.pass_factor:g} x its estimate"
-               + (f", or when a replica finishes no request for {plan.watch_stall_s} s while requests are in "
-                  f"flight ({wd.progress_metric} in its /metrics)" if plan.watch_stall_s else ""))
+               + (f", or when a server finishes no request for {plan.watch_stall_s} s while requests are in "
+                  f"flight ({wd.progress_metric} in its /metrics; in flight: "
+                  + "; ".join(f"{k} {' + '.join(v) or 'nothing'}" for k, v in plan.guards.inflight_metrics) + ")"
+                  if plan.watch_stall_s else ""))
     return out

@@ -22,6 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .errors import ConfigError, ConfigErrors
+from .experiment import PD_KINDS
 
 Tree = dict[str, Any]
 
@@ -30,7 +31,7 @@ FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "
                "router_profiles", "client_profiles", "nccl_networks")
 MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict, "roles": dict, "router": dict}
 # A PD mode's roles ([modes.<M>.roles.prefill|decode]) and its router's per-role policies.
-ROLE_NAMES = ("prefill", "decode")
+ROLE_NAMES = PD_KINDS
 ROLE_KEYS = {"instances": int, "nodes": int, "tp": int, "pp": int, "ep": int, "args": dict, "env": dict}
 MODE_ROUTER_KEYS = {"prefill_policy": str, "decode_policy": str}
 DATASET_KEYS = {"args": list}

@@ -14,11 +14,49 @@ Pairs = tuple[tuple[str, Any], ...]
 
 
 @dataclass(frozen=True)
-class Role:
-    """One role of a prefill/decode (PD) mode: `instances` SGLang servers of `nodes` nodes each,
-    started with --disaggregation-mode `name`. Its args go on top of [server.args] and the mode's."""
+class RoleKind:
+    """What a role is to SGLang, the router and the job. The kinds are SGLang's (its
+    --disaggregation-mode); a mode's roles, their sizes and flags are data ([modes.<M>])."""
 
-    name: str                        # "prefill" | "decode"
+    name: str
+    label: str                       # an instance's name: "replica 1", "prefill 0"
+    disaggregation: str = ""         # SGLang's --disaggregation-mode ("": an ordinary server)
+
+    @property
+    def bootstrap(self) -> bool:
+        """Its instances run SGLang's KV bootstrap server (a prefill's)."""
+        return self.disaggregation == "prefill"
+
+    @property
+    def answers(self) -> bool:
+        """Its instances' answers are the client's (a prefill's one token goes to its decode only,
+        through the KV transfer): they decode, and their requests are the client's requests."""
+        return self.disaggregation != "prefill"
+
+
+# An ordinary mode is one `server` role of experiment.replicas instances; a prefill/decode (PD) mode
+# is a `prefill` and a `decode` role ([modes.<M>.roles.<kind>]), xPyD their instance counts.
+ROLE_KINDS = {k.name: k for k in (RoleKind("server", "replica"), RoleKind("prefill", "prefill", "prefill"),
+                                  RoleKind("decode", "decode", "decode"))}
+PD_KINDS = tuple(k for k, v in ROLE_KINDS.items() if v.disaggregation)    # the [modes.<M>.roles] tables
+
+
+def kind_of(role: str | None) -> RoleKind:
+    """The kind of a role name (an unknown one reads as an ordinary server's)."""
+    return ROLE_KINDS.get(role or "server", ROLE_KINDS["server"])
+
+
+def instance_name(role: str | None, instance: int) -> str:
+    """How users read a component: "replica 1", "prefill 0", "decode 1"."""
+    return f"{kind_of(role).label} {instance}"
+
+
+@dataclass(frozen=True)
+class Role:
+    """One role of a mode: `instances` SGLang servers of `nodes` nodes each. Its args go on top of
+    [server.args] and the mode's (an ordinary mode's one `server` role has none of its own)."""
+
+    name: str                        # its kind: "server" | "prefill" | "decode"
     instances: int
     nodes: int
     tp: int
@@ -27,39 +65,41 @@ class Role:
     args: Pairs = ()
     env: Pairs = ()
 
+    @property
+    def kind(self) -> RoleKind:
+        return kind_of(self.name)
+
 
 @dataclass(frozen=True)
 class Component:
-    """One het component of a launch: a replica (identical replicas) or one role instance (PD)."""
+    """One het component of a launch: one instance of one role."""
 
     group: int                       # het group = replica index in file names and events
     nodes: int
-    role: str | None = None          # None: a replica of an ordinary mode
-    instance: int = 0                # the replica's index, or the instance's within its role
+    role: str = "server"
+    instance: int = 0                # the instance's index within its role
 
     @property
     def name(self) -> str:
         """How users read it: "replica 1", "prefill 0", "decode 0"."""
-        return f"{self.role or 'replica'} {self.instance}"
+        return instance_name(self.role, self.instance)
 
 
 @dataclass(frozen=True)
 class Mode:
     name: str
     description: str
-    tp: int                          # a PD mode: its roles' when they agree, else 0 (see roles)
-    pp: int
-    ep: int
-    args: Pairs = ()                 # a PD mode: flags of both roles
-    roles: tuple[Role, ...] = ()     # PD: prefill then decode; () for identical replicas
+    args: Pairs = ()                 # every role's (on top of [server.args])
+    roles: tuple[Role, ...] = ()     # one `server` role, or a PD mode's prefill then decode
     router: Pairs = ()               # PD: (("prefill_policy", ...), ("decode_policy", ...))
-
-    @property
-    def pd(self) -> bool:
-        return bool(self.roles)
 
     def role(self, name: str) -> Role | None:
         return next((r for r in self.roles if r.name == name), None)
+
+    @property
+    def disaggregated(self) -> bool:
+        """Its roles are prefill/decode roles (the router pairs them; the job proves each pair)."""
+        return any(r.kind.disaggregation for r in self.roles)
 
 
 @dataclass(frozen=True)
@@ -214,7 +254,12 @@ class Watchdog:
     stall_s: int = 0
     pass_factor: float = 3.0
     progress_metric: str = ""
-    inflight_metrics: tuple[str, ...] = ()
+    inflight_metrics: tuple[str, ...] = ()      # every role's gauges of requests in flight
+    role_inflight_metrics: Pairs = ()           # kind -> the gauges a role of that kind adds
+
+    def inflight_of(self, kind: str) -> tuple[str, ...]:
+        """The gauges whose sum is a role's requests in flight: every role's, then its kind's."""
+        return tuple(dict.fromkeys(self.inflight_metrics + tuple(dict(self.role_inflight_metrics).get(kind, ()))))
 
 
 @dataclass(frozen=True)
@@ -319,36 +364,39 @@ class Experiment:
 
     @property
     def components(self) -> tuple[Component, ...]:
-        """The het components of a launch of this mode: the replicas, or every role instance
-        (prefill instances first, then decode)."""
-        if not self.mode.roles:
-            return tuple(Component(g, self.nodes_per_replica, None, g) for g in range(self.replicas or 0))
-        out = []
+        """The het components of a launch of this mode: every instance of every role, in role
+        order (a PD mode's prefill instances first)."""
+        out: list[Component] = []
         for role in self.mode.roles:
-            for i in range(role.instances):
+            for i in range(role.instances or 0):
                 out.append(Component(len(out), role.nodes, role.name, i))
         return tuple(out)
 
-    def role_flags(self, role: str) -> Pairs:
-        """The SGLang flags of one role of a PD mode: [server.args] < the mode's args < the role's."""
-        r = self.mode.role(role)
-        return merge_flags(self.server_flags, r.args if r else ())
-
     @property
-    def server_flags(self) -> Pairs:
-        """The SGLang flags of this mode: [server.args], each key the mode's args also set taking
-        the mode's value in place, then the mode's other args. The one merge of the two tables:
-        the srun line, the dry-run summary, the report's flags row and the collector all read it."""
-        return merge_flags(self.server_args, self.mode.args)
+    def gpus(self) -> int | None:
+        """GPUs a launch holds: every role instance's nodes x GPUs per node (None when unknown)."""
+        comps = self.components
+        try:
+            return sum(c.nodes for c in comps) * self.cluster.gpus_per_node if comps else None
+        except TypeError:
+            return None
 
-    def flag(self, name: str, default: Any = None) -> Any:
-        """One merged server flag's value (None/default when not set)."""
-        return dict(self.server_flags).get(name, default)
+    def role_flags(self, role: str) -> Pairs:
+        """The SGLang flags of one role: [server.args], each key the mode's args also set taking
+        the mode's value in place, then the mode's other args; the role's own args over both
+        (--set has already written into whichever table it names). The one merge: the srun
+        lines, the dry-run summary, the report's flags rows, validation and the collector read it."""
+        r = self.mode.role(role)
+        return merge_flags(merge_flags(self.server_args, self.mode.args), r.args if r else ())
+
+    def flag(self, role: str, name: str, default: Any = None) -> Any:
+        """One merged flag of one role (None/default when not set)."""
+        return dict(self.role_flags(role)).get(name, default)
 
     @property
     def server_metrics(self) -> bool:
-        """The servers run with --enable-metrics."""
-        return bool(self.flag("enable-metrics"))
+        """Every role's servers run with --enable-metrics (the job scrapes their /metrics)."""
+        return bool(self.mode.roles) and all(self.flag(r.name, "enable-metrics") for r in self.mode.roles)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -356,8 +404,15 @@ class Experiment:
     @classmethod
     def from_dict(cls, d: dict) -> "Experiment":
         """The Experiment a manifest recorded (to_dict, then JSON). Keys an older slurm-ab did not
-        write read as unknown (None; tables and lists empty), so old runs still read."""
-        return _from_dict(cls, d)
+        write read as unknown (None; tables and lists empty), so old runs still read. A mode
+        recorded without roles (before every mode had them) reads as its one `server` role of
+        `replicas` instances with the mode's own tp/pp/ep: the one adapter of old manifests."""
+        exp = _from_dict(cls, d)
+        if exp.mode.roles:
+            return exp
+        m = d.get("mode") if isinstance(d.get("mode"), dict) else {}
+        server = Role("server", exp.replicas, exp.nodes_per_replica, m.get("tp"), m.get("pp"), m.get("ep"))
+        return dataclasses.replace(exp, mode=dataclasses.replace(exp.mode, roles=(server,)))
 
 
 def merge_flags(base: Pairs, over: Pairs) -> Pairs:
@@ -418,14 +473,14 @@ def _build(cls, table: dict, **extra):
 
 def build(tree: dict, mode_name: str) -> Experiment:
     """Assemble the model; the tree must already be validated and its references resolved."""
-    mode = _mode(tree["modes"][mode_name], mode_name)
+    mode = mode_of(tree, mode_name)
     bench = tree["benchmark"]
     dataset_args = tuple(str(a) for a in tree["datasets"][bench["dataset"]]["args"])
     return Experiment(
         name=tree["experiment"]["name"],
         description=tree["experiment"]["description"],
-        replicas=sum(r.instances for r in mode.roles) if mode.roles else tree["experiment"]["replicas"],
-        nodes_per_replica=max(r.nodes for r in mode.roles) if mode.roles else tree["experiment"]["nodes_per_replica"],
+        replicas=sum(r.instances for r in mode.roles),
+        nodes_per_replica=max(r.nodes for r in mode.roles),
         context_length=tree["model"]["context_length"],
         mode=mode,
         benchmark=_build(Benchmark, bench, dataset_args=dataset_args),
@@ -451,18 +506,22 @@ def build(tree: dict, mode_name: str) -> Experiment:
     )
 
 
-def _mode(m: dict, name: str) -> Mode:
-    """A mode: identical replicas (tp/pp/ep), or the roles of a PD mode (prefill first)."""
+def mode_of(tree: dict, name: str) -> Mode:
+    """The typed mode `name` of a (not necessarily validated) tree: what `slurm-ab modes` lists.
+    KeyError names a key the mode lacks."""
+    return _mode(tree["modes"][name], name, tree["experiment"])
+
+
+def _mode(m: dict, name: str, experiment: dict) -> Mode:
+    """A mode and its roles: a PD mode's [roles.prefill] and [roles.decode] (in that order), or
+    an ordinary mode's one `server` role (experiment.replicas x nodes_per_replica, its tp/pp/ep)."""
     roles = tuple(Role(r, x["instances"], x["nodes"], x["tp"], x["pp"], x["ep"], _build_pairs(x.get("args", {})),
                        _build_pairs(x.get("env", {})))
-                  for r in ("prefill", "decode") if (x := m.get("roles", {}).get(r)) is not None)
-    if roles:
-        same = {(r.tp, r.pp, r.ep) for r in roles}
-        tp, pp, ep = same.pop() if len(same) == 1 else (0, 0, 0)
-    else:
-        tp, pp, ep = m["tp"], m["pp"], m["ep"]
-    return Mode(name, m.get("description", ""), tp, pp, ep, _build_pairs(m.get("args", {})), roles,
-                _build_pairs(m.get("router", {})) if roles else ())
+                  for r in PD_KINDS if (x := m.get("roles", {}).get(r)) is not None)
+    if not roles:
+        roles = (Role("server", experiment["replicas"], experiment["nodes_per_replica"], m["tp"], m["pp"], m["ep"]),)
+    return Mode(name, m.get("description", ""), _build_pairs(m.get("args", {})), roles,
+                _build_pairs(m.get("router", {})) if m.get("roles") else ())
 
 
 def _client(tree: dict) -> Client:

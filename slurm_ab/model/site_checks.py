@@ -19,6 +19,12 @@ SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:+=@/%-]*")    # what may stand unquote
 SBATCH_OPTION = re.compile(r"--[a-z][a-z0-9-]*(=[^\s'\"\\#]+)?")
 MEM = re.compile(r"\d+[KMGT]?")
 SQUASHFS = (".sqsh", ".squashfs", ".sqfs")
+# --disaggregation-transfer-backend's choices in SGLang 0.5.23 (arg_groups/choices.py) but "fake",
+# which a prefill server refuses ("Prefill server does not support 'fake' as the transfer backend",
+# pd_disaggregation_hook.py) and which moves no KV.
+TRANSFER_BACKENDS = ("mooncake", "nixl", "mori", "ascend", "mooncake_tcp")
+IB_DEVICES = re.compile(r"[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*")
+MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 SCOPES = ("global", "job")
 
 
@@ -81,7 +87,8 @@ def check(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("watchdog.stall_s", wd["stall_s"], "must be >= 0", "0: 3 x estimate.request_s"))
     if wd["pass_factor"] < 1:
         errs.append(ConfigError("watchdog.pass_factor", wd["pass_factor"], "must be >= 1"))
-    for key, names in (("progress_metric", [wd["progress_metric"]]), ("inflight_metrics", wd["inflight_metrics"])):
+    for key, names in (("progress_metric", [wd["progress_metric"]]), ("inflight_metrics", wd["inflight_metrics"]),
+                       *((f"role_inflight_metrics.{k}", v) for k, v in wd["role_inflight_metrics"].items())):
         for name in names:
             if name and not METRIC.fullmatch(name):
                 errs.append(ConfigError(f"watchdog.{key}", name, "not a Prometheus metric name"))
@@ -97,6 +104,31 @@ def check(tree: Tree) -> list[ConfigError]:
         if not SBATCH_OPTION.fullmatch(opt):
             errs.append(ConfigError(f"collector.sbatch_extra[{i}]", opt, "not a single sbatch option",
                                     "--name or --name=value, no spaces or quotes"))
+    return errs
+
+
+def pd_checks(tree: Tree) -> list[ConfigError]:
+    """[pd]: the transfer backend, IB devices, the preflight's module, the canary's time."""
+    pd = tree["pd"]
+    errs = []
+    if pd["transfer_backend"] not in TRANSFER_BACKENDS:
+        errs.append(ConfigError("pd.transfer_backend", pd["transfer_backend"], "not a KV transfer backend of "
+                                "SGLang 0.5.23 that moves KV between servers", ", ".join(TRANSFER_BACKENDS)))
+    ib = pd["ib_device"]
+    if ib and not IB_DEVICES.fullmatch(ib):
+        errs.append(ConfigError("pd.ib_device", ib, "not a list of RDMA device names",
+                                'e.g. "mlx5_0" or "mlx5_0,mlx5_1", or "" for SGLang\'s auto discovery'))
+    if ib and pd["transfer_backend"] not in ("mooncake", "nixl"):
+        errs.append(ConfigError("pd.ib_device", ib, f"--disaggregation-ib-device is read by mooncake and nixl "
+                                f"only, not {pd['transfer_backend']}", '"" (mooncake_tcp: SGLang drops it)'))
+    if pd["transfer_module"] and not MODULE.fullmatch(pd["transfer_module"]):
+        errs.append(ConfigError("pd.transfer_module", pd["transfer_module"], "not a Python module name",
+                                'e.g. mooncake.engine, nixl._api, or "" to skip the preflight\'s import'))
+    if pd["canary_timeout_s"] < 1:
+        errs.append(ConfigError("pd.canary_timeout_s", pd["canary_timeout_s"], "must be >= 1 (seconds)"))
+    for k, v in pd["env"].items():
+        if k in tree["server"]["env"]:
+            errs.append(ConfigError(f"pd.env.{k}", v, "also set in [server.env]", "set it in one place"))
     return errs
 
 

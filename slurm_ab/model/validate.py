@@ -7,31 +7,17 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
-from . import pd_checks, site_checks
+from . import roles, site_checks
 from .site_checks import SBATCH_OPTION, SBATCH_VALUE
-from .experiment import Experiment, build, merge_flags
+from .experiment import Experiment, build
 
-# Flags slurm-ab writes itself from the mode and the job's hosts and ports.
-RESERVED_FLAGS = {
-    "tp-size": "modes.<mode>.tp", "tensor-parallel-size": "modes.<mode>.tp", "tp": "modes.<mode>.tp",
-    "pp-size": "modes.<mode>.pp", "pipeline-parallel-size": "modes.<mode>.pp",
-    "ep-size": "modes.<mode>.ep", "expert-parallel-size": "modes.<mode>.ep", "ep": "modes.<mode>.ep",
-    "nnodes": "experiment.nodes_per_replica", "node-rank": "the Slurm node id",
-    "dist-init-addr": "the replica's first node and ports.dist_init", "nccl-init-addr": "the replica's first node",
-    "host": "0.0.0.0 (servers must be reachable from the router)", "port": "ports.server",
-    "model-path": "paths.model", "model": "paths.model",
-}
-# SGLang's argparse treats "--pp" as an ambiguous prefix (pp-size, pp-max-micro-batch-size, ...).
-AMBIGUOUS_FLAGS = {"pp": "pp-size (set it with modes.<mode>.pp)"}
 GPU_REQUESTS = ("gpus-per-node", "gres", "none")
 TIME_LIMIT = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE")
 PATH_SAFE = re.compile(r"[A-Za-z0-9_.+,@:=/-]+")  # run directory: used in #SBATCH --output (no %)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-NO_DRAFT_NEEDED = {"NGRAM"}
 ADDRESS_MODES = ("name", "nodeaddr", "interface")
 MEM = re.compile(r"\d+[KMGT]?")
 CPU_BIND = re.compile(r"[A-Za-z0-9_,:.=]*")
@@ -60,9 +46,8 @@ def resolve(tree: Tree, mode: str) -> Experiment:
         raise ConfigErrors(errors + [e]) from None
     if errors:
         raise ConfigErrors(errors)
-    pd = pd_checks.is_pd(resolved["modes"][mode])
-    errors += (pd_checks.check(resolved, mode, RESERVED_FLAGS, AMBIGUOUS_FLAGS) + pd_checks.site_checks(resolved)
-               if pd else _mode_checks(resolved, mode))
+    pd = bool(resolved["modes"][mode].get("roles"))       # prefill/decode roles: the site's KV transfer
+    errors += roles.check(resolved, mode) + (site_checks.pd_checks(resolved) if pd else [])
     errors += _site_checks(resolved)
     errors += _bench_checks(resolved)
     errors += _port_checks(resolved, pd)
@@ -93,59 +78,6 @@ def _required(tree: Tree, mode: str) -> list[ConfigError]:
         if value in ("", None):
             out.append(ConfigError(key, value, f"missing required site value ({why})", "set it in the site file or with --set"))
     return out
-
-
-def _flag_map(tree: Tree, mode: str) -> dict[str, Any]:
-    return dict(merge_flags(tuple(tree["server"]["args"].items()),
-                            tuple(tree["modes"][mode].get("args", {}).items())))
-
-
-def _mode_checks(tree: Tree, mode: str) -> list[ConfigError]:
-    m = tree["modes"][mode]
-    key = f"modes.{mode}"
-    errs: list[ConfigError] = []
-    for k in ("tp", "pp", "ep"):
-        if k not in m:
-            errs.append(ConfigError(f"{key}.{k}", None, "missing", "a positive integer"))
-        elif m[k] < 1:
-            errs.append(ConfigError(f"{key}.{k}", m[k], "must be >= 1"))
-    exp = tree["experiment"]
-    for k in ("replicas", "nodes_per_replica"):
-        if exp[k] < 1:
-            errs.append(ConfigError(f"experiment.{k}", exp[k], "must be >= 1"))
-    if tree["cluster"]["gpus_per_node"] < 1:
-        errs.append(ConfigError("cluster.gpus_per_node", tree["cluster"]["gpus_per_node"], "must be >= 1"))
-    if errs:
-        return errs
-    tp, pp, ep = m["tp"], m["pp"], m["ep"]
-    gpus = exp["nodes_per_replica"] * tree["cluster"]["gpus_per_node"]
-    if tp * pp != gpus:
-        errs.append(ConfigError(f"{key}.tp", tp, f"TP x PP = {tp} x {pp} = {tp * pp} must equal nodes per replica x GPUs per node = "
-                                f"{exp['nodes_per_replica']} x {tree['cluster']['gpus_per_node']} = {gpus}"))
-    if tp % ep:
-        errs.append(ConfigError(f"{key}.ep", ep, f"TP ({tp}) must be divisible by EP", f"a divisor of {tp}"))
-    for table, flags in ((f"{key}.args", m.get("args", {})), ("server.args", tree["server"]["args"])):
-        for flag in flags:
-            if flag in AMBIGUOUS_FLAGS:
-                errs.append(ConfigError(f"{table}.{flag}", flags[flag], "ambiguous in SGLang's argparse", AMBIGUOUS_FLAGS[flag]))
-            elif flag in RESERVED_FLAGS:
-                errs.append(ConfigError(f"{table}.{flag}", flags[flag], "set by slurm-ab, not as a flag",
-                                        RESERVED_FLAGS[flag].replace("<mode>", mode)))
-    flags = _flag_map(tree, mode)
-    algo = str(flags.get("speculative-algorithm", "") or "")
-    if algo:
-        if algo.upper() == "DFLASH" and pp > 1:
-            errs.append(ConfigError(f"{key}.pp", pp, "DFLASH speculative decoding only supports pp_size == 1 (SGLang refuses it)", "1"))
-        draft = flags.get("speculative-draft-model-path", flags.get("speculative-draft-model", ""))
-        if algo.upper() not in NO_DRAFT_NEEDED and not draft:
-            errs.append(ConfigError(f"{key}.args.speculative-draft-model-path", draft,
-                                    f"speculative algorithm {algo} needs a draft model", "a path, e.g. \"{paths.draft_model}\""))
-    if "mem-fraction-static" in flags:
-        v = flags["mem-fraction-static"]
-        where = f"{key}.args.mem-fraction-static" if "mem-fraction-static" in m.get("args", {}) else "server.args.mem-fraction-static"
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
-            errs.append(ConfigError(where, v, "must be a number strictly between 0 and 1"))
-    return errs
 
 
 def _site_checks(tree: Tree) -> list[ConfigError]:
@@ -299,7 +231,7 @@ def notices(exp: Experiment) -> list[str]:
     if any(v for _, v in exp.benchmark.slo) and not exp.client.goodput:
         out.append(f"benchmark.slo: client profile {exp.client.profile} has no --goodput; the collector "
                    "computes goodput and SLO attainment from the per-request details alone")
-    return out + pd_checks.notices(exp) + site_checks.notices(exp)
+    return out + roles.notices(exp) + site_checks.notices(exp)
 
 
 def _bench_checks(tree: Tree) -> list[ConfigError]:
@@ -317,10 +249,7 @@ def _bench_checks(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("warmup.token_id", w["token_id"], "must be >= 0"))
     if not NAME.fullmatch(b["backend"]):
         errs.append(ConfigError("benchmark.backend", b["backend"], "not a backend name", "e.g. sglang"))
-    ctx = tree["model"]["context_length"]
-    flags_ctx = tree["server"]["args"].get("context-length")
-    if isinstance(flags_ctx, int) and not isinstance(flags_ctx, bool):
-        ctx = flags_ctx
+    ctx = tree["model"]["context_length"]         # a role's --context-length: roles.py
     for what, total in (("benchmark", b["input_len"] + b["output_len"]), ("warmup", w["input_len"] + w["output_len"])):
         if total > ctx:
             errs.append(ConfigError(f"{what}.input_len", tree[what]["input_len"],

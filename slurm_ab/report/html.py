@@ -83,14 +83,15 @@ def links(run: RunFiles, base_dir: Path) -> str:
     return f'<ul class="files">{items}</ul>\n' if items else "<p class=\"muted\">no files</p>\n"
 
 
-def _flags(cfg: dict) -> str:
-    """The run's SGLang flags exactly as its job script's srun line has them (one merge of
-    [server.args] and the mode's args: Experiment.server_flags)."""
+def flag_rows(cfg: dict) -> list[tuple[str, str]]:
+    """One (role, flags) row per role of the run's mode: its SGLang flags exactly as the job
+    script's srun line of that role has them (the one merge per role: Experiment.role_flags)."""
     if not cfg:
-        return ""
+        return []
     from ..model.experiment import Experiment
     from ..job.plan import server_flags_text
-    return server_flags_text(Experiment.from_dict(cfg))
+    exp = Experiment.from_dict(cfg)
+    return [(r.name, server_flags_text(exp, r.name)) for r in exp.mode.roles]
 
 
 def provenance(run: RunFiles) -> str:
@@ -108,7 +109,7 @@ def provenance(run: RunFiles) -> str:
         ("Slurm state", f"{job.get('state_raw') or job.get('state') or '-'}"
                         + (f", elapsed {job['elapsed_s']:.0f} s" if isinstance(job.get("elapsed_s"), (int, float)) else "")),
         ("nodes", "; ".join(f"replica {k}: {', '.join(v) if isinstance(v, list) else v}" for k, v in sorted(nodes.items())) or "-"),
-        ("flags", _flags(cfg) or "-"),
+        *([(f"flags ({role})", text) for role, text in flag_rows(cfg)] or [("flags", "-")]),
         ("benchmark", ", ".join(f"{k}={bench[k]}" for k in ("dataset", "input_len", "output_len",
                                                           "concurrency", "num_prompts", "backend") if k in bench) or "-"),
         ("prompts", _prompts(s, bench)),

@@ -480,14 +480,10 @@ def upper_front(points: list[tuple[float, float]]) -> list[int]:
 
 
 def gpus_of(run: RunFiles) -> int | None:
-    """GPUs the run held: replicas x nodes per replica x GPUs per node (the resolved experiment)."""
+    """GPUs the run held: every role instance's nodes x GPUs per node (the resolved experiment)."""
+    from ..model.experiment import Experiment
     cfg = run.manifest.get("config")
-    if not isinstance(cfg, dict):
-        return None
-    try:
-        return int(cfg["replicas"]) * int(cfg["nodes_per_replica"]) * int(cfg["cluster"]["gpus_per_node"])
-    except (KeyError, TypeError, ValueError):
-        return None
+    return Experiment.from_dict(cfg).gpus if isinstance(cfg, dict) and cfg else None
 
 
 # ---- passes of a campaign -------------------------------------------------------------------------

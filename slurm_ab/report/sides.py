@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..model.rundir import Layout, read_manifest
 
-# What a settings table shows besides the merged server flags (Experiment.server_flags).
+# What a settings table shows besides each role's merged server flags (Experiment.role_flags).
 BENCH_KEYS = ("dataset", "input_len", "output_len", "concurrency", "num_prompts", "backend")
 
 
@@ -35,13 +35,18 @@ def campaign_verdict(passes: list[dict]) -> str:
 
 
 def settings_of(exp) -> dict:
-    """One mode's settings for a side-by-side table: parallelism, every merged server flag,
-    the benchmark, the model (a typed Experiment, as manifests read back)."""
+    """One mode's settings for a side-by-side table: per role its parallelism and every merged
+    server flag (named "decode --dp-size" when the mode has several roles), the benchmark, the
+    model (a typed Experiment, as manifests read back)."""
     if exp is None:
         return {}
-    out = {"tp": exp.mode.tp, "pp": exp.mode.pp, "ep": exp.mode.ep,
-           "replicas x nodes": f"{exp.replicas} x {exp.nodes_per_replica}"}
-    out.update({f"--{k}": v for k, v in exp.server_flags})
+    out: dict = {}
+    roles = exp.mode.roles
+    for r in roles:
+        pre = f"{r.name} " if len(roles) > 1 else ""
+        out.update({f"{pre}tp": r.tp, f"{pre}pp": r.pp, f"{pre}ep": r.ep,
+                    f"{pre}{'instances' if pre else 'replicas'} x nodes": f"{r.instances} x {r.nodes}"})
+        out.update({f"{pre}--{k}": v for k, v in exp.role_flags(r.name)})
     bench = exp.benchmark
     out.update({f"benchmark.{k}": getattr(bench, k) for k in BENCH_KEYS if getattr(bench, k, None) is not None})
     out["model"] = getattr(exp.paths, "model", None)
@@ -204,13 +209,9 @@ def load_side(run_dir, name: str | None = None) -> Side:
 
 
 def gpus_of(run_dir) -> int | None:
-    """GPUs the run held: replicas x nodes per replica x GPUs per node."""
+    """GPUs the run held: every role instance's nodes x GPUs per node."""
     m = read_manifest(Path(run_dir))
-    e = m.config if m is not None else None
-    try:
-        return int(e.replicas) * int(e.nodes_per_replica) * int(e.cluster.gpus_per_node)
-    except (AttributeError, TypeError, ValueError):
-        return None
+    return m.config.gpus if m is not None and m.config is not None else None
 
 
 def settings_table(sides: dict[str, dict]) -> str:

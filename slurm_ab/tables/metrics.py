@@ -61,8 +61,7 @@ def metrics_md(summary) -> str:
     rates = {r.replica: r.accept_rate for r in summary.replicas}
     rates["pooled"] = summary.accept.accept_rate
     lines = ["## Server metrics (/metrics counters over the benchmark window)", "",
-             Table.of(HEADERS, metrics_rows(sm, rates, {r.replica: r.name for r in summary.replicas
-                                                         if r.role})).md(), "",
+             Table.of(HEADERS, metrics_rows(sm, rates, {r.replica: r.name for r in summary.replicas})).md(), "",
              "Accept len from counters = delta sglang:generation_tokens_total / delta "
              "sglang:spec_verify_calls_total (token-weighted); from the log = mean of the "
              "'Decode batch' samples. In flight: HTTP requests open on node rank 0; pooled "

@@ -104,7 +104,7 @@ def run_md(s: PassSummary) -> str:
     lines += [f"- {r}" for r in s.reasons] + ([""] if s.reasons else [])
     lines += [runs_text([s]).rstrip("\n"), ""]
     speed = _server_latency(s)
-    rep = [[r.name if r.role else r.replica, r.decode_samples, num(r.accept_len, ".2f"), num(r.accept_rate, ".3f"),
+    rep = [[r.name, r.decode_samples, num(r.accept_len, ".2f"), num(r.accept_rate, ".3f"),
             num(r.gen_throughput, ".2f"), _per_request(r), *([speed[r.replica]] if speed else []),
             "-" if r.requests_served is None else f"{r.requests_served} ({r.requests_source})",
             "yes" if r.warmup_seen else "no", r.warmup] for r in s.replicas]

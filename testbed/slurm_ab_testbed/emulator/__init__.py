@@ -31,8 +31,11 @@ variable                                meaning
                                         ``pd_engine_init_fail`` (KV transfer engine fails to start on every
                                         GPU rank), ``pd_no_transfer_module`` (its module is missing),
                                         ``pd_bootstrap_timeout`` (decode -> prefill KV metadata is lost: the
-                                        prefill times out bootstrapping, the decode waiting), and
-                                        ``kv_pool_tokens=N`` (KV pool of N tokens: decode KV exhaustion)
+                                        prefill times out bootstrapping, the decode waiting),
+                                        ``pd_transfer_hang_after=N`` (on a prefill: its KV transfers hang once
+                                        N user requests finished there; the decode's waiting timeout fails
+                                        them) and ``kv_pool_tokens=N`` (KV pool of N tokens: decode KV
+                                        exhaustion)
 ``SLURM_AB_EMU_FAULT_NODES``            comma list of Slurm node names (``SLURMD_NODENAME``): faults apply
                                         only to the processes on these nodes (break one replica of a job)
 ``SLURM_AB_EMU_SEED``                   RNG seed (acceptance draws, step jitter, output tokens); default

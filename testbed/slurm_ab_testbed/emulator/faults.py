@@ -26,6 +26,12 @@ PD disaggregation (pd.py; each prints what SGLang 0.5.23 prints for the real fai
                             KVPoll.WaitingForInput (SGLANG_DISAGGREGATION_*_TIMEOUT, seconds)
 - ``kv_pool_tokens=N``      the KV pool holds N tokens whatever the memory plan says (decode KV
                             exhaustion: preallocation waits, retraction, oversized requests refused)
+- ``pd_transfer_hang_after=N`` (on a prefill) once N user requests have finished there, its KV
+                            transfer engine hangs mid-run: every later transfer is neither done nor
+                            failed, so the request waits in the prefill's inflight queue and in its
+                            decode's transfer queue (SGLang 0.5.23 counts it in neither num_running_reqs
+                            nor num_queue_reqs) until the decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT
+                            fails it ("... in KVPoll.WaitingForInput"); nothing is logged when it hangs
 
 A decode that loses its prefill is ``die_after_requests=N`` on the prefill's nodes.
 
@@ -54,6 +60,7 @@ class Faults:
     pd_no_transfer_module: bool = False
     pd_bootstrap_timeout: bool = False
     kv_pool_tokens: Optional[int] = None
+    pd_transfer_hang_after: Optional[int] = None
 
 
 def parse_faults(spec: Optional[str]) -> Faults:
@@ -68,7 +75,8 @@ def parse_faults(spec: Optional[str]) -> Faults:
         if name in ("hang_startup", "oom_first_prefill", "bind_loopback", "pd_engine_init_fail",
                     "pd_no_transfer_module", "pd_bootstrap_timeout") and not value:
             kw[name] = True
-        elif name in ("die_after_requests", "crash_rank", "kv_pool_tokens", "hang_after_requests") \
+        elif name in ("die_after_requests", "crash_rank", "kv_pool_tokens", "hang_after_requests",
+                      "pd_transfer_hang_after") \
                 and value.strip().isdigit():
             kw[name] = int(value)
         elif name == "pd_role" and value.strip() in ("null", "prefill", "decode"):
@@ -77,5 +85,6 @@ def parse_faults(spec: Optional[str]) -> Faults:
             raise FaultSpecError(f"unknown SLURM_AB_EMU_FAULT item {item!r} (expected hang_startup, "
                                  "die_after_requests=N, crash_rank=R, oom_first_prefill, bind_loopback, "
                                  "pd_role=null|prefill|decode, pd_engine_init_fail, pd_no_transfer_module, "
-                                 "pd_bootstrap_timeout, kv_pool_tokens=N or hang_after_requests=N)")
+                                 "pd_bootstrap_timeout, pd_transfer_hang_after=N, kv_pool_tokens=N or "
+                                 "hang_after_requests=N)")
     return Faults(**kw)

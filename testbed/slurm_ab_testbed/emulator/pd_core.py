@@ -47,7 +47,15 @@ class PrefillCore(SchedulerCore):
     def _log_prefill(self, now: float, items, tokens: int) -> None:
         super()._log_prefill(now, items, tokens)
         if self.pd is not None:
-            self.metrics.on_report(**self.pd.gauges())
+            # metrics_reporter.report_prefill_stats: "running_batch is never populated in PD prefill,
+            # so count the current forward batch instead" (the log line keeps its running batch's)
+            self.metrics.on_report(num_running_reqs=len(items), **self.pd.gauges())
+
+    def fully_idle(self) -> bool:
+        return self.pd is None or self.pd.idle()
+
+    def pd_gauges(self) -> dict:
+        return self.pd.gauges() if self.pd is not None else {}
 
 
 class DecodeCore(SchedulerCore):
@@ -127,6 +135,12 @@ class DecodeCore(SchedulerCore):
         if self.pd is not None:
             self.metrics.on_report(num_retracted_reqs=self.retracted_since_report, **self.pd.gauges())
             self.retracted_since_report = 0
+
+    def fully_idle(self) -> bool:
+        return self.pd is None or self.pd.idle()
+
+    def pd_gauges(self) -> dict:
+        return self.pd.gauges() if self.pd is not None else {}
 
 
 def core_class(mode: Optional[str]):

@@ -320,6 +320,11 @@ class DecodeRole:
                     "num_decode_transfer_queue_reqs": len(self.transfer),
                     "prealloc_full_token_usage": self.reserved / max(1, self.pool)}
 
+    def idle(self) -> bool:
+        """No request in its prealloc or transfer queue (part of Scheduler.is_fully_idle)."""
+        with self.cv:
+            return not self.prealloc and not self.transfer
+
     def close(self) -> None:
         self.stop.set()
         self.kv.close()

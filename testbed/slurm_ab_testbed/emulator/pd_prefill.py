@@ -122,7 +122,15 @@ class PrefillRole:
             self.inflight[s.key] = s
         threading.Thread(target=self._transfer, args=(s,), name="pd-transfer", daemon=True).start()
 
+    def _hung(self) -> bool:
+        """pd_transfer_hang_after=N: the transfer engine hangs once N user requests finished here."""
+        n = self.ctx.knobs.faults.pd_transfer_hang_after
+        return n is not None and self.engine is not None and self.engine.core.counters.finished_user >= n
+
     def _transfer(self, s: Sender) -> None:
+        if self._hung():
+            self.stop.wait()                 # neither done nor failed: it stays in the inflight queue
+            return
         nbytes = int(self.ctx.costs.pd.kv_transfer_bytes_per_token * s.req.input_len)
         err, secs = push_kv(s.endpoint, {"room": s.room, "first_ids": s.req.output_ids}, nbytes)
         now = time.time()
@@ -185,6 +193,11 @@ class PrefillRole:
         with self.lock:
             return {"num_prefill_bootstrap_queue_reqs": len(self.queue),
                     "num_prefill_inflight_queue_reqs": len(self.inflight)}
+
+    def idle(self) -> bool:
+        """No request in its bootstrap or inflight queue (part of Scheduler.is_fully_idle)."""
+        with self.lock:
+            return not self.queue and not self.inflight
 
     def close(self) -> None:
         self.stop.set()

@@ -165,10 +165,15 @@ class SchedulerCore:
         return bool(self.running or self.chunked)
 
     def note_idle(self) -> None:
-        """Nothing to run. As SGLang's scheduler when fully idle (on_idle ->
-        metrics_reporter._maybe_log_idle_metrics): a running-requests gauge that disagrees with
-        the running batch (the last report's, now stale) is published again with the idle values."""
+        """Nothing to run. As SGLang's scheduler (on_idle): only when fully idle (a PD server's
+        queues empty too: Scheduler.is_fully_idle) does metrics_reporter._maybe_log_idle_metrics
+        run, and a running-requests gauge that disagrees with the running batch (the last report's,
+        now stale) is published again with the idle values, a PD server's queue gauges with them.
+        A server whose requests wait in a PD queue publishes nothing: its gauges stay the last
+        report's."""
         self._drained = True
+        if not self.fully_idle():
+            return
         g = self.metrics.gauges
         if g.get("num_running_reqs", 0) != len(self.running) or g.get("num_queue_reqs", 0) != len(self.waiting):
             used = self.used_tokens
@@ -176,7 +181,17 @@ class SchedulerCore:
                                    gen_throughput=0.0, token_usage=used / max(1, self.cfg.max_total_num_tokens),
                                    full_token_usage=used / max(1, self.cfg.max_total_num_tokens),
                                    num_used_tokens=used, kv_used_tokens=used,
-                                   kv_available_tokens=max(0, self.cfg.max_total_num_tokens - used))
+                                   kv_available_tokens=max(0, self.cfg.max_total_num_tokens - used),
+                                   **self.pd_gauges())
+
+    def fully_idle(self) -> bool:
+        """No PD queue holds a request (an ordinary server has none)."""
+        return True
+
+    def pd_gauges(self) -> dict:
+        """A PD server's queue gauges (metrics_reporter: prefill bootstrap/inflight, decode
+        prealloc/transfer); none for an ordinary server."""
+        return {}
 
     @property
     def used_tokens(self) -> int:
