@@ -3,6 +3,7 @@
 declare -A STEP_PIDS=()   # step name -> srun pid; all are critical: if one exits, the job fails
 PF_PIDS=()                # preflight steps (one per component)
 TORN_DOWN=0
+CANCELLED=0               # slurm-ab cancel asked this job to stop (on_time_limit)
 WARMUP_BODY=""
 
 log() { printf '%s slurm-ab: %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
@@ -41,6 +42,14 @@ fatal() {
 nap() {
   sleep "$POLL" &
   wait $! 2>/dev/null
+}
+
+# container_flags G: CT = the pyxis flags of het group G's steps (CONTAINER, and with container.name
+# one container per node, job and group: --container-name=<name>-<job id>-<G>).
+container_flags() {
+  CT=("${CONTAINER[@]}")
+  [[ -n ${CONTAINER_NAME:-} ]] && CT+=("--container-name=$CONTAINER_NAME-$1")
+  return 0
 }
 
 step_logs() {
@@ -649,6 +658,7 @@ teardown() {
   local -a pids=()
   [[ -n "${CLIENT_PID:-}" ]] && pids+=("$CLIENT_PID")
   for pid in "${STEP_PIDS[@]}"; do pids+=("$pid"); done
+  for pid in "${PF_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && pids+=("$pid"); done   # a preflight running
   # Nothing of this shell runs any more (a launch tore its own steps down): steps Slurm still lists
   # are completing; give them 3 s (a deadline, not a count of squeue calls that may each take 10 s
   # while slurmctld waits for a node that stopped answering) before signalling them again.
@@ -690,9 +700,16 @@ teardown() {
 # shellcheck disable=SC2317  # runs from a trap
 on_exit() {
   local rc=$?
+  trap '' TERM INT USR1        # the clean-up of the nodes runs to its end
   teardown exit
   cleanup_nodes
   event job_end "rc=$rc"
+  if (( CANCELLED )); then
+    # slurm-ab cancel asked for this end: everything is down and the nodes are clean; the job's
+    # state says what happened (CANCELLED by the user, in sacct) rather than a failed script
+    trap - EXIT
+    timeout 10 scancel "$SLURM_JOB_ID" 2>/dev/null
+  fi
   exit "$rc"
 }
 # shellcheck disable=SC2317  # runs from a trap
@@ -702,8 +719,19 @@ on_signal() {
   teardown "signal-$1"
   exit 143
 }
+# USR1: Slurm's warning before the time limit (--signal=B:USR1@...), or `slurm-ab cancel`, which
+# writes the run's cancel request first and signals the batch script alone (scancel -b -s USR1):
+# the same teardown, then the clean-up of the nodes while the job still runs (Slurm refuses new
+# steps once it has cancelled a job).
 # shellcheck disable=SC2317  # runs from a trap
 on_time_limit() {
+  if [[ -e "$RUN_DIR/cancel-requested" ]]; then
+    CANCELLED=1
+    log "FATAL: slurm-ab cancel: tearing down, then cleaning the nodes" >&2
+    event fail kind=cancelled "request=$(head -n 1 "$RUN_DIR/cancel-requested" 2>/dev/null)"
+    teardown cancel
+    exit 130
+  fi
   log "FATAL: time limit is near: stopping before Slurm kills the job" >&2
   event fail kind=time_limit
   teardown time-limit

@@ -123,15 +123,17 @@ watch_pass() {
   wait "$pid"
 }
 
-# At the job's end, on every node, outside any container: remove the job's named container
-# (CLEANUP_CONTAINER: pyxis keeps named containers in its default container_scope=global) and the
-# per-job cache directory (CLEANUP_CACHE). One step per component, bounded in time; recorded as
-# "cleanup ok=1|0".
+# At the job's end, on every node, outside any container: remove the job's named container of the
+# node's het group (CT_PREFIX<job id>-<G>: pyxis keeps named containers in its default
+# container_scope=global) and the per-job cache directory (CLEANUP_CACHE). One step per component,
+# bounded in time; recorded as "cleanup container=... cache=... ok=1|0" (ok=0: something may remain
+# on the nodes of the job, which the next job's preflight there sweeps, or `slurm-ab clean`).
 # shellcheck disable=SC2317  # runs from a trap
 cleanup_nodes() {
-  local g rc=0
+  local g rc=0 name=""
   local -a pids=()
-  [[ -n "${CLEANUP_CONTAINER:-}${CLEANUP_CACHE:-}" ]] || return 0
+  [[ -n "${CT_PREFIX:-}${CLEANUP_CACHE:-}" ]] || return 0
+  [[ -n "${CT_PREFIX:-}" ]] && name="$CT_PREFIX$SLURM_JOB_ID"
   for g in "${!HEADS[@]}"; do
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     ( drop_gpu_request
@@ -139,11 +141,12 @@ cleanup_nodes() {
       exec timeout 60 srun --het-group="$g" --nodes="${#nodes_ref[@]}" "${NODE_STEP[@]}" "${SRUN_EXTRA[@]}" \
         --output="$RUN_DIR/logs/cleanup-r$g-n%t.log" bash -c \
         'rc=0; if [ -n "$1" ]; then "${@:3}" "$1" || rc=1; fi; if [ -n "$2" ]; then rm -rf -- "$2" || rc=1; fi; exit $rc' \
-        cleanup "${CLEANUP_CONTAINER:-}" "${CLEANUP_CACHE:-}" "${REMOVE_CMD[@]}" ) &
+        cleanup "${name:+$name-$g}" "${CLEANUP_CACHE:-}" "${REMOVE_CMD[@]}" ) &
     pids+=($!)
   done
   for g in "${pids[@]}"; do wait "$g" || rc=1; done
-  event cleanup "container=${CLEANUP_CONTAINER:-none}" "cache=${CLEANUP_CACHE:-none}" "ok=$(( rc == 0 ))"
+  name=${name:+$name-*}
+  event cleanup "container=${name:-none}" "cache=${CLEANUP_CACHE:-none}" "ok=$(( rc == 0 ))"
   (( rc == 0 )) || log "clean-up of the nodes failed (see logs/cleanup-r*-n*.log): a container or cache directory may remain" >&2
   return 0
 }

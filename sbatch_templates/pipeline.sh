@@ -77,8 +77,9 @@ run_preflight() {
     (( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")
     [[ -n "${BOOT_PORTS[g]:-}" ]] && extra+=("${BOOT_PORTS[g]}")
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
+    container_flags "$g"
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 \
-      --output="$RUN_DIR/logs/preflight-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
+      --output="$RUN_DIR/logs/preflight-r$g-n%t.log" "${CT[@]}" "${SRUN_EXTRA[@]}" \
       env "${SERVER_ENV[@]}" bash "$RUN_DIR/preflight/check.sh" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
     PF_PIDS+=($!)
   done
@@ -113,9 +114,10 @@ start_servers() {
     [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
     event server_launch "replica=$g" "role=${GROUP_ROLES[g]}"
+    container_flags "$g"
     # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
-      --output="$RUN_DIR/logs/server-r$g-n%t.log" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
+      --output="$RUN_DIR/logs/server-r$g-n%t.log" "${CT[@]}" "${SRUN_EXTRA[@]}" \
       bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
@@ -126,8 +128,9 @@ start_router() {
   router_command
   log "router: ${ROUTER_CMD[*]}"
   event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=$ROUTER_PROFILE"
+  container_flags 0
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/logs/router.log" \
-    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
+    "${CT[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
   STEP_PIDS[router]=$!
   wait_router_ready
   record_server_info
@@ -141,8 +144,9 @@ run_pass() {
   log "pass $PASS_KEY of $MODE: ${CLIENT_CMD[*]}"
   event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS"
   scrape_metrics start
+  container_flags 0
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$PASS_CLIENT_LOG" \
-    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
+    "${CT[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
   CLIENT_PID=$!
   scrape_metrics_during "$CLIENT_PID"
   watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE")"
@@ -237,6 +241,7 @@ main() {
   fi
   read_hosts
   record_hosts
+  sweep_nodes
   (( PREFLIGHT )) && run_preflight
   resolve_addresses
   run_launches

@@ -66,12 +66,29 @@ def test_each_bad_survival_setting_is_named(sets, key):
     assert any(e.startswith(f"{key} = ") for e in errs), errs
 
 
-def test_one_named_container_per_node_and_job():
+def test_one_named_container_per_node_job_and_het_group():
+    """pyxis_<name>-<job id>-<G>: two jobs, or two components of one job on a shared node, never
+    race to create one container (nor does one reuse another's); the job adds the group."""
+    import subprocess
+    from helpers.scripts import render, static
+
     p = _plan()
-    assert Var("--container-name=slurm-ab-${SLURM_JOB_ID}") in p.container_flags
+    assert not any("--container-name" in str(f) for f in p.container_flags)
     assert p.container_name == "slurm-ab-${SLURM_JOB_ID}"
+    text = render("tp32")
+    assert 'CONTAINER_NAME=slurm-ab-"$SLURM_JOB_ID"\n' in text and "CT_PREFIX=pyxis_slurm-ab-\n" in text
+    script = static(text) + """trap - EXIT TERM INT USR1
+CONTAINER=(--container-image=/i.sqsh)
+for SLURM_JOB_ID in 7 8; do CONTAINER_NAME=slurm-ab-$SLURM_JOB_ID
+  for g in 0 1; do container_flags $g; echo "${CT[*]}"; done; done
+CONTAINER_NAME=""; container_flags 1; echo "${CT[*]}"
+"""
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    lines = r.stdout.splitlines()
+    assert lines[:4] == [f"--container-image=/i.sqsh --container-name=slurm-ab-{j}-{g}" for j in (7, 8) for g in (0, 1)]
+    assert len(set(lines[:4])) == 4 and lines[4] == "--container-image=/i.sqsh", r.stderr
     assert _plan("tp32", 'container.name=""').container_name == ""
-    assert not any(isinstance(f, Var) for f in _plan("tp32", 'container.name=""').container_flags)
+    assert "CONTAINER_NAME=\"\"\n" in render("tp32", sets=['container.name=""'])
     assert _plan("tp32", 'container.image=""').container_flags == ()
     assert "fabric: every rank's NCCL must use network IB" in summary(_plan())
 
@@ -115,8 +132,11 @@ def test_the_cache_environment_of_every_step():
 def test_dry_run_summary_of_a_pyxis_site():
     text = summary(_plan("tp32", "cache.dir=/scratch/cache"))
     assert "every srun step: --mpi=none (cluster.mpi: no PMIx set-up per step)" in text
-    assert ("one container per node and job: --container-name=slurm-ab-$SLURM_JOB_ID, created by each "
-            "node's first step (the preflight) and reused by its later steps, removed at the end") in text
+    assert ("one container per node, job and het group: --container-name=slurm-ab-$SLURM_JOB_ID-<G>, created by "
+            "each node's first step (the preflight) and reused by its later steps, removed at the end") in text
+    assert ("sweep (cluster.sweep_stale): before the preflight, every node removes this user's containers "
+            "pyxis_slurm-ab-<id>-<G> and cache directories /scratch/cache/slurm-ab-<id> of jobs Slurm no longer "
+            "lists") in text
     assert "cache directory /scratch/cache/slurm-ab-$SLURM_JOB_ID on every node" in text
     assert "HOME=$CACHE_DIR XDG_CACHE_HOME=$CACHE_DIR/.cache HF_HOME=$CACHE_DIR/.cache/huggingface" in text
     assert "duration estimate: 1 server launch(es)" in text and "time limit 00:31:00" in text

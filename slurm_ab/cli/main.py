@@ -390,14 +390,13 @@ def compare(run_a, run_b, fmt, html_out):
 @main.command()
 @click.argument("run")
 def cancel(run):
-    """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay."""
-    from ..model.slurm import scancel
+    """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay. A running job's
+    batch script tears down and cleans its nodes first (scancel -b -s USR1), then the job is
+    cancelled (docs/failures.md)."""
+    from ..job.cancel import cancel_run
 
     run_dir = _find_run(run)
-    jid = _job_id(run_dir)
-    if not scancel(jid):
-        raise UsageError(f"scancel {jid} failed")
-    click.echo(f"cancelled job {jid}; evidence stays in {run_dir} (slurm-ab collect {jid})")
+    cancel_run(run_dir, _job_id(run_dir), echo=click.echo)
 
 
 @main.command("plan")

@@ -25,6 +25,7 @@ from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .speed import speed_findings
+from .leftovers import leftovers
 from .verdict import (diagnosis_reasons, nccl_network_reasons, outcome_reasons, router_retries, router_retry_reasons, short_of_requests,
                       state_verdict, validity_reasons)
 
@@ -150,6 +151,9 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         cut = interrupted_reason(events, replicas, spec.num_prompts, has_result)
         if cut:
             reasons.insert(1, cut)
+        left = leftovers(root, inp.job_id)          # what the nodes may still hold, and where
+        if left is not None and (left.left or verdict == "cancelled"):
+            reasons.append(left.text())
     elif verdict == "invalid" and logs_exist:
         # A replica that failed while the job still completed (e.g. a peer's link went down: the
         # head's watchdog fired, but its server step could not end while srun waited for the

@@ -34,9 +34,14 @@ def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
     if state in ACTIVE_STATES:
         return "running", [f"job is {raw} (Slurm)"]
     if state in CANCELLED_STATES:
-        return "cancelled", [f"job {raw} (Slurm)"]
+        asked = "cancelled" in {e.fields.get("kind") for e in events.failures()}
+        return "cancelled", [f"job {raw} (Slurm)"] + ([cancel_reason(events)] if asked else [])
     if state in TIMEOUT_STATES:
         return "timeout", [f"job hit its time limit ({raw})"]
+    if state in FAILED_STATES and state != "NODE_FAIL" and \
+            "cancelled" in {e.fields.get("kind") for e in events.failures()}:
+        # slurm-ab cancel: the script tore down on its request and could not cancel itself
+        return "cancelled", [cancel_reason(events)]
     if state in FAILED_STATES and state != "NODE_FAIL" and \
             "time_limit" in {e.fields.get("kind") for e in events.failures()}:
         # The job's own teardown on Slurm's USR1 (--signal=B:USR1@N) ran before the limit: Slurm
@@ -52,12 +57,21 @@ def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
             return "timeout", [time_limit_reason(events)]
         if "slurm_node_failure" in kinds:
             return "failed", ["job lost a node (DUE TO NODE FAILURE)"]
+        if "cancelled" in fails:
+            return "cancelled", [cancel_reason(events)]
         if "slurm_cancelled" in kinds or "signal" in fails:
             return "cancelled", ["job was cancelled (Slurm/job log)"]
         if events.job_rc() is None and not fails:
             return "running", ["no Slurm state given and no job_end in events.log: the job may "
                                "still be running"]
     return None, []
+
+
+def cancel_reason(events: EventLog) -> str:
+    fail = next(e for e in events.failures() if e.fields.get("kind") == "cancelled")
+    who = fail.fields.get("request", "")
+    return f"job cancelled by slurm-ab cancel ({who}): its script tore everything down" if who else \
+        "job cancelled by slurm-ab cancel: its script tore everything down"
 
 
 def time_limit_reason(events: EventLog) -> str:

@@ -211,6 +211,7 @@ class Cluster:
     nccl_network: str = ""           # NCCL network every rank must use: "IB", "Socket", "" (unchecked)
     nccl_names: tuple[str, ...] = ()  # the names NCCL may print for it ([nccl_networks]; * any text)
     side_cpu_bind: str = "none"      # srun --cpu-bind of the router and client steps ("" = the site's)
+    sweep_stale: bool = True         # the preflight removes ended jobs' containers and caches
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ class Container:
     name: str = ""                   # pyxis --container-name prefix ("<name>-<job id>"); "": per step
     scope: str = "global"            # the site's pyxis container_scope
     remove_command: tuple[str, ...] = ()
+    list_command: tuple[str, ...] = ()   # this user's containers on a node (enroot list)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,10 @@ PATHS = {
     "preflight_address": "preflight/{node}.addr",
     "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
     "cleanup_log": "logs/cleanup-r{g}-n{rank}.log",      # the nodes' clean-up step at the job's end
+    "sweep_script": "preflight/sweep.sh",        # removes ended jobs' leftovers, before the preflight
+    "sweep_log": "logs/sweep-r{g}-n{rank}.log",  # what it removed on each node
+    "cancel_request": "cancel-requested",        # `slurm-ab cancel` asked the job to tear down (who, when)
+    "secrets": "secrets.env",                    # cluster.secret_env values, mode 0600, read and removed by the job
     "metrics": "metrics",
     "scrape": "metrics/{target}-{stamp}.prom",   # raw /metrics text (.err: a failed scrape's evidence)
     "scrape_error": "metrics/{target}-{stamp}.err",

@@ -103,8 +103,10 @@ def pending_text(reason: str) -> str:
     return f"{reason}: {words}" if words else reason
 
 
-def scancel(job_id: str, signal: str | None = None) -> bool:
-    cmd = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [str(job_id)]
+def scancel(job_id: str, signal: str | None = None, batch: bool = False) -> bool:
+    """scancel [--batch] [--signal=SIG] JOB; batch: the signal goes to the batch script alone
+    ("Children of the batch step are not signaled", scancel(1) -b)."""
+    cmd = ["scancel"] + (["--batch"] if batch else []) + ([f"--signal={signal}"] if signal else []) + [str(job_id)]
     return _run(cmd) is not None
 
 

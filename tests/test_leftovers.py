@@ -1,0 +1,131 @@
+"""Nothing left behind (issue 31), the parts no local cluster can show: the job's sweep of what
+ended jobs left on its nodes (a stand-in enroot: the local nodes have no pyxis), the cancel request
+the batch script answers, and what the verdict says was left and where. The cluster part is
+tests/test_cancel_phases.py."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers.scripts import render, static
+from slurm_ab.collect.leftovers import leftovers
+from slurm_ab.collect.records import JobInfo
+from slurm_ab.collect.verdict import state_verdict
+from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.parse.events import EventLog, parse_event_line, read_events
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("sweep") / "static.sh"
+    path.write_text(static(render("tp32")))
+    return path
+
+
+def _bash(lib: Path, tmp_path: Path, script: str, **stubs: str) -> subprocess.CompletedProcess:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name, body in stubs.items():
+        (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bindir / name).chmod(0o755)
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True, exist_ok=True)
+    full = f"RUN_DIR={run}\nsource {lib}\ntrap - EXIT TERM INT USR1\n" + script
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    return subprocess.run(["bash", "-c", full], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+
+
+def test_sweep_removes_only_ended_jobs_leftovers(lib, tmp_path):
+    """Job 10 sweeps: 5 has ended (gone from squeue), 7 is pending or running (never touched), 12
+    was submitted after the squeue call (a larger id: never touched), 10's own leftovers are from
+    an earlier use of the id (the job creates its own only later, in the preflight)."""
+    store = tmp_path / "containers"
+    store.write_text("\n".join(["pyxis_slurm-ab-5-0", "pyxis_slurm-ab-5-1", "pyxis_slurm-ab-7-0",
+                                "pyxis_slurm-ab-12-0", "pyxis_slurm-ab-10-1", "pyxis_slurm-ab-3",
+                                "pyxis_other-5-0", "mine"]) + "\n")
+    cache = tmp_path / "cache"
+    for d in ("slurm-ab-5", "slurm-ab-7", "slurm-ab-12", "slurm-ab-10", "other-5"):
+        (cache / d / ".cache").mkdir(parents=True)
+    script = f"""LIST_CMD=(cat {store}); REMOVE_CMD=(fakeremove)
+sweep_node 10 ",6,7,9," pyxis_slurm-ab- {cache}
+"""
+    r = _bash(lib, tmp_path, script, fakeremove=f'grep -vxF "$1" {store} >{store}.new; mv {store}.new {store}')
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.splitlines()) == sorted([
+        "removed container pyxis_slurm-ab-5-0", "removed container pyxis_slurm-ab-5-1",
+        "removed container pyxis_slurm-ab-10-1", "removed container pyxis_slurm-ab-3",
+        f"removed cache {cache}/slurm-ab-5", f"removed cache {cache}/slurm-ab-10"])
+    assert store.read_text().split() == ["pyxis_slurm-ab-7-0", "pyxis_slurm-ab-12-0", "pyxis_other-5-0", "mine"]
+    assert sorted(p.name for p in cache.iterdir()) == ["other-5", "slurm-ab-12", "slurm-ab-7"]
+
+
+def test_the_users_listed_jobs_and_no_sweep_without_an_answer(lib, tmp_path):
+    r = _bash(lib, tmp_path, "active_jobs\n", squeue='printf "6+0 6\\n6+1 7\\n9 9\\n"')
+    assert r.stdout.strip() == ",6,7,9,"
+    # squeue does not answer: nothing is swept, and the job says so
+    script = "SWEEP=1 CT_PREFIX=pyxis_x- CACHE_BASE=/tmp; HEADS=(n1); R0_NODES=(n1)\nsweep_nodes\necho done\n"
+    r = _bash(lib, tmp_path, script, squeue="exit 1", srun="echo srun-called; exit 1")
+    assert "done" in r.stdout and "srun-called" not in r.stdout
+    assert "sweep of ended jobs' containers and caches skipped: squeue did not answer" in r.stderr
+    assert [(e.name, e.fields) for e in read_events(tmp_path / "run" / "events.log").events] == \
+        [("sweep", {"skipped": "squeue"})]
+
+
+def test_a_cancel_request_is_not_a_time_limit(lib, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "cancel-requested").write_text("alice@login1 2026-12-03T11:00:00\n")
+    r = _bash(lib, tmp_path, "teardown() { echo teardown $1; }\non_time_limit\n")
+    assert r.returncode == 130 and "teardown cancel" in r.stdout
+    assert "slurm-ab cancel: tearing down, then cleaning the nodes" in r.stderr
+    (fail,) = read_events(run / "events.log").failures()
+    assert fail.fields == {"kind": "cancelled", "request": "alice@login1 2026-12-03T11:00:00"}
+    (run / "cancel-requested").unlink()
+    r = _bash(lib, tmp_path, "teardown() { echo teardown $1; }\non_time_limit\n")
+    assert r.returncode == 124 and "teardown time-limit" in r.stdout
+
+
+def _run_dir(tmp_path: Path, events: str, *sets: str) -> Path:
+    plan = plan_for(Sources("example", (), ("paths.results=/results", *sets)), "tp32", "R")
+    root = tmp_path / "R"
+    root.mkdir(parents=True)
+    (root / "manifest.json").write_text(json.dumps({"run_id": "R", "job_id": "77", "config": plan.exp.to_dict(),
+                                                    "components": [{"het_group": 0}, {"het_group": 1}]}))
+    (root / "events.log").write_text(events)
+    return root
+
+
+HOSTS = ("1796300000.000 2026-12-03 11:00:00.000 hosts replica=0 head=node01 nodes=node01,node02 port=1 dist_port=2\n"
+         "1796300000.000 2026-12-03 11:00:00.000 hosts replica=1 head=node05 nodes=node05,node06 port=1 dist_port=2\n")
+
+
+def test_the_verdict_says_what_was_left_and_where(tmp_path):
+    root = _run_dir(tmp_path, HOSTS + "1796300009.000 2026-12-03 11:00:09.000 fail kind=signal signal=TERM\n")
+    lo = leftovers(root, "77")
+    assert lo.left and lo.containers == ("pyxis_slurm-ab-77-0", "pyxis_slurm-ab-77-1")
+    assert lo.text() == (
+        "may be left on the nodes: container pyxis_slurm-ab-77-0 on node01, node02; container pyxis_slurm-ab-77-1 "
+        "on node05, node06; cache directory /scratch/slurm-ab-cache/slurm-ab-77 on node01, node02, node05, node06: "
+        "its clean-up never ran (Slurm refuses new steps once a job is cancelled, timed out or lost a node); the "
+        "next job's preflight on those nodes removes them (cluster.sweep_stale), or `slurm-ab clean`")
+    done = _run_dir(tmp_path / "b", HOSTS + "1796300010.000 2026-12-03 11:00:10.000 cleanup "
+                    "container=pyxis_slurm-ab-77-* cache=/scratch/slurm-ab-cache/slurm-ab-77 ok=1\n")
+    assert not leftovers(done, "77").left
+    assert leftovers(done, "77").text().startswith("nothing left on the nodes: the job's clean-up removed container")
+    bare = _run_dir(tmp_path / "c", HOSTS, 'container.image=""', 'cache.dir=""')
+    assert leftovers(bare, "77") is None                                 # nothing was owed
+
+
+def test_a_cancel_the_script_answered_is_a_cancelled_verdict(tmp_path):
+    line = "1796300009.000 2026-12-03 11:00:09.000 fail kind=cancelled request=alice@login1"
+    events = EventLog((parse_event_line(line, 1),), exists=True)
+    failed = JobInfo(state="FAILED", state_raw="FAILED", exit_code="130:0")
+    assert state_verdict(failed, events, []) == (
+        "cancelled", ["job cancelled by slurm-ab cancel (alice@login1): its script tore everything down"])
+    cancelled = JobInfo(state="CANCELLED", state_raw="CANCELLED by 0")
+    assert state_verdict(cancelled, events, [])[1] == [
+        "job CANCELLED by 0 (Slurm)", "job cancelled by slurm-ab cancel (alice@login1): its script tore everything down"]
