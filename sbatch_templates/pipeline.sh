@@ -27,6 +27,18 @@ prepare_run_dir() {
   [[ -e "$RUN_DIR/job.sbatch" ]] || cp -- "$0" "$RUN_DIR/job.sbatch" 2>/dev/null || true
 }
 
+# cluster.secret_env from the run's secrets file (slurm-ab submit wrote it, mode 0600, and kept the
+# names out of sbatch's environment): into this shell's environment, which the srun steps inherit;
+# never on a command line, in the script or in the job's environment record. Removed once read. A
+# script submitted by hand (slurm-ab render) has none: its steps inherit what sbatch exported.
+load_secrets() {
+  local f="$RUN_DIR/secrets.env"
+  [[ -f $f ]] || return 0
+  # shellcheck disable=SC1090  # the submitter's own file
+  source "$f" || fatal missing_secret "cannot read the secrets file $f"
+  rm -f -- "$f"
+}
+
 check_secrets() {
   local name
   for name in "${SECRET_ENV[@]}"; do
@@ -233,6 +245,7 @@ main() {
   prepare_run_dir
   CAMPAIGN_DIR=$RUN_DIR
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)" "cluster=${SLURM_CLUSTER_NAME:-}"
+  load_secrets
   check_secrets
   if declare -F site_prologue >/dev/null; then
     event prologue_start

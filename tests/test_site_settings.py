@@ -162,3 +162,47 @@ def test_the_collector_job_asks_for_what_it_needs(tmp_path):
     assert "gpus_per_node" not in r and "num_gpus" not in r
     assert collector_request(_plan(), "1", tmp_path)["partition"] == "gpu"
     assert os.path.isabs(collector_python())
+    assert collector_request(_plan("tp32", "collector.cpus=2"), "1", tmp_path)["cpus_per_task"] == 2
+    assert collector_python(_plan("tp32", 'collector.python="/opt/venv/bin/python3"').exp) == "/opt/venv/bin/python3"
+
+
+def _fake_slurm(tmp_path, monkeypatch, arch: str, default: str = "cpu", oversubscribe: str = "NO"):
+    """scontrol/sinfo on PATH: partitions gpu and (Default=YES) DEFAULT, whose nodes are ARCH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scontrol").write_text(f"""#!/bin/sh
+case "$2" in
+  partition) if [ -n "$4" ]; then echo "PartitionName=$4 MaxTime=UNLIMITED MaxNodes=UNLIMITED TotalNodes=64 OverSubscribe={oversubscribe}"
+             else echo "PartitionName=gpu Default=NO"; echo "PartitionName={default} Default=YES"; fi ;;
+  node) echo "NodeName=c01 Arch={arch} State=IDLE"; echo "NodeName=c02 Arch={arch} State=IDLE" ;;
+esac
+""")
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'c[01-02]'\n")
+    for f in ("scontrol", "sinfo"):
+        (bin_dir / f).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+def test_the_collector_runs_on_slurms_default_partition_with_a_python_of_its_nodes(tmp_path, monkeypatch):
+    """Not the GPU partition by default; the submitting Python is refused on nodes of another
+    architecture (an x86_64 login node's Python on aarch64 nodes), an explicit one is taken."""
+    import platform
+
+    from slurm_ab.job.submit import check_collector, collector_partition
+    from slurm_ab.model.errors import ConfigError
+
+    here = platform.machine()
+    other = "aarch64" if here != "aarch64" else "x86_64"
+    _fake_slurm(tmp_path, monkeypatch, here)
+    assert collector_partition(_plan().exp) == "cpu"
+    assert check_collector(_plan().exp)[-1].startswith("collector: the submitting Python (")
+    _fake_slurm(tmp_path, monkeypatch, other, oversubscribe="EXCLUSIVE")
+    with pytest.raises(ConfigError) as e:
+        check_collector(_plan().exp)
+    assert str(e.value).startswith(f"collector.python = '': the submitting Python (") and \
+        f"is built for {here}, partition cpu's nodes are {other}" in str(e.value)
+    notes = check_collector(_plan("tp32", 'collector.python="/arm/venv/bin/python3"').exp)
+    assert notes == ["collector: partition cpu is OverSubscribe=EXCLUSIVE: the collector's one CPU task takes a whole "
+                     "node (collector.partition)", "collector: /arm/venv/bin/python3 on partition cpu (collector.python)"]
+    monkeypatch.setenv("PATH", "/nonexistent")                   # no Slurm here: said, not checked
+    assert "not checked" in check_collector(_plan().exp)[-1]

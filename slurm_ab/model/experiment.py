@@ -273,6 +273,8 @@ class Collector:
     mem: str = "4G"
     time_min: int = 15
     sbatch_extra: tuple[str, ...] = ()
+    cpus: int = 1
+    python: str = ""                 # "" = the submitting Python (same architecture, checked)
 
 
 @dataclass(frozen=True)

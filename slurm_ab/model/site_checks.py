@@ -100,6 +100,11 @@ def check(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("collector.mem", col["mem"], "not an sbatch --mem size", "e.g. 4G"))
     if col["time_min"] < 1:
         errs.append(ConfigError("collector.time_min", col["time_min"], "must be >= 1 (minutes)"))
+    if col["cpus"] < 1:
+        errs.append(ConfigError("collector.cpus", col["cpus"], "must be >= 1"))
+    if col["python"] and not MOUNT_PATH.fullmatch(col["python"]):
+        errs.append(ConfigError("collector.python", col["python"], "not an absolute path",
+                                "e.g. /shared/venvs/slurm-ab/bin/python3, or \"\" for the submitting Python"))
     for i, opt in enumerate(col["sbatch_extra"]):
         if not SBATCH_OPTION.fullmatch(opt):
             errs.append(ConfigError(f"collector.sbatch_extra[{i}]", opt, "not a single sbatch option",

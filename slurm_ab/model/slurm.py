@@ -69,6 +69,27 @@ def partition_fields(partition: str) -> dict[str, str] | None:
     return fields or None
 
 
+def default_partition() -> str | None:
+    """Slurm's default partition (Default=YES); None when there is none or Slurm does not answer."""
+    out = _run(["scontrol", "show", "partition", "-o"]) or ""
+    for line in out.splitlines():
+        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        if f.get("Default") == "YES":
+            return f.get("PartitionName")
+    return None
+
+
+def partition_archs(partition: str) -> set[str] | None:
+    """The architectures (scontrol show node Arch=) of a partition's nodes; None when unknown."""
+    nodes = _run(["sinfo", "-h", "-p", partition, "-o", "%N"])
+    if not nodes or not nodes.strip():
+        return None
+    out = _run(["scontrol", "show", "node", "-o", ",".join(nodes.split())]) or ""
+    archs = {f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("Arch=")}
+    archs.discard("(null)")
+    return archs or None
+
+
 # Why a job pends (squeue %r), in words, for the reasons that mean "this will not start by itself"
 # or that the user can act on (squeue(1) JOB REASON CODES).
 PENDING_WORDS = {
