@@ -254,6 +254,7 @@ main() {
   fi
   read_hosts
   record_hosts
+  enroot_paths
   sweep_nodes
   (( PREFLIGHT )) && run_preflight
   resolve_addresses

@@ -42,6 +42,27 @@ sweep_node() {
   done
 }
 
+# enroot's data and cache paths for this job's containers (ENROOT_DIR, container.enroot_dir): where
+# enroot would keep them under HOME (its defaults, or a shared HOME's enroot.conf), XDG_DATA_HOME /
+# XDG_CACHE_HOME (which pyxis passes to enroot; ENROOT_* it does not) point to a node-local
+# <dir>/slurm-ab-enroot-<uid>. `enroot info` (enroot 3.4+) says the effective paths; without it, the
+# site's enroot.conf. Recorded as "enroot_paths data=... cache=...".
+enroot_paths() {
+  local info data cache base conf=/etc/enroot/enroot.conf
+  [[ -n ${ENROOT_DIR:-} && -n ${HOME:-} ]] || return 0
+  if info=$(env -u XDG_DATA_HOME -u XDG_CACHE_HOME timeout 20 enroot info 2>/dev/null); then
+    data=$(sed -n 's/^ *ENROOT_DATA_PATH=//p' <<<"$info")
+    cache=$(sed -n 's/^ *ENROOT_CACHE_PATH=//p' <<<"$info")
+  else                                # an older enroot: its defaults unless the site's file sets them
+    grep -Eq '^[[:space:]]*ENROOT_DATA_PATH[[:space:]]' "$conf" 2>/dev/null || data="$HOME/.local/share/enroot"
+    grep -Eq '^[[:space:]]*ENROOT_CACHE_PATH[[:space:]]' "$conf" 2>/dev/null || cache="$HOME/.cache/enroot"
+  fi
+  base="$ENROOT_DIR/slurm-ab-enroot-$(id -u)"
+  if [[ ${data:-} == "$HOME"/* ]]; then export XDG_DATA_HOME="$base/share"; data="$XDG_DATA_HOME/enroot"; fi
+  if [[ ${cache:-} == "$HOME"/* ]]; then export XDG_CACHE_HOME="$base/cache"; cache="$XDG_CACHE_HOME/enroot"; fi
+  event enroot_paths "data=${data:-site}" "cache=${cache:-site}"
+}
+
 # The user's jobs Slurm lists (pending, running, completing: every component's id and the het
 # job's), as ",<id>,...,"; fails when squeue does not answer (then nothing is swept).
 active_jobs() {

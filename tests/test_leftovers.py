@@ -28,7 +28,7 @@ def lib(tmp_path_factory) -> Path:
 
 def _bash(lib: Path, tmp_path: Path, script: str, **stubs: str) -> subprocess.CompletedProcess:
     bindir = tmp_path / "bin"
-    bindir.mkdir(exist_ok=True)
+    bindir.mkdir(parents=True, exist_ok=True)
     for name, body in stubs.items():
         (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bindir / name).chmod(0o755)
@@ -129,3 +129,24 @@ def test_a_cancel_the_script_answered_is_a_cancelled_verdict(tmp_path):
     cancelled = JobInfo(state="CANCELLED", state_raw="CANCELLED by 0")
     assert state_verdict(cancelled, events, [])[1] == [
         "job CANCELLED by 0 (Slurm)", "job cancelled by slurm-ab cancel (alice@login1): its script tore everything down"]
+
+
+def test_enroot_keeps_containers_on_the_node_when_it_would_use_a_shared_home(lib, tmp_path):
+    """enroot's defaults are under HOME ($XDG_DATA_HOME/enroot): two nodes sharing it race in
+    `enroot create`. Pyxis passes no ENROOT_* from the job to enroot, but XDG_* it does: the job
+    points them to a node-local directory; a path the site's enroot.conf set (not under HOME) stays."""
+    home = tmp_path / "home"
+    info = (f'echo "Enroot version: 3.5.0"; echo "  ENROOT_CACHE_PATH=/raid/enroot-cache/group-1"; '
+            f'echo "  ENROOT_DATA_PATH={home}/.local/share/enroot"')
+    script = (f"HOME={home} ENROOT_DIR=/tmp\nenroot_paths\n"
+              'echo "data=${XDG_DATA_HOME:-unset} cache=${XDG_CACHE_HOME:-unset}"\n')
+    r = _bash(lib, tmp_path, script, enroot=f'[ "$1" = info ] && {{ {info}; }}')
+    uid = os.getuid()
+    assert f"data=/tmp/slurm-ab-enroot-{uid}/share cache=unset" in r.stdout, r.stderr
+    (e,) = read_events(tmp_path / "run" / "events.log").named("enroot_paths")
+    assert e.fields == {"data": f"/tmp/slurm-ab-enroot-{uid}/share/enroot", "cache": "/raid/enroot-cache/group-1"}
+    # no `enroot info` (before 3.4) and no enroot.conf setting: enroot's HOME defaults, both moved
+    r = _bash(lib, tmp_path / "old", script, enroot="exit 1")
+    assert f"data=/tmp/slurm-ab-enroot-{uid}/share cache=/tmp/slurm-ab-enroot-{uid}/cache" in r.stdout, r.stderr
+    r = _bash(lib, tmp_path / "off", f"HOME={home} ENROOT_DIR=''\nenroot_paths\necho \"${{XDG_DATA_HOME:-unset}}\"\n")
+    assert r.stdout.strip() == "unset"

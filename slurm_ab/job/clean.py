@@ -23,6 +23,7 @@ class Stale:
     list_command: tuple[str, ...]
     remove_command: tuple[str, ...]
     partition: str
+    enroot_dir: str = ""
 
 
 def stale_runs(results: Path, refs: tuple[str, ...] = ()) -> list[Stale]:
@@ -39,7 +40,8 @@ def stale_runs(results: Path, refs: tuple[str, ...] = ()) -> list[Stale]:
         ct, cache = m.config.container, m.config.cache
         out.append(Stale(d, lo, f"pyxis_{ct.name}-" if lo.containers else "",
                          cache.dir.rstrip("/") if lo.cache else "", tuple(ct.list_command or ("enroot", "list")),
-                         tuple(ct.remove_command or ("enroot", "remove", "-f")), m.config.cluster.partition))
+                         tuple(ct.remove_command or ("enroot", "remove", "-f")), m.config.cluster.partition,
+                         ct.enroot_dir or ""))
     return out
 
 
@@ -54,7 +56,7 @@ def clean_script(stale: list[Stale], output: Path) -> str:
     sbatch = [f"--partition={first.partition}"] if first.partition else []
     return _env().get_template("clean.sbatch.j2").render(
         version=__version__, nodes=nodes, output=str(output), sbatch=sbatch, targets=targets,
-        list_command=first.list_command, remove_command=first.remove_command)
+        list_command=first.list_command, remove_command=first.remove_command, enroot_dir=first.enroot_dir)
 
 
 def run_clean(script: Path, output: Path, echo, wait_s: float = 120) -> bool:

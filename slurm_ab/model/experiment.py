@@ -224,6 +224,7 @@ class Container:
     scope: str = "global"            # the site's pyxis container_scope
     remove_command: tuple[str, ...] = ()
     list_command: tuple[str, ...] = ()   # this user's containers on a node (enroot list)
+    enroot_dir: str = ""             # node-local home of enroot's paths when they would be under HOME
 
 
 @dataclass(frozen=True)

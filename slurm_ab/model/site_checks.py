@@ -63,6 +63,9 @@ def check(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("container.scope", ct["scope"], "unknown pyxis container_scope", ", ".join(SCOPES)))
     if any(not w for w in ct["remove_command"]):
         errs.append(ConfigError("container.remove_command", ct["remove_command"], "must not contain empty strings"))
+    if tree["container"]["enroot_dir"] and not MOUNT_PATH.fullmatch(tree["container"]["enroot_dir"]):
+        errs.append(ConfigError("container.enroot_dir", tree["container"]["enroot_dir"], "not an absolute path",
+                                "a node-local directory such as /tmp or /raid, or \"\" to leave enroot's paths"))
     if cache["dir"] and not MOUNT_PATH.fullmatch(cache["dir"]):
         errs.append(ConfigError("cache.dir", cache["dir"], "not an absolute path that can be mounted",
                                 "e.g. /scratch/slurm-ab-cache (letters, digits and _ . + @ = / -)"))
