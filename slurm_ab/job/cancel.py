@@ -47,7 +47,7 @@ def cancel_run(run_dir: Path, job_id: str, echo: Callable[[str], None] = print,
     if base_state(state) in PENDING_STATES:
         ok = scancel(job_id)
         _forget_secrets(run_dir)
-        echo(f"cancelled job {job_id} (it was {state}: nothing had started); evidence stays in {run_dir}"
+        echo(f"cancelled job {job_id}; evidence stays in {run_dir} (it was {state}: nothing had started)"
              if ok else f"scancel {job_id} failed")
         return ok
     m = read_manifest(run_dir)
@@ -61,13 +61,13 @@ def cancel_run(run_dir: Path, job_id: str, echo: Callable[[str], None] = print,
         echo(f"job {job_id}: asked its batch script to tear down and clean its nodes (scancel -b -s USR1)")
         while time.monotonic() - t0 < bound:
             if squeue_state(job_id) is None:
-                echo(f"cancelled job {job_id}: torn down and its nodes cleaned in {time.monotonic() - t0:.0f} s; "
-                     f"evidence stays in {run_dir} (slurm-ab collect {job_id})")
+                echo(f"cancelled job {job_id}; evidence stays in {run_dir} (slurm-ab collect {job_id}): torn down "
+                     f"and its nodes cleaned in {time.monotonic() - t0:.0f} s")
                 return True
             time.sleep(poll_s)
         echo(f"job {job_id} did not end within {bound} s (its grace plus the clean-up's bound)")
     ok = scancel(job_id)
-    echo(f"cancelled job {job_id} through Slurm; evidence stays in {run_dir} (slurm-ab collect {job_id}); "
+    echo(f"cancelled job {job_id}; evidence stays in {run_dir} (slurm-ab collect {job_id}): through Slurm; "
          "what its clean-up could not remove, the next job's preflight on those nodes removes, or "
          "slurm-ab clean" if ok else f"scancel {job_id} failed")
     return False
