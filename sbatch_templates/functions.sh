@@ -13,11 +13,20 @@ log() { printf '%s slurm-ab: %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
 # shellcheck disable=SC2317  # runs from a trap (teardown)
 now_ms() { date '+%s%3N'; }
 
-# events.log: "<epoch_s.ms> <YYYY-mm-dd HH:MM:SS.mmm> <event> [key=value ...]", read by the collector.
+# rpath FORMAT [ARG...]: a file of the run directory (a launch's: of its directory) from one of the
+# generated F_* formats (rundir.Layout names every file; this script spells none).
+rpath() {
+  local fmt=$1
+  shift
+  # shellcheck disable=SC2059  # the format is a generated F_* (rundir.Layout), never data
+  printf "%s/$fmt" "$RUN_DIR" "$@"
+}
+
+# The events file: "<epoch_s.ms> <YYYY-mm-dd HH:MM:SS.mmm> <event> [key=value ...]", read by the collector.
 event() {
   local stamp
   stamp=$(date '+%s.%3N %Y-%m-%d %H:%M:%S.%3N')
-  printf '%s %s\n' "$stamp" "$*" >>"$RUN_DIR/events.log"
+  printf '%s %s\n' "$stamp" "$*" >>"$RUN_DIR/$F_EVENTS"
 }
 
 tail_log() {
@@ -53,9 +62,12 @@ container_flags() {
 }
 
 step_logs() {
+  local rel
   case $1 in
-    server-r*) printf '%s\n' "$RUN_DIR/logs/server-r${1#server-r}"-n*.log ;;
-    router) printf '%s\n' "$RUN_DIR/logs/router.log" ;;
+    server-r*)
+      # shellcheck disable=SC2059,SC2086  # a generated format; its node rank a glob ('*')
+      printf -v rel "$F_SERVER_LOG" "${1#server-r}" '*' && printf '%s\n' "$RUN_DIR"/$rel ;;
+    router) printf '%s\n' "$RUN_DIR/$F_ROUTER_LOG" ;;
   esac
 }
 
@@ -106,7 +118,7 @@ wait_servers_ready() {
     alive_or_die
     if (( SECONDS - start >= READY_TIMEOUT )); then
       for g in "${pending[@]}"; do
-        tail_log "$RUN_DIR/logs/server-r$g-n0.log"
+        tail_log "$(rpath "$F_SERVER_LOG" "$g" 0)"
       done
       fatal not_ready "replicas=$(IFS=,; echo "${pending[*]}")" \
         "replica $(IFS=,; echo "${pending[*]}") not healthy after $READY_TIMEOUT s"
@@ -118,7 +130,7 @@ wait_servers_ready() {
 make_warmup_body() {
   local ids
   ids=$(yes "$WARMUP_TOKEN_ID" | head -n "$WARMUP_INPUT_LEN" | paste -sd, -)
-  WARMUP_BODY="$RUN_DIR/logs/warmup-request.json"
+  WARMUP_BODY="$RUN_DIR/$F_WARMUP_REQUEST"
   printf '{"input_ids":[%s],"sampling_params":{"max_new_tokens":%d,"temperature":0,"ignore_eos":true},"stream":false}\n' \
     "$ids" "$WARMUP_OUTPUT_LEN" >"$WARMUP_BODY"
 }
@@ -136,19 +148,20 @@ group_name() {
 # One direct request to group G's head (not through the router); it must succeed with every
 # input token counted.
 warmup_replica() {
-  local g=$1 out code rc
-  out="$RUN_DIR/logs/warmup-r$g.json"
+  local g=$1 out http code rc
+  out=$(rpath "$F_WARMUP_RESPONSE" "$g")
+  http=$(rpath "$F_WARMUP_HTTP" "$g")
   log "$(group_name "$g"): warm-up ${WARMUP_INPUT_LEN} -> ${WARMUP_OUTPUT_LEN} tokens"
   event warmup_start "replica=$g"
   curl -sS -m "$WARMUP_TIMEOUT" -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' \
-    --data-binary "@$WARMUP_BODY" "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$out.http" 2>>"$out.http" &
+    --data-binary "@$WARMUP_BODY" "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$http" 2>>"$http" &
   watch_pid $!
   rc=$?
-  code=$(head -c 3 "$out.http" 2>/dev/null)
+  code=$(head -c 3 "$http" 2>/dev/null)
   if (( rc != 0 )) || [[ "$code" != 200 ]] || ! grep -Eq "\"prompt_tokens\": *$WARMUP_INPUT_LEN\b" "$out"; then
     event warmup_done "replica=$g" ok=0 "http=${code:-none}" "curl_rc=$rc"
     alive_or_die
-    tail_log "$out" "$RUN_DIR/logs/server-r$g-n0.log"
+    tail_log "$out" "$(rpath "$F_SERVER_LOG" "$g" 0)"
     fatal warmup_failed "replica=$g" "warm-up of $(group_name "$g") failed (curl status $rc, HTTP ${code:-none})"
   fi
   event warmup_done "replica=$g" ok=1 http=200 "prompt_tokens=$WARMUP_INPUT_LEN"
@@ -174,7 +187,7 @@ wait_router_ready() {
     fi
     alive_or_die
     if (( SECONDS - start >= ROUTER_READY_TIMEOUT )); then
-      tail_log "$RUN_DIR/logs/router.log"
+      tail_log "$RUN_DIR/$F_ROUTER_LOG"
       fatal router_not_ready "router not ready with $REPLICAS healthy workers after $ROUTER_READY_TIMEOUT s (last: ${body:-no answer})"
     fi
     nap
@@ -211,11 +224,11 @@ drop_gpu_request() {
 
 # The address other nodes use for head node $1 (cluster.address).
 head_address() {
-  local node=$1 addr=""
+  local node=$1 addr="" f
   case $ADDRESS_MODE in
     name) addr=$node ;;
     nodeaddr) addr=$(scontrol show node -o "$node" 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | head -n 1) && addr=${addr#NodeAddr=} ;;
-    interface) [[ -s "$RUN_DIR/preflight/$node.addr" ]] && addr=$(<"$RUN_DIR/preflight/$node.addr") ;;
+    interface) f=$(rpath "$F_PREFLIGHT_ADDRESS" "$node") && [[ -s "$f" ]] && addr=$(<"$f") ;;
   esac
   [[ -n "$addr" ]] || return 1
   printf '%s\n' "$addr"
@@ -235,15 +248,20 @@ json_str() {
   printf '"%s"' "$s"
 }
 
-# Runs on each node (inside the container): check.sh G PORT... -> <node>.json, <node>.problems
-# (one "CHECK<TAB>CAUSE" line per problem) and, with an interface address, <node>.addr.
+# Runs on each node (inside the container): the preflight script G PORT... -> the node's report
+# (F_PREFLIGHT_REPORT), its problems (F_PREFLIGHT_PROBLEMS: one "CHECK<TAB>CAUSE" line per
+# problem) and, with an interface address, the address (F_PREFLIGHT_ADDRESS).
 # shellcheck disable=SC2317  # runs on the nodes, through check.sh
 preflight_node() {
   local g=$1; shift
   local node=${SLURMD_NODENAME:-${HOSTNAME:-unknown}} rank=${SLURM_NODEID:-0} start=$SECONDS
-  local dir="$RUN_DIR/preflight" out rc line mod ver what path i n=0 name driver="" addr="" taken
+  local out rc line mod ver what path i n=0 name driver="" addr="" taken report partial found
   local -a problems=() checks=() mods=("${PF_MODULES[@]}") cmods=() names=() jmods=()
-  local router_node=0 tok_pid="" tok_out="$dir/$node.tokenizer"
+  local router_node=0 tok_pid="" tok_out
+  tok_out=$(rpath "$F_PREFLIGHT_TOKENIZER" "$node")
+  report=$(rpath "$F_PREFLIGHT_REPORT" "$node")
+  partial=$(rpath "$F_PREFLIGHT_PARTIAL" "$node")
+  found=$(rpath "$F_PREFLIGHT_PROBLEMS" "$node")
   [[ "$g" == 0 && "$rank" == 0 ]] && router_node=1
   problem() { checks+=("$1"); problems+=("$2"); }
   # import_modules CMD_ARRAY MODULE[=DIST]...: CMD prints "MODULE VERSION" or "MODULE ERROR ..."
@@ -323,7 +341,7 @@ preflight_node() {
   if [[ -n "$PF_IFACE" ]]; then
     addr=$("${PF_ADDRESS[@]}" "$PF_IFACE" 2>&1)
     if [[ "$addr" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
-      printf '%s\n' "$addr" >"$dir/$node.addr"
+      printf '%s\n' "$addr" >"$(rpath "$F_PREFLIGHT_ADDRESS" "$node")"
     else
       problem address "no IPv4 address on interface $PF_IFACE: $(head -n 1 <<<"$addr")"
       addr=""
@@ -338,10 +356,10 @@ preflight_node() {
       problem tokenizer "tokenizer $PF_TOKENIZER_PATH does not load (status $rc): $line"
     fi
   fi
-  : >"$dir/$node.problems"
+  : >"$found"
   local jprob=""
   for i in "${!problems[@]}"; do
-    printf '%s\t%s\n' "${checks[i]}" "${problems[i]//$'\n'/ }" >>"$dir/$node.problems"
+    printf '%s\t%s\n' "${checks[i]}" "${problems[i]//$'\n'/ }" >>"$found"
     jprob+="${jprob:+, }{\"check\": $(json_str "${checks[i]}"), \"cause\": $(json_str "${problems[i]}")}"
   done
   {
@@ -351,7 +369,7 @@ preflight_node() {
     printf ' "gpu_count": %s, "gpus": [%s], "driver": %s, "address": %s,\n' \
       "$( (( ${#PF_GPU[@]} )) && echo "$n" || echo null)" "$(IFS=,; echo "${names[*]}")" "$(json_str "$driver")" "$(json_str "$addr")"
     printf ' "problems": [%s], "seconds": %d}\n' "$jprob" "$(( SECONDS - start ))"
-  } >"$dir/$node.json.tmp" && mv -f "$dir/$node.json.tmp" "$dir/$node.json"
+  } >"$partial" && mv -f "$partial" "$report"
 }
 
 # The fabric as NCCL and Gloo will see it on this node, inside the container: the interfaces of
@@ -444,31 +462,33 @@ iface_matches() {
 # The node-side script: the preflight's settings and functions, run by each preflight task.
 # shellcheck disable=SC2317  # not called when preflight.enabled = false
 write_preflight_script() {
-  mkdir -p "$RUN_DIR/preflight" || fatal preflight "cannot create $RUN_DIR/preflight"
+  mkdir -p "$RUN_DIR/$F_PREFLIGHT" || fatal preflight "cannot create $RUN_DIR/$F_PREFLIGHT"
   {
     echo '#!/bin/bash'
     echo '# slurm-ab preflight, run on every node by the job'"'"'s first steps (written by the job script).'
-    declare -p RUN_DIR PF_MODULES PF_CLIENT_MODULES PF_IMPORT PF_GPU PF_GPUS PF_PORT PF_ADDRESS PF_IFACE PF_PATHS PF_CLIENT_PATHS
+    declare -p RUN_DIR PF_MODULES PF_CLIENT_MODULES PF_IMPORT PF_GPU PF_GPUS PF_PORT PF_ADDRESS PF_IFACE PF_PATHS PF_CLIENT_PATHS \
+      F_PREFLIGHT_REPORT F_PREFLIGHT_PARTIAL F_PREFLIGHT_PROBLEMS F_PREFLIGHT_ADDRESS F_PREFLIGHT_TOKENIZER
     # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
     declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB \
       PF_CLIENT_IMPORT 2>/dev/null
-    declare -f json_str preflight_node preflight_fabric iface_matches
+    declare -f rpath json_str preflight_node preflight_fabric iface_matches
     if declare -F preflight_pd >/dev/null; then declare -f preflight_pd; fi
     echo 'preflight_node "$@"'
-  } >"$RUN_DIR/preflight/check.sh"
+  } >"$RUN_DIR/$F_PREFLIGHT_SCRIPT"
 }
 
 # Wait for every preflight step, then fail the job on the first problem (component, node rank
 # order), naming node and cause; all problems are logged.
 # shellcheck disable=SC2317  # not called when preflight.enabled = false
 wait_preflight() {
-  local start=$SECONDS pid running g r node f check cause first="" nodes=0
+  local start=$SECONDS pid running g r node f check cause first="" nodes=0 rel
   while :; do
     running=0
     for pid in "${PF_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
     (( running )) || break
     if (( SECONDS - start >= PREFLIGHT_TIMEOUT )); then
-      tail_log "$RUN_DIR"/logs/preflight-r*-n*.log
+      # shellcheck disable=SC2059,SC2086  # a generated format; replica and node rank globs ('*')
+      printf -v rel "$F_PREFLIGHT_LOG" '*' '*' && tail_log "$RUN_DIR"/$rel
       fatal preflight check=timeout "preflight did not finish within $PREFLIGHT_TIMEOUT s (container start, hung file system?)"
     fi
     sleep 0.2 & wait $! 2>/dev/null
@@ -479,10 +499,11 @@ wait_preflight() {
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
       nodes=$(( nodes + 1 ))
-      f="$RUN_DIR/preflight/$node.problems"
-      if [[ ! -s "$RUN_DIR/preflight/$node.json" ]]; then
-        tail_log "$RUN_DIR/logs/preflight-r$g-n$r.log"
-        cause="no preflight report from $node (the step failed there: see logs/preflight-r$g-n$r.log)"
+      f=$(rpath "$F_PREFLIGHT_PROBLEMS" "$node")
+      if [[ ! -s "$(rpath "$F_PREFLIGHT_REPORT" "$node")" ]]; then
+        tail_log "$(rpath "$F_PREFLIGHT_LOG" "$g" "$r")"
+        # shellcheck disable=SC2059  # a generated format (rundir.Layout)
+        cause="no preflight report from $node (the step failed there: see $(printf "$F_PREFLIGHT_LOG" "$g" "$r"))"
         log "preflight: $node (replica $g node rank $r): $cause" >&2
         [[ -n "$first" ]] || first="$g|$r|$node|report|$cause"
         continue
@@ -504,9 +525,9 @@ wait_preflight() {
 }
 
 # ---- /metrics scrapes: every node of every replica and the router, over the benchmark window ---
-# Raw text goes to metrics/<target>-<stamp>.prom (never modified), one "metrics_scrape target=..
-# phase=start|during|end round=.. ok=1|0" line in events.log per scrape. A failed scrape keeps its
-# evidence (metrics/<target>-<stamp>.err: HTTP body and curl's message) and is never fatal.
+# Raw text goes to F_SCRAPE (metrics/<target>-<stamp>.prom; never modified), one "metrics_scrape
+# target=.. phase=start|during|end round=.. ok=1|0" event per scrape. A failed scrape keeps its
+# evidence (F_SCRAPE_ERROR: HTTP body and curl's message) and is never fatal.
 # Targets: r<G>n<R> = replica G's node rank R, on the server port. Node rank 0 serves the HTTP API
 # (tokenizer-side counters and histograms) and the gauges of its own schedulers; SGLang's non-zero
 # node ranks serve their own schedulers' metrics from the dummy health server on the same port
@@ -542,20 +563,25 @@ metrics_targets() {
 
 # scrape_one TARGET URL PHASE ROUND [NODE]
 scrape_one() {
-  local target=$1 url=$2 phase=$3 round=$4 node=${5:-} stamp file code rc
+  local target=$1 url=$2 phase=$3 round=$4 node=${5:-} stamp prom err part msg code rc
   stamp=$(date '+%Y%m%d-%H%M%S.%3N')
-  file="metrics/$target-$stamp"
-  code=$(curl -sS -m "$METRICS_TIMEOUT" -o "$RUN_DIR/$file.part" -w '%{http_code}' "$url" 2>"$RUN_DIR/$file.curl")
+  # shellcheck disable=SC2059  # generated formats (rundir.Layout); relative: the event names them so
+  printf -v prom "$F_SCRAPE" "$target" "$stamp"
+  # shellcheck disable=SC2059
+  printf -v err "$F_SCRAPE_ERROR" "$target" "$stamp"
+  part=$(rpath "$F_SCRAPE_PARTIAL" "$target" "$stamp")
+  msg=$(rpath "$F_SCRAPE_CURL" "$target" "$stamp")
+  code=$(curl -sS -m "$METRICS_TIMEOUT" -o "$part" -w '%{http_code}' "$url" 2>"$msg")
   rc=$?
   if (( rc == 0 )) && [[ "$code" == 200 ]]; then
-    mv -f -- "$RUN_DIR/$file.part" "$RUN_DIR/$file.prom"
-    rm -f -- "$RUN_DIR/$file.curl"
-    event metrics_scrape "target=$target" "phase=$phase" "round=$round" "node=$node" ok=1 http=200 "file=$file.prom"
+    mv -f -- "$part" "$RUN_DIR/$prom"
+    rm -f -- "$msg"
+    event metrics_scrape "target=$target" "phase=$phase" "round=$round" "node=$node" ok=1 http=200 "file=$prom"
   else
-    cat -- "$RUN_DIR/$file.curl" >>"$RUN_DIR/$file.part" 2>/dev/null
-    mv -f -- "$RUN_DIR/$file.part" "$RUN_DIR/$file.err" 2>/dev/null
-    rm -f -- "$RUN_DIR/$file.curl"
-    event metrics_scrape "target=$target" "phase=$phase" "round=$round" "node=$node" ok=0 "http=${code:-000}" "curl_rc=$rc" "file=$file.err"
+    cat -- "$msg" >>"$part" 2>/dev/null
+    mv -f -- "$part" "$RUN_DIR/$err" 2>/dev/null
+    rm -f -- "$msg"
+    event metrics_scrape "target=$target" "phase=$phase" "round=$round" "node=$node" ok=0 "http=${code:-000}" "curl_rc=$rc" "file=$err"
   fi
 }
 
@@ -567,7 +593,7 @@ scrape_metrics() {
     wait "$METRICS_LOOP_PID" 2>/dev/null
     METRICS_LOOP_PID=""
   fi
-  mkdir -p "$RUN_DIR/metrics" || return 0
+  mkdir -p "$RUN_DIR/$F_METRICS" || return 0
   [[ "$phase" == start ]] && METRICS_URLS=()   # per pass: a launch may change METRICS_SERVERS
   metrics_targets
   for target in "${!METRICS_URLS[@]}"; do
@@ -725,10 +751,10 @@ on_signal() {
 # steps once it has cancelled a job).
 # shellcheck disable=SC2317  # runs from a trap
 on_time_limit() {
-  if [[ -e "$RUN_DIR/cancel-requested" ]]; then
+  if [[ -e "$RUN_DIR/$F_CANCEL_REQUEST" ]]; then
     CANCELLED=1
     log "FATAL: slurm-ab cancel: tearing down, then cleaning the nodes" >&2
-    event fail kind=cancelled "request=$(head -n 1 "$RUN_DIR/cancel-requested" 2>/dev/null)"
+    event fail kind=cancelled "request=$(head -n 1 "$RUN_DIR/$F_CANCEL_REQUEST" 2>/dev/null)"
     teardown cancel
     exit 130
   fi

@@ -15,7 +15,7 @@ check_nccl_network() {
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
-      f="$RUN_DIR/logs/server-r$g-n$r.log"
+      f=$(rpath "$F_SERVER_LOG" "$g" "$r")
       nets=$(grep -a 'NCCL INFO Using network ' "$f" 2>/dev/null | sed 's/.*NCCL INFO Using network //; s/[[:space:]]*$//' \
         | sort -u | paste -sd, -)
       [[ -n "$nets" ]] && any=1
@@ -31,9 +31,10 @@ check_nccl_network() {
   fi
   [[ -n "$bad" ]] || return 0
   IFS='|' read -r g r node nets <<<"$bad"
-  tail_log "$RUN_DIR/logs/server-r$g-n$r.log"
+  tail_log "$(rpath "$F_SERVER_LOG" "$g" "$r")"
+  # shellcheck disable=SC2059  # a generated format (rundir.Layout)
   fatal nccl_network "node=$node" "replica=$g" "node_rank=$r" "network=$nets" "expected=$NCCL_NETWORK" \
-    "NCCL on $node (replica $g node rank $r) uses network $nets, not $NCCL_NETWORK (cluster.nccl_network): see logs/server-r$g-n$r.log"
+    "NCCL on $node (replica $g node rank $r) uses network $nets, not $NCCL_NETWORK (cluster.nccl_network): see $(printf "$F_SERVER_LOG" "$g" "$r")"
 }
 
 # in_family NAME PATTERN...: NAME is one of the family's names (patterns: * any text).
@@ -84,7 +85,7 @@ stall_check() {
   (( SECONDS - prog_at[$g] >= WATCH_STALL_S )) || return 0
   [[ "${inflight[$g]:-?}" == 0 ]] && return 0          # idle, not hung
   [[ $state == answered ]] || what="is stalled or unreachable from the batch host"
-  tail_log "$RUN_DIR/logs/server-r$g-n0.log"
+  tail_log "$(rpath "$F_SERVER_LOG" "$g" 0)"
   fatal stalled "replica=$g" "role=${GROUP_ROLES[g]:-server}" "node=${HEADS[g]}" "pass=${PASS_KEY:-bench}" \
     "seconds=$(( SECONDS - prog_at[$g] ))" "inflight=${inflight[$g]:-?}" "held=${held[$g]:-}" "finished=${prog[$g]:-?}" \
     "metrics=${state%% *}" \
@@ -139,7 +140,7 @@ cleanup_nodes() {
     ( drop_gpu_request
       # shellcheck disable=SC2016  # expands on the node
       exec timeout 60 srun --het-group="$g" --nodes="${#nodes_ref[@]}" "${NODE_STEP[@]}" "${SRUN_EXTRA[@]}" \
-        --output="$RUN_DIR/logs/cleanup-r$g-n%t.log" bash -c \
+        --output="$(rpath "$F_CLEANUP_LOG" "$g" %t)" bash -c \
         'rc=0; if [ -n "$1" ]; then "${@:3}" "$1" || rc=1; fi; if [ -n "$2" ]; then rm -rf -- "$2" || rc=1; fi; exit $rc' \
         cleanup "${name:+$name-$g}" "${CLEANUP_CACHE:-}" "${REMOVE_CMD[@]}" ) &
     pids+=($!)
@@ -147,7 +148,8 @@ cleanup_nodes() {
   for g in "${pids[@]}"; do wait "$g" || rc=1; done
   name=${name:+$name-*}
   event cleanup "container=${name:-none}" "cache=${CLEANUP_CACHE:-none}" "ok=$(( rc == 0 ))"
-  (( rc == 0 )) || log "clean-up of the nodes failed (see logs/cleanup-r*-n*.log): a container or cache directory may remain" >&2
+  # shellcheck disable=SC2059  # a generated format (rundir.Layout)
+  (( rc == 0 )) || log "clean-up of the nodes failed (see $(printf "$F_CLEANUP_LOG" '*' '*')): a container or cache directory may remain" >&2
   return 0
 }
 {% endraw %}

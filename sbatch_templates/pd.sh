@@ -54,7 +54,7 @@ pd_check_roles() {
     dtype=$(json_value kv_cache_dtype <<<"$info")
     event pd_role "replica=$g" "role=${GROUP_ROLES[g]}" "server_role=${role:-unknown}" "page_size=${page:-unknown}" "kv_cache_dtype=${dtype:-unknown}"
     if [[ -n "$role" && "$role" != "${GROUP_ROLES[g]}" ]]; then
-      tail_log "$RUN_DIR/logs/server-r$g-n0.log"
+      tail_log "$(rpath "$F_SERVER_LOG" "$g" 0)"
       fatal pd_role "replica=$g" "role=${GROUP_ROLES[g]}" "server_role=$role" "node=${HEADS[g]}" \
         "$(group_name "$g") (${HEADS[g]}) runs --disaggregation-mode $role, not ${GROUP_ROLES[g]}: the router would pair it as a ${GROUP_ROLES[g]} (its /server_info)"
     fi
@@ -92,7 +92,7 @@ pd_wait_bootstrap() {
     alive_or_die
     if (( SECONDS - start >= READY_TIMEOUT )); then
       g=${pending[0]}
-      tail_log "$RUN_DIR/logs/server-r$g-n0.log"
+      tail_log "$(rpath "$F_SERVER_LOG" "$g" 0)"
       fatal pd_bootstrap "replica=$g" "node=${HEADS[g]}" "port=${BOOT_PORTS[g]}" \
         "$(group_name "$g")'s bootstrap server ${ADDRS[g]}:${BOOT_PORTS[g]} has not registered every rank after $READY_TIMEOUT s (last answer: $(tr '\n' ' ' <<<"${out%$'\n'*}" | head -c 200))"
     fi
@@ -100,12 +100,17 @@ pd_wait_bootstrap() {
   done
 }
 
-# pair_file KIND G PEER: the answer of group G to a pair request (canary | warmup) with PEER.
+# pair_file KIND G PEER [http]: the answer of group G to a pair request (canary | warmup) with PEER
+# (F_PD_CANARY, F_PD_WARMUP), or its HTTP status and curl's message.
 pair_file() {
-  case $1 in
-    canary) printf '%s' "$RUN_DIR/logs/canary-r$2-with-r$3.json" ;;
-    *) printf '%s' "$RUN_DIR/logs/warmup-r$2-with-r$3.json" ;;
+  local fmt
+  case $1:${4:-} in
+    canary:) fmt=$F_PD_CANARY ;;
+    canary:http) fmt=$F_PD_CANARY_HTTP ;;
+    *:http) fmt=$F_PD_WARMUP_HTTP ;;
+    *) fmt=$F_PD_WARMUP ;;
   esac
+  rpath "$fmt" "$2" "$3"
 }
 
 # pd_room: a random bootstrap room (the router draws one per request; 45 bits here).
@@ -113,7 +118,7 @@ pd_room() { printf '%d' $(( (RANDOM << 30) | (RANDOM << 15) | RANDOM )); }
 
 # pd_pair KIND P D ROOM TIMEOUT BODY: BODY (a JSON object, or @FILE) to prefill P and decode D at once
 # with P's bootstrap fields, as the PD router sends a request ("dual dispatch"); each answer goes to
-# logs/KIND-r<G>-with-r<PEER>.json (+ .http: status and curl's message). Sets PAIR_P=(rc http)
+# pair_file KIND G PEER (+ its http file: status and curl's message). Sets PAIR_P=(rc http)
 # and PAIR_D=(rc http).
 pd_pair() {
   local kind=$1 p=$2 d=$3 room=$4 timeout=$5 body=$6 g peer out rc
@@ -124,14 +129,14 @@ pd_pair() {
     { printf '{"bootstrap_host":"%s","bootstrap_port":%d,"bootstrap_room":%s,' "${ADDRS[p]}" "${BOOT_PORTS[p]}" "$room"
       if [[ $body == @* ]]; then tail -c +2 -- "${body#@}"; else printf '%s' "${body#\{}"; fi
     } | curl -sS -m "$timeout" -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' \
-        --data-binary @- "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$out.http" 2>&1 &
+        --data-binary @- "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$(pair_file "$kind" "$g" "$peer" http)" 2>&1 &
     curls[$g]=$!
   done
   for g in "$p" "$d"; do
     watch_pid "${curls[$g]}"
     rc=$?
-    out=$(pair_file "$kind" "$g" "$(( g == p ? d : p ))")
-    if (( g == p )); then PAIR_P=("$rc" "$(head -c 3 "$out.http" 2>/dev/null)"); else PAIR_D=("$rc" "$(head -c 3 "$out.http" 2>/dev/null)"); fi
+    out=$(pair_file "$kind" "$g" "$(( g == p ? d : p ))" http)
+    if (( g == p )); then PAIR_P=("$rc" "$(head -c 3 "$out" 2>/dev/null)"); else PAIR_D=("$rc" "$(head -c 3 "$out" 2>/dev/null)"); fi
   done
 }
 
@@ -139,7 +144,7 @@ pd_pair() {
 pd_pair_failed() {
   local kind=$1 p=$2 d=$3 seconds=$4 what=$5
   tail_log "$(pair_file "$kind" "$p" "$d")" "$(pair_file "$kind" "$d" "$p")" \
-    "$RUN_DIR/logs/server-r$p-n0.log" "$RUN_DIR/logs/server-r$d-n0.log"
+    "$(rpath "$F_SERVER_LOG" "$p" 0)" "$(rpath "$F_SERVER_LOG" "$d" 0)"
   fatal "pd_$kind" "prefill=$p" "decode=$d" "prefill_node=${HEADS[p]}" "decode_node=${HEADS[d]}" \
     "http_prefill=${PAIR_P[1]:-none}" "http_decode=${PAIR_D[1]:-none}" "curl_prefill=${PAIR_P[0]}" "curl_decode=${PAIR_D[0]}" "seconds=$seconds" \
     "$what between $(group_name "$p") (${HEADS[p]}) and $(group_name "$d") (${HEADS[d]}) failed after $seconds s: prefill HTTP ${PAIR_P[1]:-none} (curl $((PAIR_P[0]))), decode HTTP ${PAIR_D[1]:-none} (curl $((PAIR_D[0])))"
@@ -207,19 +212,19 @@ pd_warmups() {
 # One generation through the router once it is ready: its PD path (bootstrap injection, both
 # roles' URLs as it registered them) works, before the benchmark relies on it.
 pd_router_canary() {
-  local start=$SECONDS out="$RUN_DIR/logs/canary-router.json" code rc
+  local start=$SECONDS out="$RUN_DIR/$F_ROUTER_CANARY" http="$RUN_DIR/$F_ROUTER_CANARY_HTTP" code rc
   curl -sS -m "$CANARY_TIMEOUT" -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' \
     --data-binary "{\"input_ids\":[$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID],\"sampling_params\":{\"max_new_tokens\":2,\"temperature\":0,\"ignore_eos\":true},\"stream\":false}" \
-    "http://$ROUTER_ADDR:$ROUTER_PORT/generate" >"$out.http" 2>&1 &
+    "http://$ROUTER_ADDR:$ROUTER_PORT/generate" >"$http" 2>&1 &
   watch_pid $!
   rc=$?
-  code=$(head -c 3 "$out.http" 2>/dev/null)
+  code=$(head -c 3 "$http" 2>/dev/null)
   if (( rc == 0 )) && [[ "$code" == 200 ]] && grep -Eq '"completion_tokens": *2\b' "$out"; then
     event pd_canary via=router ok=1 http=200 "seconds=$(( SECONDS - start ))"
     return 0
   fi
   event pd_canary via=router ok=0 "http=${code:-none}" "curl_rc=$rc" "seconds=$(( SECONDS - start ))"
-  tail_log "$out" "$RUN_DIR/logs/router.log"
+  tail_log "$out" "$RUN_DIR/$F_ROUTER_LOG"
   fatal pd_canary via=router "http=${code:-none}" "curl_rc=$rc" \
     "a 2-token generation through the router failed after $(( SECONDS - start )) s (HTTP ${code:-none}, curl $rc): the router's PD path does not work"
 }

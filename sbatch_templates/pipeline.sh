@@ -1,11 +1,12 @@
 {% raw %}
 # ---- the job's flow (static: slurm-ab's pipeline.sh; the generated part above holds the values) --
-# One flow for every job: a single run is a campaign of one launch and one pass, whose launch
-# directory is the run directory itself (LAUNCH_DIRS=(.)) and whose files keep a single run's
-# names (bench.jsonl, logs/client.log). Each launch runs in a subshell of its own: servers of its
-# mode on every node, readiness, direct warm-ups, router, its passes, then a complete teardown.
-# A failed launch of a campaign ends only itself (launch_end status=failed) and the job goes on;
-# a single run's job ends with its launch's status.
+# One flow for every job (a run of one mode is the campaign of one launch and one pass): each
+# launch runs in a subshell of its own, in its own directory (LAUNCH_DIRS): servers of its mode on
+# every node, readiness, direct warm-ups, router, its passes, then a complete teardown. A failed
+# launch ends only itself (launch_end status=failed) and the job goes on with the next; the job
+# fails (the status of its last failed launch) only when no launch succeeded: a job of one launch
+# ends with that launch's status. Every file name comes from the generated F_* formats
+# (rundir.Layout).
 
 # Each prefill instance's bootstrap port (a job with prefill/decode roles sets BOOTSTRAP_PORT_BASE);
 # the role and the name of each het group of the running launch (run_launch: MODE_ROLES_<i>,
@@ -17,14 +18,17 @@ GROUP_NAMES=()
 
 # Run directory: never reuse one that a job already wrote to.
 prepare_run_dir() {
-  if [[ -e "$RUN_DIR/events.log" ]]; then
-    echo "slurm-ab: $RUN_DIR was already used by another job; this job writes to $RUN_DIR-job$SLURM_JOB_ID" >&2
-    RUN_DIR="$RUN_DIR-job$SLURM_JOB_ID"
+  local moved
+  if [[ -e "$RUN_DIR/$F_EVENTS" ]]; then
+    # shellcheck disable=SC2059  # F_RESUBMITTED: a generated format (rundir.Layout), not data
+    printf -v moved "$F_RESUBMITTED" "$RUN_DIR" "$SLURM_JOB_ID"
+    echo "slurm-ab: $RUN_DIR was already used by another job; this job writes to $moved" >&2
+    RUN_DIR=$moved
     # The rest of this job's output goes with its own evidence, not into the earlier run.
-    mkdir -p "$RUN_DIR/logs" && exec >>"$RUN_DIR/slurm-$SLURM_JOB_ID.out" 2>&1
+    mkdir -p "$RUN_DIR/$F_LOGS" && exec >>"$(rpath "$F_SLURM_OUT" "$SLURM_JOB_ID")" 2>&1
   fi
-  mkdir -p "$RUN_DIR/logs" || { echo "slurm-ab: FATAL: cannot create $RUN_DIR/logs" >&2; exit 1; }
-  [[ -e "$RUN_DIR/job.sbatch" ]] || cp -- "$0" "$RUN_DIR/job.sbatch" 2>/dev/null || true
+  mkdir -p "$RUN_DIR/$F_LOGS" || { echo "slurm-ab: FATAL: cannot create $RUN_DIR/$F_LOGS" >&2; exit 1; }
+  [[ -e "$RUN_DIR/$F_JOB_SCRIPT" ]] || cp -- "$0" "$RUN_DIR/$F_JOB_SCRIPT" 2>/dev/null || true
 }
 
 # cluster.secret_env from the run's secrets file (slurm-ab submit wrote it, mode 0600, and kept the
@@ -32,7 +36,7 @@ prepare_run_dir() {
 # never on a command line, in the script or in the job's environment record. Removed once read. A
 # script submitted by hand (slurm-ab render) has none: its steps inherit what sbatch exported.
 load_secrets() {
-  local f="$RUN_DIR/secrets.env"
+  local f="$RUN_DIR/$F_SECRETS"
   [[ -f $f ]] || return 0
   # shellcheck disable=SC1090  # the submitter's own file
   source "$f" || fatal missing_secret "cannot read the secrets file $f"
@@ -78,7 +82,7 @@ record_hosts() {
 
 # The preflight: one short step per component, on every node, in the servers' container. It fails
 # the job within seconds, naming node and cause, before any model loads; each node writes what it
-# found to $RUN_DIR/preflight/<node>.json.
+# found to its preflight report (F_PREFLIGHT_REPORT).
 run_preflight() {
   local g
   local -a extra
@@ -91,8 +95,8 @@ run_preflight() {
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     container_flags "$g"
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 \
-      --output="$RUN_DIR/logs/preflight-r$g-n%t.log" "${CT[@]}" "${SRUN_EXTRA[@]}" \
-      env "${SERVER_ENV[@]}" bash "$RUN_DIR/preflight/check.sh" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
+      --output="$(rpath "$F_PREFLIGHT_LOG" "$g" %t)" "${CT[@]}" "${SRUN_EXTRA[@]}" \
+      env "${SERVER_ENV[@]}" bash "$RUN_DIR/$F_PREFLIGHT_SCRIPT" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
     PF_PIDS+=($!)
   done
   wait_preflight
@@ -129,7 +133,7 @@ start_servers() {
     container_flags "$g"
     # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
-      --output="$RUN_DIR/logs/server-r$g-n%t.log" "${CT[@]}" "${SRUN_EXTRA[@]}" \
+      --output="$(rpath "$F_SERVER_LOG" "$g" %t)" "${CT[@]}" "${SRUN_EXTRA[@]}" \
       bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
@@ -141,7 +145,7 @@ start_router() {
   log "router: ${ROUTER_CMD[*]}"
   event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=$ROUTER_PROFILE"
   container_flags 0
-  side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/logs/router.log" \
+  side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$F_ROUTER_LOG" \
     "${CT[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
   STEP_PIDS[router]=$!
   wait_router_ready
@@ -180,7 +184,7 @@ run_launch() {
   local -a specs
   LAUNCH=$(( i + 1 ))
   MODE=${LAUNCH_MODES[i]}
-  [[ ${LAUNCH_DIRS[i]} == . ]] || RUN_DIR="$CAMPAIGN_DIR/${LAUNCH_DIRS[i]}"
+  RUN_DIR="$CAMPAIGN_DIR/${LAUNCH_DIRS[i]}"
   MODE_INDEX=${LAUNCH_SERVER[i]}
   ref="MODE_ROLES_${MODE_INDEX}[@]"
   GROUP_ROLES=("${!ref}")
@@ -194,11 +198,10 @@ run_launch() {
   trap 'teardown launch-end' EXIT
   trap 'exit 143' TERM INT
   trap 'exit 124' USR1
-  if [[ $RUN_DIR != "$CAMPAIGN_DIR" ]]; then    # a campaign launch's own events.log
-    mkdir -p "$RUN_DIR/logs" || fatal launch "cannot create $RUN_DIR/logs"
-    event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "launch=$LAUNCH" "batch_host=$(hostname)"
-    record_hosts
-  fi
+  mkdir -p "$RUN_DIR/$F_LOGS" || fatal launch "cannot create $RUN_DIR/$F_LOGS"
+  # the launch's own events (F_EVENTS in its directory)
+  event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "launch=$LAUNCH" "batch_host=$(hostname)"
+  record_hosts
   start_servers
   wait_servers_ready
   check_nccl_network
@@ -216,11 +219,28 @@ run_launch() {
   exit 0
 }
 
-# Every launch in turn; returns the status of the last failed launch (0: all ok).
-run_launches() {
-  local i status=0
+# The job's schedule in its events, first thing: a launch_plan line per launch (its mode, directory
+# and passes as CONCURRENCY:REPEAT:PROMPTS), so the job's own record says what it was to run (a
+# script submitted again writes a directory without manifest).
+record_schedule() {
+  local i spec c r n plan
+  local -a specs
   for i in "${!LAUNCH_DIRS[@]}"; do
-    (( SINGLE )) || event launch_start "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}"
+    plan=""
+    read -ra specs <<<"${LAUNCH_PASSES[i]}"
+    for spec in "${specs[@]}"; do
+      IFS=: read -r c r n _ <<<"$spec"
+      plan+="${plan:+,}$c:$r:$n"
+    done
+    event launch_plan "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}" "passes=$plan"
+  done
+}
+
+# Every launch in turn; returns the status of the last failed launch when none succeeded (0: one did).
+run_launches() {
+  local i status=0 succeeded=0
+  for i in "${!LAUNCH_DIRS[@]}"; do
+    event launch_start "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}"
     run_launch "$i" &
     # While a launch runs, the job's own teardown (scancel, time limit) stops it first, as it
     # would stop a client: SIGTERM, then SIGKILL after the grace period.
@@ -229,14 +249,15 @@ run_launches() {
     LAUNCH_RC=$?
     CLIENT_PID=""
     if (( LAUNCH_RC == 0 )); then
-      (( SINGLE )) || event launch_end "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" status=ok rc=0
+      succeeded=$(( succeeded + 1 ))
+      event launch_end "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" status=ok rc=0
     else
       status=$LAUNCH_RC
-      (( SINGLE )) && break
-      log "launch $(( i + 1 )) (${LAUNCH_MODES[i]}) failed (status $LAUNCH_RC): see ${LAUNCH_DIRS[i]}/events.log; going on" >&2
+      log "launch $(( i + 1 )) (${LAUNCH_MODES[i]}) failed (status $LAUNCH_RC): see ${LAUNCH_DIRS[i]}/$F_EVENTS" >&2
       event launch_end "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" status=failed "rc=$LAUNCH_RC"
     fi
   done
+  (( succeeded )) && return 0
   return "$status"
 }
 
@@ -246,6 +267,7 @@ main() {
   CAMPAIGN_DIR=$RUN_DIR
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)" "cluster=${SLURM_CLUSTER_NAME:-}"
   load_secrets
+  record_schedule
   check_secrets
   if declare -F site_prologue >/dev/null; then
     event prologue_start
@@ -260,11 +282,7 @@ main() {
   resolve_addresses
   run_launches
   rc=$?
-  if (( SINGLE )); then
-    (( rc == 0 )) && log "benchmark done: results in $RUN_DIR (slurm-ab collect $SLURM_JOB_ID)"
-    exit "$rc"
-  fi
-  log "campaign done: results in $RUN_DIR (slurm-ab collect $SLURM_JOB_ID)"
-  exit 0
+  log "benchmark done$( (( rc )) && echo " (no launch succeeded: status $rc)"): results in $RUN_DIR (slurm-ab collect $SLURM_JOB_ID)"
+  exit "$rc"
 }
 {% endraw %}

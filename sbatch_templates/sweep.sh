@@ -10,7 +10,7 @@
 # own only in the preflight).
 
 # stale ID OWN ACTIVE: job ID's leftovers may go (ACTIVE: ",<id>,<id>," of the user's listed jobs).
-# shellcheck disable=SC2317  # runs on the nodes, through sweep.sh
+# shellcheck disable=SC2317  # runs on the nodes, through the run's sweep script (F_SWEEP_SCRIPT)
 stale() {
   local id=$1 own=$2 active=$3
   [[ $id =~ ^[0-9]+$ ]] || return 1
@@ -20,7 +20,7 @@ stale() {
 
 # sweep_node OWN ACTIVE PREFIX BASE: on one node, print "removed|failed container|cache NAME" per
 # leftover of an ended job (LIST_CMD / REMOVE_CMD: the site's enroot list / enroot remove -f).
-# shellcheck disable=SC2317  # runs on the nodes, through sweep.sh
+# shellcheck disable=SC2317  # runs on the nodes, through the run's sweep script (F_SWEEP_SCRIPT)
 sweep_node() {
   local own=$1 active=$2 prefix=$3 base=$4 name id d
   local -a names=()
@@ -75,7 +75,7 @@ active_jobs() {
 # Before the preflight: sweep_node on every node of every component (one step each, bounded in
 # time); recorded as "sweep removed=N failed=M" with the names in the job's output.
 sweep_nodes() {
-  local g active script="$RUN_DIR/preflight/sweep.sh" line removed=0 failed=0
+  local g active script="$RUN_DIR/$F_SWEEP_SCRIPT" rel line removed=0 failed=0
   local -a pids=()
   (( SWEEP )) && [[ -n "$CT_PREFIX$CACHE_BASE" ]] || return 0
   if ! active=$(active_jobs); then
@@ -83,7 +83,7 @@ sweep_nodes() {
     event sweep skipped=squeue
     return 0
   fi
-  mkdir -p "$RUN_DIR/preflight" || return 0
+  mkdir -p "$RUN_DIR/$F_PREFLIGHT" || return 0
   { echo '#!/bin/bash'
     declare -p LIST_CMD REMOVE_CMD
     declare -f stale sweep_node
@@ -92,15 +92,18 @@ sweep_nodes() {
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     ( drop_gpu_request
       exec timeout 60 srun --het-group="$g" --nodes="${#nodes_ref[@]}" "${NODE_STEP[@]}" "${SRUN_EXTRA[@]}" \
-        --output="$RUN_DIR/logs/sweep-r$g-n%t.log" bash "$script" "$SLURM_JOB_ID" "$active" "$CT_PREFIX" "$CACHE_BASE" ) &
+        --output="$(rpath "$F_SWEEP_LOG" "$g" %t)" bash "$script" "$SLURM_JOB_ID" "$active" "$CT_PREFIX" "$CACHE_BASE" ) &
     pids+=($!)
   done
   wait "${pids[@]}" 2>/dev/null
+  # shellcheck disable=SC2059  # a generated format (rundir.Layout); every group and node rank
+  printf -v rel "$F_SWEEP_LOG" '*' '*'
+  # shellcheck disable=SC2086  # $rel: the glob of every node's log
   while IFS= read -r line; do
     [[ $line == removed* ]] && removed=$(( removed + 1 ))
     [[ $line == failed* ]] && failed=$(( failed + 1 ))
     log "sweep: $line (an ended job's)" >&2
-  done < <(cat "$RUN_DIR"/logs/sweep-r*-n*.log 2>/dev/null | grep -E '^(removed|failed) ' | sort -u)
+  done < <(cat "$RUN_DIR"/$rel 2>/dev/null | grep -E '^(removed|failed) ' | sort -u)
   event sweep "removed=$removed" "failed=$failed"
 }
 {% endraw %}

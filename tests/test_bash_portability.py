@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
-from helpers.scripts import render, static
+from helpers.scripts import layout_formats, render, static
+from slurm_ab.model.rundir import Layout
 from slurm_ab.parse.events import read_events
 
 TEMPLATES = ROOT / "sbatch_templates"
@@ -89,8 +90,9 @@ def lib(tmp_path_factory) -> Path:
 
 # bash 5's own variables gone (unset removes their special meaning for the rest of the shell:
 # bash(1) "If EPOCHREALTIME is unset, it loses its special properties, even if it is subsequently
-# reset"), bash 4.4's behaviour where bash documents a change (BASH_COMPAT), and set -u
-BASH4 = "unset EPOCHREALTIME EPOCHSECONDS SRANDOM BASH_ARGV0; BASH_COMPAT=44; set -u\n"
+# reset"), bash 4.4's behaviour where bash documents a change (BASH_COMPAT); set -u is the job's
+# own header's (from bash 4.4 on: a real bash 4.2 running this test counts an empty array as unset)
+BASH4 = "unset EPOCHREALTIME EPOCHSECONDS SRANDOM BASH_ARGV0; BASH_COMPAT=44\n"
 
 
 @pytest.mark.parametrize("how", ["bash 4 emulation", "de_DE.UTF-8", "both"])
@@ -107,8 +109,9 @@ def test_the_teardown_keeps_its_grace_without_bash5_and_under_a_comma_locale(lib
     prelude = BASH4 if how != "de_DE.UTF-8" else ""
     script = f"""{prelude}RUN_DIR={run} POLL=0.1 GRACE=1 SLURM_JOB_ID=5 SLURM_JOB_ID_HET_GROUP_0=5
 CLIENT_PID="" PF_PIDS=()
-source {lib}
+{layout_formats()}source {lib}
 trap - EXIT TERM INT USR1
+echo "nounset=${{-//[^u]/}} version=${{BASH_VERSINFO[0]}}.${{BASH_VERSINFO[1]}}"
 ( trap 'exit 143' TERM; sleep 30 >/dev/null 2>&1 & wait ) & CLIENT_PID=$!
 sleep 0.3
 teardown exit
@@ -120,8 +123,10 @@ printf '%.1f\\n' 2.5
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "unbound variable" not in r.stderr and r.stdout.strip().endswith("2.5"), r.stdout + r.stderr
+    flags = dict(w.split("=") for w in r.stdout.splitlines()[0].split())
+    assert (flags["nounset"] == "u") == (tuple(map(int, flags["version"].split("."))) >= (4, 4)), flags
     assert ("LC_ALL=de_DE.UTF-8" if how != "bash 4 emulation" else "LC_ALL=") in _step_locale(lib, env)
-    ev = read_events(run / "events.log")
+    ev = read_events(Layout(run).events)
     term, kill = ev.named("steps_signal")
     assert (term.fields["signal"], kill.fields["signal"]) == ("TERM", "KILL")
     assert 1.0 <= kill.epoch - term.epoch <= 1.8              # GRACE=1: all of it, not more than a poll

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from test_collect_campaign import _campaign
+from slurm_ab.model.rundir import RELATIVE, Layout, read_manifest
 
 
 def test_dry_run_of_a_campaign(cli):
@@ -13,7 +14,7 @@ def test_dry_run_of_a_campaign(cli):
                          "--repeats", "3", "--concurrency", "1,8", "--time", "auto")
     assert code == 0, err
     assert "LAUNCH_DIRS=(launch1-tp32 launch2-tp32-dflash)" in out
-    specs = [f"{c}:{r}:40:c{c}-r{r}:bench-c{c}-r{r}.jsonl:logs/client-c{c}-r{r}.log"
+    specs = [f"{c}:{r}:40:c{c}-r{r}:{RELATIVE.bench(f'c{c}-r{r}')}:{RELATIVE.client_log(f'c{c}-r{r}')}"
              for c in (1, 8) for r in (1, 2, 3)]
     assert "  '" + " ".join(specs) + "'\n" in out
     assert "campaign: modes tp32, tp32-dflash; 3 repeat(s) x concurrency 1, 8; order blocked" in err
@@ -24,13 +25,15 @@ def test_dry_run_of_a_campaign(cli):
     assert "LAUNCH_MODES=(tp32 tp32-dflash tp32-dflash tp32 tp32 tp32-dflash tp32-dflash tp32)" in out
 
 
-def test_one_mode_without_options_is_the_single_run(cli):
-    code, out, _ = cli("dry-run", "tp32", "--run-id", "x")
-    assert code == 0 and "LAUNCH_DIRS=(.)\n" in out and "SINGLE=1\n" in out
-    assert "LAUNCH_PASSES=(\n  8:1:40:c8-r1:bench.jsonl:logs/client.log\n)" in out
+def test_one_mode_without_options_is_a_campaign_of_one_pass(cli):
+    code, out, err = cli("dry-run", "tp32", "--run-id", "x")
+    assert code == 0 and "LAUNCH_DIRS=(launch1-tp32)\n" in out and "SINGLE" not in out
+    lay = RELATIVE
+    assert f"LAUNCH_PASSES=(\n  8:1:40:c8-r1:{lay.bench('c8-r1')}:{lay.client_log('c8-r1')}\n)" in out
+    assert "1 server launch(es), 1 timed pass(es) in one allocation" in err
     code, out, _ = cli("dry-run", "tp32", "--run-id", "x", "--repeats", "3")
-    assert code == 0 and "SINGLE=0\n" in out and "LAUNCH_DIRS=(launch1-tp32)\n" in out
-    assert "  '8:1:40:c8-r1:bench-c8-r1.jsonl:logs/client-c8-r1.log 8:2:40:c8-r2" in out
+    assert code == 0 and "LAUNCH_DIRS=(launch1-tp32)\n" in out
+    assert f"  '8:1:40:c8-r1:{lay.bench('c8-r1')}:{lay.client_log('c8-r1')} 8:2:40:c8-r2" in out
 
 
 def test_bad_campaigns_exit_2_and_write_nothing(cli, tmp_path):
@@ -47,11 +50,12 @@ def test_bad_campaigns_exit_2_and_write_nothing(cli, tmp_path):
 def test_render_prepares_every_launch_directory(cli, tmp_path):
     code, _, err = cli("render", "tp32", "tp32-dflash", "--repeats", "2", "--run-id", "c1", "--time", "auto")
     assert code == 0, err
-    root = tmp_path / "results" / "c1"
-    m = json.loads((root / "manifest.json").read_text())
+    root = Layout(tmp_path / "results" / "c1")
+    m = json.loads(root.manifest.read_text())
     assert m["campaign"]["modes"] == ["tp32", "tp32-dflash"] and m["mode"] == "tp32+tp32-dflash"
-    for i, mode in ((1, "tp32"), (2, "tp32-dflash")):
-        lm = json.loads((root / f"launch{i}-{mode}" / "manifest.json").read_text())
+    for launch, mode in zip(read_manifest(root.root).campaign.launches, ("tp32", "tp32-dflash")):
+        lm = json.loads(root.launch(launch).manifest.read_text())
+        i = launch.index
         assert lm["mode"] == mode and lm["config"]["mode"]["name"] == mode
         assert lm["campaign_launch"]["index"] == i and "campaign" not in lm
 
@@ -72,16 +76,16 @@ def test_report_and_compare_of_a_campaign(cli, tmp_path):
         "launches_a", "launches_b", "variance_levels", "p_value", "drift_adjusted", "label", "role", "p_holm",
         "same_as"]
     assert data["comparisons"][0]["metrics"][0]["role"] == "primary"
-    assert not (root / "report.html").exists()                  # the tables draw no page
+    assert not Layout(root).report_html.exists()                # the tables draw no page
     code, out, _ = cli("collect", str(root))
     # report already wrote the summary files; collect draws the missing page
     wrote = out.splitlines()[-1]
     assert code == 0 and wrote.startswith("wrote ") and "summary" not in wrote and "report.html" in wrote, wrote
     assert cli("collect", str(root))[1].splitlines()[-1] == "summary files unchanged"
-    assert (root / "summary.md").read_text().startswith("# Campaign camp")
+    assert Layout(root).summary("md").read_text().startswith("# Campaign camp")
 
 
-def test_compare_of_two_single_runs_says_no_interval(cli, tmp_path):
+def test_compare_of_two_runs_of_one_pass_says_no_interval(cli, tmp_path):
     from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_run
 
     a, b = build_run(tmp_path), build_run(tmp_path, RunSpec(target=TP32_DFLASH))

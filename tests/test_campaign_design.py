@@ -21,12 +21,12 @@ def test_launches_per_mode_and_passes_per_launch():
     assert [(x.mode, [p.key for p in x.passes]) for x in c.launches] == [
         ("a", ["c8-r1", "c8-r2"]), ("b", ["c8-r1", "c8-r2"]), ("b", ["c8-r3", "c8-r4"]), ("a", ["c8-r3", "c8-r4"])]
     assert c.variance_levels == ("launch", "pass") and "across launches" in c.variance
-    assert c.launches_per_mode == 2 and not c.single
+    assert c.launches_per_mode == 2
     assert Campaign.from_dict(c.to_dict()) == c
     blocked = schedule(("a", "b"), 4, (8,), "blocked", False, 40)
     assert blocked.variance_levels == ("pass",) and "within one launch only" in blocked.variance
-    assert not schedule(("a",), 1, (8,), "counterbalanced", False, 40, launches=2).single
-    assert schedule(("a",), 1, (8,), "counterbalanced", False, 40).single
+    assert len(schedule(("a",), 1, (8,), "counterbalanced", False, 40, launches=2).launches) == 2
+    assert len(schedule(("a",), 1, (8,), "counterbalanced", False, 40).passes) == 1
 
 
 def test_an_old_manifest_reads_its_launches_per_mode():

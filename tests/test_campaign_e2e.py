@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ab.model.rundir import Layout
+
 from helpers import CLIENT_052, SMALL, set_args
 from helpers.jobs import final_sacct, slurm_ab, wait_no_processes
 from slurm_ab.parse.events import read_events
@@ -44,11 +46,12 @@ def ab(workdir):
 
 
 def _summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    """summary.json as other programs read it: "rows" the passes' numeric rows."""
+    return json.loads(Layout(run_dir).summary("json").read_text())
 
 
 def _job(run_dir: Path) -> str:
-    return json.loads((run_dir / "manifest.json").read_text())["job_id"]
+    return json.loads(Layout(run_dir).manifest.read_text())["job_id"]
 
 
 def overheads(run_dir: Path) -> dict:
@@ -58,10 +61,10 @@ def overheads(run_dir: Path) -> dict:
     out = {"between_passes": [], "between_modes": [], "teardown": [], "to_ready": [], "warm_router": [],
            "pass_outside_benchmark": []}
     summary = _summary(run_dir)
-    durations = {(x["launch"], x["pass"]): x["duration_s"] for x in summary["passes"]}
+    durations = {(x["launch"], x["pass"]): x["duration_s"] for x in summary["rows"]}
     prev_end = None
     for la in summary["launches"]:
-        ev = read_events(run_dir / la["dir"] / "events.log").events
+        ev = read_events(Layout(run_dir / la["dir"]).events).events
         starts = [e for e in ev if e.name == "bench_start"]
         ends = [e for e in ev if e.name == "bench_end"]
         out["between_passes"] += [s.epoch - e.epoch for e, s in zip(ends, starts[1:])]
@@ -92,15 +95,15 @@ def test_ab_campaign_runs_in_one_allocation(ab):
     assert info["state"] == "COMPLETED", info
     assert set(info["components"]) == {f"{job}+0", f"{job}+1"}       # one het allocation
     s = _summary(run_dir)
-    rows = s["passes"]
+    rows = s["rows"]
     assert len(rows) == 8 and all(x["verdict"] == "ok" for x in rows), [x["reason"] for x in rows]
     assert [la["status"] for la in s["launches"]] == ["ok"] * 4
     # four server launches in the one job, counterbalanced (A B B A), each with both replicas and
     # its two passes, each torn down
-    root = read_events(run_dir / "events.log")
+    root = read_events(Layout(run_dir).events)
     assert [e.fields["mode"] for e in root.named("launch_start")] == ["tp32", "tp32-dflash", "tp32-dflash", "tp32"]
     for la in s["launches"]:
-        ev = read_events(run_dir / la["dir"] / "events.log")
+        ev = read_events(Layout(run_dir / la["dir"]).events)
         assert len(ev.named("server_launch")) == 2 and len(ev.named("bench_end")) == 2
         assert ev.named("teardown")
     # passes differ (the emulator's noise); the comparison takes the launch as its unit: the
@@ -161,7 +164,7 @@ def test_concurrency_sweep_gives_the_curve(workdir):
                                   "--concurrency", "1,8", "--set", "benchmark.prompts_per_concurrency=2")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
     s = _summary(run_dir)
-    assert [(x["concurrency"], x["prompts"], x["verdict"]) for x in s["passes"]] == \
+    assert [(x["concurrency"], x["prompts"], x["verdict"]) for x in s["rows"]] == \
         [(1, 2, "ok"), (1, 2, "ok"), (8, 16, "ok"), (8, 16, "ok")]
     assert "## Throughput-latency curve" in r.stdout
     agg = {a["concurrency"]: a["metrics"] for a in s["aggregates"]}
@@ -176,11 +179,12 @@ def test_second_mode_oom_keeps_the_first_modes_passes(workdir):
                             *set_args("modes.tp32-dflash.args.mem-fraction-static=0.86"))
     assert r.returncode == 1                      # not every pass ok
     s = _summary(run_dir)
-    verdicts = [(x["mode"], x["verdict"]) for x in s["passes"]]
+    verdicts = [(x["mode"], x["verdict"]) for x in s["rows"]]
     assert verdicts == [("tp32", "ok"), ("tp32", "ok"), ("tp32-dflash", "failed"), ("tp32-dflash", "failed")]
-    failed = [x for x in s["passes"] if x["verdict"] == "failed"][0]
+    failed = [x for x in s["rows"] if x["verdict"] == "failed"][0]
     assert "CUDA out of memory" in failed["reason"] and "mem_fraction_static=0.86" in failed["reason"]
-    assert "launch2-tp32-dflash/logs/server-r" in failed["reason"]
+    second = Layout(run_dir / s["launches"][1]["dir"])
+    assert any(Layout(run_dir).rel(log) in failed["reason"] for log in second.server_logs()), failed["reason"]
     assert [la["status"] for la in s["launches"]] == ["ok", "failed"]
     job = _job(run_dir)
     assert final_sacct(job)["state"] == "COMPLETED"

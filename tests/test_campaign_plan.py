@@ -9,23 +9,26 @@ import pytest
 
 from helpers.scripts import (GOLDEN_RUN_ID, GOLDEN_SETS, check_golden, generated, render,
                              shellcheck, static)
-from slurm_ab.job.campaign_plan import CampaignOptions, campaign_summary, plan_campaign, resolve_options
+from slurm_ab.job.campaign_plan import CampaignOptions, campaign_summary, plan_job, resolve_options
 from slurm_ab.model.errors import ConfigErrors
 from slurm_ab.job.render import render_script
+from slurm_ab.model.rundir import RELATIVE
 from slurm_ab.model.sources import Sources, load_experiment
 
 AB = ["tp32", "tp32-dflash"]
 
 
 def _plan(modes=AB, site="example", run_id=GOLDEN_RUN_ID, sets=(), **opts):
-    return plan_campaign(Sources(site, (), GOLDEN_SETS + tuple(sets)), list(modes), run_id,
+    return plan_job(Sources(site, (), GOLDEN_SETS + tuple(sets)), list(modes), run_id,
                          CampaignOptions(**opts))
 
 
 def test_a_single_mode_is_a_campaign_of_one_launch_and_one_pass():
     plan = _plan(["tp32"])
-    assert plan.single and len(plan.campaign.launches) == 1
-    assert [p.spec for p in plan.campaign.launches[0].passes] == ["8:1:40:c8-r1:bench.jsonl:logs/client.log"]
+    (launch,) = plan.campaign.launches
+    assert launch.dir == "launch1-tp32" and plan.mode_label == "tp32"
+    assert [p.spec for p in launch.passes] == [
+        f"8:1:40:c8-r1:{RELATIVE.bench('c8-r1')}:{RELATIVE.client_log('c8-r1')}"]
     assert render_script(plan) == render("tp32")
 
 
@@ -54,8 +57,8 @@ def test_campaign_golden_and_shell_checks(tmp_path):
     assert header(text) == header(single)
     assert "#SBATCH --time=01:21:00" in text and "#SBATCH --time=00:31:00" in single
     assert "SERVER_CMD_0_server=(" in text and "SERVER_CMD_1_server=(" in text
-    assert ("LAUNCH_PASSES=(\n  '8:1:40:c8-r1:bench-c8-r1.jsonl:logs/client-c8-r1.log "
-            "8:2:40:c8-r2:bench-c8-r2.jsonl:logs/client-c8-r2.log ") in text
+    files = [f"{RELATIVE.bench(k)}:{RELATIVE.client_log(k)}" for k in ("c8-r1", "c8-r2")]
+    assert f"LAUNCH_PASSES=(\n  '8:1:40:c8-r1:{files[0]} 8:2:40:c8-r2:{files[1]} " in text
     assert "LAUNCH_DIRS=(launch1-tp32 launch2-tp32-dflash)" in text
     assert '--output-file "${RUN_DIR}/${PASS_BENCH}"' in text
     assert '--max-concurrency "${PASS_C}"' in text and '--num-prompts "${PASS_PROMPTS}"' in text
@@ -119,5 +122,5 @@ def test_modes_of_different_shape_cannot_share_an_allocation():
 
 def test_default_campaign_run_id_names_the_modes(monkeypatch):
     monkeypatch.delenv("RUN_ID", raising=False)
-    plan = plan_campaign(Sources("example", (), GOLDEN_SETS), AB, None, CampaignOptions(repeats=2))
+    plan = plan_job(Sources("example", (), GOLDEN_SETS), AB, None, CampaignOptions(repeats=2))
     assert re.fullmatch(r"dp2-tp32-vs-tp32-dflash-\d{8}-\d{6}", plan.run_id)

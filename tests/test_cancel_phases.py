@@ -26,6 +26,7 @@ import pytest
 from helpers import NO_IMPORT
 from helpers.jobdrive import Job, cli, measure
 from helpers.jobs import slurm_env
+from slurm_ab.model.rundir import Layout
 
 CACHE = Path("/tmp/slurm-ab-cache")         # the local site's cache.dir
 GRACE, POLL = 10, 1                          # the local site's teardown_grace_s, poll_interval_s
@@ -91,7 +92,7 @@ def test_cancel_in_every_phase_leaves_nothing(phase, workdir, others):
         assert gone <= GRACE + POLL, gone
         j.finish(120)
         if phase == "queued":
-            assert "it was PENDING" in said and not (j.run_dir / "events.log").exists()
+            assert "it was PENDING" in said and not Layout(j.run_dir).events.exists()
             measure(f"cancel in {phase}", gone, said.strip().splitlines()[-1])
             return
         ev = j.events()
@@ -111,7 +112,7 @@ def test_cancel_in_every_phase_leaves_nothing(phase, workdir, others):
         sweep = [kv for _, k, kv in ev if k == "sweep"]
         assert sweep and sweep[0]["failed"] == "0"
         assert others["active"].is_dir() and not others["ended"].exists()     # kept / swept
-        out = (j.run_dir / f"slurm-{j.job_id}.out").read_text(errors="replace")
+        out = Layout(j.run_dir).slurm_out(j.job_id).read_text(errors="replace")
         assert "unbound variable" not in out and "Wert" not in out and "Ungültig" not in out, out[-3000:]
         r = cli("collect", j.run_id, "--no-report", cwd=workdir)
         s = j.summary()
@@ -130,13 +131,14 @@ def test_clean_lists_then_removes_what_an_ended_run_left(workdir, others):
     directory on its nodes and removes nothing; `--yes` runs the sweep there as a job."""
     import json
 
-    from slurm_ab.model.sources import Sources, plan_for
+    from slurm_ab.model.sources import Sources
+    from helpers.scripts import plan_for
 
     plan = plan_for(Sources(str(Path(__file__).parents[1] / "testbed/sites/local.toml"), (), ()), "tp32", "killed")
     run = workdir / "results" / "killed"
     run.mkdir(parents=True)
-    (run / "manifest.json").write_text(json.dumps({"run_id": "killed", "job_id": "2", "config": plan.exp.to_dict()}))
-    (run / "events.log").write_text(
+    Layout(run).manifest.write_text(json.dumps({"run_id": "killed", "job_id": "2", "config": plan.exp.to_dict()}))
+    Layout(run).events.write_text(
         "1796300000.000 2026-12-03 11:00:00.000 hosts replica=0 head=node01 nodes=node01,node02 port=1 dist_port=2\n")
     left = CACHE / "slurm-ab-2"
     (left / ".cache").mkdir(parents=True, exist_ok=True)

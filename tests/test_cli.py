@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 from helpers import ROOT
+from slurm_ab.model.rundir import Layout, read_manifest
 
 
 def test_dry_run_prints_script_and_summary(cli):
@@ -69,6 +70,8 @@ def test_modes_lists_parallelism(cli):
         else:
             assert line.count(" x TP") == 1, line
     assert "tp32-dflash      2 x TP32/PP1/EP4 + DFlash, 4 nodes per replica  [" in out
+    # the resolved model: references filled in, as every job gets them
+    assert "speculative-draft-model-path=/shared/models/Kimi-K3-DFlash" in out and "{paths." not in out
 
 
 def test_help_does_not_import_heavy_libraries():
@@ -85,6 +88,9 @@ def test_collect_of_a_prepared_but_unsubmitted_run(cli, tmp_path):
     assert cli("render", "tp32", "--run-id", "prep")[0] == 0
     code, _, err = cli("collect", "prep")
     assert code == 2 and "never submitted" in err and "sbatch" in err
-    assert sorted(p.name for p in (tmp_path / "results" / "prep").iterdir()) == ["job.sbatch", "manifest.json"]
+    run = Layout(tmp_path / "results" / "prep")
+    (launch,) = read_manifest(run.root).campaign.launches
+    assert sorted(run.root.rglob("*")) == sorted([run.job_script, run.manifest, run.launch(launch).root,
+                                                  run.launch(launch).manifest])
     code, _, err = cli("report")
     assert code == 2 and "no runs" in err

@@ -12,7 +12,8 @@ import pytest
 from slurm_ab.model.errors import ConfigErrors
 from slurm_ab.job.render import summary
 from slurm_ab.job.shell import Var
-from slurm_ab.model.sources import Sources, load_experiment, plan_for
+from slurm_ab.model.sources import Sources, load_experiment
+from helpers.scripts import plan_for
 from slurm_ab.model.validate import notices
 
 from helpers.clients import ENV, client_dir

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers.rundir_builder import build_run
 
-from slurm_ab.model.rundir import find_run_dirs  # noqa: E402
+from slurm_ab.model.rundir import Layout, find_run_dirs  # noqa: E402
 
 
 def test_importing_the_collector_does_not_import_pandas_or_tabulate():
@@ -24,13 +24,14 @@ def test_importing_the_collector_does_not_import_pandas_or_tabulate():
 def test_find_run_dirs(tmp_path):
     run = build_run(tmp_path)                       # slurm-4242.out, manifest, events
     assert find_run_dirs(tmp_path, 4242) == [run]
-    (run / "slurm-4242.out").unlink()
+    lay = Layout(run)
+    lay.slurm_out(4242).unlink()
     assert find_run_dirs(tmp_path, "4242") == [run]            # manifest.json
-    m = json.loads((run / "manifest.json").read_text())
+    m = json.loads(lay.manifest.read_text())
     m["job_id"] = "1"
-    (run / "manifest.json").write_text(json.dumps(m))
+    lay.manifest.write_text(json.dumps(m))
     assert find_run_dirs(tmp_path, "4242") == [run]            # events.log job_start
-    other = tmp_path / "dp2-tp32-20260902-123051-job77"
+    other = lay.resubmitted(77)                                # a script submitted again
     other.mkdir()
     assert find_run_dirs(tmp_path, 77) == [other]
     assert find_run_dirs(tmp_path, 5) == [] and find_run_dirs(tmp_path / "nope", 5) == []
@@ -38,12 +39,13 @@ def test_find_run_dirs(tmp_path):
 
 def test_find_run_dirs_prefers_the_run_that_records_the_job(tmp_path):
     # a re-submitted script leaves a one-line slurm-<JOBID>.out pointer in the old run
-    old, new = tmp_path / "r1", tmp_path / "r1-job99"
+    old = tmp_path / "r1"
+    new = Layout(old).resubmitted(99)
     old.mkdir()
     new.mkdir()
-    (old / "slurm-99.out").write_text("slurm-ab: r1 was already used by another job\n")
+    Layout(old).slurm_out(99).write_text("slurm-ab: r1 was already used by another job\n")
     assert find_run_dirs(tmp_path, 99) == [new]
     only = tmp_path / "r2"
     only.mkdir()
-    (only / "slurm-7.out").write_text("x\n")
+    Layout(only).slurm_out(7).write_text("x\n")
     assert find_run_dirs(tmp_path, 7) == [only]

@@ -6,26 +6,31 @@ from pathlib import Path
 
 import pytest
 
-from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run
+from helpers.rundir_builder import KEY, TP32_DFLASH, RunSpec, build_oom_run, build_run, launch_layout
 from slurm_ab.model.campaign import schedule
-from slurm_ab.collect.campaign import collect, collect_campaign
+from slurm_ab.model.rundir import Layout
+from slurm_ab.collect.campaign import collect
+from slurm_ab.collect.rows import summary_record
 from slurm_ab.collect.write import write_summary
 from slurm_ab.parse.events import read_events
 
 
-def _as_launch(run: Path, dest: Path, key: str = "c8-r1") -> Path:
-    """A built single run turned into a campaign launch directory with one pass `key`."""
-    run.rename(dest)
-    if (dest / "bench.jsonl").exists():
-        (dest / "bench.jsonl").rename(dest / f"bench-{key}.jsonl")
-    if (dest / "logs" / "client.log").exists():
-        (dest / "logs" / "client.log").rename(dest / "logs" / f"client-{key}.log")
-    ev = (dest / "events.log").read_text()
-    ev = ev.replace(" bench_start\n", f" bench_start pass={key} concurrency=8 repeat=1 prompts=40\n")
-    ev = ev.replace(" bench_end rc=0\n", f" bench_end pass={key} rc=0\n")
-    (dest / "events.log").write_text(ev)
-    for f in dest.glob("slurm-*.out"):
-        f.unlink()
+def collect_campaign(root: Path) -> dict:
+    """A job collected into its summary.json's record."""
+    return summary_record(collect(root))
+
+
+def _as_launch(run: Path, dest: Path, key: str = KEY) -> Path:
+    """A built run's launch moved to another job's launch directory `dest`, its pass named `key`."""
+    lay = launch_layout(run)
+    moved = Layout(lay.root.rename(dest))
+    if key != KEY:
+        for old, new in ((lay.bench, moved.bench), (lay.client_log, moved.client_log)):
+            src = Layout(dest).root / old(KEY).relative_to(lay.root)
+            if src.exists():
+                src.rename(new(key))
+        ev = moved.events.read_text().replace(f"pass={KEY} ", f"pass={key} ")
+        moved.events.write_text(ev.replace("repeat=1", f"repeat={key.split('-r')[1]}"))
     return dest
 
 
@@ -33,14 +38,14 @@ def _campaign(tmp_path: Path, second_fails: bool = False) -> Path:
     root = tmp_path / "camp"
     root.mkdir()
     c = schedule(("tp32", "tp32-dflash"), 1, (8,), "blocked", False, 40)
-    _as_launch(build_run(tmp_path), root / "launch1-tp32")
+    _as_launch(build_run(tmp_path), Layout(root).launch(c.launches[0]).root)
     second = build_oom_run(tmp_path) if second_fails else \
         build_run(tmp_path, RunSpec(target=TP32_DFLASH))
-    _as_launch(second, root / "launch2-tp32-dflash")
-    (root / "manifest.json").write_text(json.dumps({
+    _as_launch(second, Layout(root).launch(c.launches[1]).root)
+    Layout(root).manifest.write_text(json.dumps({
         "run_id": "camp", "job_id": "4242", "mode": "tp32+tp32-dflash",
         "config": {"replicas": 2}, "campaign": c.to_dict()}))
-    (root / "events.log").write_text(
+    Layout(root).events.write_text(
         "1788000000.000 2026-09-02 12:00:00.000 job_start job_id=4242 run_id=camp\n"
         "1788000001.000 2026-09-02 12:00:01.000 launch_end launch=1 mode=tp32 status=ok rc=0\n"
         f"1788000002.000 2026-09-02 12:00:02.000 launch_end launch=2 mode=tp32-dflash "
@@ -48,11 +53,11 @@ def _campaign(tmp_path: Path, second_fails: bool = False) -> Path:
     return root
 
 
-def test_each_pass_is_collected_like_a_single_run(tmp_path):
+def test_each_pass_is_collected_like_a_run_of_one_pass(tmp_path):
     result = collect_campaign(_campaign(tmp_path))
-    rows = {r["mode"]: r for r in result["passes"]}
-    assert [r["verdict"] for r in result["passes"]] == ["ok", "ok"]
-    # the seed's numbers, per pass, exactly as the single-run collector gives them
+    rows = {r["mode"]: r for r in result["rows"]}
+    assert [r["verdict"] for r in result["rows"]] == ["ok", "ok"]
+    # the seed's numbers, per pass, exactly as a run of one mode gives them
     assert rows["tp32"]["output_tps"] == pytest.approx(20480 / 238.18)
     assert rows["tp32"]["ttft_p95_s"] == pytest.approx(20.79)
     assert rows["tp32-dflash"]["accept_len"] == pytest.approx(3.76, abs=0.005)
@@ -66,7 +71,7 @@ def test_each_pass_is_collected_like_a_single_run(tmp_path):
 
 def test_a_failed_launch_keeps_the_other_modes_passes(tmp_path):
     result = collect_campaign(_campaign(tmp_path, second_fails=True))
-    ok, failed = result["passes"]
+    ok, failed = result["rows"]
     assert ok["verdict"] == "ok" and failed["verdict"] == "failed"
     assert "out of memory" in failed["reason"].lower()
     assert "launch2-tp32-dflash/logs/server-r1-n2.log" in failed["reason"]
@@ -78,14 +83,13 @@ def test_a_failed_launch_keeps_the_other_modes_passes(tmp_path):
 def test_writing_is_idempotent_and_raw_files_untouched(tmp_path):
     root = _campaign(tmp_path)
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    result = collect_campaign(root)
     written = write_summary(collect(root), root)
     assert sorted(p.name for p in written) == ["summary.csv", "summary.json", "summary.md"]
     assert write_summary(collect(root), root) == []
     assert all(p.read_bytes() == b for p, b in before.items())
-    md = (root / "summary.md").read_text()
+    md = Layout(root).summary("md").read_text()
     assert "## tp32-dflash vs tp32 at concurrency 8" in md and "inconclusive (n=1)" in md
-    csv = (root / "summary.csv").read_text().splitlines()
+    csv = Layout(root).summary("csv").read_text().splitlines()
     assert len(csv) == 3 and "mode" in csv[0] and "repeat" in csv[0]
 
 
@@ -129,13 +133,12 @@ def test_a_launch_of_three_passes_reads_each_server_log_once(tmp_path):
     root = tmp_path / "camp"
     root.mkdir()
     c = schedule(("tp32-dflash",), 3, (8,), "blocked", False, 40)
-    launch = _as_launch(build_run(tmp_path, RunSpec(target=TP32_DFLASH)),
-                        root / "launch1-tp32-dflash", key="c8-r1")
+    lay = Layout(_as_launch(build_run(tmp_path, RunSpec(target=TP32_DFLASH)),
+                            Layout(root).launch(c.launches[0]).root))
     for k in (2, 3):
-        (launch / f"bench-c8-r{k}.jsonl").write_bytes((launch / "bench-c8-r1.jsonl").read_bytes())
-        (launch / "logs" / f"client-c8-r{k}.log").write_bytes(
-            (launch / "logs" / "client-c8-r1.log").read_bytes())
-    lines = (launch / "events.log").read_text().splitlines()
+        lay.bench(f"c8-r{k}").write_bytes(lay.bench(KEY).read_bytes())
+        lay.client_log(f"c8-r{k}").write_bytes(lay.client_log(KEY).read_bytes())
+    lines = lay.events.read_text().splitlines()
     start = next(i for i, ln in enumerate(lines) if " bench_start " in ln)
     end = next(i for i, ln in enumerate(lines) if " bench_end " in ln)
     t0, t1 = (datetime.strptime(" ".join(lines[i].split()[1:3]), "%Y-%m-%d %H:%M:%S.%f")
@@ -148,22 +151,21 @@ def test_a_launch_of_three_passes_reads_each_server_log_once(tmp_path):
     for k in (1, 2, 3):
         windows += [ev(cut[k - 1], f"bench_start pass=c8-r{k} concurrency=8 repeat={k} prompts=40"),
                     ev(cut[k], f"bench_end pass=c8-r{k} rc=0")]
-    (launch / "events.log").write_text("\n".join(lines[:start] + windows + lines[end + 1:]) + "\n")
-    (root / "manifest.json").write_text(json.dumps({
+    lay.events.write_text("\n".join(lines[:start] + windows + lines[end + 1:]) + "\n")
+    Layout(root).manifest.write_text(json.dumps({
         "run_id": "camp", "job_id": "4242", "mode": "tp32-dflash", "config": {"replicas": 2},
         "campaign": c.to_dict()}))
-    logs = sorted((launch / "logs").glob("server-r*-n*.log"))
+    logs = lay.server_logs()
     assert logs
     with counting_scans() as reads:
         result = collect_campaign(root)
-    assert [r["pass"] for r in result["passes"]] == ["c8-r1", "c8-r2", "c8-r3"]
-    assert all(r["verdict"] == "ok" for r in result["passes"]), [r["reason"] for r in result["passes"]]
+    assert [r["pass"] for r in result["rows"]] == ["c8-r1", "c8-r2", "c8-r3"]
+    assert all(r["verdict"] == "ok" for r in result["rows"]), [r["reason"] for r in result["rows"]]
     assert reads and set(reads.values()) == {1}
     assert {Path(p) for p in reads} <= set(logs)
     # every pass counts the decode samples of its own third of the benchmark, none twice
-    from slurm_ab.collect import collect_run
-    single = root.parent / "single"
-    (single.parent / "w").mkdir()
-    whole = build_run(single.parent / "w", RunSpec(target=TP32_DFLASH))
-    per_pass = [r["accept_samples"] for r in result["passes"]]
+    from helpers.rundir_builder import collect_one as collect_run
+    (root.parent / "w").mkdir()
+    whole = build_run(root.parent / "w", RunSpec(target=TP32_DFLASH))
+    per_pass = [r["accept_samples"] for r in result["rows"]]
     assert all(per_pass) and sum(per_pass) == collect_run(whole).accept.samples == 37

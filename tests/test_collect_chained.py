@@ -5,6 +5,7 @@ import pickle
 import pytest
 
 from helpers.rundir_builder import build_oom_run, build_run
+from slurm_ab.collect import read_summary
 from slurm_ab.collect.chained import collect_after_job
 from slurm_ab.model.rundir import Layout
 
@@ -23,4 +24,5 @@ def test_the_chained_job_returns_the_verdict_and_writes_the_summary(tmp_path, no
     result = collect_after_job(str(run), "4242")
     assert result == verdict and type(result) is str
     assert pickle.loads(pickle.dumps(result)) == verdict              # what submitit stores
-    assert json.loads(Layout(run).summary("summary.json").read_text())["verdict"] == verdict
+    assert json.loads(Layout(run).summary("json").read_text())["verdict"] == verdict
+    assert read_summary(run).verdict == verdict

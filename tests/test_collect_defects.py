@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers.rundir_builder import TP32, TP32_DFLASH, RunSpec, build_oom_run, build_run
+from helpers.rundir_builder import KEY, TP32, TP32_DFLASH, RunSpec, build_oom_run, build_run, launch_layout
+from slurm_ab.model.rundir import Layout
 
-from slurm_ab.collect import collect_run
+from helpers.rundir_builder import collect_one as collect_run
 from slurm_ab.tables.paired import compare_rows
 from slurm_ab.tables.runs import main_row, run_md, runs_text
 
@@ -22,8 +23,8 @@ DONE = {"state": "COMPLETED"}
 BATCH = re.compile(r"^\[(?P<ts>[\d-]+ [\d:]+) TP0 EP0\] (?P<body>(?:Decode|Prefill) batch.*)$")
 
 
-def _rewrite(run: Path, name: str, fn) -> None:
-    p = run / "logs" / name
+def _rewrite(run: Path, replica: int, rank: int, fn) -> None:
+    p = launch_layout(run).server_log(replica, rank)
     p.write_text("\n".join(fn(p.read_text().splitlines())) + "\n")
 
 
@@ -33,7 +34,7 @@ def _pipeline(run: Path, drop_second_warmup_chunk: bool = False) -> None:
     """Node rank 0 hosts stage PP0's TP0, node rank 1 stage PP1's: both log every batch, as the
     emulator's pp8 mode and SGLang with --pp-size > 1 do ('[ts PP1 TP0 EP0] Prefill batch...')."""
     for g in range(2):
-        head = (run / "logs" / f"server-r{g}-n0.log").read_text().splitlines()
+        head = launch_layout(run).server_log(g, 0).read_text().splitlines()
         warm = [i for i, ln in enumerate(head) if "#new-token: 8192" in ln][:2]
         if drop_second_warmup_chunk:
             head = [ln for i, ln in enumerate(head) if i != warm[1]]
@@ -45,8 +46,8 @@ def _pipeline(run: Path, drop_second_warmup_chunk: bool = False) -> None:
                 stage1.append(f"[{m['ts']} PP1 TP0 EP0] {m['body']}")
             else:
                 stage0.append(ln)
-        (run / "logs" / f"server-r{g}-n0.log").write_text("\n".join(stage0) + "\n")
-        _rewrite(run, f"server-r{g}-n1.log", lambda lines: lines + stage1)
+        launch_layout(run).server_log(g, 0).write_text("\n".join(stage0) + "\n")
+        _rewrite(run, g, 1, lambda lines: lines + stage1)
 
 
 def test_pipeline_warmup_counts_one_stage(tmp_path):
@@ -73,7 +74,7 @@ def test_pipeline_requests_from_prefill_count_one_stage(tmp_path):
     run = build_run(tmp_path, RunSpec(target=TP32))
     _pipeline(run)
     for g in range(2):
-        _rewrite(run, f"server-r{g}-n0.log", lambda lines: [ln for ln in lines
+        _rewrite(run, g, 0, lambda lines: [ln for ln in lines
                                                             if '"POST ' not in ln])
     s = collect_run(run, sacct=DONE)
     # each request is two 8K chunks, each a new sequence: 2 x 21 and 2 x 20, not twice that
@@ -100,7 +101,7 @@ def test_python_logging_layouts_are_windowed(tmp_path, layout):
     fmt = LAYOUTS[layout]
     run = build_run(tmp_path, RunSpec(target=TP32_DFLASH))
     for g in range(2):
-        _rewrite(run, f"server-r{g}-n0.log", lambda lines: [
+        _rewrite(run, g, 0, lambda lines: [
             fmt(m["ts"], m["body"]) if (m := BATCH.match(ln)) else ln for ln in lines])
     s = collect_run(run, sacct=DONE)
     assert s.verdict == "ok"
@@ -117,11 +118,11 @@ def test_batch_lines_without_a_time_are_counted_and_reported(tmp_path):
         "[09-02 12:35:00 TP0 EP0] Decode batch, #running-req: 4, #token: 70000, token usage: "
         "0.31, accept len: 9.00, accept rate: 0.90, cuda graph: True, gen throughput "
         "(token/s): 1.00, #queue-req: 0"]
-    _rewrite(run, "server-r0-n0.log", lambda lines: lines[:-3] + untimed + lines[-3:])
+    _rewrite(run, 0, 0, lambda lines: lines[:-3] + untimed + lines[-3:])
     s = collect_run(run, sacct=DONE)
     assert s.verdict == "ok" and s.accept.samples == 37          # not counted in the window
     assert s.replicas[0].untimed_batch_lines == 2
-    assert "replica 0: 2 batch line(s) without a readable timestamp in logs/server-r0-n0.log; " \
+    assert f"replica 0: 2 batch line(s) without a readable timestamp in {Layout(run).rel(launch_layout(run).server_log(0, 0))}; " \
            "left out of the benchmark window and the warm-up check" in s.notes
     assert "without a readable timestamp" in run_md(s)
     every = collect_run(run, sacct=DONE, all_samples=True)
@@ -144,14 +145,14 @@ def test_summary_says_what_the_decode_sample_count_counts(tmp_path):
 
 def test_stdout_only_uses_the_printed_throughputs(tmp_path):
     run = build_run(tmp_path, RunSpec(target=TP32_DFLASH))
-    rec = json.loads((run / "bench.jsonl").read_text())
-    (run / "bench.jsonl").unlink()
+    rec = json.loads(launch_layout(run).bench(KEY).read_text())
+    launch_layout(run).bench(KEY).unlink()
     # a 0.5.2 block: duration printed with 2 decimals, throughputs from the unrounded duration
-    client = (run / "logs" / "client.log").read_text()
+    client = launch_layout(run).client_log(KEY).read_text()
     client = re.sub(r"(Benchmark duration \(s\):\s+)300\.30", r"\g<1>296.27", client)
     client = re.sub(r"(Input token throughput \(tok/s\):\s+)[\d.]+", r"\g<1>2249.22", client)
     client = re.sub(r"(Output token throughput \(tok/s\):\s+)[\d.]+", r"\g<1>69.13", client)
-    (run / "logs" / "client.log").write_text(client)
+    launch_layout(run).client_log(KEY).write_text(client)
     s = collect_run(run, sacct=DONE)
     assert s.bench.source == "stdout" and s.bench.duration_s == 296.27
     assert rec["total_input_tokens"] / 296.27 == pytest.approx(2249.12, abs=0.01)  # not used
@@ -171,7 +172,7 @@ def test_retractions_are_counted_not_fatal(tmp_path):
     run = build_run(tmp_path, RunSpec(target=TP32_DFLASH))
     newer = ["[2026-09-02 12:37:07 TP0] KV cache pool is full. Retract requests. "
              "#retracted_reqs: 2, #new_tokens_gained: 646, #new_token_ratio: 0.0980 -> 0.3487"]
-    _rewrite(run, "server-r0-n0.log", lambda lines: sorted(
+    _rewrite(run, 0, 0, lambda lines: sorted(
         lines + _retractions("2026-09-02 12:36:00") + _retractions("2026-09-02 12:36:30")
         + newer + _retractions("2026-09-02 12:31:00"),           # before the window: left out
         key=lambda ln: ln[1:20]))
@@ -187,24 +188,24 @@ def test_retractions_are_counted_not_fatal(tmp_path):
 def test_retraction_never_outranks_the_fatal_cause(tmp_path):
     run = build_oom_run(tmp_path)
     # replica 1 retracted requests before its node rank 2 died of a CUDA OOM
-    _rewrite(run, "server-r1-n0.log", lambda lines: lines + _retractions(
+    _rewrite(run, 1, 0, lambda lines: lines + _retractions(
         next(ln for ln in reversed(lines) if ln.startswith("[2026"))[1:20]))
     s = collect_run(run, sacct={"state": "FAILED", "exit_code": "1:0"})
     assert s.verdict == "failed"
     assert s.reasons[0].startswith("replica 1 node rank 2 (node07): CUDA out of memory during "
                                    "first prefill")
     assert not any("Decode out of memory" in r for r in s.reasons)
-    kinds = {f["kind"]: f for f in s.findings}
-    assert kinds["kv_pressure"]["file"] == "logs/server-r1-n0.log"
+    kinds = {f.kind: f for f in s.findings}
+    assert kinds["kv_pressure"].file == Layout(run).rel(launch_layout(run).server_log(1, 0))
 
 
 # ---- 14: the client's own accept length ----------------------------------------------------------
 
 def test_client_accept_length_is_shown_beside_the_decode_log_figure(tmp_path):
     run = build_run(tmp_path, RunSpec(target=TP32_DFLASH))
-    rec = json.loads((run / "bench.jsonl").read_text())
+    rec = json.loads(launch_layout(run).bench(KEY).read_text())
     rec["accept_length"] = 3.61
-    (run / "bench.jsonl").write_text(json.dumps(rec) + "\n")
+    launch_layout(run).bench(KEY).write_text(json.dumps(rec) + "\n")
     s = collect_run(run, sacct=DONE)
     assert s.bench.accept_length == 3.61
     assert main_row(s)["Accept len / rate"] == "3.76 / 0.184 (client 3.61)"
@@ -215,10 +216,10 @@ def test_client_accept_length_is_shown_beside_the_decode_log_figure(tmp_path):
     assert "Client's accept length (first worker's lifetime average, warm-ups included): 3.61" \
         in run_md(s)
     # stdout only: the printed 'Accept length:' line
-    (run / "bench.jsonl").unlink()
-    client = (run / "logs" / "client.log").read_text().replace(
+    launch_layout(run).bench(KEY).unlink()
+    client = launch_layout(run).client_log(KEY).read_text().replace(
         "Concurrency:", "Accept length:                           3.61      \nConcurrency:")
-    (run / "logs" / "client.log").write_text(client)
+    launch_layout(run).client_log(KEY).write_text(client)
     assert collect_run(run, sacct=DONE).bench.accept_length == 3.61
 
 
@@ -236,10 +237,10 @@ def test_negative_profiled_kv_size_is_the_root_cause(tmp_path):
             return out[:at + 1] + [f"[{ts} TP{rank * 8} EP{rank * 8}] max_total_tokens=131072 "
                                    "is larger than the profiled value -561981. Use the profiled "
                                    "value instead."] + out[at + 1:]
-        _rewrite(run, f"server-r1-n{rank}.log", swap)
+        _rewrite(run, 1, rank, swap)
     s = collect_run(run, sacct={"state": "FAILED", "exit_code": "1:0"})
     assert s.verdict == "failed"
     assert s.reasons[0] == (
         "replica 1 node rank 0 (node05): no memory left for the KV cache after loading weights: "
         "profiled max_total_tokens -561981; lower the model's footprint or raise "
-        "mem_fraction_static [logs/server-r1-n0.log:4]")
+        f"mem_fraction_static [{Layout(run).rel(launch_layout(run).server_log(1, 0))}:4]")

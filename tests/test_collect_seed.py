@@ -9,10 +9,12 @@ import pytest
 from helpers.rundir_builder import (TP32, TP32_DFLASH, RunSpec, build_run,
                             make_requests)
 
-from slurm_ab.collect import collect_run  # noqa: E402
+from helpers.rundir_builder import collect_one as collect_run  # noqa: E402
 from slurm_ab.tables.paired import compare_rows, paired_text  # noqa: E402
 from slurm_ab.tables.runs import main_row, runs_text  # noqa: E402
-from slurm_ab.collect.write import SUMMARY_FILES, write_summary  # noqa: E402
+from slurm_ab.collect import collect, read_summary  # noqa: E402
+from slurm_ab.collect.write import SUMMARY_FORMATS, write_summary  # noqa: E402
+from slurm_ab.model.rundir import Layout  # noqa: E402
 from slurm_ab.parse.stats import Dist  # noqa: E402
 
 DONE = {"state": "COMPLETED", "elapsed": "00:05:12", "exit_code": "0:0"}
@@ -128,22 +130,26 @@ def test_report_formats(summaries):
 def test_write_is_idempotent_and_leaves_raw_files(runs, tmp_path):
     import shutil
     run = Path(shutil.copytree(runs[1], tmp_path / runs[1].name))
+    lay = Layout(run)
     raw = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
-    s = collect_run(run, sacct=DONE)
-    written = write_summary(s, run)
-    assert sorted(p.name for p in written) == sorted(SUMMARY_FILES)
-    first = {n: (run / n).read_bytes() for n in SUMMARY_FILES}
-    assert write_summary(collect_run(run, sacct=DONE), run) == []      # nothing changed
-    assert {n: (run / n).read_bytes() for n in SUMMARY_FILES} == first
+    cs = collect(run, sacct=DONE)
+    written = write_summary(cs, run)
+    assert sorted(written) == sorted(lay.summary(f) for f in SUMMARY_FORMATS)
+    first = {f: lay.summary(f).read_bytes() for f in SUMMARY_FORMATS}
+    assert write_summary(collect(run, sacct=DONE), run) == []      # nothing changed
+    assert {f: lay.summary(f).read_bytes() for f in SUMMARY_FORMATS} == first
     assert {p: p.read_bytes() for p in raw} == raw
     assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
-    data = json.loads(first["summary.json"])
-    assert data["verdict"] == "ok" and data["accept"]["samples"] == 37
-    assert data["spec"]["dataset"] == "speed-bench" and data["spec"]["request_rate"] == "inf"
-    assert "3.76 / 0.184" in first["summary.md"].decode()
+    data = json.loads(first["json"])
+    (p,) = data["passes"]
+    assert data["verdict"] == p["verdict"] == "ok" and p["accept"]["samples"] == 37
+    assert p["spec"]["dataset"] == "speed-bench" and p["spec"]["request_rate"] == "inf"
+    assert "3.76 / 0.184" in first["md"].decode()
+    # summary.json reads back into the records it was written from
+    assert read_summary(run).to_dict() == cs.to_dict()
 
 
 def test_running_job_writes_nothing(runs, tmp_path):
-    s = collect_run(runs[0], sacct={"state": "RUNNING"})
-    assert s.verdict == "running" and write_summary(s, tmp_path) == []
+    cs = collect(runs[0], sacct={"state": "RUNNING"})
+    assert cs.verdict == "running" and write_summary(cs, tmp_path) == []
     assert list(tmp_path.iterdir()) == []

@@ -6,12 +6,13 @@ from datetime import datetime
 
 from helpers.rundir_builder import build_run
 from slurm_ab.collect.job import expand_hostlist, identity_problem, job_info, parse_elapsed
-from slurm_ab.collect.summary import collect_run
+from helpers.rundir_builder import collect_one as collect_run
 from slurm_ab.collect.verdict import (RouterRetries, diagnosis_reasons, guard_reasons, nccl_network_reasons,
                                      router_retries, router_retry_reasons)
 from slurm_ab.parse.diagnose import Finding, diagnose
 from slurm_ab.parse.events import EventLog, read_events
 from slurm_ab.parse.nccl import nccl_network
+from slurm_ab.model.rundir import Layout
 
 # NCCL 2.27's init lines (src/transport/net_ib.cc, net_socket.cc, init.cc; prefix from debug.cc)
 IB_LINES = """node05:2216:2216 [0] NCCL INFO NCCL version 2.27.3+cuda12.9
@@ -34,8 +35,8 @@ node07:77:90 [3] NCCL INFO Using network Socket
 """
 
 
-def _log(tmp_path, name, *chunks):
-    p = tmp_path / "logs" / name
+def _log(tmp_path, replica, rank, *chunks):
+    p = Layout(tmp_path).server_log(replica, rank)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text("".join(chunks))
     return p
@@ -43,27 +44,27 @@ def _log(tmp_path, name, *chunks):
 
 def test_nccl_network_per_log(tmp_path):
     noise = "[2027-01-15 08:00:01 TP0] Load weight begin. avail mem=70.00 GB\n" * 50
-    ib = nccl_network(_log(tmp_path, "server-r0-n0.log", noise, IB_LINES, noise))
+    ib = nccl_network(_log(tmp_path, 0, 0, noise, IB_LINES, noise))
     assert ib.networks == ("IB",) and ib.line == 54 and ib.cause is None and not ib.other_than("IB")
-    sock = nccl_network(_log(tmp_path, "server-r1-n1.log", noise, SOCKET_LINES))
+    sock = nccl_network(_log(tmp_path, 1, 1, noise, SOCKET_LINES))
     assert sock.networks == ("Socket",) and sock.other_than("IB") == ("Socket",)
     assert sock.cause == "node06:3101:3140 [0] NCCL INFO NET/IB : No device found." and sock.cause_line == 53
-    old = nccl_network(_log(tmp_path, "server-r1-n2.log", OLD_LINES), block=64)   # lines across blocks
+    old = nccl_network(_log(tmp_path, 1, 2, OLD_LINES), block=64)   # lines across blocks
     assert old.networks == ("Socket",) and "Failed to open libibverbs.so[.1]" in old.cause and old.cause_line == 2
-    assert nccl_network(_log(tmp_path, "server-r1-n3.log", noise)) is None
+    assert nccl_network(_log(tmp_path, 1, 3, noise)) is None
     assert nccl_network(tmp_path / "missing.log") is None
 
 
 def test_nccl_network_reasons_name_the_node(tmp_path):
-    logs = [_log(tmp_path, "server-r0-n0.log", IB_LINES), _log(tmp_path, "server-r1-n1.log", SOCKET_LINES),
-            _log(tmp_path, "server-r1-n2.log", "no nccl here\n")]
+    logs = [_log(tmp_path, 0, 0, IB_LINES), _log(tmp_path, 1, 1, SOCKET_LINES),
+            _log(tmp_path, 1, 2, "no nccl here\n")]
     nodes = {"0": ["node01", "node02", "node03", "node04"], "1": ["node05", "node06", "node07", "node08"]}
     got = nccl_network_reasons(logs, "IB", nodes, root=tmp_path)
     assert got == ["replica 1 node rank 1 (node06): NCCL used network Socket, not IB (cluster.nccl_network): "
                    "node06:3101:3140 [0] NCCL INFO NET/IB : No device found. [logs/server-r1-n1.log:3]"]
     assert nccl_network_reasons(logs, "", nodes) == []
     # a fallback without a line saying why: the reason shows the "Using network" line itself
-    bare = [_log(tmp_path, "server-r1-n3.log", "noise\n", SOCKET_LINES.splitlines(keepends=True)[-1])]
+    bare = [_log(tmp_path, 1, 3, "noise\n", SOCKET_LINES.splitlines(keepends=True)[-1])]
     assert nccl_network_reasons(bare, "IB", nodes, root=tmp_path) == [
         "replica 1 node rank 3 (node08): NCCL used network Socket, not IB (cluster.nccl_network): "
         "node06:3101:3140 [0] NCCL INFO Using network Socket [logs/server-r1-n3.log:2]"]
@@ -80,26 +81,26 @@ node01:10:20 [0] NCCL INFO Using network IBext_v8
 
 def test_a_net_plugins_name_is_read_whole_and_counts_as_its_family(tmp_path):
     ib_names = ("IB", "IBext", "IBext_v*", "UCX", "UCX-RMA", "UCX-UCT", "UCX-UCT-RD")
-    got = nccl_network(_log(tmp_path, "server-r0-n0.log", PLUGIN_LINES))
+    got = nccl_network(_log(tmp_path, 0, 0, PLUGIN_LINES))
     assert got.networks == ("IBext_v8",) and not got.other_than("IB", ib_names)
     assert got.other_than("IB") == ("IBext_v8",)                 # a run recorded before the families
-    aws = nccl_network(_log(tmp_path, "server-r0-n1.log", "x:1:1 [0] NCCL INFO Using network AWS Libfabric\n"))
+    aws = nccl_network(_log(tmp_path, 0, 1, "x:1:1 [0] NCCL INFO Using network AWS Libfabric\n"))
     assert aws.networks == ("AWS Libfabric",) and aws.other_than("IB", ib_names) == ("AWS Libfabric",)
     nodes = {"0": ["node01", "node02"]}
-    logs = [tmp_path / "logs" / "server-r0-n0.log", tmp_path / "logs" / "server-r0-n1.log"]
+    logs = [Layout(tmp_path).server_log(0, 0), Layout(tmp_path).server_log(0, 1)]
     assert nccl_network_reasons(logs, "IB", nodes, root=tmp_path, names=ib_names) == [
         "replica 0 node rank 1 (node02): NCCL used network AWS Libfabric, not IB (cluster.nccl_network): "
         "x:1:1 [0] NCCL INFO Using network AWS Libfabric [logs/server-r0-n1.log:1]"]
 
 
 def test_the_diagnosis_finds_the_fallback_line(tmp_path):
-    p = _log(tmp_path, "server-r1-n1.log", SOCKET_LINES)
+    p = _log(tmp_path, 1, 1, SOCKET_LINES)
     kinds = [(f.kind, f.line) for f in diagnose([p], root=tmp_path)]
     assert kinds == [("nccl_net", 3)]
 
 
 def _events(tmp_path, *lines):
-    p = tmp_path / "events.log"
+    p = Layout(tmp_path).events
     p.write_text("".join(f"1800000000.000 2027-01-15 08:00:00.000 {x}\n" for x in lines))
     return read_events(p)
 
@@ -153,13 +154,13 @@ def _sacct(**kw):
 
 def _at(run, seconds=0):
     """A sacct time, local, relative to the run's job_start."""
-    start = read_events(run / "events.log").first["job_start"].epoch
+    start = read_events(Layout(run).events).first["job_start"].epoch
     return datetime.fromtimestamp(start + seconds).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def test_sacct_of_this_run_counts(tmp_path):
     run = build_run(tmp_path)
-    ev = read_events(run / "events.log")
+    ev = read_events(Layout(run).events)
     name = f"ab-{run.name}"
     s = _sacct(job_name=name, start=_at(run, -1), end=_at(run, 400), submit=_at(run, -3))
     assert identity_problem(s, ev) is None
@@ -169,7 +170,7 @@ def test_sacct_of_this_run_counts(tmp_path):
 
 def test_sacct_of_another_job_is_ignored_and_said(tmp_path):
     run = build_run(tmp_path)
-    ev = read_events(run / "events.log")
+    ev = read_events(Layout(run).events)
     other = _sacct(state="FAILED", exit_code="1:0", job_name="wrap", start=_at(run, 86400), end=_at(run, 86500))
     problem = identity_problem(other, ev)
     assert problem.startswith(f"its name is wrap, this run's job was ab-{run.name}; it started at ")
@@ -312,20 +313,19 @@ def test_a_run_whose_router_retried_is_not_plain_ok(tmp_path):
     """Issue 29: collected end to end, a stored ok run whose router retried 1 of its 8 requests
     (12.5 %) is invalid under the default router.max_retry_pct = 5; with the run's own setting at
     20 it stays ok, flagged with the counts; without retries it is plain ok."""
-    from slurm_ab.collect.campaign import collect
 
-    s = collect(_stored_run_with_router_scrapes(tmp_path / "a", _prom(retries=1, failures=1))).only
+    s = collect_run(_stored_run_with_router_scrapes(tmp_path / "a", _prom(retries=1, failures=1)))
     assert s.verdict == "invalid" and s.reasons == (
         "the router retried requests during the benchmark (1 retry attempt(s) (smg_worker_retries_total); "
         "1 failed attempt(s) at http://node05:31790; router /metrics: 12.5% of 8 requests), more than "
         "router.max_retry_pct = 5%: their latencies include a failed attempt and the replicas' shares are "
         "not the policy's",)
-    s = collect(_stored_run_with_router_scrapes(tmp_path / "b", _prom(retries=1, failures=1), 20.0)).only
+    s = collect_run(_stored_run_with_router_scrapes(tmp_path / "b", _prom(retries=1, failures=1), 20.0))
     assert s.verdict == "ok" and len(s.reasons) == 1 and "12.5% of 8 requests), within router.max_retry_pct = 20%" \
         in s.reasons[0]
     from slurm_ab.tables.runs import runs_text
     assert "ok: the router retried requests during the benchmark (1 retry attempt(s)" in runs_text([s], "md")
-    s = collect(_stored_run_with_router_scrapes(tmp_path / "c", _prom())).only
+    s = collect_run(_stored_run_with_router_scrapes(tmp_path / "c", _prom()))
     assert s.verdict == "ok" and s.reasons == ()
 
 
@@ -355,7 +355,6 @@ def test_a_completed_run_whose_nccl_used_the_fallback_is_invalid(tmp_path):
     import shutil
 
     from helpers import ROOT
-    from slurm_ab.collect.campaign import collect
 
     def run(where, expected):
         d = tmp_path / where
@@ -365,7 +364,7 @@ def test_a_completed_run_whose_nccl_used_the_fallback_is_invalid(tmp_path):
         m = json.loads((d / "manifest.json").read_text())
         m["config"]["cluster"]["nccl_network"] = expected
         (d / "manifest.json").write_text(json.dumps(m))
-        return collect(d).only
+        return collect_run(d)
 
     s = run("ib", "IB")
     assert s.verdict == "invalid" and len(s.reasons) == 1

@@ -5,9 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from helpers.rundir_builder import TP32_DFLASH, RunSpec, build_oom_run, build_run
+from helpers.rundir_builder import KEY, TP32_DFLASH, RunSpec, build_oom_run, build_run, launch_layout
+from slurm_ab.collect import collect
+from slurm_ab.model.rundir import Layout
 
-from slurm_ab.collect import collect_run  # noqa: E402
+from helpers.rundir_builder import collect_one as collect_run  # noqa: E402
 from slurm_ab.tables.runs import main_row, runs_text  # noqa: E402
 from slurm_ab.collect.write import write_summary  # noqa: E402
 
@@ -33,15 +35,22 @@ def test_oom_run_names_replica_node_phase_and_fraction(tmp_path):
         first = s.reasons[0]
         assert first.startswith("replica 1 node rank 2 (node07): CUDA out of memory during "
                                 "first prefill (mem_fraction_static=0.86)")
-        assert "logs/server-r1-n2.log:" in first
+        assert f"{Layout(run).rel(launch_layout(run).server_log(1, 2))}:" in first
         assert "job: server step of replica 1 exited with status 1" in s.reasons
-        oom = next(f for f in s.findings if f["kind"] == "oom")
-        assert oom["details"]["replica"] == 1 and oom["details"]["node_rank"] == 2
-        assert oom["details"]["mem_fraction_static"] == 0.86
+        oom = next(f for f in s.findings if f.kind == "oom")
+        assert oom.details["replica"] == 1 and oom.details["node_rank"] == 2
+        assert oom.details["mem_fraction_static"] == 0.86
     row = main_row(s)
     assert row["Verdict"].startswith("failed: replica 1 node rank 2 (node07): CUDA out of memory")
     assert row["Input TPS"] == "-" and row["TTFT mean / p95"] == "-"
-    assert write_summary(s, run)       # failed runs are final: summaries are written
+    assert write_summary(collect(run), run)       # failed runs are final: summaries are written
+
+
+def _unfinished(run: Path) -> Path:
+    """The run with its pass cut short: a bench_start and no bench_end."""
+    own = launch_layout(run).events
+    own.write_text("\n".join(l for l in own.read_text().splitlines() if " bench_end " not in l) + "\n")
+    return run
 
 
 @pytest.mark.parametrize("state,verdict,text", [
@@ -51,16 +60,30 @@ def test_oom_run_names_replica_node_phase_and_fraction(tmp_path):
     ("PENDING", "running", "job is PENDING (Slurm)"),
 ])
 def test_slurm_states(tmp_path, state, verdict, text):
-    s = collect_run(_ok(tmp_path), sacct={"state": state})
+    s = collect_run(_unfinished(_ok(tmp_path)), sacct={"state": state})
     assert s.verdict == verdict and text in s.reasons
 
 
-def test_cancelled_and_timeout_from_slurm_lines_without_sacct(tmp_path):
+@pytest.mark.parametrize("state", ["CANCELLED by 1000", "TIMEOUT", "NODE_FAIL", "FAILED"])
+def test_a_completed_pass_is_not_judged_by_what_befell_the_job_later(tmp_path, state):
+    """Its client ended with status 0 and its numbers were final: a cancel, the time limit or a
+    failure of the job afterwards (teardown, a later launch) does not change its verdict, as in
+    every campaign; Slurm's state stays the job's."""
     run = _ok(tmp_path)
-    events = (run / "events.log").read_text().splitlines()
-    (run / "events.log").write_text("\n".join(l for l in events if " job_end " not in l) + "\n")
+    cs = collect(run, sacct={"state": state, "exit_code": "1:0"})
+    (s,) = cs.passes
+    assert s.verdict == cs.verdict == "ok" and s.reasons == ()
+    assert s.job.state == cs.job.state == state.split()[0] and s.job.source == "sacct"
+    running = collect(run, sacct={"state": "RUNNING"})
+    assert running.passes[0].verdict == "ok" and running.running and running.verdict == "running"
+
+
+def test_cancelled_and_timeout_from_slurm_lines_without_sacct(tmp_path):
+    run = _unfinished(_ok(tmp_path))
+    job = Layout(run).events
+    job.write_text("\n".join(l for l in job.read_text().splitlines() if " job_end " not in l) + "\n")
     assert collect_run(run).verdict == "running"
-    out = run / "slurm-4242.out"
+    out = Layout(run).slurm_out(4242)
     out.write_text(out.read_text() + "slurmstepd: error: *** JOB 4242 ON node01 CANCELLED AT "
                    "2026-09-02T12:40:00 ***\n")
     s = collect_run(run)
@@ -71,31 +94,34 @@ def test_cancelled_and_timeout_from_slurm_lines_without_sacct(tmp_path):
 
 def test_missing_replica_logs(tmp_path):
     run = _ok(tmp_path)
-    for p in (run / "logs").glob("server-r1-*.log"):
+    lay = launch_layout(run)
+    for p in lay.server_log_map()[1].values():
         p.unlink()
     s = collect_run(run, sacct=DONE)
     assert s.verdict == "invalid"
-    assert "replica 1: no server log (logs/server-r1-n*.log missing)" in s.reasons
+    assert f"replica 1: no server log ({Layout(run).rel(lay.server_log(1, '*'))} missing)" in s.reasons
     assert s.replicas[1].logs == () and s.replicas[1].requests_served is None
 
 
 def test_empty_files(tmp_path):
     run = _ok(tmp_path)
-    for p in (run / "logs").glob("server-r0-*.log"):
+    lay = launch_layout(run)
+    for p in lay.server_log_map()[0].values():
         p.write_bytes(b"")
     s = collect_run(run, sacct=DONE)
     assert s.verdict == "invalid" and "replica 0: server logs are empty" in s.reasons
     assert "replica 0 served no requests during the benchmark" in s.reasons
-    (run / "bench.jsonl").write_bytes(b"")
-    (run / "logs" / "client.log").write_bytes(b"")
+    lay.bench(KEY).write_bytes(b"")
+    lay.client_log(KEY).write_bytes(b"")
     s = collect_run(run, sacct=DONE)
     assert s.verdict == "failed" and s.reasons[-1].startswith("no benchmark result")
 
 
 def test_truncated_jsonl_uses_last_complete_record(tmp_path):
     run = _ok(tmp_path)
-    good = (run / "bench.jsonl").read_text()
-    (run / "bench.jsonl").write_text(good + good[: len(good) // 2])
+    bench = launch_layout(run).bench(KEY)
+    good = bench.read_text()
+    bench.write_text(good + good[: len(good) // 2])
     s = collect_run(run, sacct=DONE)
     assert s.verdict == "ok"
     assert main_row(s)["TTFT mean / p95"] == "8.35s / 20.79s"
@@ -104,8 +130,8 @@ def test_truncated_jsonl_uses_last_complete_record(tmp_path):
 
 def test_only_a_truncated_record_falls_back_to_stdout(tmp_path):
     run = _ok(tmp_path)
-    good = (run / "bench.jsonl").read_text()
-    (run / "bench.jsonl").write_text(good[:1000])
+    bench = launch_layout(run).bench(KEY)
+    bench.write_text(bench.read_text()[:1000])
     s = collect_run(run, sacct=DONE)
     assert s.bench.source == "stdout" and s.bench.latency_source == "stdout"
     assert main_row(s)["Input TPS"] == "2797.64"
@@ -115,12 +141,13 @@ def test_only_a_truncated_record_falls_back_to_stdout(tmp_path):
 
 def test_binary_garbage_in_logs(tmp_path):
     run = _ok(tmp_path, target=TP32_DFLASH)
-    p = run / "logs" / "server-r0-n0.log"
+    lay = launch_layout(run)
+    p = lay.server_log(0, 0)
     data = p.read_bytes().split(b"\n")
     data.insert(5, b"\x00\xff\xfe\x89PNG\r\x1a garbage Decode batch \xc3\x28")
     data.insert(9, bytes(range(256)))
     p.write_bytes(b"\n".join(data) + b"\x00\x00\x00")
-    (run / "events.log").write_bytes((run / "events.log").read_bytes() + b"\xff\xfe\x00\n")
+    lay.events.write_bytes(lay.events.read_bytes() + b"\xff\xfe\x00\n")
     s = collect_run(run, sacct=DONE)
     assert s.verdict == "ok" and s.accept.samples == 37
     assert f"{s.accept.accept_len:.2f}" == "3.76"
@@ -144,7 +171,7 @@ def test_missing_warmup(tmp_path):
 
 def test_warmup_claimed_but_not_in_server_log(tmp_path):
     run = _ok(tmp_path)
-    p = run / "logs" / "server-r1-n0.log"
+    p = launch_layout(run).server_log(1, 0)
     p.write_text("\n".join(l for l in p.read_text().splitlines()
                            if "#new-token: 8192, #cached-token: 0, token usage: 0.20, "
                               "#running-req: 0," not in l and "12:33:" not in l) + "\n")
@@ -166,8 +193,9 @@ def test_request_errors_make_the_run_invalid(tmp_path):
 
 def test_client_failure_and_missing_everything(tmp_path):
     run = _ok(tmp_path)
-    ev = (run / "events.log").read_text().replace("bench_end rc=0", "bench_end rc=1")
-    (run / "events.log").write_text(ev.replace("job_end rc=0", "job_end rc=1"))
+    own, job = launch_layout(run).events, Layout(run).events
+    own.write_text(own.read_text().replace(f"bench_end pass={KEY} rc=0", f"bench_end pass={KEY} rc=1"))
+    job.write_text(job.read_text().replace("job_end rc=0", "job_end rc=1"))
     s = collect_run(run, sacct={"state": "FAILED"})
     assert s.verdict == "failed"
     assert "benchmark client exited with status 1" in s.reasons
@@ -178,14 +206,15 @@ def test_client_failure_and_missing_everything(tmp_path):
     s = collect_run(empty)
     assert s.verdict == "running"
     s = collect_run(tmp_path / "does-not-exist", sacct={"state": "COMPLETED"})
-    assert s.verdict == "failed" and s.reasons[-1].startswith("no benchmark result")
+    assert s.verdict == "failed" and s.reasons[-1] == "launch 1 (?) never started"
+    assert s.reasons[-2].startswith("no benchmark result")
     assert "failed" in runs_text([s])
 
 
 def test_no_bench_window(tmp_path):
     run = _ok(tmp_path, target=TP32_DFLASH)
-    ev = (run / "events.log").read_text().splitlines()
-    (run / "events.log").write_text("\n".join(l for l in ev if "bench_" not in l) + "\n")
+    own = launch_layout(run).events
+    own.write_text("\n".join(l for l in own.read_text().splitlines() if "bench_" not in l) + "\n")
     s = collect_run(run, sacct=DONE)
     assert s.verdict == "invalid"
     assert "no bench_start in events.log: the benchmark window is unknown" in s.reasons

@@ -9,7 +9,8 @@ import pytest
 
 from slurm_ab.model.duration import History, estimate, fit_time_limit, format_time, parse_time, read_history
 from slurm_ab.model.errors import ConfigErrors
-from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.model.sources import Sources
+from helpers.scripts import plan_for
 
 
 @pytest.mark.parametrize("text,seconds", [("30", 1800), ("10:30", 630), ("02:00:00", 7200),

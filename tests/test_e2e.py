@@ -11,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from helpers import CLIENT_052, SMALL, set_args
+from helpers.jobdrive import launch_of
 from helpers.jobs import events, final_sacct, run_tracked, slurm_ab, wait_no_processes
+from helpers.rundir_builder import KEY
+from slurm_ab.model.rundir import Layout
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -38,12 +41,23 @@ def runs(workdir):
 
 
 def _job_id(run_dir: Path) -> str:
-    return json.loads((run_dir / "manifest.json").read_text())["job_id"]
+    return json.loads(Layout(run_dir).manifest.read_text())["job_id"]
 
 
 def _bench(run_dir: Path) -> dict:
-    lines = [l for l in (run_dir / "bench.jsonl").read_text().splitlines() if l.strip()]
+    lines = [l for l in launch_of(run_dir).bench(KEY).read_text().splitlines() if l.strip()]
     return json.loads(lines[-1])
+
+
+def _summary(run_dir: Path) -> dict:
+    """summary.json as other programs read it."""
+    return json.loads(Layout(run_dir).summary("json").read_text())
+
+
+def _pass(run_dir: Path) -> dict:
+    """The record of the job's one pass (a run of one mode: the campaign of one launch and one pass)."""
+    (one,) = _summary(run_dir)["passes"]
+    return one
 
 
 def _ts(line: str) -> str | None:
@@ -65,10 +79,10 @@ def test_mode_completes_with_all_requests(runs, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_node_ran_its_rank(runs, mode):
-    logs = runs[mode]["run_dir"] / "logs"
+    lay = launch_of(runs[mode]["run_dir"])
     for g in (0, 1):
         for rank in range(4):
-            text = (logs / f"server-r{g}-n{rank}.log").read_text()
+            text = lay.server_log(g, rank).read_text()
             assert f"nnodes=4, node_rank={rank}," in text, (g, rank)
 
 
@@ -80,11 +94,11 @@ def test_warmup_first_then_round_robin(runs, mode):
     assert kinds.index("warmup_done") < kinds.index("router_launch") < kinds.index("bench_start")
     done = [kv for _, k, kv in ev if k == "warmup_done"]
     assert sorted(kv["replica"] for kv in done) == ["0", "1"] and all(kv["ok"] == "1" for kv in done)
-    bench_start = next(l for l in (run_dir / "events.log").read_text().splitlines() if " bench_start" in l).split()
+    bench_start = next(l for l in launch_of(run_dir).events.read_text().splitlines() if " bench_start" in l).split()
     bench_start_ts = f"{bench_start[1]} {bench_start[2]}"
     counts = []
     for g in (0, 1):
-        lines = (run_dir / "logs" / f"server-r{g}-n0.log").read_text().splitlines()
+        lines = launch_of(run_dir).server_log(g, 0).read_text().splitlines()
         # the direct warm-up and the client (backend sglang) both POST /generate
         posts = [l for l in lines if '"POST /generate HTTP/1.1" 200' in l]
         warm = [l for l in posts if _ts(l) < bench_start_ts]
@@ -108,11 +122,11 @@ def test_no_process_left(runs, mode):
 
 def test_parallelism_reached_the_servers(runs):
     for mode, tp, pp in (("tp32", 32, 1), ("pp8", 4, 8), ("tp32-dflash", 32, 1)):
-        head = (runs[mode]["run_dir"] / "logs" / "server-r0-n0.log").read_text()
+        head = launch_of(runs[mode]["run_dir"]).server_log(0, 0).read_text()
         assert f"tp_size={tp}, pp_size={pp}," in head and "ep_size=4," in head
-    dflash = (runs["tp32-dflash"]["run_dir"] / "logs" / "server-r1-n0.log").read_text()
+    dflash = launch_of(runs["tp32-dflash"]["run_dir"]).server_log(1, 0).read_text()
     assert "speculative_algorithm='DFLASH'" in dflash and "accept len:" in dflash
-    assert "accept len:" not in (runs["tp32"]["run_dir"] / "logs" / "server-r1-n0.log").read_text()
+    assert "accept len:" not in launch_of(runs["tp32"]["run_dir"]).server_log(1, 0).read_text()
 
 
 def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
@@ -128,7 +142,7 @@ def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
     assert info["state"] == "FAILED", info
     # the job ended within 60 s of the OOM (not at its time limit)
     oom_file, oom_ts = None, None
-    for f in sorted((run_dir / "logs").glob("server-r*-n*.log")):
+    for f in launch_of(run_dir).server_logs():
         for line in f.read_text().splitlines():
             if "torch.OutOfMemoryError: CUDA out of memory" in line:
                 oom_file = f
@@ -137,7 +151,7 @@ def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
         if oom_file:
             break
     assert oom_file is not None, "no OOM in the server logs"
-    end = [l.split() for l in (run_dir / "events.log").read_text().splitlines() if " job_end " in l][-1]
+    end = [l.split() for l in Layout(run_dir).events.read_text().splitlines() if " job_end " in l][-1]
     from datetime import datetime
     end_t = datetime.strptime(f"{end[1]} {end[2]}", "%Y-%m-%d %H:%M:%S.%f")
     lines = oom_file.read_text().splitlines()
@@ -145,8 +159,8 @@ def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
     oom_t = datetime.strptime(stamps[-1][:23], "%Y-%m-%d %H:%M:%S.%f" if "." in stamps[-1] else "%Y-%m-%d %H:%M:%S")
     assert (end_t - oom_t).total_seconds() < 60
     # all logs kept; the job's output names the replica and the OOM
-    assert len(list((run_dir / "logs").glob("server-r*-n*.log"))) == 8
-    out = next(run_dir.glob("slurm-*.out")).read_text()
+    assert len(launch_of(run_dir).server_logs()) == 8
+    (out,) = (p.read_text() for p in Layout(run_dir).slurm_outs())
     replica = re.search(r"server-r(\d)-n", oom_file.name).group(1)
     # the step's exit, or (when the warm-up's request meets the dying server first, seen with
     # three jobs side by side) the warm-up's failure: either way the OOM's lines follow
@@ -154,8 +168,8 @@ def test_dflash_at_086_fails_fast_and_keeps_evidence(workdir):
     assert "CUDA out of memory" in out
     assert wait_no_processes(job_id, 30) == [] and tracker.wait_gone(30) == []
     # the collector's verdict: failed, diagnosed as the OOM of that replica at 0.86
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["verdict"] == "failed"
+    summary = _pass(run_dir)
+    assert summary["verdict"] == _summary(run_dir)["verdict"] == "failed"
     first = summary["reasons"][0]
     assert f"replica {replica}" in first and "CUDA out of memory" in first and "mem_fraction_static=0.86" in first
 
@@ -170,7 +184,7 @@ def _stats(values):
 @pytest.mark.parametrize("mode", MODES)
 def test_summary_matches_independent_recomputation(runs, mode):
     run_dir = runs[mode]["run_dir"]
-    s = json.loads((run_dir / "summary.json").read_text())
+    s = _pass(run_dir)
     assert s["verdict"] == "ok", s["reasons"]
     rec = _bench(run_dir)
     ok = [i for i, e in enumerate(rec["errors"]) if not e]
@@ -197,7 +211,7 @@ def test_the_seeds_dataset_through_the_0523_client(runs, mode):
     """speed-bench prompts of ~16K tokens (chat template included), counted alike by client and
     servers; the steady state and the client's own figure agree; the report says what ran."""
     run_dir = runs[mode]["run_dir"]
-    rec, s = _bench(run_dir), json.loads((run_dir / "summary.json").read_text())
+    rec, s = _bench(run_dir), _pass(run_dir)
     assert rec["dataset_name"] == "speed-bench" and rec["backend"] == "sglang"
     assert sum(rec["input_lens"]) == rec["total_input_tokens"]
     assert all(15360 <= n <= 16384 for n in rec["input_lens"]) and len(set(rec["input_lens"])) > 1
@@ -211,7 +225,7 @@ def test_the_seeds_dataset_through_the_0523_client(runs, mode):
         st["agrees"] is None and st["source"] == "details" and any("is a fragment" in n for n in s["notes"])), st
     assert st["merged_requests"] == 0 and st["output_tps"] >= 0.97 * s["bench"]["output_tps"]
     assert "ran on: sglang.benchmark.steady_state_serving 0.5.23" in " ".join(s["notes"])
-    page = (run_dir / "report.html").read_text()
+    page = Layout(run_dir).report_html.read_text()
     assert f"speed-bench: 40 prompts, {p['mean']:,.0f} tokens on average ({p['min']:,}-{p['max']:,})" in page
     assert "sglang_0_5_23: sglang.benchmark.steady_state_serving 0.5.23" in page
 
@@ -233,14 +247,15 @@ def test_report_and_compare_print_the_seed_tables(runs, workdir):
 
 def test_collect_is_idempotent_and_leaves_raw_files(runs, workdir):
     run_dir = runs["pp8"]["run_dir"]
-    raw = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith("summary.")}
-    before = {n: (run_dir / n).read_bytes() for n in ("summary.json", "summary.csv", "summary.md")}
+    lay = Layout(run_dir)
+    derived = {lay.summary(f) for f in ("json", "csv", "md")}
+    raw = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file() and p not in derived}
+    before = {p: p.read_bytes() for p in derived}
     job_id = _job_id(run_dir)
     r = slurm_ab("collect", job_id, cwd=workdir)
     assert r.returncode == 0 and "summary files unchanged" in r.stdout, r.stdout + r.stderr
-    assert {n: (run_dir / n).read_bytes() for n in before} == before
-    assert {p: p.read_bytes() for p in raw if not p.name == "manifest.json"} == \
-        {p: b for p, b in raw.items() if not p.name == "manifest.json"}
+    assert {p: p.read_bytes() for p in before} == before
+    assert {p: p.read_bytes() for p in raw if p != lay.manifest} == {p: b for p, b in raw.items() if p != lay.manifest}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -250,13 +265,13 @@ def test_the_chained_collector_job_returns_the_verdict(runs, mode):
     import submitit
 
     run_dir = runs[mode]["run_dir"]
-    cid = json.loads((run_dir / "manifest.json").read_text())["collector_job_id"]
+    cid = json.loads(Layout(run_dir).manifest.read_text())["collector_job_id"]
     assert cid
-    job = submitit.SlurmJob(folder=run_dir / "submitit", job_id=cid)
+    job = submitit.SlurmJob(folder=Layout(run_dir).submitit, job_id=cid)
     deadline = time.monotonic() + 180
     while not job.paths.result_pickle.exists() and time.monotonic() < deadline:
         time.sleep(1)
-    assert job.result() == json.loads((run_dir / "summary.json").read_text())["verdict"] == "ok"
+    assert job.result() == _summary(run_dir)["verdict"] == "ok"
 
 
 def test_plain_sbatch_of_a_rendered_script(workdir):
@@ -271,16 +286,20 @@ def test_plain_sbatch_of_a_rendered_script(workdir):
     info = final_sacct(job_id, timeout_s=300)
     assert info["state"] == "COMPLETED", info
     run_dir = workdir / "results" / run_id
-    assert (run_dir / "job.sbatch").read_text() == (workdir / f"{run_id}.sbatch").read_text()
+    lay = Layout(run_dir)
+    assert lay.job_script.read_text() == (workdir / f"{run_id}.sbatch").read_text()
     c = slurm_ab("collect", job_id, cwd=workdir)
     assert c.returncode == 0 and "verdict: ok" in c.stdout, c.stdout + c.stderr
     # a second sbatch of the same script never overwrites the first run's evidence
-    first_events = (run_dir / "events.log").read_bytes()
-    out = subprocess.run(["sbatch", str(run_dir / "job.sbatch")], cwd=workdir, capture_output=True, text=True, check=True).stdout
+    first_events = lay.events.read_bytes()
+    out = subprocess.run(["sbatch", str(lay.job_script)], cwd=workdir, capture_output=True, text=True, check=True).stdout
     job2 = re.search(r"Submitted batch job (\d+)", out).group(1)
     assert final_sacct(job2, timeout_s=300)["state"] == "COMPLETED"
-    assert (run_dir / "events.log").read_bytes() == first_events
-    assert (run_dir.parent / f"{run_id}-job{job2}" / "bench.jsonl").exists()
+    assert lay.events.read_bytes() == first_events
+    again = lay.resubmitted(job2)                     # its launches read from its events (no manifest)
+    assert launch_of(again).bench(KEY).exists()
+    c = slurm_ab("collect", str(again), cwd=workdir)
+    assert c.returncode == 0 and "verdict: ok" in c.stdout, c.stdout + c.stderr
     assert wait_no_processes(job2, 30) == []
 
 
@@ -297,25 +316,25 @@ def test_server_metrics_beside_the_logs(runs, mode):
         assert mine[0]["phase"] == "start" and mine[-1]["phase"] == "end", mine
         assert len(mine) >= 3 and all(kv["ok"] == "1" for kv in mine), mine
         for kv in mine:
-            read_scrape(run_dir / kv["file"])              # raw text, Prometheus format
-    sm = json.loads((run_dir / "summary.json").read_text())["server_metrics"]
+            read_scrape(launch_of(run_dir).root / kv["file"])      # raw text, Prometheus format
+    sm = _pass(run_dir)["server_metrics"]
     assert sm["available"] and sm["checks"] == [], sm
     for r in sm["replicas"]:
         assert r["exposed"] and r["running_peak"] >= 1 and r["kv_usage_peak"] > 0
         assert r["router_requests"] == r["requests"] == r["access_requests"] == 20
         assert r["gen_tokens"] == 20 * 512
-    csv = (run_dir / "summary.csv").read_text().splitlines()
+    csv = Layout(run_dir).summary("csv").read_text().splitlines()
     row = dict(zip(csv[0].split(","), csv[1].split(",")))
     if mode == "tp32-dflash":
         for r in sm["replicas"] + [sm["pooled"]]:
             assert abs(r["diff_pct"]) <= 5, r               # counters agree with the decode log
             assert r["accept_len"] > 1 and r["log_accept_len"] > 1
         assert float(row["accept_len_counters"]) == pytest.approx(sm["pooled"]["accept_len"])
-        assert "Accept len log / counters" in (run_dir / "summary.md").read_text()
+        assert "Accept len log / counters" in Layout(run_dir).summary("md").read_text()
     else:
         assert all(r["accept_len"] is None and r["verify_calls"] == 0 for r in sm["replicas"])
         assert row["accept_len_counters"] == "" and float(row["running_peak"]) >= 1
-    notes = json.loads((run_dir / "summary.json").read_text())["notes"]
+    notes = _pass(run_dir)["notes"]
     if mode == "pp8":
         # every node scraped: each stage's own KV pool, and running requests that are the client's
         # in flight (HTTP, node rank 0, minus queued), not a stage's micro-batch of ~1

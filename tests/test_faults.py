@@ -23,6 +23,8 @@ import pytest
 
 from helpers.jobdrive import Job, Tracker, access_posts, cli, processes_of_job
 from helpers.lanes import heal, idle_nodes
+from helpers.rundir_builder import KEY
+from slurm_ab.model.rundir import SUMMARY_FORMATS, Layout
 
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)")
 # Short scenarios: the emulator's clock at 0.02 (start-up ~6 s, the benchmark ~13 s on 2 cores).
@@ -101,7 +103,7 @@ def test_rank_crash_while_loading(job):
     g = next((g for g, hosts in j.hosts().items() if hosts[2] == node), None)
     assert g is not None, f"the job did not get the predicted nodes (cluster busy?): {j.hosts()}"
     assert rc == 1
-    crashed = j.run_dir / "logs" / f"server-r{g}-n2.log"
+    crashed = j.launch().server_log(g, 2)
     detect = j.job_end() - last_stamp(crashed)
     assert 0 <= detect < 30, detect
     info = j.sacct()
@@ -113,7 +115,7 @@ def test_rank_crash_while_loading(job):
     assert f"replica {g} node rank 2 ({node}): srun: task 2: Killed" in s["reasons"]
     assert f"job: server step of replica {g} exited with status 137" in s["reasons"]
     printed_verdict(j, "failed")
-    assert len(list((j.run_dir / "logs").glob("server-r*-n*.log"))) == 8
+    assert len(j.launch().server_logs()) == 8
     # the other replica was torn down, not left to its time limit
     teardown = [kv for _, k, kv in j.events() if k == "teardown"]
     assert teardown and teardown[0]["reason"] == "launch-end"      # the launch's own teardown
@@ -140,9 +142,9 @@ def test_replica_head_killed_mid_benchmark(job):
     assert detect < 60, detect
     assert j.sacct()["state"] == "FAILED"
     # the client's partial output is kept; it wrote no result
-    client = (j.run_dir / "logs" / "client.log").read_text()
+    client = j.launch().client_log(KEY).read_text()
     assert "Starting main benchmark run" in client or "#Input tokens" in client, client
-    assert not (j.run_dir / "bench.jsonl").exists()
+    assert not j.launch().bench(KEY).exists()
     s = j.summary()
     assert s["verdict"] == "failed"
     assert s["reasons"][0] == f"replica {g} node rank 0 ({head}): srun: task 0: Killed", s["reasons"]
@@ -169,7 +171,7 @@ def test_startup_hang_hits_ready_timeout_and_collect_waits(job, workdir):
     r = cli("collect", j.run_id, cwd=workdir)
     assert r.returncode == 0, r.stderr
     assert "verdict: running" in r.stdout and "still running; nothing final written" in r.stdout
-    assert not list(j.run_dir.glob("summary.*"))
+    assert not any(Layout(j.run_dir).summary(f).exists() for f in SUMMARY_FORMATS)
     rc = j.finish(120)
     g = next((g for g, hosts in j.hosts().items() if hosts[0] == r1[0]), None)
     assert g is not None, f"the job did not get the predicted nodes (cluster busy?): {j.hosts()}"
@@ -183,8 +185,8 @@ def test_startup_hang_hits_ready_timeout_and_collect_waits(job, workdir):
     assert s["reasons"][0] == f"job: replica {g} not healthy after {READY_TIMEOUT} s"
     assert s["reasons"][1].startswith(f"replica {g} node rank 0 ({r1[0]}): last log line: [")
     assert "Load weight begin" in s["reasons"][1]
-    out = next(j.run_dir.glob("slurm-*.out")).read_text()
-    assert f"---- last lines of {j.run_dir}/logs/server-r{g}-n0.log ----" in out
+    (out,) = (p.read_text() for p in Layout(j.run_dir).slurm_outs())
+    assert f"---- last lines of {j.launch().server_log(g, 0)} ----" in out
     printed_verdict(j, "failed")
     j.assert_nothing_left()
     measure(f"start-up hangs (ready_timeout_s={READY_TIMEOUT}, from server launch)", detect, verdict_line(j))
@@ -203,7 +205,8 @@ def test_router_bad_flag_and_resubmitted_script(job, workdir):
     assert j.sacct()["state"] == "FAILED"
     s = j.summary()
     assert s["verdict"] == "failed"
-    assert s["reasons"][0].startswith("logs/router.log: invalid command-line arguments: ")
+    router = Layout(j.run_dir).rel(j.launch().router_log)
+    assert s["reasons"][0].startswith(f"{router}: invalid command-line arguments: ")
     assert "unrecognized arguments: --no-such-flag" in s["reasons"][0]
     assert "job: router exited with status 2" in s["reasons"]
     printed_verdict(j, "failed")
@@ -212,19 +215,19 @@ def test_router_bad_flag_and_resubmitted_script(job, workdir):
 
     # The same script submitted again (plain sbatch) never touches the finished run's evidence.
     before = tree_digest(j.run_dir)
-    jid = subprocess.run(["sbatch", "--parsable", str(j.run_dir / "job.sbatch")], capture_output=True,
+    jid = subprocess.run(["sbatch", "--parsable", str(Layout(j.run_dir).job_script)], capture_output=True,
                          text=True, check=True).stdout.strip().split(";")[0]
-    again = j.run_dir.with_name(f"{j.run_dir.name}-job{jid}")
+    again = Layout(j.run_dir).resubmitted(jid)
     deadline = time.monotonic() + 120
     while subprocess.run(["squeue", "-h", "-j", jid], capture_output=True, text=True).stdout.strip():
         assert time.monotonic() < deadline, "resubmitted job did not end"
         time.sleep(0.5)
     after = tree_digest(j.run_dir)
     assert {k: v for k, v in after.items() if k in before} == before
-    assert set(after) - set(before) <= {f"slurm-{jid}.out"}
-    assert "was already used by another job" in (j.run_dir / f"slurm-{jid}.out").read_text()
-    assert (again / "events.log").exists() and (again / f"slurm-{jid}.out").exists()
-    assert "FATAL: router exited" in (again / f"slurm-{jid}.out").read_text()
+    assert set(after) - set(before) <= {Layout(j.run_dir).rel(Layout(j.run_dir).slurm_out(jid))}
+    assert "was already used by another job" in Layout(j.run_dir).slurm_out(jid).read_text()
+    assert Layout(again).events.exists() and Layout(again).slurm_out(jid).exists()
+    assert "FATAL: router exited" in Layout(again).slurm_out(jid).read_text()
     r = cli("collect", str(again), cwd=workdir)
     assert "verdict: failed" in r.stdout
     assert Tracker(jid).wait_gone(30) == [] and processes_of_job(jid) == []
@@ -368,13 +371,13 @@ def test_time_limit_teardown_before_slurm_kills(job):
     assert detect < 15 and j.job_end() - start < 60, (detect, j.job_end() - start)
     info = j.sacct()
     assert info["state"] == "FAILED" and info["exit_code"] == "124:0", info   # not Slurm's TIMEOUT kill
-    out = next(j.run_dir.glob("slurm-*.out")).read_text()
+    (out,) = (p.read_text() for p in Layout(j.run_dir).slurm_outs())
     assert "teardown (time-limit) done" in out and "DUE TO TIME LIMIT" not in out
     # Slurm checks time limits every 30 s, so USR1 may come any time in the first 30 s: every
     # replica launched well before it left its logs (all 8 when it came during the benchmark).
     for t, k, kv in ev:
         if k == "server_launch" and t < usr1 - 2:
-            logs = sorted((j.run_dir / "logs").glob(f"server-r{kv['replica']}-n*.log"))
+            logs = sorted(j.launch().server_log_map().get(int(kv["replica"]), {}).values())
             assert len(logs) == 4 and all(p.stat().st_size for p in logs), logs
     s = j.summary()
     assert s["verdict"] == "timeout"
@@ -406,9 +409,9 @@ def test_next_job_on_the_same_nodes_is_undisturbed(job):
 
 # ---- the collector rules behind these verdicts (no cluster: built run directories) ------------------
 
-from helpers.rundir_builder import RunSpec, build_run  # noqa: E402
+from helpers.rundir_builder import RunSpec, build_run, launch_layout  # noqa: E402
 
-from slurm_ab.collect import collect_run  # noqa: E402
+from helpers.rundir_builder import collect_one as collect_run  # noqa: E402
 
 
 def _stamp_of(line: str) -> tuple[float, str]:
@@ -417,23 +420,32 @@ def _stamp_of(line: str) -> tuple[float, str]:
 
 
 def _cut(run: Path, last: str, after_s: float, *extra: str, slurm_out: str = "") -> float:
-    """Keep events.log up to the last `last` event; append `extra` events after_s later; drop
-    server log lines after that moment and the client's result. Returns the cut's epoch."""
-    lines = (run / "events.log").read_text().splitlines()
+    """Keep the launch's events up to the last `last` event; append `extra` events after_s later
+    (the job's own end among them: the job's events lose theirs); drop server log lines after that
+    moment and the client's result. Returns the cut's epoch."""
+    lay, job = launch_layout(run), Layout(run)
+    lines = lay.events.read_text().splitlines()
     i = max(n for n, l in enumerate(lines) if l.split()[3] == last)
     epoch, _ = _stamp_of(lines[i])
     t = epoch + after_s
     stamp = datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    (run / "events.log").write_text("\n".join(lines[: i + 1] + [f"{t:.3f} {stamp} {e}" for e in extra]) + "\n")
+    lay.events.write_text("\n".join(lines[: i + 1] + [f"{t:.3f} {stamp} {e}" for e in extra]) + "\n")
+    job.events.write_text("\n".join(l for l in job.events.read_text().splitlines()
+                                    if l.split()[3] not in ("launch_end", "teardown", "job_end")) + "\n")
     cut = stamp[:19]
-    for p in (run / "logs").glob("server-r*-n*.log"):
+    for p in lay.server_logs():
         p.write_text("".join(l for l in p.read_text().splitlines(keepends=True) if not l.startswith("[")
                              or l[1:20] <= cut))
-    (run / "bench.jsonl").unlink()
-    (run / "logs" / "client.log").write_text("#Input tokens: 655360\nStarting main benchmark run...\n")
-    out = run / "slurm-4242.out"
+    lay.bench(KEY).unlink()
+    lay.client_log(KEY).write_text("#Input tokens: 655360\nStarting main benchmark run...\n")
+    out = job.slurm_out(4242)
     out.write_text(out.read_text().splitlines(keepends=True)[0] + slurm_out)
     return t
+
+
+def _rel(run: Path, path: Path) -> str:
+    """A file of a run as reasons name it (relative to the run directory)."""
+    return Layout(run).rel(path)
 
 
 def test_rules_replica_dies_mid_benchmark(tmp_path):
@@ -492,7 +504,7 @@ def test_rules_lost_node_is_named(tmp_path):
                             "reason: Not responding)")
     assert not [r for r in s.reasons if "Terminated" in r]
     # without srun's line (slurmd gone silent): Slurm's view alone names it
-    out = run / "slurm-4242.out"
+    out = Layout(run).slurm_out(4242)
     out.write_text(out.read_text().replace("srun: error: Node failure on node06\n", ""))
     s = collect_run(run)
     assert s.verdict == "failed" and s.reasons[0] == ("node node06 (replica 1 node rank 1) was down in Slurm when "
@@ -503,13 +515,13 @@ def test_rules_hang_shows_the_last_server_line(tmp_path):
     run = build_run(tmp_path, RunSpec())
     _cut(run, "server_launch", 15, "fail kind=not_ready replicas=1", "teardown reason=exit", "job_end rc=1",
          slurm_out="2026-09-02 12:31:06 slurm-ab: FATAL: replica 1 not healthy after 15 s\n")
-    p = run / "logs" / "server-r1-n0.log"
+    p = launch_layout(run).server_log(1, 0)
     p.write_text(p.read_text() + "slurmstepd-node05: error: *** STEP 4243.1 ON node05 CANCELLED AT x ***\n")
     s = collect_run(run, sacct={"state": "FAILED"})
     assert s.reasons[0] == "job: replica 1 not healthy after 15 s"
     assert s.reasons[1].startswith("replica 1 node rank 0 (node05): last log line: [2026-09-02 12:30:53 TP0 EP0] "
                                    "Load weight begin.")
-    assert s.reasons[1].endswith("[logs/server-r1-n0.log]")
+    assert s.reasons[1].endswith(f"[{_rel(run, p)}]")
 
 
 def test_rules_signatures_and_job_output_copies(tmp_path):
@@ -517,20 +529,22 @@ def test_rules_signatures_and_job_output_copies(tmp_path):
     _cut(run, "router_launch", 2, "fail kind=step_exited step=router rc=2", "teardown reason=exit", "job_end rc=1",
          slurm_out="launch_router.py: error: unrecognized arguments: --no-such-flag\n"
                    "2026-09-02 12:36:00 slurm-ab: FATAL: router exited with status 2\n")
-    (run / "logs" / "router.log").write_text("usage: launch_router.py [-h]\n"
-                                             "launch_router.py: error: unrecognized arguments: --no-such-flag\n")
+    router = launch_layout(run).router_log
+    router.write_text("usage: launch_router.py [-h]\n"
+                      "launch_router.py: error: unrecognized arguments: --no-such-flag\n")
     s = collect_run(run, sacct={"state": "FAILED"})
-    assert s.reasons[0] == ("logs/router.log: invalid command-line arguments: launch_router.py: error: "
-                            "unrecognized arguments: --no-such-flag [logs/router.log:2]")
-    assert not [r for r in s.reasons if r.startswith("slurm-4242.out")]   # the copy in the job output
+    assert s.reasons[0] == (f"{_rel(run, router)}: invalid command-line arguments: launch_router.py: error: "
+                            f"unrecognized arguments: --no-such-flag [{_rel(run, router)}:2]")
+    out = _rel(run, Layout(run).slurm_out(4242))
+    assert not [r for r in s.reasons if r.startswith(out)]              # the copy in the job output
     run2 = build_run(tmp_path / "b", RunSpec())
     _cut(run2, "server_launch", 3, "fail kind=step_exited step=server-r1 replica=1 rc=137", "job_end rc=1")
-    p = run2 / "logs" / "server-r1-n2.log"
+    p = launch_layout(run2).server_log(1, 2)
     p.write_text(p.read_text() + "[2026-09-02 12:30:54 TP16 EP16] Scheduler hit an exception: Traceback\n"
                  "RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
     s = collect_run(run2, sacct={"state": "FAILED"})
     assert s.reasons[0] == ("replica 1 node rank 2 (node07): CUDA error: RuntimeError: CUDA error: uncorrectable "
-                            "ECC error encountered [logs/server-r1-n2.log:4]")
+                            f"ECC error encountered [{_rel(run2, p)}:4]")
 
 
 def test_rules_corrupt_failure_evidence_never_crashes(tmp_path):
@@ -539,9 +553,10 @@ def test_rules_corrupt_failure_evidence_never_crashes(tmp_path):
          "node_state node=", "node_state node=zz state=", "fail kind=not_ready replicas=,x,99", "job_end rc=oops",
          slurm_out="srun: error: \nsrun: error: nodeX: task : \x00\xff\n2026 slurm-ab: FATAL:\n"
                    "srun: error: Node failure on\n")
-    (run / "manifest.json").write_text("[1, 2]")
+    Layout(run).manifest.write_text("[1, 2]")
     for sacct in (None, {"state": "FAILED"}, {"state": "NODE_FAIL"}):
         s = collect_run(run, sacct=sacct)
         assert s.verdict == "failed" and s.reasons, sacct
-    assert "replica 99 node rank 0: its log is empty or missing [logs/server-r99-n0.log]" in s.reasons
+    missing = _rel(run, launch_layout(run).server_log(99, 0))
+    assert f"replica 99 node rank 0: its log is empty or missing [{missing}]" in s.reasons
     assert "node zz was ? in Slurm when the job ended" in s.reasons       # state unknown, said so

@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 
 from slurm_ab.model.config import builtin_experiment
 from slurm_ab.model.errors import ConfigError, ConfigErrors
-from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.model.sources import Sources
+from helpers.scripts import plan_for
 from slurm_ab.job.render import render_script
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
+from helpers.scripts import layout_formats
+from slurm_ab.model.rundir import Layout
 from slurm_ab.parse.events import read_events
 
 TEMPLATES = ROOT / "sbatch_templates"
@@ -38,11 +40,11 @@ def bash(lib: Path, tmp_path: Path, script: str, env: dict | None = None, **stub
         p.chmod(0o755)
     run = tmp_path / "run"
     (run / "logs").mkdir(parents=True, exist_ok=True)
-    full = f"RUN_DIR={run}\nPOLL=0.1\nGRACE=1\nMETRICS_TIMEOUT=2\nsource {lib}\n" + script
+    full = f"RUN_DIR={run}\nPOLL=0.1\nGRACE=1\nMETRICS_TIMEOUT=2\n{layout_formats()}source {lib}\n" + script
     e = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", **(env or {}))
     e.pop("SLURM_JOB_ID", None)
     r = subprocess.run(["bash", "-c", full], capture_output=True, text=True, cwd=tmp_path, env=e, timeout=60)
-    return r, read_events(run / "events.log"), (tmp_path / "calls").read_text() if (tmp_path / "calls").exists() else ""
+    return r, read_events(Layout(run).events), (tmp_path / "calls").read_text() if (tmp_path / "calls").exists() else ""
 
 
 HET = {"SLURM_JOB_ID": "5", "SLURM_JOB_ID_HET_GROUP_0": "5", "SLURM_JOB_ID_HET_GROUP_1": "6"}

@@ -105,9 +105,7 @@ STAGES = ("cli", "report", "job", "tables", "collect", "ab_stats", "model", "par
 KNOWN_UPWARD: set[tuple[str, str]] = {
     ("slurm_ab.collect.run", "slurm_ab.report"),               # the collector draws the page
     ("slurm_ab.collect.write", "slurm_ab.tables.campaign"),    # ... and writes its tables
-    ("slurm_ab.collect.write", "slurm_ab.tables.runs"),
     ("slurm_ab.collect.write", "slurm_ab.tables.table"),
-    ("slurm_ab.model.sources", "slurm_ab.job.plan"),           # plan_for belongs to job/
     ("slurm_ab.parse.diagnose", "slurm_ab.model.rundir"),      # a parser that knows the run directory
 }
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.scripts import render, shellcheck, static
+from helpers.scripts import layout_formats, render, shellcheck, static
+from slurm_ab.model.rundir import Layout
 from slurm_ab.parse.events import parse_event_line
 
 
@@ -24,7 +25,7 @@ def bash(flow: Path, script: str, tmp_path: Path, env: dict | None = None) -> su
     """Run `script` after sourcing the static part (its traps removed), in tmp_path, with a
     PATH whose first directory (tmp_path/bin) holds the test's stand-in commands."""
     (tmp_path / "bin").mkdir(exist_ok=True)
-    full = (f"RUN_DIR={tmp_path / 'run'}\nmkdir -p \"$RUN_DIR\"\nsource {flow}\n"
+    full = (f"RUN_DIR={tmp_path / 'run'}\nmkdir -p \"$RUN_DIR\"\n{layout_formats()}source {flow}\n"
             "trap - EXIT TERM INT USR1\n" + script)
     e = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", **(env or {}))
     return subprocess.run(["bash", "-c", full], capture_output=True, text=True, cwd=tmp_path, env=e)
@@ -49,7 +50,7 @@ def test_shellcheck_of_the_static_part_alone(flow, tmp_path):
 def test_event_lines_parse_as_the_collector_reads_them(flow, tmp_path):
     r = bash(flow, 'event bench_start pass=c8-r1 "reason=two words"', tmp_path)
     assert r.returncode == 0, r.stderr
-    (line,) = (tmp_path / "run" / "events.log").read_text().splitlines()
+    (line,) = Layout(tmp_path / "run").events.read_text().splitlines()
     e = parse_event_line(line, 1)
     assert e.name == "bench_start" and e.fields == {"pass": "c8-r1", "reason": "two words"}
     assert e.local is not None and abs(e.epoch - e.local.timestamp()) < 1
@@ -68,7 +69,7 @@ def test_fatal_records_the_failure_and_exits_1(flow, tmp_path):
              tmp_path)
     assert r.returncode == 1 and "not-reached" not in r.stdout
     assert "FATAL: warm-up of replica 1 failed" in r.stderr
-    (line,) = (tmp_path / "run" / "events.log").read_text().splitlines()
+    (line,) = Layout(tmp_path / "run").events.read_text().splitlines()
     e = parse_event_line(line, 1)
     assert e.name == "fail" and e.fields == {"kind": "warmup_failed", "replica": "1"}
 
@@ -86,7 +87,7 @@ def test_hosts_and_ports_come_from_the_het_groups_and_the_job_id(flow, tmp_path)
     # slot 17: 30000 + 17 * 20 (+ 10 for replica 1); the router's port and metrics port + 17
     assert r.stdout.strip() == "n01 m01|30340 30350|20340 20350|n01:8017:29017|m01 m02 m03 m04"
     events = [parse_event_line(ln, i) for i, ln in
-              enumerate((tmp_path / "run" / "events.log").read_text().splitlines(), 1)]
+              enumerate(Layout(tmp_path / "run").events.read_text().splitlines(), 1)]
     assert [e.name for e in events] == ["hosts", "hosts", "ports"]
     assert events[1].fields == {"replica": "1", "head": "m01", "nodes": "m01,m02,m03,m04",
                                 "port": "30350", "dist_port": "20350"}
@@ -96,20 +97,20 @@ def test_hosts_and_ports_come_from_the_het_groups_and_the_job_id(flow, tmp_path)
                                            ("interface", "192.168.7.7")])
 def test_head_addresses_by_cluster_address(flow, tmp_path, mode, expected):
     stub(tmp_path, "scontrol", 'echo "NodeName=n01 Arch=x86_64 NodeAddr=10.1.2.3 NodeHostName=n01"')
-    (tmp_path / "run" / "preflight").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "run" / "preflight" / "n01.addr").write_text("192.168.7.7\n")
+    Layout(tmp_path / "run").preflight.mkdir(parents=True, exist_ok=True)
+    Layout(tmp_path / "run").preflight_address("n01").write_text("192.168.7.7\n")
     r = bash(flow, f"ADDRESS_MODE={mode}; head_address n01", tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
 
 
 def test_a_run_directory_a_job_wrote_to_is_never_reused(flow, tmp_path):
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "events.log").write_text("earlier job\n")
+    Layout(tmp_path / "run").events.write_text("earlier job\n")
     r = bash(flow, 'prepare_run_dir 2>/dev/null; echo "$RUN_DIR" > "$OUT"', tmp_path,
              {"SLURM_JOB_ID": "77", "OUT": str(tmp_path / "out")})
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out").read_text().strip() == f"{tmp_path / 'run'}-job77"
-    assert (tmp_path / "run" / "events.log").read_text() == "earlier job\n"
+    assert Layout(tmp_path / "run").events.read_text() == "earlier job\n"
     assert (tmp_path / "run-job77" / "logs").is_dir()
 
 
@@ -120,7 +121,7 @@ def test_watch_pid_returns_the_status_and_a_dead_step_fails_the_job(flow, tmp_pa
     r = bash(flow, "POLL=0.1; ( exit 3 ) & STEP_PIDS[router]=$!; sleep 0.2; ( sleep 5 ) & watch_pid $!",
              tmp_path)
     assert r.returncode == 1 and "router exited with status 3" in r.stderr
-    e = parse_event_line((tmp_path / "run" / "events.log").read_text().splitlines()[-1], 1)
+    e = parse_event_line(Layout(tmp_path / "run").events.read_text().splitlines()[-1], 1)
     assert e.fields == {"kind": "step_exited", "step": "router", "rc": "3"}
 
 
@@ -139,5 +140,5 @@ def test_teardown_after_a_launchs_own_waits_for_leftover_steps_by_a_deadline(flo
     # 3 s of 1 s squeue calls (a count of ten calls took 13 s here), then signal_steps' own one
     assert 2 <= lines.count("squeue") <= 5 and lines[-1] == "scancel --signal=KILL 12.4", lines
     kinds = [parse_event_line(l, 1).fields.get("signal") for l in
-             (tmp_path / "run" / "events.log").read_text().splitlines()]
+             Layout(tmp_path / "run").events.read_text().splitlines()]
     assert kinds == [None, "KILL"], kinds     # teardown, steps_signal KILL

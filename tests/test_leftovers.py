@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers.scripts import render, static
+from helpers.scripts import layout_formats, plan_for, render, static
 from slurm_ab.collect.leftovers import leftovers
 from slurm_ab.collect.records import JobInfo
 from slurm_ab.collect.verdict import state_verdict
-from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.model.rundir import Layout
+from slurm_ab.model.sources import Sources
 from slurm_ab.parse.events import EventLog, parse_event_line, read_events
 
 
@@ -33,8 +34,8 @@ def _bash(lib: Path, tmp_path: Path, script: str, **stubs: str) -> subprocess.Co
         (bindir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bindir / name).chmod(0o755)
     run = tmp_path / "run"
-    (run / "logs").mkdir(parents=True, exist_ok=True)
-    full = f"RUN_DIR={run}\nsource {lib}\ntrap - EXIT TERM INT USR1\n" + script
+    Layout(run).logs.mkdir(parents=True, exist_ok=True)
+    full = f"RUN_DIR={run}\n{layout_formats()}source {lib}\ntrap - EXIT TERM INT USR1\n" + script
     env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
     return subprocess.run(["bash", "-c", full], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
 
@@ -71,20 +72,20 @@ def test_the_users_listed_jobs_and_no_sweep_without_an_answer(lib, tmp_path):
     r = _bash(lib, tmp_path, script, squeue="exit 1", srun="echo srun-called; exit 1")
     assert "done" in r.stdout and "srun-called" not in r.stdout
     assert "sweep of ended jobs' containers and caches skipped: squeue did not answer" in r.stderr
-    assert [(e.name, e.fields) for e in read_events(tmp_path / "run" / "events.log").events] == \
+    assert [(e.name, e.fields) for e in read_events(Layout(tmp_path / "run").events).events] == \
         [("sweep", {"skipped": "squeue"})]
 
 
 def test_a_cancel_request_is_not_a_time_limit(lib, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "cancel-requested").write_text("alice@login1 2026-12-03T11:00:00\n")
+    Layout(run).cancel_request.write_text("alice@login1 2026-12-03T11:00:00\n")
     r = _bash(lib, tmp_path, "teardown() { echo teardown $1; }\non_time_limit\n")
     assert r.returncode == 130 and "teardown cancel" in r.stdout
     assert "slurm-ab cancel: tearing down, then cleaning the nodes" in r.stderr
-    (fail,) = read_events(run / "events.log").failures()
+    (fail,) = read_events(Layout(run).events).failures()
     assert fail.fields == {"kind": "cancelled", "request": "alice@login1 2026-12-03T11:00:00"}
-    (run / "cancel-requested").unlink()
+    Layout(run).cancel_request.unlink()
     r = _bash(lib, tmp_path, "teardown() { echo teardown $1; }\non_time_limit\n")
     assert r.returncode == 124 and "teardown time-limit" in r.stdout
 
@@ -95,7 +96,7 @@ def _run_dir(tmp_path: Path, events: str, *sets: str) -> Path:
     root.mkdir(parents=True)
     (root / "manifest.json").write_text(json.dumps({"run_id": "R", "job_id": "77", "config": plan.exp.to_dict(),
                                                     "components": [{"het_group": 0}, {"het_group": 1}]}))
-    (root / "events.log").write_text(events)
+    Layout(root).events.write_text(events)
     return root
 
 
@@ -143,7 +144,7 @@ def test_enroot_keeps_containers_on_the_node_when_it_would_use_a_shared_home(lib
     r = _bash(lib, tmp_path, script, enroot=f'[ "$1" = info ] && {{ {info}; }}')
     uid = os.getuid()
     assert f"data=/tmp/slurm-ab-enroot-{uid}/share cache=unset" in r.stdout, r.stderr
-    (e,) = read_events(tmp_path / "run" / "events.log").named("enroot_paths")
+    (e,) = read_events(Layout(tmp_path / "run").events).named("enroot_paths")
     assert e.fields == {"data": f"/tmp/slurm-ab-enroot-{uid}/share/enroot", "cache": "/raid/enroot-cache/group-1"}
     # no `enroot info` (before 3.4) and no enroot.conf setting: enroot's HOME defaults, both moved
     r = _bash(lib, tmp_path / "old", script, enroot="exit 1")

@@ -9,6 +9,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+from helpers.scripts import layout_formats
+from slurm_ab.model.rundir import Layout
 from slurm_ab.collect.records import ReplicaSummary
 from slurm_ab.collect.server_metrics import collect_server_metrics
 from slurm_ab.parse.events import read_events
@@ -47,6 +49,7 @@ def test_scrapes_keep_raw_text_and_failures_are_not_fatal(tmp_path):
     script = tmp_path / "harness.sh"
     script.write_text(f"""set -uo pipefail
 RUN_DIR={tmp_path}
+{layout_formats()}
 {_functions()}
 trap - EXIT TERM INT USR1
 HEADS=(127.0.0.1 127.0.0.1); PORTS=({up} {down}); ADDRESS_MODE=name
@@ -68,7 +71,7 @@ echo done
     r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60)
     srv.shutdown()
     assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr
-    ev = [e for e in read_events(tmp_path / "events.log").named("metrics_scrape")]
+    ev = [e for e in read_events(Layout(tmp_path).events).named("metrics_scrape")]
     # every node of a replica on the replica's port: r<G>n<R>, with the node's name
     for target, node in (("r0n0", "127.0.0.1"), ("r0n1", "127.0.0.2")):
         r0 = [e.fields for e in ev if e.fields["target"] == target]
@@ -83,7 +86,7 @@ echo done
     assert all((tmp_path / f["file"]).is_file() and f["file"].endswith(".err") for f in failed)
     assert not list((tmp_path / "metrics").glob("*.part")) + list((tmp_path / "metrics").glob("*.curl"))
     # the collector reads what the job wrote: replica 0 has its window, replica 1 a recorded failure
-    sm = collect_server_metrics(tmp_path, read_events(tmp_path / "events.log"),
+    sm = collect_server_metrics(tmp_path, read_events(Layout(tmp_path).events),
                                 [ReplicaSummary(replica=0), ReplicaSummary(replica=1)], None, None)
     assert sm.available and sm.replicas[0].exposed and not sm.replicas[1].exposed
     assert sm.replicas[0].gen_tokens == 0          # the same text at both ends: no increase

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ab.model.rundir import Layout
+
 from helpers import SMALL
 from helpers.jobdrive import Job, access_posts, wait_cluster_idle
 from helpers.lanes import heal
@@ -138,7 +140,7 @@ def test_a_dead_peer_is_still_detected_at_once(procs, model_dir):
 
 def _findings(tmp_path: Path, lines: list[str]):
     from slurm_ab.parse.diagnose import diagnose
-    log = tmp_path / "logs" / "server-r1-n0.log"
+    log = Layout(tmp_path).server_log(1, 0)
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("\n".join(lines) + "\n")
     return diagnose([log], root=tmp_path)
@@ -234,7 +236,7 @@ def first_reason(j: Job) -> str:
 
 
 def log_of(j: Job, g: int, n: int) -> Path:
-    return j.run_dir / "logs" / f"server-r{g}-n{n}.log"
+    return j.launch().server_log(g, n)
 
 
 def wait_log(j: Job, path: Path, needle: str, timeout_s: float = 90) -> None:
@@ -422,7 +424,7 @@ def test_head_unreachable_from_the_router_node_only(job):
     flagged = [r for r in s["reasons"] if re.match(rf"replica 1 \(head {head1}\) served \d+ of \d+ requests during "
                                                     r"the benchmark \(an even share is \d+\): unbalanced", r)]
     assert flagged and s["reasons"][0] == flagged[0], s["reasons"]
-    router = (j.run_dir / "logs" / "router.log").read_text(errors="replace")
+    router = j.launch().router_log.read_text(errors="replace")
     router = re.sub(r"\x1b\[[0-9;]*m", "", router)
     unhealthy = [line for line in router.splitlines() if re.search(r"(?i)unhealthy|health check failed|circuit", line)]
     assert unhealthy, router[-3000:]
@@ -465,9 +467,9 @@ def test_one_slow_node(job):
     # the client's pooled TPOT lies between the two replicas' (it mixes them)
     client = s["bench"]["tpot"]["mean"]
     assert tpot[0]["mean_ms"] < client < tpot[1]["mean_ms"], (client, tpot)
-    md = (j.run_dir / "summary.md").read_text()
+    md = Layout(j.run_dir).summary("md").read_text()
     assert "TPOT mean / p50 / p95 (server)" in md
-    html = (j.run_dir / "report.html").read_text()
+    html = Layout(j.run_dir).report_html.read_text()
     assert "decoded" in html and "(server)" in html
     j.assert_nothing_left()
     measure(f"one slow node (tbf {rate} on replica 1's node rank 2), benchmark", s["bench"]["duration_s"],

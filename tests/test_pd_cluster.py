@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ab.model.rundir import Layout, open_run
+
 from helpers import CLIENT_052
 from helpers.jobdrive import Job, job_starter, measure
 from helpers.jobs import slurm_ab, wait_no_processes
@@ -40,7 +42,8 @@ def job(workdir):
 
 
 def _summary(run_dir: Path) -> dict:
-    return json.loads((run_dir / "summary.json").read_text())
+    """summary.json as other programs read it: "rows" the passes' numeric rows."""
+    return json.loads(Layout(run_dir).summary("json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +59,7 @@ def dp2_vs_pd(workdir):
 
 
 def _pd_pass(summary: dict) -> dict:
-    return next(p for p in summary["passes"] if p["mode"] == "pd-1p1d")
+    return next(p for p in summary["rows"] if p["mode"] == "pd-1p1d")
 
 
 def test_dp2_and_pd_run_in_one_job(dp2_vs_pd):
@@ -64,12 +67,13 @@ def test_dp2_and_pd_run_in_one_job(dp2_vs_pd):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     s = _summary(run_dir)
     assert [x["mode"] for x in s["campaign"]["launches"]] == ["tp32", "pd-1p1d"]
-    assert [(p["mode"], p["verdict"], p["requests_ok"], p["requests_total"]) for p in s["passes"]] == \
-        [("tp32", "ok", 40, 40), ("pd-1p1d", "ok", 40, 40)], [p.get("reason") for p in s["passes"]]
+    assert [(p["mode"], p["verdict"], p["requests_ok"], p["requests_total"]) for p in s["rows"]] == \
+        [("tp32", "ok", 40, 40), ("pd-1p1d", "ok", 40, 40)], [p.get("reason") for p in s["rows"]]
     # one job, the same nodes for both deployments
-    job = json.loads((run_dir / "manifest.json").read_text())["job_id"]
-    hosts = [[e.split("nodes=")[1].split()[0] for e in (run_dir / d / "events.log").read_text().splitlines()
-              if " hosts " in e] for d in ("launch1-tp32", "launch2-pd-1p1d")]
+    job = json.loads(Layout(run_dir).manifest.read_text())["job_id"]
+    run = open_run(run_dir)
+    hosts = [[e.split("nodes=")[1].split()[0] for e in run.launch_layout(la).events.read_text().splitlines()
+              if " hosts " in e] for la in run.campaign.launches]
     assert hosts[0] == hosts[1] and len(hosts[0]) == 2
     # the comparison and its interval come from the campaign machinery (one launch a side)
     (cmp,) = s["comparisons"]
@@ -80,13 +84,13 @@ def test_dp2_and_pd_run_in_one_job(dp2_vs_pd):
     assert wait_no_processes(job) == []
     measure("DP2 vs 1P1D campaign (1 launch each, 40 prompts)", took, f"job {job}: "
             + ", ".join(f"{p['mode']} {p['verdict']} {p['output_tps']:.0f} tok/s TTFT {p['ttft_mean_s']:.2f} s"
-                        for p in s["passes"]))
+                        for p in s["rows"]))
 
 
 def test_pd_launch_proves_every_pair_and_collects_the_breakdown(dp2_vs_pd):
     _, run_dir, _ = dp2_vs_pd
-    launch = run_dir / "launch2-pd-1p1d"
-    ev = (launch / "events.log").read_text()
+    run = open_run(run_dir)
+    ev = run.launch_layout(run.launch(2)).events.read_text()
     for needle in ("server_launch replica=0 role=prefill", "server_launch replica=1 role=decode",
                    "pd_role replica=0 role=prefill server_role=prefill page_size=1 kv_cache_dtype=bf16",
                    "pd_bootstrap replica=0 ok=1", "pd_canary prefill=0 decode=1 ok=1 http_prefill=200 http_decode=200",
@@ -160,8 +164,9 @@ def test_transfer_engine_cannot_start(job):
     s = j.summary()
     assert s["verdict"] == "failed"
     r = _first_reason(j)
+    logs = "|".join(re.escape(Layout(j.run_dir).rel(j.launch().server_log(1, rank))) for rank in range(8))
     assert re.match(rf"decode 0 node rank \d \({'|'.join(nodes)}\): KV transfer engine failed to start: "
-                    r".*Mooncake Transfer Engine initialization failed\. \[logs/server-r1-n\d\.log:\d+\]", r), s["reasons"]
+                    rf".*Mooncake Transfer Engine initialization failed\. \[({logs}):\d+\]", r), s["reasons"]
     j.assert_nothing_left()
     measure("PD: transfer engine init failure (decode)", _took(j, "server_launch", replica="1"), r)
 
@@ -179,7 +184,7 @@ def test_canary_names_the_pair_when_kv_never_arrives(job):
                                       f"({hosts[1][0]}) failed after "), s["reasons"]
     assert any("KV bootstrap timed out" in x or "the KV never arrived at the decode" in x for x in s["reasons"]), \
         s["reasons"]
-    assert not (j.run_dir / "logs" / "router.log").exists()       # stopped before the router
+    assert not j.launch().router_log.exists()                     # stopped before the router
     j.assert_nothing_left()
     measure("PD: KV canary fails (bootstrap/waiting timeout 5 s)", _took(j, "pd_canary_start"), s["reasons"][0])
 
@@ -265,11 +270,12 @@ def test_a_slow_link_shows_as_kv_transfer_share_of_ttft(job, dp2_vs_pd):
             f"{base.kv_share * 100:.1f} %)")
 
 
-def _requests_done(run_dir: Path, kv: dict) -> float | None:
-    """sglang:num_requests_total of one /metrics scrape the job recorded (None when it failed)."""
+def _requests_done(launch: Layout, kv: dict) -> float | None:
+    """sglang:num_requests_total of one /metrics scrape the job recorded (None when it failed;
+    its file named relative to the launch's directory)."""
     if kv.get("ok") != "1":
         return None
-    text = (run_dir / kv["file"]).read_text(errors="replace")
+    text = (launch.root / kv["file"]).read_text(errors="replace")
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("sglang:num_requests_total{"))
 
 
@@ -295,7 +301,7 @@ def test_transfers_that_hang_mid_run_fail_the_pass_by_the_stall_watchdog(job):
     assert any(int(held.get(q, 0)) > 0 for q in queues), f        # a PD queue held requests
     assert stall_s <= int(f["seconds"]) <= stall_s + every + 2, f
     # from the last scrape of that server before its final count (the hang began after it) to the stop
-    scrapes = [(t, _requests_done(j.run_dir, kv)) for t, k, kv in j.events()
+    scrapes = [(t, _requests_done(j.launch(), kv)) for t, k, kv in j.events()
                if k == "metrics_scrape" and kv.get("target") == f"r{g}n0" and t < t_fail]
     before = max(t for t, n in scrapes if n is not None and n < float(f["finished"]))
     took = t_fail - before

@@ -12,10 +12,11 @@ import pytest
 
 from helpers.clients import importable_sglang
 from helpers.scripts import GOLDEN_SETS, check_golden, generated, render, shellcheck
-from slurm_ab.job.campaign_plan import CampaignOptions, plan_campaign
+from slurm_ab.job.campaign_plan import CampaignOptions, plan_job
 from slurm_ab.model.errors import ConfigErrors
 from slurm_ab.job.render import render_script, summary
-from slurm_ab.model.sources import Sources, load_experiment, plan_for
+from slurm_ab.model.sources import Sources, load_experiment
+from helpers.scripts import plan_for
 
 PD_MODES = ("pd-1p1d", "pd-1p1d-dflash")
 # the job's run-time words, as pipeline.sh appends them (start_servers) and resolve_addresses sets them
@@ -143,7 +144,7 @@ def test_replica_modes_render_as_before():
 
 
 def _campaign(modes, sets=()):
-    return plan_campaign(Sources("local", (), GOLDEN_SETS + tuple(sets)), list(modes), "RUN-ID",
+    return plan_job(Sources("local", (), GOLDEN_SETS + tuple(sets)), list(modes), "RUN-ID",
                          CampaignOptions(repeats=1, order="blocked"))
 
 
@@ -196,8 +197,10 @@ def test_modes_lists_a_pd_mode_by_its_roles(tmp_path):
     lines = {ln.split()[0]: ln for ln in r.stdout.splitlines()}
     assert lines["pd-1p1d"].split(None, 1)[1] == ("1 x prefill TP32/PP1/EP4 (4 nodes) + 1 x decode TP32/PP1/EP4 "
                                                    "(4 nodes)")
+    draft = load_experiment(Sources(None, (str(_nodesc(tmp_path)),)), "pd-1p1d-dflash").paths.draft_model
+    assert draft and "{" not in draft                     # the resolved model: references filled in
     assert lines["pd-1p1d-dflash"].endswith("[both roles: speculative-algorithm=DFLASH, speculative-draft-model-path="
-                                            "{paths.draft_model}, speculative-num-draft-tokens=16, "
+                                            f"{draft}, speculative-num-draft-tokens=16, "
                                             "speculative-draft-kv-cache-dtype=bf16]")
 
 
@@ -305,13 +308,10 @@ def test_role_env_and_site_settings_reach_the_role_commands():
     assert "PF_PD_IB='mlx5_0,mlx5_1'" in text
 
 
-def test_every_path_a_pd_job_writes_is_a_layout_path():
-    import fnmatch
+def test_a_pd_job_spells_no_path_of_the_run_directory():
+    from test_layout_paths import spelled_paths
 
-    from test_layout_paths import _VAR, PATTERNS, _written_paths
-
-    paths = _written_paths(render_script(_campaign(["tp32", "pd-1p1d"])) + render("pd-1p1d", site="local"))
-    assert {"logs/canary-r$2-with-r$3.json", "logs/warmup-r$2-with-r$3.json", "logs/canary-router.json"} <= paths
-    unknown = [p for p in sorted(paths)
-               if not any(fnmatch.fnmatch(_VAR.sub("*", p.replace("%t", "*")).rstrip("/"), pat) for pat in PATTERNS)]
-    assert not unknown, f"paths the job writes that rundir.PATHS does not name: {unknown}"
+    text = render_script(_campaign(["tp32", "pd-1p1d"])) + render("pd-1p1d", site="local")
+    assert spelled_paths(text) == set()
+    for name in ("F_PD_CANARY", "F_PD_CANARY_HTTP", "F_PD_WARMUP", "F_PD_WARMUP_HTTP", "F_ROUTER_CANARY"):
+        assert f"{name}=" in text and f"${name}" in text, name

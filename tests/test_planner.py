@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from slurm_ab.ab_stats.planner import Costs, Design, Noise, Runs, Target, candidates, plan, text, verify
+from slurm_ab.model.campaign import schedule
 from slurm_ab.model.duration import Figure, History, parse_time, time_model
 from slurm_ab.model.sources import Sources, load_experiment
 
@@ -76,33 +77,43 @@ def test_out_of_reach_within_a_time_limit_is_said():
 def _campaign_dir(tmp_path):
     """A collected campaign: summary.json with ok passes of 2 x 3 launches (A B B A A B) and each
     launch's events.log (load 60 s, warm-up 30 s, passes of 120 s)."""
-    import json
     import random
+
+    from slurm_ab.collect.records import BenchResult, CampaignSummary, PassRef, PassSummary
+    from slurm_ab.collect.write import write_summary
+    from slurm_ab.model.rundir import Layout, Manifest, write_manifest
+
     rng = random.Random(4)
-    root = tmp_path / "camp"
-    rows = []
-    for i, mode in enumerate(["a", "b", "b", "a", "a", "b"], 1):
+    root = Layout(tmp_path / "camp")
+    root.root.mkdir(parents=True)
+    c = schedule(("a", "b"), 3, (8,), "counterbalanced", False, 40, launches=3)
+    assert [la.mode for la in c.launches] == ["a", "b", "b", "a", "a", "b"]
+    write_manifest(root.root, Manifest(run_id="camp", campaign=c))
+    passes = []
+    for la in c.launches:
         u = rng.gauss(0, 0.02)
-        d = root / f"launch{i}-{mode}"
-        d.mkdir(parents=True)
-        t0 = 1_700_000_000.0 + 1000 * i
+        lay = root.launch(la)
+        lay.root.mkdir()
+        t0 = 1_700_000_000.0 + 1000 * la.index
         lines = [f"{t0:.3f} 2026-12-01 10:00:00.000 server_launch replica=0",
                  f"{t0 + 60:.3f} 2026-12-01 10:01:00.000 ready replica=0 seconds=60"]
-        for r in (1, 2, 3):
-            s = t0 + 90 + (r - 1) * 130
-            lines += [f"{s:.3f} 2026-12-01 10:01:30.000 bench_start pass=c8-r{r}",
-                      f"{s + 120:.3f} 2026-12-01 10:03:30.000 bench_end pass=c8-r{r} rc=0"]
-            rows.append({"mode": mode, "concurrency": 8, "launch": i, "repeat": r, "verdict": "ok",
-                         "output_tps": 85.0 * (1.1 if mode == "b" else 1.0) * (1 + u + rng.gauss(0, 0.01))})
-        (d / "events.log").write_text("\n".join(lines) + "\n")
-    (root / "summary.json").write_text(json.dumps({"passes": rows}))
-    return root
+        for k, p in enumerate(la.passes):
+            s = t0 + 90 + k * 130
+            lines += [f"{s:.3f} 2026-12-01 10:01:30.000 bench_start pass={p.key}",
+                      f"{s + 120:.3f} 2026-12-01 10:03:30.000 bench_end pass={p.key} rc=0"]
+            tps = 85.0 * (1.1 if la.mode == "b" else 1.0) * (1 + u + rng.gauss(0, 0.01))
+            passes.append(PassSummary("camp", la.mode, verdict="ok", bench=BenchResult(output_tps=tps),
+                                      ref=PassRef(la.index, p.key, la.mode, 8, p.repeat, 40)))
+        lay.events.write_text("\n".join(lines) + "\n")
+    write_summary(CampaignSummary("camp", None, c, passes=tuple(passes)), root.root)
+    return root.root
 
 
 def test_inputs_measured_from_a_campaign(tmp_path):
     from slurm_ab.cli.planner import from_campaign, inputs
-    m = from_campaign(_campaign_dir(tmp_path))
-    assert m["components"].launches == 6 and m["components"].pass_cov > 0
+    comp, first = from_campaign(_campaign_dir(tmp_path))
+    assert comp.launches == 6 and comp.pass_cov > 0 and comp.metric == "output_tps"
+    assert first.text().startswith("first pass")
     noise, notes = inputs(_campaign_dir(tmp_path / "x"), 0.03, None, "output_tps")
     assert noise.launch_cov == 0.03 and noise.pass_cov > 0 and "first pass" in notes[1]
 

@@ -24,7 +24,9 @@ from helpers.scripts import render
 from slurm_ab.parse.events import read_events
 from slurm_ab.parse.preflight import describe, preflight_reasons, ran_on, read_reports, server_info_note
 from slurm_ab.job.render import summary
-from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.model.sources import Sources
+from helpers.scripts import layout_formats, plan_for
+from slurm_ab.model.rundir import Layout
 
 
 # ---- the node-side check, in bash ------------------------------------------------------------
@@ -43,14 +45,14 @@ def _preflight_settings(script: str) -> str:
 def write_check(run_dir: Path, *sets: str) -> Path:
     """Render the local site's tp32 script and let its own functions write preflight/check.sh."""
     script = render("tp32", site="local", sets=sets)
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    Layout(run_dir).logs.mkdir(parents=True, exist_ok=True)
     harness = run_dir / "harness.sh"
     harness.write_text(_preflight_settings(script) + f"RUN_DIR={run_dir}\n" + _functions(script)
                        + "write_preflight_script\n")
     r = subprocess.run(["bash", str(harness)], capture_output=True, text=True,
                        env={**os.environ, "SLURM_JOB_ID": "1"})
     assert r.returncode == 0, r.stderr
-    return run_dir / "preflight" / "check.sh"
+    return Layout(run_dir).preflight_script
 
 
 def run_check(check: Path, node: str, g: int, rank: int, *ports: int, env: dict | None = None) -> dict:
@@ -146,15 +148,15 @@ def decide(run_dir: Path, reports: dict[str, str | None]) -> subprocess.Complete
     """wait_preflight over two components (nodeA, nodeB | nodeC); reports: node -> problems text
     (None: no report at all)."""
     script = render("tp32", site="local")
-    pre = run_dir / "preflight"
-    pre.mkdir(parents=True, exist_ok=True)
-    (run_dir / "logs").mkdir(exist_ok=True)
+    lay = Layout(run_dir)
+    lay.preflight.mkdir(parents=True, exist_ok=True)
+    lay.logs.mkdir(exist_ok=True)
     for node, problems in reports.items():
         if problems is not None:
-            (pre / f"{node}.json").write_text("{}")
-            (pre / f"{node}.problems").write_text(problems)
+            lay.preflight_report(node).write_text("{}")
+            lay.preflight_problems(node).write_text(problems)
     harness = run_dir / "decide.sh"
-    harness.write_text(f"RUN_DIR={run_dir}\n" + _functions(script)
+    harness.write_text(f"RUN_DIR={run_dir}\n" + layout_formats() + _functions(script)
                        + "HEADS=(nodeA nodeC); R0_NODES=(nodeA nodeB); R1_NODES=(nodeC); PREFLIGHT_TIMEOUT=5\n"
                        + "wait_preflight\n")
     return subprocess.run(["bash", str(harness)], capture_output=True, text=True, timeout=30)
@@ -166,7 +168,7 @@ def test_the_first_problem_fails_the_job_naming_node_and_cause(tmp_path):
     assert r.returncode == 1
     assert "FATAL: preflight: nodeB (replica 0 node rank 1): 4 GPUs visible, the mode needs 8 per node" in r.stderr
     assert "preflight: nodeC (replica 1 node rank 0): model path /m is missing" in r.stderr   # every problem logged
-    ev = read_events(tmp_path / "events.log")
+    ev = read_events(Layout(tmp_path).events)
     assert preflight_reasons(ev) == ["preflight: nodeB (replica 0 node rank 1): 4 GPUs visible, the mode needs 8 per node"]
     fail = ev.failures()[0].fields
     assert (fail["kind"], fail["node"], fail["replica"], fail["node_rank"], fail["check"]) == ("preflight", "nodeB", "0", "1", "gpus")
@@ -175,7 +177,7 @@ def test_the_first_problem_fails_the_job_naming_node_and_cause(tmp_path):
 def test_a_node_without_report_fails_the_job(tmp_path):
     r = decide(tmp_path, {"nodeA": "", "nodeB": "", "nodeC": None})
     assert r.returncode == 1
-    assert preflight_reasons(read_events(tmp_path / "events.log")) == [
+    assert preflight_reasons(read_events(Layout(tmp_path).events)) == [
         "preflight: nodeC (replica 1 node rank 0): no preflight report from nodeC (the step failed there: "
         "see logs/preflight-r1-n0.log)"]
 
@@ -183,21 +185,21 @@ def test_a_node_without_report_fails_the_job(tmp_path):
 def test_all_reports_clean_pass(tmp_path):
     r = decide(tmp_path, {"nodeA": "", "nodeB": "", "nodeC": ""})
     assert r.returncode == 0, r.stderr
-    ev = read_events(tmp_path / "events.log")
+    ev = read_events(Layout(tmp_path).events)
     assert ev.failures() == [] and ev.named("preflight_done")[0].fields == {"nodes": "3", "seconds": "0"}
 
 
 # ---- findings for the manifest and report ------------------------------------------------------
 def test_ran_on_summarises_the_nodes(tmp_path):
-    pre = tmp_path / "preflight"
-    pre.mkdir()
+    lay = Layout(tmp_path)
+    lay.preflight.mkdir()
     for node, g, rank, driver in (("nodeC", 1, 0, "570.86.15"), ("nodeA", 0, 0, "570.86.15"), ("nodeB", 0, 1, "560.35.03")):
-        (pre / f"{node}.json").write_text(json.dumps({
+        lay.preflight_report(node).write_text(json.dumps({
             "node": node, "replica": g, "node_rank": rank, "host": "h", "ok": True,
             "modules": {"sglang": "0.5.23", "smg": "1.13.0"}, "gpu_count": 8, "gpus": ["NVIDIA H200"] * 8,
             "driver": driver, "address": "", "problems": [], "seconds": 1}))
-    (pre / "nodeD.json").write_text("{not json")                     # unreadable: ignored
-    reports = read_reports(tmp_path)
+    lay.preflight_report("nodeD").write_text("{not json")           # unreadable: ignored
+    reports = read_reports(lay.preflight_reports())
     assert [r.node for r in reports] == ["nodeA", "nodeB", "nodeC"]
     info = ran_on(reports)
     assert info == {"nodes": 3, "modules": {"sglang": "0.5.23", "smg": "1.13.0"}, "gpus_per_node": "8 x NVIDIA H200",
@@ -208,8 +210,8 @@ def test_ran_on_summarises_the_nodes(tmp_path):
 
 
 def test_server_info_answer_is_a_note_not_an_error(tmp_path):
-    (tmp_path / "events.log").write_text("1796051162.808 2026-11-30 15:06:02.808 router_server_info http=404\n")
-    note = server_info_note(read_events(tmp_path / "events.log"))
+    Layout(tmp_path).events.write_text("1796051162.808 2026-11-30 15:06:02.808 router_server_info http=404\n")
+    note = server_info_note(read_events(Layout(tmp_path).events))
     assert note.startswith("router answered HTTP 404 for /server_info")
 
 
@@ -238,7 +240,7 @@ def test_preflight_is_the_first_step_one_per_component():
     assert '(( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")' in pf
     # the group's container (container_flags G: one per node, job and group)
     assert 'container_flags "$g"' in pf and '"${CT[@]}" "${SRUN_EXTRA[@]}"' in pf
-    assert 'bash "$RUN_DIR/preflight/check.sh" "$g" "${PORTS[g]}"' in pf
+    assert 'bash "$RUN_DIR/$F_PREFLIGHT_SCRIPT" "$g" "${PORTS[g]}"' in pf
     assert pf.rstrip().endswith("wait_preflight\n}")
     assert "PF_GPUS=8\n" in gen and "PF_MODULES=(sglang sglang_router=sglang-router)\n" in gen
     assert "PF_CLIENT_PATHS=(dataset /shared/datasets/speed_bench/throughput_16k.jsonl)\n" in gen
@@ -365,7 +367,7 @@ def assert_failed_fast(j: Job, first_reason: str) -> dict:
     assert s["verdict"] == "failed", s
     assert s["reasons"][0] == first_reason, s["reasons"]
     assert not [k for _, k, _ in ev if k in ("server_launch", "router_launch")], "a server was started"
-    assert not list((j.run_dir / "logs").glob("server-r*")), "a server log exists"
+    assert not j.launch().server_logs() and not Layout(j.run_dir).server_logs(), "a server log exists"
     j.assert_nothing_left()
     print(f"MEASURE preflight {first_reason[:60]}: {j.job_end() - start:.1f} s from job start")
     return s
@@ -382,7 +384,7 @@ def test_cluster_missing_module(workdir):
 def test_cluster_gpu_count_on_one_node(workdir):
     j = run_job(workdir, "pf-gpus", NO_IMPORT, 'server.env.SLURM_AB_FAKE_GPUS="4"', f'server.env.SLURM_AB_FAKE_GPU_NODES="{node(6)}"')
     assert_failed_fast(j, f"preflight: {node(6)} (replica 1 node rank 1): 4 GPUs visible, the mode needs 8 per node")
-    assert json.loads((j.run_dir / "preflight" / f"{node(5)}.json").read_text())["gpu_count"] == 8
+    assert json.loads(Layout(j.run_dir).preflight_report(node(5)).read_text())["gpu_count"] == 8
 
 
 @pytest.mark.cluster
@@ -427,7 +429,7 @@ def test_cluster_prologue_environment_reaches_every_step(workdir):
                           "latest NVIDIA driver is installed and running.")
     names = [k for _, k, _ in j.events()]
     assert names.index("prologue_end") < names.index("preflight_start")
-    assert len(list((j.run_dir / "preflight").glob("node*.json"))) == 8
+    assert len(Layout(j.run_dir).preflight_reports()) == 8
 
 
 @pytest.mark.cluster
@@ -454,13 +456,13 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
     assert ev["addresses"] == {"mode": address, **expect}
     assert ev["router_launch"]["profile"] == profile and ev["router_launch"]["host"] == node(1)
     assert ev["router_server_info"] == {"http": "404"}          # recorded, not an error
-    info = ran_on(read_reports(j.run_dir))
+    info = ran_on(read_reports(Layout(j.run_dir).preflight_reports()))
     assert info["nodes"] == 8 and info["problems"] == 0 and profile in info["modules"]
     # the summary says what the run ran on, and that /server_info was a 404 (a note, not a reason)
     assert any(n.startswith("ran on: ") and f"{profile} " in n and "on 8 nodes, 8 x NVIDIA H200 (emulated)" in n
                for n in s["notes"]), s["notes"]
     assert any(n.startswith("router answered HTTP 404 for /server_info") for n in s["notes"])
-    assert (j.run_dir / "logs" / "router.log").stat().st_size > 0
+    assert j.launch().router_log.stat().st_size > 0
     j.assert_nothing_left()
     if address == "interface":
         # with --gpus-per-node on the job, the router and client steps still ask for no GPU

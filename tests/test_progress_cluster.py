@@ -16,6 +16,9 @@ import time
 
 import pytest
 
+from helpers.jobs import events
+from slurm_ab.model.rundir import Layout
+
 from helpers import CLIENT_052
 from helpers.jobs import slurm_env, wait_no_processes
 from slurm_ab.model.rundir import job_id_of
@@ -102,7 +105,7 @@ def test_watch_in_a_terminal_draws_a_bar_that_reaches_40_of_40(one_job):
               for m in [re.search(r"(\d+)/40", s)] if m]
     assert counts == sorted(counts) and len(set(counts)) >= 3, counts
     assert "verdict: ok" in out
-    assert (one_job["run_dir"] / "report.html").exists()
+    assert Layout(one_job["run_dir"]).report_html.exists()
     assert wait_no_processes(one_job["job_id"], 30) == []
 
 
@@ -115,8 +118,7 @@ def test_submit_wait_into_a_pipe_prints_plain_progress_lines(one_job):
     for p in ("loading replica 0,1", "benchmark pass 1 of 1", "collecting"):
         assert p in phases, lines
     assert lines[-1].startswith("[") and "collecting: 40/40 requests" in lines[-1], lines
-    assert (one_job["run_dir"] / "report.html").exists()
+    assert Layout(one_job["run_dir"]).report_html.exists()
     # the progress is not buried under the job's events: no scrape lines (they need -v)
     assert "metrics_scrape" not in r.stdout and "bench_start" not in r.stdout
-    events = (one_job["run_dir"] / "events.log").read_text()
-    assert events.count(" metrics_scrape ") >= 9                  # the job did scrape
+    assert sum(1 for _, k, _ in events(one_job["run_dir"]) if k == "metrics_scrape") >= 9   # the job did scrape

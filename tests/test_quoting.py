@@ -3,7 +3,8 @@ import subprocess
 
 import pytest
 
-from helpers.scripts import generated, render
+from helpers.scripts import generated, layout_formats, render
+from slurm_ab.model.rundir import Layout
 
 NASTY = [
     "/models/Kimi K3",
@@ -70,15 +71,16 @@ def test_preflight_paths_survive_into_the_node_script(path, tmp_path):
     settings = text[text.index("PF_MODULES=("):text.index("\n", text.index("PREFLIGHT_TIMEOUT=")) + 1]
     run = tmp_path / "run"
     harness = tmp_path / "h.sh"
-    harness.write_text(f"RUN_DIR={run}\nmkdir -p {run}/logs\n" + funcs + settings + "write_preflight_script\n")
+    harness.write_text(f"RUN_DIR={run}\nmkdir -p {run}/logs\n" + layout_formats() + funcs + settings
+                       + "write_preflight_script\n")
     subprocess.run(["bash", str(harness)], check=True, capture_output=True)
-    check = run / "preflight" / "check.sh"
+    check = Layout(run).preflight_script
     out = subprocess.run(["bash", "-c", f'source <(head -n -1 {check}); printf "%s\\0" "${{PF_PATHS[@]}}"'],
                          capture_output=True, check=True).stdout.decode().split("\0")[:-1]
     assert out[:2] == ["model", path]
     env = {**os.environ, "SLURMD_NODENAME": "nodeQ", "SLURM_NODEID": "1", "SLURM_AB_FAKE_GPUS": "8"}
     subprocess.run(["bash", str(check), "0"], check=True, capture_output=True, env=env,
                    cwd=tmp_path)
-    rep = json.loads((run / "preflight" / "nodeQ.json").read_text())
+    rep = json.loads(Layout(run).preflight_report("nodeQ").read_text())
     assert {"check": "path", "cause": f"model path {path} is missing"} in rep["problems"]
     assert not (tmp_path / "pwned").exists()

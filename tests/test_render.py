@@ -8,6 +8,7 @@ import pytest
 
 from helpers.scripts import (MODES, changed_lines, check_golden, generated, render, shellcheck,
                              static)
+from slurm_ab.model.rundir import RELATIVE
 
 
 def test_golden_single_run():
@@ -32,7 +33,8 @@ def test_pp8_differs_from_tp32_by_its_parallelism_only():
         "- # tp32 (2 x TP32/PP1/EP4): the role of each het group and how users read it",
         "+ # pp8 (2 x TP4/PP8/EP4): the role of each het group and how users read it",
         "-   --tp-size 32", "+   --tp-size 4", "-   --pp-size 1", "+   --pp-size 8",
-        "- LAUNCH_MODES=(tp32)", "+ LAUNCH_MODES=(pp8)",
+        "- LAUNCH_DIRS=(launch1-tp32)", "+ LAUNCH_DIRS=(launch1-pp8)", "- LAUNCH_MODES=(tp32)",
+        "+ LAUNCH_MODES=(pp8)",
     ]
 
 
@@ -70,7 +72,7 @@ def test_structure(mode):
     assert "#SBATCH --job-name=ab-RUN-ID" in header
     # one server step per replica (het group g, its nodes), node rank from Slurm, its log per node
     assert re.search(r'srun --het-group="\$g" --nodes="\$\{#nodes_ref\[@\]\}" --ntasks-per-node=1 '
-                     r'--kill-on-bad-exit=1 "\$\{SERVER_STEP\[@\]\}" \\\n.*logs/server-r\$g-n%t\.log', text)
+                     r'--kill-on-bad-exit=1 "\$\{SERVER_STEP\[@\]\}" \\\n.*--output="\$\(rpath "\$F_SERVER_LOG" "\$g" %t\)"', text)
     assert '--dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}"' in text
     assert "REPLICAS=2\n" in text and "SERVER_STEP=(--cpu-bind=none)\n" in text
     assert text.count('--node-rank "$SLURM_NODEID"') == 1
@@ -90,7 +92,8 @@ def test_structure(mode):
     assert "--policy round_robin" in text and "--model-path /shared/models/Kimi-K3\n  )" in text
     # the pass's prompts, concurrency and output file, one pass of 40 prompts at C=8
     assert '--num-prompts "${PASS_PROMPTS}"\n    --max-concurrency "${PASS_C}"\n' in text
-    assert "  8:1:40:c8-r1:bench.jsonl:logs/client.log\n" in text and "--output-details" in text
+    assert f"  8:1:40:c8-r1:{RELATIVE.bench('c8-r1')}:{RELATIVE.client_log('c8-r1')}\n" in text
+    assert "--output-details" in text
     assert '--output-file "${RUN_DIR}/${PASS_BENCH}"' in text
     assert "--dataset-name speed-bench" in text
     # warm-up of each replica directly, before the router starts

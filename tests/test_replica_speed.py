@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from slurm_ab.collect.records import Pooled, ReplicaSummary, RunSummary
+from slurm_ab.collect.records import Pooled, ReplicaSummary, PassSummary
 from slurm_ab.collect.server_metrics import (E2E_HISTOGRAM, HistogramWindow, ReplicaMetrics,
                                              ServerMetrics, histogram_quantile, histogram_window)
 from slurm_ab.collect.speed import SPEED_RATIO, speed_findings
@@ -171,7 +171,7 @@ def test_too_few_requests_or_no_histogram_is_not_judged():
 
 def test_summary_md_shows_each_replicas_server_tpot(tmp_path):
     reps, sm = _run(tmp_path, 0.45)
-    md = run_md(RunSummary(run_id="r", replicas=tuple(reps), server_metrics=sm, verdict="invalid",
+    md = run_md(PassSummary(run_id="r", replicas=tuple(reps), server_metrics=sm, verdict="invalid",
                               reasons=tuple(speed_reasons(reps, sm.replicas))))
     table = md[md.index("## Replicas"):]
     assert "TPOT mean / p50 / p95 (server)" in table
@@ -184,7 +184,7 @@ def test_summary_md_shows_each_replicas_server_tpot(tmp_path):
     assert re.search(r"^\| replica 1 .*\| 450\.0 ms / 400-600 ms / 400-600 ms ", table, re.M), table
     assert "- replica 1 (node05, node06, node07, node08) decoded 4.6x slower" in md
     # without server histograms the column is not shown at all
-    plain = run_md(RunSummary(run_id="r", replicas=tuple(reps), server_metrics=ServerMetrics()))
+    plain = run_md(PassSummary(run_id="r", replicas=tuple(reps), server_metrics=ServerMetrics()))
     assert "(server)" not in plain
 
 
@@ -194,11 +194,10 @@ def test_stored_slow_node_run_names_the_slow_replica_and_plots_each_replicas_tpo
     """tests/fixtures/runs/slow-node: replica 1's node07 sent through tbf 8mbit (see the README
     there). Collecting it names replica 1 and its nodes; the report draws each replica's TPOT,
     the bars at the summary's figures, the client's pooled TPOT between them."""
-    import json
     import shutil
 
     from helpers import ROOT
-    from slurm_ab.collect import collect_run
+    from helpers.rundir_builder import collect_one as collect_run
     from slurm_ab.report import plots, rundata, series
 
     run = tmp_path / "slow-node"
@@ -211,13 +210,14 @@ def test_stored_slow_node_run_names_the_slow_replica_and_plots_each_replicas_tpo
     assert r0.count == r1.count == 4 and r1.mean_ms > 2 * r0.mean_ms
     assert r0.mean_ms < s.bench.tpot.mean < r1.mean_ms          # the client mixes the two
 
+    from slurm_ab.collect import collect
     from slurm_ab.collect.write import write_summary
-    write_summary(s, run)
+    write_summary(collect(run, sacct={"state": "COMPLETED"}), run)
     data = rundata.load(run)
     rows = series.replica_tpot(data)
     assert [(r.replica, r.mean_ms) for r in rows] == [(0, pytest.approx(r0.mean_ms)),
                                                       (1, pytest.approx(r1.mean_ms))]
-    fig = plots.fig_replica_tpot(rows, json.loads((run / "summary.json").read_text())["bench"]["tpot"])
+    fig = plots.fig_replica_tpot(rows, data.summary.bench.tpot)
     bars = {p.get_gid(): p.get_width() for ax in fig.axes for p in ax.patches if p.get_gid()}
     assert bars == {"tpot-0": pytest.approx(r0.mean_ms), "tpot-1": pytest.approx(r1.mean_ms)}
     from slurm_ab.report.html import run_plots

@@ -17,6 +17,7 @@ from slurm_ab.model.experiment import instance_name
 
 from helpers import ROOT
 from helpers.report_pages import chromium, expected_cells, load, main_row, screenshot, tables
+from slurm_ab.model.rundir import Layout
 
 FIX = ROOT / "tests" / "fixtures" / "report"
 
@@ -28,7 +29,7 @@ if chromium() is None:
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory):
-    from slurm_ab.collect import collect_run
+    from helpers.rundir_builder import collect_one as collect_run
     from slurm_ab.tables.paired import paired_text
     from slurm_ab.tables.runs import runs_text
     from slurm_ab.report import render_compare_html, render_runs_html, write_run_report
@@ -97,7 +98,7 @@ def test_page_renders_in_chromium(name, pages, shots):
     shot = screenshot(page, shots / f"{name}.png", probe["height"] + 20)
     assert shot.stat().st_size > 10_000
     if name.startswith("camp-"):
-        summary = json.loads((page.parent / "summary.json").read_text())
+        summary = json.loads(Layout(page.parent).summary("json").read_text())
         agg = {(r[0], r[1]): r for r in tables(dom)[0][1:]}              # the aggregates table
         for a in summary["aggregates"]:
             row = agg[(a["mode"], str(a["concurrency"]))]
@@ -113,13 +114,13 @@ def test_page_renders_in_chromium(name, pages, shots):
         assert "not collected" not in text and 'data-plot="forest-c8"' in text
         assert 'data-plot="latency-cdf"' in text and "compared at concurrency 8 only" in text
     if name == "slow-node":
-        summary = json.loads((page.parent / "summary.json").read_text())
+        (summary,) = json.loads(Layout(page.parent).summary("json").read_text())["passes"]
         assert summary["verdict"] == "invalid" and "replica 1" in summary["reasons"][0]
         text = page.read_text()
         for plot in ("replica-tpot", "server-metrics", "decode-cdf", "request-timeline"):
             assert f'data-plot="{plot}.png"' in text, plot
     if name.startswith("dev-"):
-        summary = json.loads((page.parent / "summary.json").read_text())
+        (summary,) = json.loads(Layout(page.parent).summary("json").read_text())["passes"]
         row = main_row(dom)                                            # the browser's DOM
         for k, v in expected_cells(summary).items():
             assert row[k] == v, (name, k)

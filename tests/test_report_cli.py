@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from slurm_ab.model.rundir import Layout
+
 from helpers import ROOT
 
 FIX = ROOT / "tests" / "fixtures" / "report"
@@ -57,25 +59,27 @@ def test_report_filters(cli, results):
 
 def test_collect_writes_report_html_and_plots_once(cli, results):
     run = results / "dev-tp32"
-    (run / "summary.json").unlink()                 # as after the job: not collected yet
+    lay = Layout(run)
+    lay.summary("json").unlink()                    # as after the job: not collected yet
     code, out, _ = cli("collect", str(run))
-    assert code == 0 and "report.html" in out
-    assert sorted(p.name for p in (run / "plots").iterdir()) == [
+    assert code == 0 and lay.report_html.name in out
+    assert sorted(p.name for p in lay.plots.iterdir()) == [
         "decode-cdf.png", "decode.png", "latency-cdf.png", "phases.png", "request-timeline.png"]
-    before = (run / "report.html").read_bytes()
+    before = lay.report_html.read_bytes()
     code, out, _ = cli("collect", str(run))
-    assert "summary files unchanged" in out and (run / "report.html").read_bytes() == before
+    assert "summary files unchanged" in out and lay.report_html.read_bytes() == before
 
 
 def test_collect_no_report_leaves_the_page_to_the_next_collect(cli, results):
     run = results / "dev-tp32"
-    for f in ("summary.json", "report.html"):
-        (run / f).unlink(missing_ok=True)
+    lay = Layout(run)
+    for f in (lay.summary("json"), lay.report_html):
+        f.unlink(missing_ok=True)
     code, out, _ = cli("collect", str(run), "--no-report")
-    assert code == 0 and "summary.json" in out and "report.html" not in out
-    assert (run / "summary.json").exists() and not (run / "report.html").exists()
+    assert code == 0 and lay.summary("json").name in out and lay.report_html.name not in out
+    assert lay.summary("json").exists() and not lay.report_html.exists()
     code, out, _ = cli("collect", str(run))                # the summary is unchanged, the page missing
-    assert code == 0 and "report.html" in out and (run / "report.html").exists()
+    assert code == 0 and lay.report_html.name in out and lay.report_html.exists()
 
 
 def test_report_and_compare_html(cli, results, tmp_path):
@@ -149,11 +153,12 @@ def test_since_dates_and_run_times(tmp_path):
         parse_since("soon")
     run = tmp_path / "r"
     shutil.copytree(FIX / "dev-pp8", run)
-    m = json.loads((run / "manifest.json").read_text())
+    lay = Layout(run)
+    m = json.loads(lay.manifest.read_text())
     assert run_time(run) == datetime.strptime(m["submitted_at"], "%Y-%m-%dT%H:%M:%S%z")
     m.pop("submitted_at")
-    (run / "manifest.json").write_text(json.dumps(m))
-    first = (run / "events.log").read_text().split()[0]                     # job_start's epoch
+    lay.manifest.write_text(json.dumps(m))
+    first = lay.events.read_text().split()[0]                               # job_start's epoch
     assert run_time(run).timestamp() == pytest.approx(float(first))
 
 

@@ -18,6 +18,7 @@ from slurm_ab.report import rundata, series
 
 FIX = ROOT / "tests" / "fixtures" / "report"
 OK_RUNS = ("dev-tp32", "dev-pp8", "dev-tp32-dflash")
+from slurm_ab.model.rundir import Layout, OldRunLayout
 
 
 @pytest.fixture
@@ -31,7 +32,9 @@ def runs(tmp_path):
 
 
 def _summary(d: Path) -> dict:
-    return json.loads((d / "summary.json").read_text())
+    """The one pass's record of a stored run's summary.json."""
+    (one,) = json.loads(Layout(d).summary("json").read_text())["passes"]
+    return one
 
 
 @pytest.mark.parametrize("name", OK_RUNS)
@@ -208,7 +211,7 @@ def test_failed_run_page_leads_with_the_cited_oom_and_its_log_lines(runs):
     text = (d / "report.html").read_text()
     diag = text[text.index("<h2>Diagnosis</h2>"):]
     first = diag[:diag.index("</pre>")]
-    assert "logs/server-r0-n0.log</a>:124" in first and "CUDA out of memory" in first
+    assert f"{OldRunLayout(d).rel(OldRunLayout(d).server_log(0, 0))}</a>:124" in first and "CUDA out of memory" in first
     assert '<span class="hl">   124  ' in first
     assert sorted(p.name for p in (d / "plots").glob("*.png")) == ["phases.png"]
 
@@ -219,7 +222,7 @@ def test_compare_and_multi_run_pages(runs, tmp_path):
     md = "| metric | tp32 | tp32-dflash | change |\n|---|---|---|---|\n| Input / Output TPS | 1 / 2 | 3 / 4 | +1.00% |\n"
     text = render_compare_html(a, b, md, base_dir=tmp_path)
     assert text.count("data:image/png;base64,") == 4 and "inconclusive (n=1)" in text   # CDFs x2, interactivity, forest
-    assert 'href="dev-tp32/logs/server-r0-n0.log"' in text
+    assert f'href="dev-tp32/{OldRunLayout(a).rel(OldRunLayout(a).server_log(0, 0))}"' in text
     text = render_runs_html(list(runs.values()), md, base_dir=tmp_path)
     assert text.count("data:image/png;base64,") == 2 and "dev-oom" in text     # CDFs, interactivity
 

@@ -1,14 +1,18 @@
-"""The run directory's owner: its layout, the Manifest (current and older layouts), who a run is."""
+"""The run directory's owner: its layout (and the one adapter of older run directories), the
+Manifest, who a run is."""
 import dataclasses
 import json
 
 import pytest
 
-from helpers.rundir_builder import build_run
+from helpers import ROOT
+from helpers.rundir_builder import build_run, launch_layout
 from slurm_ab.model import rundir
-from slurm_ab.collect import collect_run
+from helpers.rundir_builder import collect_one as collect_run
 from slurm_ab.model.experiment import Experiment
 from slurm_ab.model.rundir import Layout, Manifest
+
+FIXTURES = ROOT / "tests" / "fixtures"
 
 
 @pytest.fixture
@@ -21,23 +25,57 @@ def rendered(cli, tmp_path):
 def test_render_writes_the_current_manifest_and_it_reads_back_unchanged(rendered):
     text = Layout(rendered).manifest.read_text()
     m = rundir.read_manifest(rendered)
-    assert (m.run_id, m.mode, m.mode_description, m.job_id) == ("r1", "pp8", "2 x TP4/PP8/EP4", None)
+    assert (m.run_id, m.mode, m.mode_description, m.job_id) == ("r1", "pp8", "pp8 (2 x TP4/PP8/EP4)", None)
     assert m.replicas == 2 and "replicas" not in json.loads(text)   # only under config
     assert m.benchmark["num_prompts"] == 40 and m.warmup_input_len == 16384
     assert [c["het_group"] for c in m.components] == [0, 1] and m.nodes is None
     assert m.to_json() == text                                      # byte-identical round trip
     assert not rundir.submitted(rendered)
+    # a run of one mode is the campaign of one launch and one pass, its launch's own manifest
+    (launch,) = m.campaign.launches
+    assert [p.key for p in launch.passes] == ["c8-r1"]
+    lm = rundir.read_manifest(Layout(rendered).launch(launch).root)
+    assert (lm.mode, lm.mode_description, lm.launch, lm.campaign) == ("pp8", "2 x TP4/PP8/EP4", launch, None)
 
 
-def test_the_flat_manifest_of_the_fixtures_still_loads(tmp_path):
+def test_an_old_run_directory_reads_through_the_one_adapter():
+    """A run directory from before launch directories (tests/fixtures/report/dev-tp32, a real
+    run of the local cluster): one pass in the run directory itself, bench.jsonl and
+    logs/client.log; its manifest has no campaign and its events no launch."""
+    old = FIXTURES / "report" / "dev-tp32"
+    run = rundir.open_run(old)
+    assert isinstance(run.layout, rundir.OldRunLayout) and run.layout.root == old
+    (launch,) = run.campaign.launches
+    assert (launch.mode, [p.key for p in launch.passes]) == ("tp32", ["c8-r1"])
+    lay = run.launch_layout(launch)
+    assert lay.root == old and lay.events == old / "events.log"
+    assert lay.bench("c8-r1") == old / "bench.jsonl" and lay.client_log("c8-r1") == old / "logs" / "client.log"
+    assert lay.bench("c8-r1").is_file() and lay.client_log("c8-r1").is_file()
+    assert [p.name for p in lay.pass_files()] == ["bench.jsonl", "client.log"]
+    s = collect_run(old, workers=1)
+    assert (s.verdict, round(s.bench.output_tps, 2), s.ref.key) == ("ok", 1535.63, "c8-r1")
+
+
+def test_a_directory_without_manifest_is_read_from_its_events(tmp_path):
+    """A script submitted again writes beside its run directory, without a manifest
+    (Layout.resubmitted): its launches and passes are those its events recorded."""
     run = build_run(tmp_path)
-    raw = json.loads(Layout(run).manifest.read_text())
-    assert "config" not in raw and raw["replicas"] == 2               # the older, flat layout
-    m = rundir.read_manifest(run)
-    assert (m.run_id, m.mode, m.job_id) == (raw["run_id"], "tp32", "4242")
-    assert m.mode_description == raw["description"] == "2 x TP32/PP1/EP4"
-    assert m.replicas == 2 and m.warmup_input_len == 16384
-    assert raw["benchmark"].items() <= m.benchmark.items()           # typed, defaults added
+    Layout(run).manifest.unlink()
+    r = rundir.open_run(run)
+    assert type(r.layout) is Layout
+    (launch,) = r.campaign.launches
+    assert (launch.index, launch.mode, [(p.key, p.prompts) for p in launch.passes]) == (1, "tp32", [("c8-r1", 40)])
+    assert collect_run(run, workers=1).verdict == "ok"
+    # its schedule (launch_plan) says the pass even when the launch never reached it
+    lay = Layout(run).launch(launch)
+    lay.events.write_text("".join(ln for ln in lay.events.read_text().splitlines(True) if " bench_" not in ln))
+    (launch,) = rundir.open_run(run).campaign.launches
+    assert [p.key for p in launch.passes] == ["c8-r1"]
+    # a job from before launch_plan lines: the launches it started, with the passes that started
+    job = Layout(run).events
+    job.write_text("".join(ln for ln in job.read_text().splitlines(True) if " launch_plan " not in ln))
+    (launch,) = rundir.open_run(run).campaign.launches
+    assert (launch.mode, launch.passes) == ("tp32", ())
 
 
 @pytest.mark.parametrize("text", [None, "", "{bad", "[1, 2]", '"x"'])
@@ -75,10 +113,10 @@ def test_the_replica_count_comes_from_the_manifest(tmp_path):
     # a replica that left no trace at all (no event, no log) is still reported, because the
     # manifest says how many replicas the run had (config.replicas)
     run = build_run(tmp_path)
-    m = rundir.read_manifest(run)
-    rundir.write_manifest(run, Manifest(run_id=m.run_id, mode=m.mode, job_id=m.job_id,
-                                        config=dataclasses.replace(m.config, replicas=3)))
-    assert "config" in json.loads(Layout(run).manifest.read_text())
+    launch = launch_layout(run).root                                 # the launch's mode's config
+    m = rundir.read_manifest(launch)
+    rundir.write_manifest(launch, dataclasses.replace(m, config=dataclasses.replace(m.config, replicas=3)))
+    assert "config" in json.loads(Layout(launch).manifest.read_text())
     s = collect_run(run, workers=1)
     assert [r.replica for r in s.replicas] == [0, 1, 2]
     assert any("replica 2" in text for text in s.reasons + s.notes)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ab.model.rundir import Layout
+
 from helpers import CLIENT_052
 from helpers.jobdrive import Job, cli as run_cli
 
@@ -80,9 +82,9 @@ def test_sbatch_extra_must_be_one_option(cli):
 
 def test_existing_run_directory_is_never_reused(cli, tmp_path):
     run = tmp_path / "results" / "taken"
-    (run / "logs").mkdir(parents=True)
-    (run / "events.log").write_text("evidence\n")
-    (run / "logs" / "server-r0-n0.log").write_text("more evidence\n")
+    Layout(run).logs.mkdir(parents=True)
+    Layout(run).events.write_text("evidence\n")
+    Layout(run).server_log(0, 0).write_text("more evidence\n")
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     code, _, err = cli("submit", "tp32", "--site", "local", "--run-id", "taken")
     assert code == 2 and "already exists" in err and "never reuses" in err, err
@@ -115,13 +117,14 @@ def test_secrets_go_through_a_file_only_the_user_reads(tmp_path, monkeypatch):
     import subprocess
 
     from slurm_ab.job.submit import _without, write_secrets
-    from slurm_ab.model.sources import Sources, plan_for
+    from slurm_ab.model.sources import Sources
+    from helpers.scripts import plan_for
 
     value = "hf_x 'q' $(id) \"dq\"\nline2"
     monkeypatch.setenv("HF_TOKEN", value)
     plan = plan_for(Sources(str(_secret_site(tmp_path)), (), ()), "tp32", "R")
     write_secrets(plan, tmp_path)
-    f = tmp_path / "secrets.env"
+    f = Layout(tmp_path).secrets
     assert stat.S_IMODE(f.stat().st_mode) == 0o600 and value not in render_text(plan)
     r = subprocess.run(["bash", "-c", f'source {f}; printf %s "$HF_TOKEN"'], capture_output=True, text=True,
                        env={"PATH": os.environ["PATH"]})
@@ -177,7 +180,7 @@ def recorded(tmp_path_factory, local_cluster):
         j.wait_event("job_start", 120)
         env_record = _env_record(str(j.job_id))
         j.wait_event("preflight_start", 120)
-        secrets_left = (j.run_dir / "secrets.env").exists()
+        secrets_left = Layout(j.run_dir).secrets.exists()
         j.finish(180)
         records = [json.loads(p.read_text()) for p in sorted(rec.glob("*.json"))]
         yield dict(job=j, work=work, model=model, rec=rec, token=token, records=records, env_record=env_record,
@@ -252,7 +255,7 @@ def test_every_value_arrives_as_one_literal_argument(recorded):
             assert argv[-1] == NASTY
         assert r["env"]["SLURM_AB_NASTY"] == NASTY
     # the servers really served the model from that directory
-    head = (recorded["job"].run_dir / "logs" / "server-r0-n0.log").read_text()
+    head = recorded["job"].launch().server_log(0, 0).read_text()
     assert "model_path=" in head and "Kimi K3 a b" in head
 
 
@@ -260,7 +263,7 @@ def test_every_value_arrives_as_one_literal_argument(recorded):
 @pytest.mark.slow
 def test_no_shell_ran_anything(recorded):
     j = recorded["job"]
-    places = {recorded["work"], j.run_dir, j.run_dir / "logs", Path.home(), Path("/tmp"),
+    places = {recorded["work"], j.run_dir, Layout(j.run_dir).logs, j.launch().root, j.launch().logs, Path.home(), Path("/tmp"),
               Path("/var/lib/slurm-ab-cluster")}
     places |= {Path(r["cwd"]) for r in recorded["records"]}
     assert not [p / PWN for p in places if (p / PWN).exists()]
@@ -275,10 +278,10 @@ def test_secret_reaches_processes_but_no_file(recorded):
     leaked = [str(p.relative_to(j.run_dir)) for p in j.run_dir.rglob("*")
               if p.is_file() and token.encode() in p.read_bytes()]
     assert leaked == [], leaked
-    assert {"job.sbatch", "manifest.json", "events.log", "summary.json", "summary.md"} <= \
-        {p.name for p in j.run_dir.iterdir()}
-    assert list(j.run_dir.glob("slurm-*.out"))
-    assert "HF_TOKEN" in (j.run_dir / "job.sbatch").read_text()       # by name only
+    lay = Layout(j.run_dir)
+    assert all(p.is_file() for p in (lay.job_script, lay.manifest, lay.events, lay.summary("json"), lay.summary("md")))
+    assert lay.slurm_outs()
+    assert "HF_TOKEN" in lay.job_script.read_text()       # by name only
     # submit kept it out of sbatch's environment (the job's record, slurmdbd's with job_env): it
     # went through a 0600 file, which the job read and removed before its first step
     assert b"PATH=" in recorded["env_record"] and token.encode() not in recorded["env_record"]

@@ -335,11 +335,11 @@ def test_real_router_0_3_2_counts_per_worker(tmp_path):
 
 
 def test_compare_shows_the_counter_acceptance_when_a_side_has_it():
-    from slurm_ab.collect.records import RunSummary
+    from slurm_ab.collect.records import PassSummary
     from slurm_ab.collect.server_metrics import PooledMetrics, ServerMetrics
     from slurm_ab.tables.paired import compare_rows
-    a = RunSummary(run_id="a", verdict="ok")
-    b = RunSummary(run_id="b", verdict="ok",
+    a = PassSummary(run_id="a", verdict="ok")
+    b = PassSummary(run_id="b", verdict="ok",
                    server_metrics=ServerMetrics(True, pooled=PooledMetrics(accept_len=4.12)))
     rows, _ = compare_rows(a, b)
     assert rows[-1] == ["Accept length (counters)", "-", "4.12", "n/a"]

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers.jobs import event_files
+from slurm_ab.model.rundir import Layout, open_run
+
 from helpers import NO_IMPORT, SMALL
 from helpers.lanes import idle_nodes
 from helpers.jobdrive import Job, cli, final_sacct, job_starter, measure
@@ -80,11 +83,11 @@ def test_a_hung_replica_is_caught_and_torn_down_with_its_grace(job):
     # gap holds two Slurm calls (scancel of the TERM, before the grace starts; squeue, before the
     # KILL): up to ~1 s each while slurmctld serves the other lanes' jobs (2.0 s seen)
     assert 9.5 <= t_kill - t_term <= 13, t_kill - t_term
-    hung = j.run_dir / "logs" / "server-r1-n0.log"
+    hung = j.launch().server_log(1, 0)
     term = stamp_of(log_line(hung, "SIGTERM received. signum=15"))
     assert t_term - 0.5 <= term <= t_term + 2
     assert "Gracefully exiting... Remaining number of requests 0." not in hung.read_text()
-    healthy = j.run_dir / "logs" / "server-r0-n0.log"
+    healthy = j.launch().server_log(0, 0)
     drained = stamp_of(log_line(healthy, "Gracefully exiting... Remaining number of requests 0."))
     assert t_term <= drained + 0.5 and drained < t_kill
     detect = j.job_end() - t_fail
@@ -109,7 +112,8 @@ def test_nccl_socket_fallback_on_an_ib_site_fails_before_the_benchmark(job):
     assert s["verdict"] == "failed"
     r = s["reasons"][0]
     assert r.startswith(f"NCCL on {node} (replica 1 node rank 1) used network Socket, not IB (cluster.nccl_network): ")
-    assert re.search(r"NCCL INFO Failed to open libibverbs\.so\[\.1\] \[logs/server-r1-n1\.log:\d+\]$", r), r
+    log = re.escape(Layout(j.run_dir).rel(j.launch().server_log(1, 1)))
+    assert re.search(rf"NCCL INFO Failed to open libibverbs\.so\[\.1\] \[{log}:\d+\]$", r), r
     assert not any(k == "bench_start" for _, k, _ in j.events())       # caught before the benchmark
     ready = max(t for t, k, _ in j.events() if k == "ready")
     j.assert_nothing_left()
@@ -126,7 +130,7 @@ def test_a_missing_interface_fails_the_preflight(job):
     assert s["verdict"] == "failed"
     assert s["reasons"][0] == (f"preflight: {head} (replica 0 node rank 0): NCCL_SOCKET_IFNAME=ib matches no "
                                "interface here (interfaces: lo,eth0)"), s["reasons"]
-    report = json.loads((j.run_dir / "preflight" / f"{head}.json").read_text())
+    report = json.loads(Layout(j.run_dir).preflight_report(head).read_text())
     assert [p["check"] for p in report["problems"]] == ["fabric", "fabric"]
     assert "GLOO_SOCKET_IFNAME=ib0: interface ib0 does not exist here" in report["problems"][1]["cause"]
     assert not any(k == "server_launch" for _, k, _ in j.events())
@@ -172,7 +176,7 @@ def test_sigterm_reaches_sglang_first_and_collect_refuses_another_jobs_sacct(job
     assert [kv["signal"] for _, kv in signals] == ["TERM"], signals      # nothing needed SIGKILL
     t_term = signals[0][0]
     for g in (0, 1):
-        log = j.run_dir / "logs" / f"server-r{g}-n0.log"
+        log = j.launch().server_log(g, 0)
         term = stamp_of(log_line(log, "SIGTERM received. signum=15"))
         drained = stamp_of(log_line(log, "Gracefully exiting... Remaining number of requests 0."))
         assert t_term - 0.5 <= term <= drained <= t_term + 10
@@ -190,8 +194,8 @@ def test_sigterm_reaches_sglang_first_and_collect_refuses_another_jobs_sacct(job
     final_sacct(other, timeout_s=60)
     copy = workdir / "results" / f"{j.run_id}-reused"
     shutil.copytree(j.run_dir, copy, ignore=shutil.ignore_patterns("summary.*", "report.html", "plots"))
-    for name in ("manifest.json", "events.log"):
-        p = copy / name
+    run = open_run(copy)
+    for p in [run.layout.manifest, run.launch_layout(run.campaign.launches[0]).manifest, *event_files(copy)]:
         p.write_text(p.read_text().replace(f"job_id={j.job_id}", f"job_id={other}")
                      .replace(f'"job_id": "{j.job_id}"', f'"job_id": "{other}"'))
     t0 = time.monotonic()
@@ -202,6 +206,7 @@ def test_sigterm_reaches_sglang_first_and_collect_refuses_another_jobs_sacct(job
     note = next(line for line in r.stdout.splitlines() if line.startswith("note: sacct ignored"))
     assert note.startswith(f"note: sacct ignored: Slurm's job {other} is another job (its name is wrap, this "
                            f"run's job was ab-{j.run_id}")
-    summary = json.loads((copy / "summary.json").read_text())
+    summary = json.loads(Layout(copy).summary("json").read_text())
     assert summary["job"]["source"] == "ignored" and summary["verdict"] == "ok"
+    assert summary["passes"][0]["job"]["source"] == "ignored"
     measure("collect of a run whose job id belongs to another job", took, note)

@@ -10,7 +10,8 @@ import pytest
 from slurm_ab.model.errors import ConfigErrors
 from slurm_ab.job.render import summary
 from slurm_ab.model.site_checks import image_path
-from slurm_ab.model.sources import Sources, load_experiment, plan_for
+from slurm_ab.model.sources import Sources, load_experiment
+from helpers.scripts import plan_for
 from slurm_ab.job.shell import Var
 
 

@@ -2,7 +2,8 @@
 import pytest
 
 from slurm_ab.model.errors import ConfigError, ConfigErrors
-from slurm_ab.model.sources import Sources, load_experiment, plan_for
+from slurm_ab.model.sources import Sources, load_experiment
+from helpers.scripts import plan_for
 
 
 def errors_of(mode="tp32", sets=(), site="example", configs=()):

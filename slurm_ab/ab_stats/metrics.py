@@ -18,7 +18,7 @@ class Metric:
     better: str        # HIGHER or LOWER
 
 
-# Every numeric metric of the single-run table, in the seed's order, plus the steady-state
+# Every numeric metric of the run table, in the seed's order, plus the steady-state
 # throughput (issue 22's column: SGLang's steady-state window, docs/metrics.md).
 METRICS = (
     Metric("input_tps", "Input TPS", HIGHER),

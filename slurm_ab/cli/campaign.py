@@ -1,11 +1,10 @@
 """The CLI's campaign side: options, planning, follow-and-collect, report and compare of campaigns.
 
-cli.py keeps the commands; it calls in here when more than one mode is given, when campaign
-options are used, or when a run directory holds a campaign.
+cli/main.py keeps the commands; every job is planned here (plan) and a job of several timed
+passes is reported and compared here.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -51,16 +50,11 @@ def _meta() -> dict:
     return {k[len(META):]: v for k, v in (ctx.meta.items() if ctx else ()) if k.startswith(META)}
 
 
-def wants_campaign(modes, repeats, concurrency, order, burn_in, launches=None) -> bool:
-    return len(modes) > 1 or any(x is not None for x in (repeats, concurrency, order, burn_in, launches))
-
-
 def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
-    """A single run's plan exactly as before for one mode without campaign options; else the
-    campaign's (validated: every mode, shapes, options). --plan CAMPAIGN sets launches, repeats
-    and order from the planner."""
-    from ..job.campaign_plan import CampaignOptions, plan_campaign
-    from ..model.sources import plan_for
+    """The job's plan (validated: every mode, shapes, options; what is not given comes from
+    [benchmark]: one mode runs one launch and one pass by default). --plan CAMPAIGN sets
+    launches, repeats and order from the planner."""
+    from ..job.campaign_plan import CampaignOptions, plan_job
 
     extra = _meta()
     launches = extra.get("launches")
@@ -68,9 +62,7 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
         if launches is not None or repeats is not None:
             raise UsageError("--plan chooses --launches and --repeats: give one or the other")
         launches, repeats, order = planned_shape(src, modes, extra["plan_from"])
-    if not wants_campaign(modes, repeats, concurrency, order, burn_in, launches):
-        return plan_for(src, modes[0], run_id)
-    return plan_campaign(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches))
+    return plan_job(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches))
 
 
 def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
@@ -89,74 +81,76 @@ def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
     return p.design.launches, p.design.repeats, p.design.order
 
 
-def is_campaign(run_dir: Path) -> bool:
-    from ..collect.campaign import campaign_of
+def shown_as_campaign(run_dir: Path) -> bool:
+    """A job of several timed passes: reported by its launches, aggregates and comparisons (a
+    job of one pass by the seed's run tables, tables.campaign.the_pass)."""
+    from ..model.rundir import open_run
 
-    return campaign_of(run_dir) is not None
+    return len(open_run(run_dir).campaign.passes) > 1
 
 
 def report(run_dir: Path, passes: bool, fmt: str) -> str:
     """`report CAMPAIGN [--passes]`: the aggregate table (or every pass) in md, csv or json."""
     import json
 
-    from ..collect.run import collect_campaign_and_write
+    from ..collect import collect_and_write
+    from ..collect.rows import aggregates, pass_rows
     from ..tables.campaign import campaign_md
     from ..tables.table import numeric_frame
 
-    result, _ = collect_campaign_and_write(run_dir)   # --html draws its own page
+    cs, _ = collect_and_write(run_dir, report=False)   # --html draws its own page
     if fmt == "md":
-        return campaign_md(result, passes=passes)
+        return campaign_md(cs, passes=passes)
+    rows = pass_rows(cs)
     if fmt == "csv":
         if passes:
-            return numeric_frame(result["passes"], "csv")
-        flat = [{"mode": a["mode"], "concurrency": a["concurrency"], "passes_ok": a["passes_ok"],
-                 "passes": a["passes"], **{f"{m}_{k}": v for m, agg in a["metrics"].items()
-                                           for k, v in agg.items()}} for a in result["aggregates"]]
+            return numeric_frame([r.to_dict() for r in rows], "csv")
+        flat = [{"mode": a.mode, "concurrency": a.concurrency, "passes_ok": a.passes_ok,
+                 "passes": a.passes, **{f"{m}_{k}": v for m, agg in a.metrics.items()
+                                        for k, v in agg.to_dict().items()}} for a in aggregates(rows)]
         return numeric_frame(flat, "csv")
-    return json.dumps(result["passes"] if passes else result["aggregates"], indent=2, default=str) + "\n"
+    out = [r.to_dict() for r in rows] if passes else [a.to_dict() for a in aggregates(rows)]
+    return json.dumps(out, indent=2, default=str) + "\n"
 
 
-def _side(ref: str, find) -> tuple[str, list[dict], str | None]:
-    """(name, ok pass rows, variance) of one side of a comparison: a campaign of one mode or a
-    single run (a run = one pass)."""
+def _side(ref: str, find) -> tuple[str, list, str | None]:
+    """(name, pass rows, variance) of one side of a comparison: a job of one mode (a job of one
+    pass says no variance: no interval comes from it)."""
     from ..collect import collect_and_write
-    from ..collect.rows import numeric_row
-    from ..collect.run import collect_campaign_and_write
+    from ..collect.rows import pass_rows
 
-    run_dir = find(ref)
-    if is_campaign(run_dir):
-        result, _ = collect_campaign_and_write(run_dir)
-        modes = result["campaign"]["modes"]
-        if len(modes) != 1:
-            raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
-                             f"(slurm-ab compare {ref}) or name campaigns of one mode each")
-        return modes[0], result["passes"], result["variance"]
-    s = collect_and_write(run_dir, report=False)[0].only
-    row = dict(numeric_row(s), concurrency=s.spec.max_concurrency or 0, repeat=1, launch=1)
-    return s.mode or s.run_id, [row], None
+    cs, _ = collect_and_write(find(ref), report=False)
+    modes = cs.campaign.modes
+    if len(modes) != 1:
+        raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
+                         f"(slurm-ab compare {ref}) or name campaigns of one mode each")
+    return modes[0], pass_rows(cs), cs.campaign.variance if len(cs.passes) > 1 else None
 
 
 def compare(refs: list[str], fmt: str, find) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
     `compare A B` (runs or one-mode campaigns; runs count as one pass each)."""
-    from ..collect.run import collect_campaign_and_write
+    from ..collect import collect_and_write
+    from ..collect.rows import comparisons, pass_rows
     from ..tables.campaign import comparison_json, comparison_section
 
     if len(refs) == 1:
-        result, _ = collect_campaign_and_write(find(refs[0]))
+        cs, _ = collect_and_write(find(refs[0]), report=False)
         if fmt == "json":
-            return comparison_json(result)
-        if not result["comparisons"]:
+            return comparison_json(cs)
+        rows = pass_rows(cs)
+        found = comparisons(cs, rows)
+        if not found:
             raise UsageError(f"{refs[0]} has one mode: nothing to compare inside it")
-        return "\n".join(comparison_section(result, cmp) for cmp in result["comparisons"])
+        return "\n".join(comparison_section(cs, cmp, rows) for cmp in found)
     return pair_text(pair(refs, find), fmt)
 
 
-def _concurrencies(rows: list[dict]) -> list[int]:
-    return sorted({int(r.get("concurrency") or 0) for r in rows})
+def _concurrencies(rows: list) -> list[int]:
+    return sorted({r.concurrency for r in rows})
 
 
-def pair(refs: list[str], find) -> tuple[str, list[dict], str, list[dict], str]:
+def pair(refs: list[str], find) -> tuple[str, list, str, list, str]:
     """(A's name, A's ok pass rows, B's name, B's rows, what the intervals cover) of
     `compare A B`: each side collected once, whatever is printed from it. Passes of different
     concurrencies are never pooled: a sweep side is cut to the concurrencies both sides ran (each
@@ -178,23 +172,27 @@ def pair(refs: list[str], find) -> tuple[str, list[dict], str, list[dict], str]:
     if left_out:
         variance += (f"; compared at concurrency {', '.join(map(str, common))} only (the passes at "
                      f"{', '.join(map(str, left_out))} have no counterpart on the other side)")
-    return (na, [r for r in ra if int(r.get("concurrency") or 0) in common],
-            nb, [r for r in rb if int(r.get("concurrency") or 0) in common], variance)
+    return (na, [r for r in ra if r.concurrency in common], nb, [r for r in rb if r.concurrency in common],
+            variance)
 
 
-def by_concurrency(sides: tuple) -> list[tuple[int, list[dict], list[dict]]]:
+def by_concurrency(sides: tuple) -> list[tuple[int, list, list]]:
     """(C, A's rows at C, B's rows at C) for every concurrency both sides ran."""
     _, ra, _, rb, _ = sides
-    return [(c, [r for r in ra if int(r.get("concurrency") or 0) == c],
-             [r for r in rb if int(r.get("concurrency") or 0) == c])
+    return [(c, [r for r in ra if r.concurrency == c], [r for r in rb if r.concurrency == c])
             for c in sorted(set(_concurrencies(ra)) & set(_concurrencies(rb)))]
 
 
-def pair_records(sides: tuple) -> list[dict]:
-    """Per concurrency both sides ran: {concurrency, metrics: the ab_stats records}."""
+def pair_comparisons(sides: tuple) -> list[tuple[int, list]]:
+    """Per concurrency both sides ran: (C, ab_stats.family.Row of every metric, the primary first)."""
     from ..collect.rows import comparison
 
-    return [{"concurrency": c, "metrics": comparison(ra, rb)} for c, ra, rb in by_concurrency(sides)]
+    return [(c, comparison(ra, rb)) for c, ra, rb in by_concurrency(sides)]
+
+
+def pair_records(sides: tuple) -> list[dict]:
+    """Per concurrency both sides ran: {concurrency, metrics: the ab_stats records} (json)."""
+    return [{"concurrency": c, "metrics": [r.to_dict() for r in rows]} for c, rows in pair_comparisons(sides)]
 
 
 def pair_text(sides: tuple, fmt: str) -> str:

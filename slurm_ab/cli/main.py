@@ -28,7 +28,7 @@ def _time_option(f):
 
 
 def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in):
-    """The validated plan of a single run or a campaign, its time limit fitted to its estimate."""
+    """The validated plan of a job (one mode or several), its time limit fitted to its estimate."""
     import json
 
     from . import campaign as campaign_cli
@@ -71,26 +71,29 @@ def main():
 @_config_options
 def modes(site, configs, sets):
     """List the experiment's modes with their parallelism."""
-    from ..model.experiment import mode_of
-    from ..model.sources import load_tree_for
+    from ..model.errors import ConfigError, ConfigErrors
+    from ..model.sources import load_experiment, mode_names
 
-    tree = load_tree_for(_sources(site, configs, sets))
-    for name in tree["modes"]:
+    src = _sources(site, configs, sets)
+    for name in mode_names(src):
         try:
-            m = mode_of(tree, name)
-        except (KeyError, TypeError) as e:
-            click.echo(f"{name:<16} (incomplete: no {e})")
+            exp = load_experiment(src, name)        # the model: merged, references filled in
+        except (ConfigError, ConfigErrors) as e:   # listed, with why it cannot run
+            click.echo(f"{name:<16} (invalid: {e.errors[0] if isinstance(e, ConfigErrors) else e})")
             continue
-        extra = ", ".join(f"{k}={v}" for k, v in m.args)
-        # each role's parallelism once: the description usually starts with it ("2 x TP32/PP1/EP4 +
-        # DFlash"), a PD mode's says it in words
-        par = " + ".join(f"{r.instances} x {r.name + ' ' if r.kind.disaggregation else ''}TP{r.tp}/PP{r.pp}/EP{r.ep}"
-                         + (f" ({r.nodes} nodes)" if r.kind.disaggregation else "") for r in m.roles)
-        if m.disaggregated:
-            click.echo(f"{name:<16} {m.description or par}" + (f"  [both roles: {extra}]" if extra else ""))
-            continue
-        head = m.description if m.description.startswith(par) else f"{par}  {m.description}".rstrip()
-        click.echo(f"{name:<16} {head}, {m.roles[0].nodes} nodes per replica{'  [' + extra + ']' if extra else ''}")
+        click.echo(_mode_line(exp.mode))
+
+
+def _mode_line(m) -> str:
+    """One mode as `modes` lists it: each role's parallelism once (the description usually starts
+    with it, "2 x TP32/PP1/EP4 + DFlash"; a PD mode's says it in words) and the mode's own flags."""
+    extra = ", ".join(f"{k}={v}" for k, v in m.args)
+    par = " + ".join(f"{r.instances} x {r.name + ' ' if r.kind.disaggregation else ''}TP{r.tp}/PP{r.pp}/EP{r.ep}"
+                     + (f" ({r.nodes} nodes)" if r.kind.disaggregation else "") for r in m.roles)
+    if m.disaggregated:
+        return f"{m.name:<16} {m.description or par}" + (f"  [both roles: {extra}]" if extra else "")
+    head = m.description if m.description.startswith(par) else f"{par}  {m.description}".rstrip()
+    return f"{m.name:<16} {head}, {m.roles[0].nodes} nodes per replica{'  [' + extra + ']' if extra else ''}"
 
 
 @main.command("dry-run")
@@ -156,7 +159,7 @@ def render(modes, output, run_id, repeats, concurrency, order, burn_in, time_lim
 @click.option("-v", "--verbose", is_flag=True, help="With --wait: every event line of the job (metrics scrapes included).")
 @click.option("--no-collector", is_flag=True, help="Do not chain the collector job after the experiment.")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
+              help="Write the summary files only; the report page and its plots wait for the next collect or report --html.")
 @campaign_options
 @_time_option
 @_config_options
@@ -170,8 +173,8 @@ def submit(modes, run_id, wait, verbose, no_collector, no_report, repeats, concu
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     s = do_submit(plan, collector=not no_collector)
-    what = f"mode {modes[0]}" if plan.single else \
-        f"campaign of {', '.join(modes)}: {len(plan.campaign.campaign.passes)} passes"
+    n = len(plan.campaign.campaign.passes)
+    what = f"{', '.join(plan.campaign.modes)}: {n} timed pass{'es' if n != 1 else ''}"
     click.echo(f"submitted job {s.job_id} ({what}, run {plan.run_id})")
     click.echo(f"run directory: {s.run_dir}")
     if s.collector_job_id:
@@ -212,7 +215,7 @@ def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False, repor
     state = follow_live(job_id, run_dir, verbose=verbose)
     click.echo(f"job {job_id} ended: {state}")
     cs, _ = _collect_and_print(run_dir, job_id=job_id, report=report)
-    md = rundir.Layout(run_dir).summary("summary.md")
+    md = rundir.Layout(run_dir).summary("md")
     click.echo(f"summary: {md}" if md.exists() else "no summary written")
     if cs.verdict != "ok":
         sys.exit(1)
@@ -231,7 +234,7 @@ def _collect_and_print(run_dir: Path, **kw):
 @click.argument("run")
 @click.option("-v", "--verbose", is_flag=True, help="Every event line of the job (metrics scrapes included).")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
+              help="Write the summary files only; the report page and its plots wait for the next collect or report --html.")
 def watch(run, verbose, no_report):
     """Follow a run (RUN_ID, JOBID or directory) until its job ends, then collect it."""
     run_dir = _find_run(run)
@@ -242,7 +245,7 @@ def watch(run, verbose, no_report):
 @click.argument("run")
 @click.option("--all-samples", is_flag=True, help="Average decode samples of the whole logs (warm-ups included), as in the seed.")
 @click.option("--no-report", "no_report", is_flag=True,
-              help="Write the summary files only; report.html and its plots wait for the next collect or report --html.")
+              help="Write the summary files only; the report page and its plots wait for the next collect or report --html.")
 def collect(run, all_samples, no_report):
     """Turn a run's (or campaign's) raw logs into summary.json/csv/md and print its tables and
     verdict.
@@ -254,7 +257,7 @@ def collect(run, all_samples, no_report):
 
     run_dir = _find_run(run)
     if not rundir.submitted(run_dir):
-        raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no events.log): "
+        raise UsageError(f"{run_dir} was prepared but never submitted (no job id, no {rundir.RELATIVE.events}): "
                          f"sbatch {rundir.Layout(run_dir).job_script}")
     cs, written = _collect_and_print(run_dir, all_samples=all_samples, report=not no_report)
     if cs.verdict == "running":
@@ -264,10 +267,12 @@ def collect(run, all_samples, no_report):
 
 
 def _summaries(dirs: list[Path]):
-    """Each run collected (its summary files rewritten when they changed); no missing page drawn."""
+    """The one pass of each job (its summary files rewritten when they changed); no missing page
+    drawn."""
     from ..collect import collect_and_write
+    from ..tables.campaign import the_pass
 
-    return [collect_and_write(d, report=False)[0].only for d in dirs]
+    return [the_pass(collect_and_write(d, report=False)[0]) for d in dirs]
 
 
 def _draw_missing_pages(pairs) -> None:
@@ -302,7 +307,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     from ..model import rundir
     from ..tables.runs import runs_text
 
-    if len(runs) == 1 and campaign_cli.is_campaign(_find_run(runs[0])):
+    if len(runs) == 1 and campaign_cli.shown_as_campaign(_find_run(runs[0])):
         passes = click.get_current_context().meta.get("passes", False)
         click.echo(campaign_cli.report(_find_run(runs[0]), passes, fmt), nl=False)
         if html_out:
@@ -314,7 +319,7 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     dirs = [_find_run(r) for r in runs] if runs else rundir.all_runs(_results_dir())
     if since or modes:
         dirs = select(dirs, since=parse_since(since) if since else None, modes=modes)
-    campaigns = [d for d in dirs if campaign_cli.is_campaign(d)]   # their own tables
+    campaigns = [d for d in dirs if campaign_cli.shown_as_campaign(d)]   # their own tables
     if campaigns:
         click.echo("campaigns (slurm-ab report CAMPAIGN): " + ", ".join(d.name for d in campaigns), err=True)
         dirs = [d for d in dirs if d not in campaigns]
@@ -358,15 +363,15 @@ def compare(run_a, run_b, fmt, html_out):
             from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
         return
-    if any(campaign_cli.is_campaign(_find_run(r)) for r in refs):
+    if any(campaign_cli.shown_as_campaign(_find_run(r)) for r in refs):
         sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
         click.echo(campaign_cli.pair_text(sides, fmt), nl=False)
         if html_out:
             from ..ab_stats import METRIC_BY_NAME
             from ..report import render_compare_html
-            forests = {e["concurrency"]: [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in e["metrics"]
-                                          if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
-                       for e in campaign_cli.pair_records(sides)}
+            forests = {c: [dict(r.to_dict(), label=METRIC_BY_NAME[r.metric].label) for r in rows
+                           if r.delta.change_pct is not None and r.metric in METRIC_BY_NAME]
+                       for c, rows in campaign_cli.pair_comparisons(sides)}
             _write_page(html_out, render_compare_html(
                 _find_run(refs[0]), _find_run(refs[1]), campaign_cli.pair_text(sides, "md"),
                 base_dir=Path(html_out).parent, forests=forests))

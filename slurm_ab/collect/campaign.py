@@ -1,11 +1,13 @@
 """Collect a job: each launch's server logs read once, then every pass of it (collect_pass).
 
-A single run is the campaign of one launch (the run directory itself) and one pass (its
-bench.jsonl and logs/client.log), collected by the same code. A campaign launch lives in its own
-launch<N>-<MODE>/ directory with one client output per pass; each pass sees the launch's events
-without the other passes' benchmark windows and without what came after its own end, so a
-completed pass (bench_end rc=0) is judged completed even if the job was later cancelled or a later
-pass failed: its numbers were final when it ended.
+Every job is a campaign (a run of one mode: one launch, one pass), read through
+rundir.open_run: the layout of its launch<N>-<MODE>/ directories and the schedule of its
+passes (a run directory from before launch directories through its one adapter). A launch's
+events are its own with the job's until it ended (parse.events.launch_view: the preflight, a
+signal or the time limit that hit it); each pass sees them without the other passes' benchmark
+windows and, once it completed, without what came after its end, so a completed pass (bench_end
+rc=0) is judged completed even if the job was later cancelled or a later pass failed: its
+numbers were final when it ended.
 """
 from __future__ import annotations
 
@@ -14,33 +16,17 @@ from pathlib import Path
 from typing import Mapping
 
 from ..model import rundir
-from ..model.campaign import Campaign, Launch, Pass
-from ..parse.events import EventLog, read_events
-from ..parse.server_scan import Interval
+from ..model.campaign import Launch
 from ..model.rundir import Layout, Manifest
 from ..model.slurm import is_active
+from ..parse.events import EventLog, launch_view, read_events
+from ..parse.server_scan import Interval
 from .job import job_info
 from .passes import PassInputs, collect_pass
 from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary
 from .replicas import scan_launch
-from .rows import campaign_record
 
-NOT_RUN = "not run"
-
-
-def campaign_of(run_dir: Path) -> Campaign | None:
-    """The campaign a run directory holds (from its manifest), None for a single run."""
-    m = rundir.read_manifest(Path(run_dir))
-    return m.campaign if m else None
-
-
-def single_campaign(manifest: Manifest, mode: str | None) -> Campaign:
-    """A single run as a campaign: one launch, one pass (its figures from the manifest)."""
-    b = manifest.config.benchmark if manifest.config is not None else None
-    c, n = (b.concurrency, b.num_prompts) if b is not None else (None, None)
-    m = mode or "?"
-    return Campaign((m,), 1, (c or 0,), "blocked", False,
-                    (Launch(1, m, (Pass(1, m, c or 0, 1, n or 0),)),))
+WHOLE_LAUNCH = "launch"     # the window of passes when none of the launch's started: its whole logs
 
 
 def launch_status(root_events: EventLog) -> dict[int, dict]:
@@ -53,20 +39,19 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
             workers: int | None = None) -> CampaignSummary:
     """Everything about a job (pure but for reading files): launches, passes and their verdicts."""
     run_dir = Path(run_dir)
-    root = Layout(run_dir)
-    manifest = rundir.read_manifest(run_dir) or Manifest()
+    run = rundir.open_run(run_dir)
+    root, manifest = run.layout, run.manifest
     who = rundir.identify(run_dir, manifest)
-    single = manifest.campaign is None
-    campaign = single_campaign(manifest, who.mode) if single else manifest.campaign
-    root_events = read_events(root.events)
-    status = launch_status(root_events)
+    job_events = read_events(root.events)
+    status = launch_status(job_events)
     outputs = tuple(root.slurm_outs())
     launches, passes = [], []
-    for launch in campaign.launches:
-        lay = root.launch(launch, single)
-        events = root_events if single else with_job_end(read_events(lay.events), root_events)
-        lman = manifest if single else (rundir.read_manifest(lay.root) or replace(manifest, campaign=None))
-        summaries = _collect_launch(run_dir, lay, launch, lman, events, who, single, sacct,
+    for launch in run.campaign.launches:
+        lay = root.launch(launch)
+        own = read_events(lay.events)
+        events = launch_view(job_events, own, launch.index)
+        lman = rundir.read_manifest(lay.root) or replace(manifest, campaign=None)
+        summaries = _collect_launch(run_dir, lay, launch, lman, events, own.exists, who, sacct,
                                     outputs, all_samples, workers)
         verdicts = []
         for p, s in zip(launch.passes, summaries):
@@ -76,39 +61,47 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
             passes.append(s)
             verdicts.append(f"{p.key}: {s.verdict}")
         fail = next(iter(events.failures()), None)
-        st = status.get(launch.index, {})
         launches.append(LaunchSummary(
-            launch.index, launch.mode, "." if single else root.rel(lay.root),
-            (summaries[0].verdict if single else
-             st.get("status") or ("not run" if not events.exists else "unfinished")),
-            dict(fail.fields) if fail else None, tuple(verdicts)))
-    job = passes[0].job if single and passes else job_info(sacct, root_events, who.job_id)
+            launch.index, launch.mode, root.rel(lay.root),
+            _status(status.get(launch.index), own.exists, events), dict(fail.fields) if fail else None,
+            tuple(verdicts)))
+    job = job_info(sacct, job_events, who.job_id)
     running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
-    return CampaignSummary(who.run_id, manifest.job_id or who.job_id, campaign, single, job,
-                           running, tuple(launches), tuple(passes))
+    return CampaignSummary(who.run_id, manifest.job_id or who.job_id, run.campaign, job, running,
+                           tuple(launches), tuple(passes))
 
 
-def with_job_end(launch_events: EventLog, root_events: EventLog) -> EventLog:
-    """A launch's events with the job's job_end line (the job script writes it to the job's
-    events.log only): without Slurm's word (sacct absent, or about another job) a launch of an
-    ended job does not look like a running one."""
-    end = root_events.named("job_end")
-    if not end or launch_events.named("job_end"):
-        return launch_events
-    return replace(launch_events, events=launch_events.events + (end[-1],))
+def _status(end: dict | None, started: bool, events: EventLog) -> str:
+    """ok | failed (its launch_end line), not run (no events of its own), else from the job's end:
+    unfinished while the job has not ended."""
+    if end is not None and end.get("status"):
+        return end["status"]
+    if not started:
+        return "not run"
+    if events.job_rc() is None:
+        return "unfinished"
+    return "ok" if events.job_rc() == 0 and not events.failures() else "failed"
 
 
-def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manifest,
-                    events: EventLog, who, single: bool, sacct, outputs, all_samples: bool,
-                    workers) -> list[PassSummary]:
-    """Every pass of one launch, its server logs scanned once for all of them."""
-    views = {p.key: (events, None) if single else events.pass_view(p.key) for p in launch.passes}
-    windows = []
+def _windows(launch: Launch, views: dict) -> list[Interval]:
+    """The passes' benchmark windows in the launch's server logs; when none started, the whole
+    logs (WHOLE_LAUNCH): what the servers did before the launch ended."""
+    out = []
     for p in launch.passes:
         view = views[p.key][0]
         bounds = view.bench_window() if view is not None else None
-        if single or bounds is not None:
-            windows.append(Interval(p.key, *(bounds or (None, None))))
+        if bounds is not None:
+            out.append(Interval(p.key, *bounds))
+    return out or [Interval(WHOLE_LAUNCH, None, None)]
+
+
+def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manifest,
+                    events: EventLog, started: bool, who, sacct, outputs, all_samples: bool,
+                    workers) -> list[PassSummary]:
+    """Every pass of one launch, its server logs scanned once for all of them."""
+    views = {p.key: events.pass_view(p.key) for p in launch.passes}
+    windows = _windows(launch, views)
+    names = {w.name for w in windows}
     replica_ids = set(events.replicas())
     if manifest.replicas is not None:
         replica_ids |= set(range(manifest.replicas))
@@ -116,38 +109,18 @@ def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manife
                        workers=workers)
     out = []
     for p in launch.passes:
-        ref = PassRef(launch.index, None if single else p.key, p.mode, p.concurrency, p.repeat,
-                      p.prompts)
         view, rc = views[p.key]
-        run_id = who.run_id if single else f"{who.run_id}/{Layout(run_dir).rel(lay.root)}/{p.key}"
-        if not events.exists and not single:
-            out.append(PassSummary(run_id=run_id, mode=p.mode, label=manifest.mode_description,
-                                   verdict=NOT_RUN, ref=ref, reasons=(
-                                       f"launch {launch.index} ({launch.mode}) never started",)))
-            continue
-        facts = dict(sacct) if sacct else None
-        if rc == 0:                   # this pass completed whatever happened to the job later
-            facts = dict(facts or {}, state="COMPLETED", exit_code="0:0")
         s = collect_pass(PassInputs(
-            root=run_dir, launch=lay, manifest=manifest, run_id=run_id,
-            mode=who.mode if single else p.mode, job_id=who.job_id, ref=ref,
-            bench=lay.pass_bench(p.key, single), client_log=lay.pass_client_log(p.key, single),
-            events=view if view is not None else events, window_name=p.key, logs=logs,
-            sacct=facts, all_samples=all_samples, job_outputs=outputs))
-        if view is None:
-            reasons = list(s.reasons)
-            if s.verdict not in ("cancelled", "timeout", "running"):
-                reasons.append(f"pass {p.key} never started: launch {launch.index} ({launch.mode}) "
-                               "ended first")
-            s = replace(s, verdict="failed" if s.verdict == "ok" else s.verdict,
-                        reasons=tuple(reasons))
+            root=run_dir, launch=lay, manifest=manifest, run_id=who.run_id, mode=p.mode,
+            job_id=who.job_id, ref=PassRef(launch.index, p.key, p.mode, p.concurrency, p.repeat, p.prompts),
+            bench=lay.bench(p.key), client_log=lay.client_log(p.key),
+            events=view if view is not None else events,
+            window_name=p.key if p.key in names else WHOLE_LAUNCH, logs=logs,
+            sacct=dict(sacct) if sacct else None, all_samples=all_samples, job_outputs=outputs,
+            completed=rc == 0))
+        if view is None and s.verdict not in ("cancelled", "timeout", "running"):
+            why = (f"pass {p.key} never started: launch {launch.index} ({launch.mode}) ended first"
+                   if started else f"launch {launch.index} ({launch.mode}) never started")
+            s = replace(s, verdict="failed" if s.verdict == "ok" else s.verdict, reasons=s.reasons + (why,))
         out.append(s)
     return out
-
-
-def collect_campaign(run_dir: str | Path, sacct: Mapping | None = None) -> dict:
-    """A campaign collected into its summary.json's dict."""
-    cs = collect(run_dir, sacct=sacct)
-    if cs.single:
-        raise ValueError(f"{run_dir} is not a campaign")
-    return campaign_record(cs)

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Mapping
 
 from ..parse.events import EventLog
+from ..model.rundir import RELATIVE
 from ..model.slurm import base_state
 from .records import JobInfo
 
@@ -109,10 +110,10 @@ def identity_problem(sacct: Mapping, events: EventLog) -> str | None:
     began, ended = _epoch(_get(sacct, "start")), _epoch(_get(sacct, "end"))
     if start is not None and began is not None and start.epoch < began - START_TOLERANCE_S:
         problems.append(f"it started at {_get(sacct, 'start')}, after this run's job had started "
-                        f"(events.log job_start {start.local})")
+                        f"({RELATIVE.events} job_start {start.local})")
     elif start is not None and ended is not None and start.epoch > ended + START_TOLERANCE_S:
         problems.append(f"it ended at {_get(sacct, 'end')}, before this run's job started "
-                        f"(events.log job_start {start.local})")
+                        f"({RELATIVE.events} job_start {start.local})")
     return "; ".join(problems) or None
 
 

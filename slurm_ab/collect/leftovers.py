@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.rundir import Layout, read_manifest
+from ..model.rundir import RELATIVE, Layout, read_manifest
 from ..parse.events import read_events
 
 
@@ -39,7 +39,7 @@ class Leftovers:
             what.append(f"cache directory {self.cache} on {where}")
         if self.cleaned:
             return f"nothing left on the nodes: the job's clean-up removed {'; '.join(what)}"
-        why = ("its clean-up step failed (logs/cleanup-r*-n*.log)" if self.cleaned is False else
+        why = (f"its clean-up step failed ({RELATIVE.cleanup_log('*', '*')})" if self.cleaned is False else
                "its clean-up never ran (Slurm refuses new steps once a job is cancelled, timed out or lost a node)")
         return (f"may be left on the nodes: {'; '.join(what)}: {why}; the next job's preflight on those nodes "
                 f"removes them (cluster.sweep_stale), or `slurm-ab clean`")

@@ -1,6 +1,6 @@
 """collect_pass: one timed benchmark pass -> PassSummary (pure: reads the files it is given).
 
-A single run is one pass; a campaign launch runs several against one set of servers. Every input
+A launch runs one or several passes against one set of servers. Every input
 is explicit: the pass's client output, its view of the launch's events, the launch's server-log
 scans seen through the pass's window (scanned once per launch: collect.replicas.scan_launch),
 its /metrics scrapes, and Slurm's facts about the job. File names in reasons and notes are
@@ -8,7 +8,7 @@ relative to the run directory (a campaign pass's read 'launch2-tp32/logs/...').
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -16,7 +16,7 @@ from ..parse.bench import parse_result_block, read_last_record
 from ..parse.diagnose import ROOT_CAUSE_KINDS, diagnose
 from ..parse.events import EventLog
 from ..parse.preflight import ran_on_note, server_info_note
-from ..model.rundir import Layout, Manifest
+from ..model.rundir import RELATIVE, Layout, Manifest
 from .bench_result import bench_result, bench_spec
 from .job import job_info
 from ..model.experiment import kind_of
@@ -35,7 +35,7 @@ class PassInputs:
     """What one pass is collected from."""
 
     root: Path                      # the run directory
-    launch: Layout                  # its launch directory (the run's own for a single run)
+    launch: Layout                  # its launch directory
     manifest: Manifest              # the launch's manifest (its mode's resolved experiment)
     run_id: str
     mode: str | None
@@ -49,6 +49,7 @@ class PassInputs:
     sacct: Mapping | None           # Slurm's facts (collect.job); None when unknown
     all_samples: bool = False
     job_outputs: tuple = ()         # the job's slurm-<id>.out files (run directory)
+    completed: bool = False         # its client ended with status 0: judged whatever befell the job later
 
 
 def _pass_benchmark(benchmark, ref: PassRef) -> dict:
@@ -79,9 +80,9 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     job = job_info(inp.sacct, events, inp.job_id)
     notes: list[str] = []
     if events.bad_lines:
-        notes.append(f"events.log: {len(events.bad_lines)} unreadable line(s)")
+        notes.append(f"{RELATIVE.events}: {len(events.bad_lines)} unreadable line(s)")
     # What the run ran on (the preflight's per-node findings) and the router's /server_info answer.
-    notes += [n for n in (ran_on_note(root), server_info_note(events)) if n]
+    notes += [n for n in (ran_on_note(Layout(root).preflight_reports()), server_info_note(events)) if n]
 
     # ---- benchmark numbers -------------------------------------------------------------
     read = read_last_record(inp.bench)
@@ -103,7 +104,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
                      if r.summary.replica in names else r.summary for r in reps)
     problems = [p for r in reps for p in r.problems]
     if not reps:
-        problems.append("no replica is known: no server log, no replica in events.log and no "
+        problems.append(f"no replica is known: no server log, no replica in {RELATIVE.events} and no "
                         "replica count in the manifest")
     notes += [n for r in reps for n in r.notes]
     accept = pooled_acceptance(reps)
@@ -117,12 +118,16 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         notes += pd.notes
 
     # ---- verdict -----------------------------------------------------------------------
-    slurm_lines = diagnose(list(inp.job_outputs), root=root) if job.state is None else []
-    verdict, reasons = state_verdict(job, events, slurm_lines)
+    # A completed pass's numbers were final when it ended: Slurm's later word on the job (a
+    # cancel, the time limit, a failed later launch) is not about it.
+    judged = replace(job, state="COMPLETED", exit_code="0:0") if inp.completed else job
+    slurm_lines = diagnose(list(inp.job_outputs), root=root) if judged.state is None else []
+    verdict, reasons = state_verdict(judged, events, slurm_lines)
+    files = (Layout(root).rel(inp.bench), Layout(root).rel(inp.client_log))
     findings = []
     logs_exist = lay.logs.is_dir()
     if verdict is None:
-        failed = outcome_reasons(job, events, bench, has_result)
+        failed = outcome_reasons(judged, events, bench, has_result, files)
         if failed:
             verdict, reasons = "failed", failed
         else:
@@ -136,7 +141,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
                  if logs_exist else [])
             verdict, reasons = ("invalid", invalid) if invalid else ("ok", flagged)
     elif verdict in ("failed", "cancelled", "timeout"):
-        reasons += [r for r in outcome_reasons(job, events, bench, has_result)
+        reasons += [r for r in outcome_reasons(judged, events, bench, has_result, files)
                     if r not in reasons]
         if has_result and bench.total and bench.completed and bench.completed < bench.total:
             reasons.append(short_of_requests(bench))    # cut short
@@ -172,7 +177,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         window=tuple(t.isoformat(sep=" ", timespec="milliseconds") if t else None
                      for t in (window or (None, None))),
         all_samples=inp.all_samples, verdict=verdict, reasons=tuple(reasons),
-        findings=tuple(asdict(f) for f in findings), notes=tuple(notes),
+        findings=tuple(findings), notes=tuple(notes),
         server_metrics=server_metrics, ref=inp.ref, pd=pd)
 
 

@@ -84,9 +84,9 @@ class Stage:
 @dataclass(frozen=True)
 class TtftBreakdown:
     client_ttft_ms: float | None
-    chain: tuple = ()                   # Stage: prefill bootstrap, queue, forward, KV transfer, decode wait
+    chain: tuple[Stage, ...] = ()       # prefill bootstrap, queue, forward, KV transfer, decode wait
     other_ms: float | None = None       # client TTFT - the chain (router, HTTP, tokenizer, first token)
-    decode_view: tuple = ()             # Stage: decode bootstrap, transferred, waiting (cross-check)
+    decode_view: tuple[Stage, ...] = ()     # decode bootstrap, transferred, waiting (cross-check)
     kv_share: float | None = None       # KV transfer / client TTFT
 
 
@@ -103,7 +103,7 @@ class Transfer:
 
 @dataclass(frozen=True)
 class PdSummary:
-    instances: tuple = ()               # RoleInstance, by het group
+    instances: tuple[RoleInstance, ...] = ()    # by het group
     breakdown: TtftBreakdown | None = None
     transfer: Transfer | None = None
     notes: tuple = ()

@@ -1,10 +1,21 @@
-"""The collector's result: frozen, JSON-ready records (times as ISO strings, ms for latencies)."""
+"""The collector's result: frozen, JSON-ready records (times as ISO strings, ms for latencies).
+
+summary.json is a CampaignSummary written from these records (to_dict) and read back into them
+(read_record): one schema for every job, whatever its launches and passes.
+"""
 from __future__ import annotations
 
+import dataclasses
 import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field
 
+from ..model.campaign import Campaign
 from ..model.experiment import instance_name
+from ..parse.diagnose import Finding
+from .pd import PdSummary
+from .server_metrics import ServerMetrics
 
 VERDICTS = ("ok", "invalid", "failed", "cancelled", "timeout", "running")
 
@@ -32,7 +43,7 @@ class BenchSpec:
     num_prompts: int | None = None
     max_concurrency: int | None = None
     request_rate: str | None = None
-    slo_ms: tuple = ()                  # benchmark.slo as ((client key, ms), ...): ("ttft", 500.0), ...
+    slo_ms: tuple[tuple[str, float], ...] = ()   # benchmark.slo as ((client key, ms), ...): ("ttft", 500.0), ...
     steady_ratio: float = 0.5           # benchmark.steady_concurrency_ratio
 
 
@@ -114,8 +125,8 @@ class BenchResult:
     e2e: Latency | None = None
     source: str | None = None           # jsonl | stdout: where totals came from
     latency_source: str | None = None   # details | record | stdout (| mixed: see notes)
-    disagreements: tuple = ()           # details vs the client's own values, beyond tolerance
-    errors: tuple = ()                  # distinct request error texts
+    disagreements: tuple[str, ...] = ()     # details vs the client's own values, beyond tolerance
+    errors: tuple[str, ...] = ()        # distinct request error texts
     accept_length: float | None = None  # the client's own (lifetime avg of the first worker)
     prompt_tokens: Lengths | None = None    # per successful request (details' input_lens)
     steady: SteadyState | None = None
@@ -125,8 +136,8 @@ class BenchResult:
 @dataclass(frozen=True)
 class ReplicaSummary:
     replica: int
-    logs: tuple = ()                    # run-dir relative paths of its server logs
-    nodes: tuple = ()                   # hosts by node rank, when known
+    logs: tuple[str, ...] = ()          # run-dir relative paths of its server logs
+    nodes: tuple[str, ...] = ()         # hosts by node rank, when known
     decode_samples: int = 0             # decode samples in the window (or all: all_samples)
     accept_samples: int = 0
     accept_len: float | None = None
@@ -164,10 +175,10 @@ class Pooled:
 
 @dataclass(frozen=True)
 class PassRef:
-    """Which pass of its job a PassSummary is (a single run is launch 1's only pass)."""
+    """Which pass of its job a PassSummary is (a run of one mode: launch 1's only pass)."""
 
     launch: int = 1
-    key: str | None = None              # c<C>-r<k> (campaign passes; None: a single run)
+    key: str | None = None              # c<C>-r<k>, its files' and events' name
     mode: str | None = None
     concurrency: int | None = None
     repeat: int | None = None
@@ -176,26 +187,26 @@ class PassRef:
 
 @dataclass(frozen=True)
 class PassSummary:
-    """One timed benchmark pass and its verdict: a single run, or one pass of a campaign launch.
-    The unit of collection (collect.passes.collect_pass)."""
+    """One timed benchmark pass of a job and its verdict. The unit of collection
+    (collect.passes.collect_pass)."""
 
-    run_id: str
+    run_id: str                         # the job's run id (ref says which pass)
     mode: str | None = None
     label: str | None = None            # e.g. "2 x TP32/PP1/EP4 + DFlash" when the manifest has it
     job: JobInfo = JobInfo()
     spec: BenchSpec = BenchSpec()
     bench: BenchResult = BenchResult()
-    replicas: tuple = ()                # ReplicaSummary, by replica
+    replicas: tuple[ReplicaSummary, ...] = ()   # by replica
     accept: Pooled = Pooled()
-    window: tuple = (None, None)        # benchmark window (ISO local times)
+    window: tuple[str | None, str | None] = (None, None)    # benchmark window (ISO local times)
     all_samples: bool = False
     verdict: str = "failed"
-    reasons: tuple = ()
-    findings: tuple = ()                # diagnosis findings as dicts (failed runs only)
-    notes: tuple = ()
-    server_metrics: object = None       # collect.server_metrics.ServerMetrics (from /metrics)
+    reasons: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()  # diagnosis findings (failed runs only)
+    notes: tuple[str, ...] = ()
+    server_metrics: ServerMetrics | None = None     # from /metrics
     ref: PassRef = PassRef()
-    pd: object = None                   # collect.pd.PdSummary of a prefill/decode pass
+    pd: PdSummary | None = None         # a prefill/decode pass's TTFT breakdown, transfer, roles
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))
@@ -207,10 +218,10 @@ class LaunchSummary:
 
     launch: int
     mode: str
-    dir: str                            # relative to the run directory ("." for a single run)
+    dir: str                            # relative to the run directory (launch<N>-<MODE>)
     status: str                         # ok | failed | unfinished | not run (launch_end event)
     failure: dict | None = None         # the first 'fail' event's fields
-    passes: tuple = ()                  # "<key>: <verdict>" (burn-ins marked discarded)
+    passes: tuple[str, ...] = ()        # "<key>: <verdict>" (burn-ins marked discarded)
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))
@@ -218,36 +229,63 @@ class LaunchSummary:
 
 @dataclass(frozen=True)
 class CampaignSummary:
-    """Everything collected from one job: every launch and timed pass. A single run is the
-    campaign of one launch and one pass (`single`); its one PassSummary is `only`."""
+    """Everything collected from one job: every launch and timed pass (a run of one mode is the
+    campaign of one launch and one pass). summary.json holds it (to_dict; read_record)."""
 
     run_id: str
     job_id: str | None
-    campaign: object                    # campaign.Campaign
-    single: bool
+    campaign: Campaign
     job: JobInfo = JobInfo()
     running: bool = False               # Slurm says the job has not ended: nothing is final
-    launches: tuple = ()                # LaunchSummary
-    passes: tuple = ()                  # PassSummary of every timed pass (burn-ins left out)
-
-    @property
-    def only(self) -> PassSummary:
-        """The pass of a single run."""
-        return self.passes[0]
+    launches: tuple[LaunchSummary, ...] = ()
+    passes: tuple[PassSummary, ...] = ()    # every timed pass (burn-ins left out)
 
     @property
     def verdict(self) -> str:
-        """One word for the job: a single run's verdict; a campaign's: ok when every pass is."""
-        if self.single and self.passes:
-            return self.only.verdict
-        if self.running:
-            return "running"
-        bad = sorted({p.verdict for p in self.passes} - {"ok"})
-        return "ok" if self.passes and not bad else (bad[0] if bad else "failed")
+        """One word for the job: ok when every pass is, else the gravest of its passes'."""
+        found = {p.verdict for p in self.passes} | ({"running"} if self.running else set())
+        if found == {"ok"}:
+            return "ok"
+        return next((v for v in GRAVEST_FIRST if v in found), "failed")
+
+    def to_dict(self) -> dict:
+        return _clean(asdict(self))
 
 
-# The name of the collector's one-pass record before campaigns shared the collector.
-RunSummary = PassSummary
+# How a job's verdict is told from its passes' (the first one some pass has).
+GRAVEST_FIRST = ("running", "failed", "timeout", "cancelled", "invalid")
+
+
+def read_record(cls, data):
+    """A record read back from its JSON form (to_dict): every nested record, tuple and number as
+    the collector made it; keys it does not know are left out, missing ones take their default."""
+    return _read(cls, data)
+
+
+def _read(tp, value):
+    if value is None:
+        return None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return _read(next(a for a in args if a is not type(None)), value)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        return tp(**{f.name: _read(hints[f.name], value[f.name]) for f in dataclasses.fields(tp)
+                     if f.init and f.name in value})
+    if origin is tuple and args:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_read(args[0], v) for v in value)
+        return tuple(_read(a, v) for a, v in zip(args, value))
+    if tp is tuple or origin is tuple:
+        return tuple(_number(v) if not isinstance(v, list) else _read(tuple, v) for v in value)
+    if tp is float:
+        return _number(value)
+    return value
+
+
+def _number(v):
+    """A float that JSON could not hold ('inf', '-inf', 'nan' as _clean wrote them)."""
+    return float(v) if isinstance(v, str) and v in ("inf", "-inf", "nan") else v
 
 
 def _clean(value):

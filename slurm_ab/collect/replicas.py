@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 from ..parse.events import EventLog, Warmup
 from ..parse.server_scan import (Counts, DecodeAgg, Interval, Prefill, Retractions,
                                  ServerLogScan, lowest_stage, pooled_retractions, scan_server_log)
-from ..model.rundir import Layout, server_log_identity
+from ..model.rundir import RELATIVE, Layout, server_log_identity
 from .pd import component_name
 from .records import Pooled, ReplicaSummary
 
@@ -73,6 +73,7 @@ class LaunchLogs:
     """A launch's server logs, each scanned once for every pass window of the launch."""
 
     root: Path                                   # the run directory (names in notes are under it)
+    launch: Layout                               # the launch's directory
     files: dict                                  # replica -> node rank -> path
     scans: dict                                  # path -> ServerLogScan (with .windows per pass)
     warmups: dict                                # replica -> events.Warmup
@@ -136,7 +137,7 @@ def scan_launch(root: Path, launch: Layout, events: EventLog, windows: Sequence[
             if r != 0 and (0 not in files[g] or scans[files[g][0]].tagged
                            or not scans[files[g][0]].decode_lines)]
     scans.update(zip(rest, scan_files(rest, windows, ivs, all_samples, workers)))
-    return LaunchLogs(root, files, scans, warmups)
+    return LaunchLogs(root, launch, files, scans, warmups)
 
 
 def _through(scan: ServerLogScan, window: str) -> ServerLogScan:
@@ -179,9 +180,9 @@ def _one(logs: LaunchLogs, g: int, ranks: dict[int, Path], scans: list[ServerLog
     problems: list[str] = []
     rel = tuple(_shown(str(p), run_dir) for _, p in sorted(ranks.items()))
     if not ranks:
-        problems.append(f"{who}: no server log (logs/server-r{g}-n*.log missing)")
+        problems.append(f"{who}: no server log ({_shown(str(logs.launch.server_log(g, '*')), run_dir)} missing)")
     elif 0 not in ranks:
-        problems.append(f"{who}: no node-rank-0 log (logs/server-r{g}-n0.log missing)")
+        problems.append(f"{who}: no node-rank-0 log ({_shown(str(logs.launch.server_log(g, 0)), run_dir)} missing)")
     elif not any(sizes):
         problems.append(f"{who}: server logs are empty")
 
@@ -192,7 +193,7 @@ def _one(logs: LaunchLogs, g: int, ranks: dict[int, Path], scans: list[ServerLog
             streams[key] = streams.get(key, DecodeAgg()) + agg
     if window is None and not all_samples:
         streams = {}              # no benchmark happened (or it was not recorded): no samples
-        problems.append(f"{who}: no benchmark window in events.log; decode samples not "
+        problems.append(f"{who}: no benchmark window in {RELATIVE.events}; decode samples not "
                         "counted (all_samples counts the whole log)")
     primary = lowest_stage(streams, DecodeAgg())
 
@@ -206,7 +207,7 @@ def _one(logs: LaunchLogs, g: int, ranks: dict[int, Path], scans: list[ServerLog
     else:
         served, source = None, None
     if window is None and served is not None:
-        problems.append(f"{who}: no benchmark window in events.log; requests counted "
+        problems.append(f"{who}: no benchmark window in {RELATIVE.events}; requests counted "
                         "over the whole log")
 
     notes: list[str] = []
@@ -264,28 +265,28 @@ def _warmup(g: int, w: Warmup | None, scans: list[ServerLogScan], window,
         tokens = _prefill(scans, lambda s: s.intervals.get(name)).tokens
         posts = sum(s.intervals.get(name).posts for s in scans if name in s.intervals)
         if w.ok is not True:
-            return False, ("warm-up failed (events.log warmup_done ok=0)" if w.ok is False
+            return False, (f"warm-up failed ({RELATIVE.events} warmup_done ok=0)" if w.ok is False
                            else "warm-up started but never finished (no warmup_done)")
         if w.prompt_tokens is not None and w.prompt_tokens < expected:
             return False, f"warm-up had {w.prompt_tokens} prompt tokens, expected {expected}"
         if bench_start and w.done and w.done > bench_start:
             return False, "warm-up finished after the benchmark started"
         if has_batches and tokens >= expected:
-            return True, f"events.log ok=1; server log prefilled {tokens} tokens in the warm-up"
+            return True, f"{RELATIVE.events} ok=1; server log prefilled {tokens} tokens in the warm-up"
         if has_batches and tokens:
             # every chunk of a prompt is logged: fewer tokens than sent means a missing chunk
-            return False, (f"events.log says ok=1 but the server log prefilled only {tokens} of "
+            return False, (f"{RELATIVE.events} says ok=1 but the server log prefilled only {tokens} of "
                            f"{expected} tokens during the warm-up")
         if has_access and posts:
-            return True, "events.log ok=1; server log shows the warm-up POST"
+            return True, f"{RELATIVE.events} ok=1; server log shows the warm-up POST"
         if has_batches or has_access:
-            return False, (f"events.log says ok=1 but the server log shows no {expected}-token "
+            return False, (f"{RELATIVE.events} says ok=1 but the server log shows no {expected}-token "
                            "prefill or POST during the warm-up")
-        return True, "events.log ok=1 (server log has no batch or access lines to confirm)"
+        return True, f"{RELATIVE.events} ok=1 (server log has no batch or access lines to confirm)"
     name = f"pre-r{g}"
     tokens = _prefill(scans, lambda s: s.intervals.get(name)).tokens
     if has_batches and tokens >= expected:
-        return True, (f"no warm-up in events.log; server log prefilled {tokens} tokens before "
+        return True, (f"no warm-up in {RELATIVE.events}; server log prefilled {tokens} tokens before "
                       "the benchmark")
-    return False, "no warm-up recorded in events.log" + (
+    return False, f"no warm-up recorded in {RELATIVE.events}" + (
         "" if not has_batches else f" and < {expected} tokens prefilled before the benchmark")

@@ -1,12 +1,14 @@
 """The collector's records as flat rows: one numeric row per pass (summary.csv/json, the
-campaign's statistics), the aggregates and comparisons of a campaign, and a campaign's
-summary.json. Data, not presentation: the tables package prints them.
+statistics' input), a job's aggregates and comparisons (typed), and summary.json's record.
+Data, not presentation: the tables package prints them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from ..ab_stats import METRICS, PRIMARY_DEFAULT, aggregate
+from ..ab_stats import METRICS, PRIMARY_DEFAULT, Aggregate, aggregate
+from ..ab_stats.family import Row
 from .records import CampaignSummary, PassSummary
 
 # Verdicts whose pass has no numbers worth showing (the client's output, if any, is not final).
@@ -77,7 +79,45 @@ def metrics_columns(summary) -> dict:
     }
 
 
-def pass_row(s: PassSummary) -> dict:
+@dataclass(frozen=True)
+class PassRow:
+    """One timed pass as summary.csv has it: which pass it is (typed fields) and its numbers by
+    column name (`columns`: the csv row in order, the fields among them). Consumers read the fields
+    and value(metric); only the statistics (ab_stats, generic over tables of numbers) and the
+    csv/json writers read `columns`."""
+
+    mode: str
+    concurrency: int
+    repeat: int | None
+    launch: int
+    key: str | None
+    prompts: int | None
+    verdict: str
+    reason: str
+    columns: Mapping[str, object]
+
+    @classmethod
+    def of(cls, columns: Mapping[str, object]) -> "PassRow":
+        """A row from its columns (pass_row's, or summary.json's "rows" as other programs read them)."""
+        c = dict(columns)
+        return cls(str(c.get("mode") or ""), int(c.get("concurrency") or 0), c.get("repeat"),
+                   int(c.get("launch") or 1), c.get("pass"), c.get("prompts"), str(c.get("verdict") or ""),
+                   str(c.get("reason") or ""), c)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    def value(self, name: str) -> float | None:
+        """A numeric column (an ab_stats METRICS name, docs/metrics.md); None when it has no number."""
+        v = self.columns.get(name)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def to_dict(self) -> dict:
+        return dict(self.columns)
+
+
+def pass_row(s: PassSummary) -> PassRow:
     """A pass as the campaign tables read it: its numeric row and where it ran."""
     row = numeric_row(s)
     r = s.ref
@@ -88,66 +128,96 @@ def pass_row(s: PassSummary) -> dict:
     if b is not None:                   # PD: the KV transfer's part of TTFT (collect.pd)
         kv = next((x for x in b.chain if x.key == "kv_transfer"), None)
         row.update({"kv_transfer_ms": kv.mean_ms if kv else None, "kv_transfer_share": b.kv_share})
-    return row
+    return PassRow.of(row)
 
 
-def comparisons(cs: CampaignSummary, rows: list[dict]) -> list[dict]:
-    """The first mode against each other mode, at each concurrency."""
+@dataclass(frozen=True)
+class GroupAggregate:
+    """One (mode, concurrency) of a job: passes ok/total and each metric over its ok passes."""
+
+    mode: str
+    concurrency: int
+    passes_ok: int
+    passes: int
+    metrics: Mapping[str, Aggregate]        # ab_stats METRICS name -> its aggregate
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "concurrency": self.concurrency, "passes_ok": self.passes_ok,
+                "passes": self.passes, "metrics": {k: a.to_dict() for k, a in self.metrics.items()}}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """B against A at one concurrency: the primary metric's row first, then the secondary ones."""
+
+    a: str
+    b: str
+    concurrency: int
+    rows: tuple[Row, ...]
+
+    def to_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "concurrency": self.concurrency,
+                "metrics": [r.to_dict() for r in self.rows]}
+
+
+def pass_rows(cs: CampaignSummary) -> list[PassRow]:
+    """Every timed pass of a job as its numeric row (summary.csv, the statistics' input)."""
+    return [pass_row(p) for p in cs.passes]
+
+
+def comparisons(cs: CampaignSummary, rows: Sequence[PassRow] | None = None) -> tuple[Comparison, ...]:
+    """The first mode against each other mode, at each concurrency (none for one mode)."""
     c = cs.campaign
-    out = []
-    if len(c.modes) >= 2:
-        a_mode = c.modes[0]
-        for b_mode in c.modes[1:]:
-            for conc in c.concurrencies:
-                out.append({"a": a_mode, "b": b_mode, "concurrency": conc,
-                            "metrics": comparison(rows_of(rows, a_mode, conc),
-                                                     rows_of(rows, b_mode, conc),
-                                                     c.primary_metric)})
-    return out
+    rows = pass_rows(cs) if rows is None else rows
+    return tuple(Comparison(c.modes[0], b_mode, conc, tuple(comparison(
+        rows_of(rows, c.modes[0], conc), rows_of(rows, b_mode, conc), c.primary_metric)))
+        for b_mode in c.modes[1:] for conc in c.concurrencies)
 
 
-def campaign_record(cs: CampaignSummary) -> dict:
-    """A campaign's summary.json: every launch and pass, aggregates and comparisons."""
-    rows = [pass_row(p) for p in cs.passes]
-    return {"run_id": cs.run_id, "job_id": cs.job_id, "campaign": cs.campaign.to_dict(),
-            "variance": cs.campaign.variance, "job_state": cs.job.state_raw or cs.job.state,
-            "running": cs.running, "launches": [la.to_dict() for la in cs.launches],
-            "passes": rows, "aggregates": aggregate_records(rows),
-            "comparisons": comparisons(cs, rows)}
+SCHEMA = 2      # summary.json's "summary_schema": 2 = one CampaignSummary for every job
 
 
-def rows_of(rows: list[dict], mode: str, concurrency) -> list[dict]:
+def summary_record(cs: CampaignSummary) -> dict:
+    """summary.json: the job's CampaignSummary (read back by read_summary) and, for readers
+    outside slurm-ab, its verdict, every pass's numeric row, the aggregates and comparisons."""
+    rows = pass_rows(cs)
+    return {"summary_schema": SCHEMA, **cs.to_dict(), "verdict": cs.verdict,
+            "variance": cs.campaign.variance, "rows": [r.to_dict() for r in rows],
+            "aggregates": [a.to_dict() for a in aggregates(rows)],
+            "comparisons": [x.to_dict() for x in comparisons(cs, rows)]}
+
+
+def rows_of(rows: Sequence[PassRow], mode: str, concurrency: int) -> list[PassRow]:
     """The pass rows of one (mode, concurrency)."""
-    return [r for r in rows if r["mode"] == mode and r["concurrency"] == concurrency]
+    return [r for r in rows if r.mode == mode and r.concurrency == concurrency]
 
 
-def ok_rows(rows: Iterable[Mapping]) -> list[Mapping]:
-    return [r for r in rows if r.get("verdict") == "ok"]
+def ok_rows(rows: Iterable[PassRow]) -> list[PassRow]:
+    return [r for r in rows if r.ok]
 
 
-def groups(rows: Sequence[Mapping]) -> list[tuple[str, int]]:
+def groups(rows: Sequence[PassRow]) -> list[tuple[str, int]]:
     """(mode, concurrency) in first-seen order."""
-    out: list[tuple[str, int]] = []
-    for r in rows:
-        k = (r["mode"], int(r["concurrency"]))
-        if k not in out:
-            out.append(k)
-    return out
+    return list(dict.fromkeys((r.mode, r.concurrency) for r in rows))
 
 
-def aggregate_records(rows: Sequence[Mapping]) -> list[dict]:
+def aggregates(rows: Sequence[PassRow]) -> tuple[GroupAggregate, ...]:
     """Per (mode, concurrency): passes ok/total and each metric's mean, sd, CoV, 95% CI."""
     out = []
     for mode, c in groups(rows):
-        mine = [r for r in rows if r["mode"] == mode and int(r["concurrency"]) == c]
+        mine = rows_of(rows, mode, c)
         good = ok_rows(mine)
-        out.append({"mode": mode, "concurrency": c, "passes_ok": len(good), "passes": len(mine),
-                    "metrics": {m.name: aggregate([r.get(m.name) for r in good]).to_dict()
-                                for m in METRICS}})
-    return out
+        out.append(GroupAggregate(mode, c, len(good), len(mine),
+                                  {m.name: aggregate([r.value(m.name) for r in good]) for m in METRICS}))
+    return tuple(out)
 
 
-def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT) -> list[dict]:
-    """Per printed row (ok passes only): the JSON record of ab_stats.family.Row, the primary first."""
+def columns(rows: Iterable[PassRow]) -> list[Mapping[str, object]]:
+    """The rows as the statistics read them (ab_stats: tables of numbers by column name)."""
+    return [r.columns for r in rows]
+
+
+def comparison(a_rows: Sequence[PassRow], b_rows: Sequence[PassRow], primary: str = PRIMARY_DEFAULT) -> list[Row]:
+    """Per printed row (ok passes only): ab_stats.family.Row, the primary first."""
     from ..ab_stats.family import compare
-    return [r.to_dict() for r in compare(ok_rows(a_rows), ok_rows(b_rows), primary)]
+    return compare(columns(ok_rows(a_rows)), columns(ok_rows(b_rows)), primary)

@@ -16,7 +16,7 @@ from .write import write_summary
 
 def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool = True,
                       all_samples: bool = False, report: bool = True) -> tuple[CampaignSummary, list[Path]]:
-    """Collect a run or a campaign; write its summary files unless the job is still running.
+    """Collect a job; write its summary files unless the job is still running.
 
     Returns the summary and the summary files that changed. final=False skips asking Slurm;
     report=False draws no missing report.html (most of collect's time: the next collect or
@@ -31,16 +31,6 @@ def collect_and_write(run_dir: Path, *, job_id: str | None = None, final: bool =
     written += write_report(run_dir, changed=bool(written), running=running, missing=report)
     rundir.record_nodes(run_dir, dict(cs.job.node_lists or {}))
     return cs, written
-
-
-def collect_campaign_and_write(run_dir: Path, *, job_id: str | None = None,
-                               final: bool = True) -> tuple[dict, list[Path]]:
-    """A campaign collected and written for its tables (no missing page drawn); its summary.json's
-    dict."""
-    from .rows import campaign_record
-
-    cs, written = collect_and_write(run_dir, job_id=job_id, final=final, report=False)
-    return campaign_record(cs), written
 
 
 def write_report(run_dir: Path, *, changed: bool, running: bool, missing: bool = True) -> list[Path]:

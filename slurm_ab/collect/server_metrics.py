@@ -30,7 +30,7 @@ from typing import Mapping, Sequence
 from ..parse.events import EventLog
 from ..parse.prometheus import Scrape
 from ..model.experiment import Experiment, kind_of
-from ..model.rundir import Layout
+from ..model.rundir import RELATIVE, Layout
 from .gauges import (DRAFT_TOKENS, QUEUED, RETRACTED, RUNNING, by_stage, first_stage, gauge,
                      gauge_max, in_flight, kv_by_stage, label_set)
 from .histograms import (E2E_HISTOGRAM, TPOT_HISTOGRAMS, HistogramWindow, histogram_quantile,
@@ -99,7 +99,7 @@ class ReplicaMetrics:
     kv_stage_peaks: tuple = ()          # ((pp_rank, peak usage), ...)
     nodes_scraped: tuple = ()           # node ranks with at least one usable scrape
     nodes_missing: tuple = ()           # node ranks of the replica with none
-    series: tuple = ()                  # GaugePoint per round, in round order
+    series: tuple[GaugePoint, ...] = ()     # per round, in round order
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ class PooledMetrics:
 @dataclass(frozen=True)
 class ServerMetrics:
     available: bool = False             # at least one replica exposed usable scrapes
-    replicas: tuple = ()                # ReplicaMetrics
+    replicas: tuple[ReplicaMetrics, ...] = ()
     pooled: PooledMetrics = PooledMetrics()
     router_metric: str | None = None    # the router counter the cross-check used
     router_scrapes: int = 0
@@ -429,8 +429,8 @@ def collect_server_metrics(run_dir: str | Path, events: EventLog, replicas: Sequ
     per_rep = by_replica(refs)
     if not per_rep:
         why = ("the job took no /metrics scrapes (older job script, or metrics scraping off)"
-               if not any(Layout(run_dir).metrics.glob("*.prom")) else
-               "metrics/ holds files but events.log records no scrape of this benchmark")
+               if not Layout(run_dir).scrapes() else
+               f"{RELATIVE.metrics}/ holds files but {RELATIVE.events} records no scrape of this benchmark")
         return ServerMetrics(notes=(f"server metrics: none; {why}; figures from the logs only",))
     problems: list[str] = []
     checks: list[str] = []

@@ -21,6 +21,7 @@ from typing import Sequence
 from ..parse.diagnose import NO_KV_MEMORY, ROOT_CAUSE_KINDS, Finding
 from ..parse.events import EventLog
 from ..parse.preflight import preflight_reasons
+from ..model.rundir import RELATIVE, server_log_identity
 from ..model.slurm import ACTIVE_STATES, CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES, node_state_words
 from .pd import component_name, pd_fail_reasons
 from .records import BenchResult, JobInfo
@@ -62,7 +63,7 @@ def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
         if "slurm_cancelled" in kinds or "signal" in fails:
             return "cancelled", ["job was cancelled (Slurm/job log)"]
         if events.job_rc() is None and not fails:
-            return "running", ["no Slurm state given and no job_end in events.log: the job may "
+            return "running", [f"no Slurm state given and no job_end in {RELATIVE.events}: the job may "
                                "still be running"]
     return None, []
 
@@ -82,14 +83,15 @@ def time_limit_reason(events: EventLog) -> str:
             "stopped itself before Slurm killed it")
 
 
-def outcome_reasons(job: JobInfo, events: EventLog, bench: BenchResult, has_result: bool
+def outcome_reasons(job: JobInfo, events: EventLog, bench: BenchResult, has_result: bool,
+                    files: tuple[str, str] = (str(RELATIVE.bench("<pass>")), str(RELATIVE.client_log("<pass>")))
                     ) -> list[str]:
-    """Reasons that make a finished job 'failed'."""
+    """Reasons that make a finished job 'failed'; files: the pass's client output and log as
+    reasons name them."""
     out = []
-    rc = events.job_rc()
-    if rc not in (None, 0):
+    rc, brc = events.job_rc(), events.bench_rc()
+    if rc not in (None, 0) and brc != 0:            # not about a pass that completed before
         out.append(f"job script exited with status {rc}")
-    brc = events.bench_rc()
     if brc not in (None, 0):
         out.append(f"benchmark client exited with status {brc}")
     for e in events.failures():
@@ -97,8 +99,8 @@ def outcome_reasons(job: JobInfo, events: EventLog, bench: BenchResult, has_resu
         extra = " ".join(f"{k}={v}" for k, v in e.fields.items() if k != "kind")
         out.append(f"job recorded failure {kind}" + (f" ({extra})" if extra else ""))
     if not has_result:
-        out.append("no benchmark result: bench.jsonl missing, empty or unreadable and no "
-                   "result block in logs/client.log")
+        out.append(f"no benchmark result: {files[0]} missing, empty or unreadable and no "
+                   f"result block in {files[1]}")
     elif bench.completed == 0:
         out.append("no request succeeded")
     return out
@@ -122,7 +124,7 @@ def validity_reasons(bench: BenchResult, replica_problems: Sequence[str], replic
         first = bench.errors[0] if bench.errors else "error text not recorded"
         out.append(f"{bench.failed} request(s) failed: {first}")
     if window is None:
-        out.append("no bench_start in events.log: the benchmark window is unknown")
+        out.append(f"no bench_start in {RELATIVE.events}: the benchmark window is unknown")
     out.extend(replica_problems)
     for r in replicas:
         if r.logs and not r.requests_served:
@@ -297,14 +299,15 @@ def guard_reasons(events: EventLog, findings: Sequence[Finding], node_lists: dic
             g = int(f["replica"]) if f.get("replica", "").isdigit() else f.get("replica", "?")
             who = component_name(g, names) if isinstance(g, int) else f"replica {g}"
             where = f"{f.get('node', '?')} ({who} node rank {f.get('node_rank', '?')})"
-            log = f"logs/server-r{f.get('replica')}-n{f.get('node_rank')}.log"
-            why = next((x for x in findings if x.kind == "nccl_net" and PurePath(x.file).as_posix() == log
+            log = (_int(f.get("replica")), _int(f.get("node_rank")))
+            why = next((x for x in findings if x.kind == "nccl_net" and server_log_identity(x.file) == log
                         and "Using network" not in x.excerpt), None) or \
-                next((x for x in findings if x.kind == "nccl_net" and PurePath(x.file).as_posix() == log), None)
+                next((x for x in findings if x.kind == "nccl_net" and server_log_identity(x.file) == log), None)
             out.append(f"NCCL on {where} used network {f.get('network', '?')}, not {f.get('expected', '?')} "
                        f"(cluster.nccl_network): every collective of {who} "
                        "crossed the fallback, so the job stopped before the benchmark"
-                       + (f": {why.excerpt} [{why.file}:{why.line}]" if why else f" [{log}]"))
+                       + (f": {why.excerpt} [{why.file}:{why.line}]" if why else
+                          f" [{RELATIVE.server_log(*log) if None not in log else 'its server log'}]"))
         elif kind == "stalled":
             g = f.get("replica", "?")
             head = f.get("node") or (node_lists.get(str(g)) or ["?"])[0]
@@ -438,3 +441,7 @@ def router_retry_reasons(r: RouterRetries | None, requests: int | None, max_pct:
         return [f"{what}, more than router.max_retry_pct = {max_pct:g}%: their latencies include a failed "
                 "attempt and the replicas' shares are not the policy's"], []
     return [], [f"{what}, within router.max_retry_pct = {max_pct:g}%: flagged, not invalid"]
+
+
+def _int(v) -> int | None:
+    return int(v) if isinstance(v, str) and v.isdigit() else None

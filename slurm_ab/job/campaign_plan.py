@@ -1,9 +1,10 @@
-"""A campaign's options and checks: several validated modes of one shape in one allocation.
+"""Every job is a campaign: its options and checks, one or several validated modes of one shape
+in one allocation (a run of one mode is the campaign of one launch and one pass).
 
-Every mode is resolved and validated as for a single run; modes whose allocation differs
-(replicas, nodes per replica, the #SBATCH options of a component) cannot share one job. The
-schedule (campaign.schedule) becomes the JobPlan's launches and passes in plan.make_plan, the
-same way a single run's one launch and one pass does.
+Every mode is resolved and validated on its own; modes whose allocation differs (replicas, nodes
+per replica, the #SBATCH options of a component) cannot share one job. The schedule
+(campaign.schedule) becomes the JobPlan's launches and passes in plan.make_plan. `plan_job` is
+the one path from the CLI's sources to a plan.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ..model.errors import ConfigError, ConfigErrors
 from ..model.experiment import Experiment
 from ..ab_stats.metrics import PRIMARY_CHOICES
 from .render import mode_lines
-from .plan import JobPlan, check_run_id, make_plan
+from .plan import JobPlan, check_run_id, component_options, make_plan
 
 MODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -32,9 +33,9 @@ class CampaignOptions:
     launches: int | None = None
 
 
-def _shape(exp: Experiment, plan: JobPlan) -> tuple:
+def _shape(exp: Experiment) -> tuple:
     """The allocation a mode's launch needs: every component's nodes (one per role instance)."""
-    return (tuple(c.nodes for c in exp.components), exp.cluster.gpus_per_node, plan.sbatch_component)
+    return (tuple(c.nodes for c in exp.components), exp.cluster.gpus_per_node, component_options(exp))
 
 
 def _describe_shape(exp: Experiment) -> str:
@@ -84,7 +85,7 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
             errors.append(ConfigError("--concurrency", opts.concurrencies, str(e), "e.g. 1,8,16"))
     shapes = {}
     for e in exps:
-        shapes.setdefault(_shape(e, make_plan(e, "shape-check", "/shape-check")), []).append(e)
+        shapes.setdefault(_shape(e), []).append(e)
     if len(shapes) > 1:
         groups = "; ".join(f"{', '.join(x.mode.name for x in es)}: {_describe_shape(es[0])}"
                            for es in shapes.values())
@@ -114,21 +115,15 @@ def _launches(opts: CampaignOptions, bench, n_modes: int, order: str, errors: li
     return value
 
 
-def default_campaign_id(exps: list[Experiment], now: float | None = None) -> str:
+def default_run_id(exps: list[Experiment], now: float | None = None) -> str:
+    """<experiment>-<mode>[-vs-<mode>...]-<timestamp>."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     return f"{exps[0].name}-{'-vs-'.join(e.mode.name for e in exps)}-{stamp}"[:100]
 
 
-def make_campaign_plan(exps: list[Experiment], campaign: Campaign, run_id: str, run_dir: str) -> JobPlan:
-    """The job's plan: every mode's server command, the schedule's launches and passes."""
-    return make_plan(exps, run_id, run_dir, campaign)
-
-
 def campaign_summary(plan: JobPlan) -> str:
-    """What a campaign runs, for dry-run (after the single-run summary of its first mode)."""
+    """What the job runs, launch by launch, for dry-run (after the summary of its first mode)."""
     cp = plan.campaign
-    if plan.single:
-        return ""
     c = cp.campaign
     lines = [f"campaign: modes {', '.join(c.modes)}; {c.repeats} repeat(s) x concurrency "
              f"{', '.join(map(str, c.concurrencies))}; order {c.order}; burn-in "
@@ -137,7 +132,8 @@ def campaign_summary(plan: JobPlan) -> str:
     for launch in cp.launches:
         lines.append(f"  launch {launch.index} ({launch.mode}) -> {launch.dir}/: "
                      + ", ".join(f"{p.key} ({p.prompts} prompts)" for p in launch.passes))
-    lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
+    if len(c.passes) > 1:
+        lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
     for i in range(1, len(c.modes)):
         lines += mode_lines(plan, i)
     for mode, roles in zip(c.modes, cp.roles):
@@ -150,16 +146,17 @@ def _words(cmd) -> tuple:
     return tuple(w for line in cmd.lines for w in line)
 
 
-__all__ = ["CampaignOptions", "campaign_summary", "default_campaign_id", "plan_campaign",
-           "make_campaign_plan", "resolve_options"]
+__all__ = ["CampaignOptions", "campaign_summary", "default_run_id", "plan_job", "resolve_options"]
 
 
-def plan_campaign(src, modes: list[str], run_id: str | None = None,
-                  opts: CampaignOptions = CampaignOptions()) -> JobPlan:
-    """sources.plan_for for several modes: validate each, check their shapes, schedule, plan."""
+def plan_job(src, modes: list[str], run_id: str | None = None,
+             opts: CampaignOptions = CampaignOptions()) -> JobPlan:
+    """The plan of a job from the CLI's sources: validate each mode, check their shapes, schedule
+    the launches and passes (options, else [benchmark]), plan. The run id: run_id, else $RUN_ID
+    (as in the seed's script), else default_run_id."""
     import os
 
-    from ..model.sources import load_experiment, pick_run_id, run_dir_for
+    from ..model.sources import load_experiment, run_dir_for
 
     errors: list[ConfigError] = []
     exps = []
@@ -173,9 +170,6 @@ def plan_campaign(src, modes: list[str], run_id: str | None = None,
     if errors:
         raise ConfigErrors(errors)
     campaign = resolve_options(exps, opts)
-    if campaign.single:
-        rid = pick_run_id(exps[0], run_id)
-    else:
-        rid = run_id if run_id is not None else (os.environ.get("RUN_ID") or default_campaign_id(exps))
-        check_run_id(rid)
-    return make_campaign_plan(exps, campaign, rid, str(run_dir_for(exps[0], rid)))
+    rid = run_id if run_id is not None else (os.environ.get("RUN_ID") or default_run_id(exps))
+    check_run_id(rid)
+    return make_plan(exps, rid, str(run_dir_for(exps[0], rid)), campaign)

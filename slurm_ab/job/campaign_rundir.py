@@ -1,5 +1,5 @@
-"""The run directory of a campaign: one sub-directory per server launch, each with the manifest of
-its mode (its resolved experiment), written at submission. A single run has none."""
+"""The run directory of a job: one sub-directory per server launch, each with the manifest of its
+mode (its resolved experiment), written at submission; the root manifest holds the schedule."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,9 +10,7 @@ from .plan import JobPlan
 
 
 def launch_manifests(plan: JobPlan, root: rundir.Manifest) -> dict[str, rundir.Manifest]:
-    """dirname -> manifest of each launch: its mode's resolved experiment, the campaign's job."""
-    if plan.single:
-        return {}
+    """dirname -> manifest of each launch: its mode's resolved experiment, the job's ids."""
     cp = plan.campaign
     out = {}
     for step, launch in zip(cp.launches, cp.campaign.launches):
@@ -31,11 +29,8 @@ def write_launch_manifests(plan: JobPlan, run_dir: Path, root: rundir.Manifest) 
 
 
 def campaign_manifest(plan: JobPlan, m: rundir.Manifest) -> rundir.Manifest:
-    """The root manifest of a campaign: its modes and schedule (manifest key "campaign")."""
-    if plan.single:
-        return m
+    """The root manifest of a job: its modes and schedule (manifest key "campaign"); its config
+    is its first mode's, its mode the modes joined by '+'."""
     cp = plan.campaign
-    return replace(m, mode="+".join(cp.modes),
-                   mode_description="campaign: " + " vs ".join(
-                       f"{x} ({d})" for x, d in zip(cp.modes, cp.descriptions)),
-                   campaign=cp.campaign)
+    return replace(m, mode=plan.mode_label, campaign=cp.campaign,
+                   mode_description=" vs ".join(f"{x} ({d})" for x, d in zip(cp.modes, cp.descriptions)))

@@ -26,13 +26,13 @@ CLEANUP_BOUND_S = 60      # the job's clean-up step runs under `timeout 60` (gua
 
 def _job_dir(run_dir: Path, job_id: str) -> Path:
     """The directory the job writes (a re-submitted script writes beside its original one)."""
-    alt = run_dir.with_name(f"{run_dir.name}-job{job_id}")
+    alt = Layout(run_dir).resubmitted(job_id)
     return alt if alt.is_dir() else run_dir
 
 
 def _forget_secrets(run_dir: Path) -> None:
     """A job that never started has not read (and removed) its secrets file: remove it."""
-    Layout(run_dir).path("secrets").unlink(missing_ok=True)
+    Layout(run_dir).secrets.unlink(missing_ok=True)
 
 
 def cancel_run(run_dir: Path, job_id: str, echo: Callable[[str], None] = print,
@@ -54,7 +54,7 @@ def cancel_run(run_dir: Path, job_id: str, echo: Callable[[str], None] = print,
     c = m.config.cluster if m is not None and m.config is not None else None
     bound = (c.teardown_grace_s if c is not None and c.teardown_grace_s else 20) + CLEANUP_BOUND_S \
         + 2 * (c.poll_interval_s if c is not None and c.poll_interval_s else 2) + 10
-    request = Layout(_job_dir(run_dir, job_id)).path("cancel_request")
+    request = Layout(_job_dir(run_dir, job_id)).cancel_request
     request.write_text(f"{getpass.getuser()}@{socket.gethostname()} {datetime.now().isoformat(timespec='seconds')}\n")
     t0 = time.monotonic()
     if scancel(job_id, signal="USR1", batch=True):

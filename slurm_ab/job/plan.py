@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 from typing import Sequence
 
-from ..model.campaign import Campaign, Launch, Pass
+from ..model.campaign import Campaign
+from ..model.duration import Estimate
 from ..model.experiment import PD_KINDS, Experiment, kind_of
+from ..model.rundir import RELATIVE, Layout, job_formats, launch_dirname
 from .shell import Var, flag_words
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
@@ -59,15 +61,15 @@ class JobPlan:
     server_step: tuple[str, ...]           # srun options of the server steps (besides group/nodes)
     side_step: tuple[str, ...]             # srun options of router/client (pinned with --nodelist)
     preflight: "Preflight | None"          # None: disabled
-    campaign: "CampaignPlan | None" = None  # what the job runs: every launch and pass (make_plan)
+    campaign: "CampaignPlan"               # what the job runs: every launch and pass (make_plan)
     # Site survival (issue 20): options of every srun step (--mpi=... then cluster.srun_extra), the
     # writable cache directory and its environment, the job's expected duration (duration.py).
     srun_extra: tuple[str, ...] = ()
     cache: "Cache | None" = None           # None: no cache directory (the image's HOME)
-    estimate: "object | None" = None       # duration.Estimate once the time limit is fitted
+    estimate: Estimate | None = None       # once the time limit is fitted (duration.fit_time_limit)
 
     @property
-    def duration(self):
+    def duration(self) -> Estimate:
         """The job's duration estimate: the fitted one, else from the [estimate] figures alone."""
         if self.estimate is not None:
             return self.estimate
@@ -109,11 +111,6 @@ class JobPlan:
         ct = self.exp.container
         return f"{ct.name}-${{SLURM_JOB_ID}}" if ct.image and ct.name else ""
 
-
-    @property
-    def single(self) -> bool:
-        return self.campaign is None or self.campaign.campaign.single
-
     @property
     def experiment(self) -> str:
         return self.exp.name
@@ -121,14 +118,13 @@ class JobPlan:
     @property
     def title(self) -> str:
         """What the job runs, in a few words (the script's first comment)."""
-        if self.single:
-            return f"mode {self.exp.mode.name} ({self.exp.mode.description})"
-        return "campaign of " + ", ".join(self.campaign.modes)
+        cp = self.campaign
+        return ", ".join(f"mode {m} ({d})" for m, d in zip(cp.modes, cp.descriptions))
 
     @property
     def mode_label(self) -> str:
-        """MODE of the job's own job_start: the mode, or a campaign's modes joined by '+'."""
-        return "+".join(self.campaign.modes) if self.campaign else self.exp.mode.name
+        """MODE of the job's own job_start: its modes joined by '+'."""
+        return "+".join(self.campaign.modes)
 
     @property
     def prologue(self) -> str:
@@ -141,7 +137,7 @@ class JobPlan:
         e = self.exp
         return (
             ("RUN_ID", self.run_id), ("MODE", self.mode_label), ("RUN_DIR", self.run_dir),
-            ("SINGLE", int(self.single)), ("REPLICAS", len(self.replicas)),
+            ("REPLICAS", len(self.replicas)),
             ("READY_TIMEOUT", e.cluster.ready_timeout_s),
             ("ROUTER_PROFILE", e.router.profile),
             ("ROUTER_READY_TIMEOUT", e.router.ready_timeout_s),
@@ -156,6 +152,12 @@ class JobPlan:
             ("DIST_PORT_BASE", e.ports.dist_init), ("ROUTER_PORT_BASE", e.ports.router),
             ("ROUTER_METRICS_PORT_BASE", e.ports.router_metrics),
         )
+
+    @property
+    def files(self) -> tuple[tuple[str, str, str], ...]:
+        """The run directory's file names the job script writes, as printf formats (rundir.Layout's
+        names: the script spells none itself); a PD job's pair files only with pd.sh."""
+        return job_formats(self.pd)
 
     @property
     def router_profile(self) -> str:
@@ -217,13 +219,13 @@ class LaunchStep:
     index: int
     mode: str
     server: int                            # index of its mode (its role commands, MODE_* arrays)
-    dir: str                               # relative to the run directory; "." = the run's own
+    dir: str                               # relative to the run directory (launch<N>-<MODE>)
     passes: tuple[PassStep, ...]
 
 
 @dataclass(frozen=True)
 class CampaignPlan:
-    """Every server launch of the job and the passes each runs (one of each for a single run)."""
+    """Every server launch of the job and the passes each runs (a run of one mode: one of each)."""
 
     campaign: Campaign
     experiments: tuple[Experiment, ...]   # per mode, in campaign.modes order
@@ -263,28 +265,15 @@ class CampaignPlan:
         return dict(self.roles[mode_index])[role]
 
 
-def single_campaign(exp: Experiment) -> Campaign:
-    """The campaign a single run is: one launch of its mode, one pass."""
-    b = exp.benchmark
-    p = Pass(1, exp.mode.name, b.concurrency, 1, b.num_prompts)
-    return Campaign((exp.mode.name,), 1, (b.concurrency,), "blocked", False,
-                    (Launch(1, exp.mode.name, (p,)),))
-
-
 def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignPlan:
     """The launches and passes with their directories and files (rundir.Layout's names)."""
-    from ..model.rundir import PATHS, launch_dirname
-    single = campaign.single
     modes = tuple(e.mode.name for e in exps)
     steps = []
     for launch in campaign.launches:
-        passes = tuple(PassStep(
-            p.concurrency, p.repeat, p.prompts, p.key,
-            PATHS["bench"] if single else PATHS["bench_pass"].format(key=p.key),
-            PATHS["client_log"] if single else PATHS["client_log_pass"].format(key=p.key))
-            for p in launch.passes)
+        passes = tuple(PassStep(p.concurrency, p.repeat, p.prompts, p.key, str(RELATIVE.bench(p.key)),
+                                str(RELATIVE.client_log(p.key))) for p in launch.passes)
         steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
-                                "." if single else launch_dirname(launch), passes))
+                                launch_dirname(launch), passes))
     roles = tuple(tuple((r.name, role_command(e, r.name)) for r in e.mode.roles) for e in exps)
     return CampaignPlan(campaign, exps, tuple(steps), roles, tuple(_router(e) for e in exps))
 
@@ -350,7 +339,7 @@ def check_run_id(run_id: str) -> None:
                           "1-100 letters, digits, '.', '_' or '-', starting with a letter or digit, no '..'")
 
 
-def _sbatch_component(exp: Experiment) -> tuple[str, ...]:
+def component_options(exp: Experiment) -> tuple[str, ...]:
     c = exp.cluster
     opts = [f"--partition={c.partition}"]
     if c.account:
@@ -603,9 +592,9 @@ def _preflight(exps: Sequence[Experiment]) -> Preflight | None:
 
 
 def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
-              campaign: Campaign | None = None) -> JobPlan:
-    """The plan of a job: one mode's single run, or the campaign of several validated modes of
-    one shape (campaign_plan.plan_campaign checks that)."""
+              campaign: Campaign) -> JobPlan:
+    """The plan of a job: the campaign of one or several validated modes of one shape
+    (campaign_plan.plan_job checks them and schedules the campaign)."""
     exps = (exp,) if isinstance(exp, Experiment) else tuple(exp)
     exp = exps[0]
     check_run_id(run_id)
@@ -613,7 +602,7 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
     c = exp.cluster
     sbatch_job = (
         f"--job-name={job_name(run_id)}",
-        f"--output={run_dir}/slurm-%j.out",
+        f"--output={Layout(Path(run_dir)).slurm_out('%j')}",
         f"--signal=B:USR1@{c.signal_before_limit_s}",
         "--no-requeue",  # a node failure must end the run with its evidence, not silently rerun it
     )
@@ -623,7 +612,7 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
         run_dir=run_dir,
         job_name=job_name(run_id),
         sbatch_job=sbatch_job,
-        sbatch_component=_sbatch_component(exp),
+        sbatch_component=component_options(exp),
         replicas=tuple(Replica(c.group, c.nodes, c.group * stride, c.role, c.instance) for c in exp.components),
         container_flags=container_flags_for(exps, run_dir),
         server_env=_env(exp.env) + _env(exp.server_env),
@@ -634,7 +623,7 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
         server_step=_server_step(exp),
         side_step=_side_step(exp),
         preflight=_preflight(exps),
-        campaign=campaign_plan(exps, campaign or single_campaign(exp)),
+        campaign=campaign_plan(exps, campaign),
         srun_extra=srun_extra(exp),
         cache=cache_plan(exp),
     )

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from ..parse.events import Event, parse_event_line
-from ..parse.server_log import parse_access_line, parse_batch_line
+from ..parse.server_log import BatchSample, parse_access_line, parse_batch_line
 from ..model.rundir import Layout, read_manifest
 from ..model.slurm import PENDING_STATES, base_state
 
@@ -57,9 +57,9 @@ class _Tail:
 @dataclass
 class _Replica:
     arrivals: list = field(default_factory=list)    # times of generation POSTs (all)
-    last_sample: object = None                      # latest Decode/Prefill BatchSample
-    last_decode: object = None
-    last_scrape: object = None                      # latest usable metrics_scrape event of node rank 0
+    last_sample: BatchSample | None = None          # latest Decode/Prefill sample
+    last_decode: BatchSample | None = None
+    last_scrape: Event | None = None                # latest usable metrics_scrape event of node rank 0
 
 
 @dataclass(frozen=True)
@@ -244,10 +244,12 @@ class Tracker:
         snap = sub.poll(state)
         n = len(self.campaign.launches) if self.campaign and self.campaign.launches else "?"
         ended = [e for e in self._named("launch_end") if e.line > cur.line]
-        phase = f"launch {cur.get_int('launch')} of {n} ({cur.fields.get('mode', '?')}): {snap.phase}"
+        # a job of one launch reads as that launch's phases alone
+        which = f"launch {cur.get_int('launch')} of {n} ({cur.fields.get('mode', '?')})" if n != 1 else "launch"
+        phase = f"{which}: {snap.phase}" if n != 1 else snap.phase
         if ended or self._named("job_end"):
             phase = "collecting" if self._named("job_end") else \
-                f"launch {cur.get_int('launch')} of {n} ({cur.fields.get('mode', '?')}) ended: {ended[0].fields.get('status', '?')}"
+                f"{which} ended: {ended[0].fields.get('status', '?')}"
         js, je = self._named("job_start"), self._named("job_end")
         now = self.clock()
         start = js[0].epoch if js else (launches[0].epoch if launches else self.started_watching)

@@ -102,10 +102,8 @@ def summary(plan: JobPlan) -> str:
                      f"once the router counts {e.replicas} healthy workers (within pd.canary_timeout_s = "
                      f"{e.pd.canary_timeout_s} s)")
     first = plan.campaign.launches[0].passes[0]
-    client = plan.client_of(first) if plan.single else plan.client
-    lines.append(f"  client (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}"
-                 + ("" if plan.single else ", per pass") + "): "
-                 + words(w for line in client.lines for w in line))
+    lines.append(f"  client (srun --het-group=0 --nodelist=\"$ROUTER_HOST\" {side}; per pass, the first "
+                 f"shown: {first.key}): " + words(w for line in plan.client_of(first).lines for w in line))
     for n in notices(e):
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"

@@ -127,7 +127,7 @@ def write_secrets(plan: JobPlan, run_dir: Path) -> None:
     if not plan.secret_env:
         return
     text = "".join(f"export {n}={shlex.quote(os.environ[n])}\n" for n in plan.secret_env)
-    fd = os.open(Layout(run_dir).path("secrets"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(Layout(run_dir).secrets, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
 
@@ -169,7 +169,7 @@ def submit(plan: JobPlan, *, collector: bool = True) -> Submitted:
         try:
             job = executor.submit_script(script)
         except Exception as e:  # sbatch refused: keep the directory as evidence, say why
-            lay.path("secrets").unlink(missing_ok=True)
+            lay.secrets.unlink(missing_ok=True)
             msg = str(e).strip().splitlines()
             lay.submit_error.write_text(str(e) + "\n")
             raise UsageError(f"sbatch refused the job: {msg[-1] if msg else e} (details in {lay.submit_error})") from None

@@ -11,8 +11,30 @@ from ..model.slurm import PENDING_STATES, base_state, is_active, pending_reason,
 
 def _events_file(run_dir: Path, job_id: str) -> Path:
     # A re-submitted script writes beside its original directory (see the job script).
-    alt = run_dir.with_name(f"{run_dir.name}-job{job_id}")
+    alt = Layout(run_dir).resubmitted(job_id)
     return Layout(alt if alt.is_dir() else run_dir).events
+
+
+def _all_events(job_events: Path) -> list[Path]:
+    """The job's events file, then each of its launches' that exists so far."""
+    from ..model.rundir import open_run
+
+    run = open_run(job_events.parent)
+    launches = [run.launch_layout(la).events for la in run.campaign.launches]
+    return [job_events] + [p for p in launches if p != job_events and p.exists()]
+
+
+def _new_lines(path: Path, offsets: dict[Path, int]) -> list[str]:
+    """Whole lines of `path` since the last call (a partial last line is read next time)."""
+    try:
+        with open(path, errors="replace") as f:
+            f.seek(offsets.get(path, 0))
+            chunk = f.read()
+    except OSError:
+        return []
+    whole = chunk[: chunk.rfind("\n") + 1]
+    offsets[path] = offsets.get(path, 0) + len(whole.encode())
+    return whole.splitlines()
 
 
 def _settle(job_id: str, events: Path, timeout_s: float = 30.0) -> None:
@@ -53,18 +75,12 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
 
     job = HetSlurmJob(folder=Layout(run_dir).submitit, job_id=job_id)
     start = time.monotonic()
-    offset = 0
+    offsets: dict[Path, int] = {}
     last_state = None
     while True:
         ev = _events_file(run_dir, job_id)
-        if ev.exists():
-            with open(ev, errors="replace") as f:
-                f.seek(offset)
-                chunk = f.read()
-                # only whole lines; a partial last line is read next time
-                whole = chunk[: chunk.rfind("\n") + 1]
-                offset += len(whole.encode())
-            for line in whole.splitlines():
+        for path in _all_events(ev):
+            for line in _new_lines(path, offsets):
                 if not shown(line, verbose):
                     continue
                 parts = line.split(" ", 3)

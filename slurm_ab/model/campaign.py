@@ -1,8 +1,8 @@
 """A campaign: several modes benchmarked in turn inside one allocation, with repeats and a
 concurrency sweep. Pure: which server launches run, in which order, and which passes each runs.
 
-A single run is the campaign of one mode, one concurrency, one repeat (``Campaign.single``):
-its files keep today's names (bench.jsonl, logs/client.log) so nothing about it changes.
+Every job is a campaign; a run of one mode is the campaign of one launch and one pass (one mode,
+one concurrency, one repeat), laid out and collected like any other.
 
 A campaign runs `launches` server launches per mode, each with `repeats` timed passes per
 concurrency. Orders: ``counterbalanced`` (the default for comparisons) runs the modes forward then
@@ -78,12 +78,6 @@ class Campaign:
     launches: tuple[Launch, ...] = field(default=())
     launches_per_mode: int = 1
     primary_metric: str = "output_tps"      # benchmark.primary_metric: the headline verdict
-
-    @property
-    def single(self) -> bool:
-        """Today's single run: one mode, one concurrency, one timed pass, no burn-in."""
-        return (len(self.modes) == 1 and self.repeats == 1 and len(self.concurrencies) == 1
-                and not self.burn_in and self.launches_per_mode == 1)
 
     @property
     def passes(self) -> tuple[Pass, ...]:

@@ -74,11 +74,7 @@ def campaign_schedule(campaign) -> Schedule:
 
 
 def _schedule(plan) -> Schedule:
-    cp = getattr(plan, "campaign", None)
-    if cp is not None:
-        return campaign_schedule(cp.campaign)
-    b = plan.exp.benchmark
-    return [(plan.exp.mode.name, [(b.num_prompts, b.concurrency)])]
+    return campaign_schedule(plan.campaign.campaign)
 
 
 # ---- measured figures of earlier runs -----------------------------------------------------------
@@ -90,11 +86,13 @@ class History:
 
 
 def _run_dirs(results: Path) -> list[Path]:
+    from .rundir import Layout
+
     try:
-        dirs = [d for d in results.iterdir() if (d / "manifest.json").is_file()]
+        dirs = [d for d in results.iterdir() if Layout(d).manifest.is_file()]
     except OSError:
         return []
-    return sorted(dirs, key=lambda d: (d / "manifest.json").stat().st_mtime, reverse=True)[:HISTORY_RUNS]
+    return sorted(dirs, key=lambda d: Layout(d).manifest.stat().st_mtime, reverse=True)[:HISTORY_RUNS]
 
 
 def _launch_figures(events_path: Path, mode: str, bench, run_id: str, pass_overhead_s: float,
@@ -123,7 +121,7 @@ def _launch_figures(events_path: Path, mode: str, bench, run_id: str, pass_overh
 def read_history(exp: Experiment) -> History:
     """Measured loads and seconds per request of earlier runs of this model on as many nodes at
     the same input/output lengths, from the run directories under paths.results (newest first)."""
-    from .rundir import read_manifest
+    from .rundir import open_run, read_manifest
 
     loads: list = []
     requests: list = []
@@ -136,10 +134,12 @@ def read_history(exp: Experiment) -> History:
                 or cfg.benchmark.output_len != b.output_len:
             continue
         run_id = m.run_id or d.name
-        subs = [s for s in sorted(d.glob("launch*")) if (s / "events.log").is_file()]
-        for events, manifest in ([(s / "events.log", read_manifest(s)) for s in subs] or [(d / "events.log", m)]):
-            _launch_figures(events, (manifest.mode if manifest else None) or "", cfg.benchmark, run_id,
-                            exp.estimate.pass_overhead_s, loads, requests)
+        run = open_run(d)
+        for launch in run.campaign.launches:
+            lay = run.launch_layout(launch)
+            if lay.events.is_file():
+                _launch_figures(lay.events, launch.mode, cfg.benchmark, run_id,
+                                exp.estimate.pass_overhead_s, loads, requests)
     return History(tuple(loads), tuple(requests))
 
 

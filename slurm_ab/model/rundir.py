@@ -1,9 +1,10 @@
 """The run directory: its layout, its manifest, and finding a run again by run id or job id.
 
 Created once and never reused or overwritten (its evidence stays intact). submit/render write
-job.sbatch and manifest.json; the job script writes the raw files (events.log, logs/, bench.jsonl,
-slurm-<JOBID>.out); the collector reads them and writes only summary.*. The layout is described in
-docs/design.md; every path to a file of a run comes from `Layout`.
+job.sbatch and manifest.json; the job script writes the raw files (events.log, logs/, one
+launch<N>-<MODE>/ per server launch with its passes' files, slurm-<JOBID>.out); the collector reads
+them and writes only summary.*. The layout is described in docs/design.md; every path to a file of
+a run comes from `Layout` (the job script's from the F_* formats generated from it).
 """
 from __future__ import annotations
 
@@ -14,30 +15,46 @@ import tempfile
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from .campaign import Campaign, Launch
+from .campaign import Campaign, Launch, Pass
 from .errors import UsageError
 from .experiment import Experiment
 from ..parse.events import Event, read_events
 
-SUMMARY_FILES = ("summary.json", "summary.csv", "summary.md")
-
-# Every path of a run directory, relative to it (a campaign's launch directory is laid out like a
-# run). The job script writes them (tests/test_layout_paths.py fails when the templates write a
-# $RUN_DIR path not named here); everything in Python takes them from Layout. Placeholders:
-# {g} replica (het group), {rank} node rank, {key} pass key, {node} Slurm node name, {target}
-# scrape target (r<G>, router, ...), {stamp} scrape time, {job} job id, {index}/{mode} a launch.
-PATHS = {
+# Every file of a run directory, relative to it; a launch's files relative to its launch
+# directory (launch<N>-<MODE>/, every job has one per server launch). The one table of their names:
+# Layout's methods read it (the job script's F_* formats are those methods' names: job_formats), and tests/test_layout_paths.py fails when a name appears anywhere else in the Python or
+# the templates. Placeholders: {g} replica (het group), {rank} node rank, {peer} the other replica
+# of a PD pair, {key} pass key, {node} Slurm node name, {target} scrape target (r<G>n<R>, router),
+# {stamp} scrape time, {job} job id, {index}/{mode} a launch, {ext} a summary's format.
+FILES = {
+    # the job
     "job_script": "job.sbatch",                  # the exact script (submit/render)
     "manifest": "manifest.json",                 # Manifest (submit/render; nodes after the run)
-    "events": "events.log",                      # one line per job event (parse.events)
+    "events": "events.log",                      # one line per job event (parse.events); a launch's own too
     "slurm_out": "slurm-{job}.out",              # the batch script's stdout+stderr (#SBATCH --output)
     "logs": "logs",
+    "preflight_log": "logs/preflight-r{g}-n{rank}.log",
+    "cleanup_log": "logs/cleanup-r{g}-n{rank}.log",     # the nodes' clean-up step at the job's end
+    "sweep_script": "preflight/sweep-node.sh",   # removes ended jobs' leftovers, before the preflight
+    "sweep_log": "logs/sweep-r{g}-n{rank}.log",  # what it removed on each node
+    "cancel_request": "cancel-requested",        # `slurm-ab cancel` asked the job to tear down (who, when)
+    "secrets": "secrets.env",                    # cluster.secret_env values, mode 0600, read and removed by the job
+    "preflight": "preflight",
+    "preflight_script": "preflight/check.sh",
+    "preflight_report": "preflight/{node}.json",
+    "preflight_partial": "preflight/{node}.json.tmp",   # being written (renamed to .json)
+    "preflight_problems": "preflight/{node}.problems",
+    "preflight_address": "preflight/{node}.addr",
+    "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
+    "launch_dir": "launch{index}-{mode}",        # one server launch, its files below
+    "submitit": "submitit",                      # submitit's own files (collector job)
+    "submit_error": "submit-error.txt",          # why sbatch refused
+    "summary": "summary.{ext}",                  # the collector's files (json, csv, md)
+    "report_html": "report.html",                # derived, like the summaries
+    "plots": "plots",                            # report.html's PNGs
+    # a launch (relative to its directory)
     "server_log": "logs/server-r{g}-n{rank}.log",      # stdout+stderr of one node of a replica
     "router_log": "logs/router.log",
-    "client_log": "logs/client.log",             # bench_serving's stdout+stderr: a single run
-    "client_log_pass": "logs/client-{key}.log",  # ... one pass of a campaign launch
-    "bench": "bench.jsonl",                      # bench_serving --output-file: a single run
-    "bench_pass": "bench-{key}.jsonl",           # ... one pass of a campaign launch
     "warmup_request": "logs/warmup-request.json",     # the 16K -> 1 body sent to every replica
     "warmup_response": "logs/warmup-r{g}.json",       # each replica's answer
     "warmup_http": "logs/warmup-r{g}.json.http",      # its HTTP status and curl's message
@@ -49,31 +66,31 @@ PATHS = {
     "pd_warmup_http": "logs/warmup-r{g}-with-r{peer}.json.http",
     "router_canary": "logs/canary-router.json",
     "router_canary_http": "logs/canary-router.json.http",
-    "preflight_log": "logs/preflight-r{g}-n{rank}.log",
-    "preflight": "preflight",
-    "preflight_script": "preflight/check.sh",
-    "preflight_report": "preflight/{node}.json",
-    "preflight_problems": "preflight/{node}.problems",
-    "preflight_address": "preflight/{node}.addr",
-    "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
-    "cleanup_log": "logs/cleanup-r{g}-n{rank}.log",      # the nodes' clean-up step at the job's end
-    "sweep_script": "preflight/sweep.sh",        # removes ended jobs' leftovers, before the preflight
-    "sweep_log": "logs/sweep-r{g}-n{rank}.log",  # what it removed on each node
-    "cancel_request": "cancel-requested",        # `slurm-ab cancel` asked the job to tear down (who, when)
-    "secrets": "secrets.env",                    # cluster.secret_env values, mode 0600, read and removed by the job
     "metrics": "metrics",
     "scrape": "metrics/{target}-{stamp}.prom",   # raw /metrics text (.err: a failed scrape's evidence)
     "scrape_error": "metrics/{target}-{stamp}.err",
     "scrape_partial": "metrics/{target}-{stamp}.part",   # being written (renamed to .prom/.err)
     "scrape_curl": "metrics/{target}-{stamp}.curl",      # curl's message while it runs
-    "launch_dir": "launch{index}-{mode}",        # a campaign's server launch, laid out like a run
-    "submitit": "submitit",                      # submitit's own files (collector job)
-    "submit_error": "submit-error.txt",          # why sbatch refused
-    "summary": "summary.{ext}",                  # the collector's files (json, csv, md)
-    "report_html": "report.html",                # derived, like the summaries
-    "plots": "plots",                            # report.html's PNGs
+    "client_log": "logs/client-{key}.log",       # bench_serving's stdout+stderr of one pass
+    "bench": "bench-{key}.jsonl",                # bench_serving --output-file of one pass
 }
-_SERVER_LOG = re.compile(r"server-r(\d+)-n(\d+)\.log$")
+# A script submitted again (plain sbatch of job.sbatch) finds its run directory used and writes
+# beside it: <run dir>-job<JOBID> (the job script's prepare_run_dir; find_run_dirs).
+RESUBMITTED = "{run_dir}-job{job}"
+# The pass files of a run directory written before every job had launch directories (one pass,
+# in the run directory itself): read through OldRunLayout, never written.
+OLD_PASS_FILES = {"bench": "bench.jsonl", "client_log": "logs/client.log"}
+SUMMARY_FORMATS = ("json", "csv", "md")
+_FIELD = re.compile(r"\{([a-z_]+)\}")
+
+
+def _glob(name: str) -> str:
+    """FILES[name] as a glob pattern (every placeholder '*')."""
+    return _FIELD.sub("*", FILES[name])
+
+
+_SERVER_LOG = re.compile(re.escape(FILES["server_log"].rsplit("/", 1)[1])
+                         .replace(r"\{g\}", r"(\d+)").replace(r"\{rank\}", r"(\d+)") + "$")
 
 
 def server_log_identity(path: str | Path) -> tuple[int, int] | None:
@@ -84,33 +101,98 @@ def server_log_identity(path: str | Path) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each file of one run (or of one launch of a campaign) lives."""
+    """Where each file of a run (or of one of its launches) lives: one method per file."""
 
     root: Path
 
-    def path(self, name: str, **values) -> Path:
-        return self.root / PATHS[name].format(**values)
+    def _file(self, name: str, **values) -> Path:
+        return self.root / FILES[name].format(**values)
 
-    job_script = property(lambda self: self.path("job_script"))
-    manifest = property(lambda self: self.path("manifest"))
-    events = property(lambda self: self.path("events"))
-    bench_jsonl = property(lambda self: self.path("bench"))
-    logs = property(lambda self: self.path("logs"))
-    client_log = property(lambda self: self.path("client_log"))
-    router_log = property(lambda self: self.path("router_log"))
-    submitit = property(lambda self: self.path("submitit"))
-    metrics = property(lambda self: self.path("metrics"))
-    preflight = property(lambda self: self.path("preflight"))
-    submit_error = property(lambda self: self.path("submit_error"))
-    report_html = property(lambda self: self.path("report_html"))
-    plots = property(lambda self: self.path("plots"))
+    # ---- the job: its script, manifest, output, events, preflight ----------------------------
+    job_script = property(lambda self: self._file("job_script"))
+    manifest = property(lambda self: self._file("manifest"))
+    events = property(lambda self: self._file("events"))
+    logs = property(lambda self: self._file("logs"))
+    preflight = property(lambda self: self._file("preflight"))
+    preflight_script = property(lambda self: self._file("preflight_script"))
+    submitit = property(lambda self: self._file("submitit"))
+    submit_error = property(lambda self: self._file("submit_error"))
+    report_html = property(lambda self: self._file("report_html"))
+    plots = property(lambda self: self._file("plots"))
+
+    def slurm_out(self, job_id: str | int) -> Path:
+        """The batch script's stdout+stderr (#SBATCH --output; '%j': Slurm's own placeholder)."""
+        return self._file("slurm_out", job=job_id)
+
+    def slurm_outs(self) -> list[Path]:
+        return sorted(self.root.glob(_glob("slurm_out")))
+
+    def preflight_report(self, node: str) -> Path:
+        return self._file("preflight_report", node=node)
+
+    def preflight_reports(self) -> list[Path]:
+        """Every node's preflight report (preflight/<node>.json)."""
+        return sorted(self.root.glob(_glob("preflight_report")))
+
+    def preflight_problems(self, node: str) -> Path:
+        return self._file("preflight_problems", node=node)
+
+    def preflight_address(self, node: str) -> Path:
+        return self._file("preflight_address", node=node)
+
+    def preflight_partial(self, node: str) -> Path:
+        return self._file("preflight_partial", node=node)
+
+    def preflight_tokenizer(self, node: str) -> Path:
+        return self._file("preflight_tokenizer", node=node)
+
+    def preflight_log(self, replica: int, rank: int) -> Path:
+        return self._file("preflight_log", g=replica, rank=rank)
+
+    def cleanup_log(self, replica: int, rank: int) -> Path:
+        return self._file("cleanup_log", g=replica, rank=rank)
+
+    sweep_script = property(lambda self: self._file("sweep_script"))
+    cancel_request = property(lambda self: self._file("cancel_request"))
+    secrets = property(lambda self: self._file("secrets"))
+
+    def sweep_log(self, replica: int, rank: int) -> Path:
+        return self._file("sweep_log", g=replica, rank=rank)
+
+    def sweep_logs(self) -> list[Path]:
+        """What the sweep removed (or failed to) on each node, one log per node."""
+        return sorted(self.root.glob(_glob("sweep_log")))
+
+    def summary(self, fmt: str) -> Path:
+        """summary.<fmt> (SUMMARY_FORMATS), the collector's only output besides the report."""
+        return self._file("summary", ext=fmt)
+
+    def plot(self, name: str) -> Path:
+        return self.plots / name
+
+    def resubmitted(self, job_id: str | int) -> Path:
+        """Where the job script writes when this run directory was already used."""
+        return Path(RESUBMITTED.format(run_dir=self.root, job=job_id))
+
+    def resubmission_of(self, job_id: str | int) -> bool:
+        """This directory is the one a re-submitted script of job `job_id` wrote to."""
+        return self.root.name.endswith(RESUBMITTED.format(run_dir="", job=job_id))
+
+    # ---- a launch: its servers, router, warm-ups, scrapes and passes ---------------------------
+    router_log = property(lambda self: self._file("router_log"))
+    metrics = property(lambda self: self._file("metrics"))
+    warmup_request = property(lambda self: self._file("warmup_request"))
+
+    def launch(self, launch: Launch) -> "Layout":
+        """The layout of one server launch of the job: launch<N>-<MODE>/."""
+        return Layout(self.root / launch_dirname(launch))
 
     def server_log(self, replica: int, rank: int) -> Path:
         """stdout+stderr of one node (node rank `rank`) of replica `replica`."""
-        return self.path("server_log", g=replica, rank=rank)
+        return self._file("server_log", g=replica, rank=rank)
 
     def server_logs(self) -> list[Path]:
-        return sorted(self.logs.glob("server-r*-n*.log")) if self.logs.is_dir() else []
+        return sorted(self.root.glob(_glob("server_log")))
 
     def server_log_map(self) -> dict[int, dict[int, Path]]:
         """replica -> node rank -> path of every server log present."""
@@ -126,29 +208,67 @@ class Layout:
         return {g: ranks[0] for g, ranks in self.server_log_map().items() if 0 in ranks}
 
     def warmup_response(self, replica: int) -> Path:
-        return self.path("warmup_response", g=replica)
+        return self._file("warmup_response", g=replica)
 
-    def slurm_out(self, job_id: str | int) -> Path:
-        """The batch script's stdout+stderr (#SBATCH --output)."""
-        return self.path("slurm_out", job=job_id)
+    def warmup_http(self, replica: int) -> Path:
+        return self._file("warmup_http", g=replica)
 
-    def slurm_outs(self) -> list[Path]:
-        return sorted(self.root.glob("slurm-*.out"))
+    def pd_canary(self, replica: int, peer: int) -> Path:
+        return self._file("pd_canary", g=replica, peer=peer)
 
-    def summary(self, name: str) -> Path:
-        """One of SUMMARY_FILES, the collector's only output."""
-        return self.root / name
+    def pd_canary_http(self, replica: int, peer: int) -> Path:
+        return self._file("pd_canary_http", g=replica, peer=peer)
 
-    # ---- campaigns: launches and passes ----------------------------------------------------------
-    def launch(self, launch: Launch, single: bool = False) -> "Layout":
-        """The layout of a launch: its own directory, or the run's for a single run."""
-        return self if single else Layout(self.root / launch_dirname(launch))
+    def pd_warmup(self, replica: int, peer: int) -> Path:
+        return self._file("pd_warmup", g=replica, peer=peer)
 
-    def pass_bench(self, key: str, single: bool = False) -> Path:
-        return self.bench_jsonl if single else self.path("bench_pass", key=key)
+    def pd_warmup_http(self, replica: int, peer: int) -> Path:
+        return self._file("pd_warmup_http", g=replica, peer=peer)
 
-    def pass_client_log(self, key: str, single: bool = False) -> Path:
-        return self.client_log if single else self.path("client_log_pass", key=key)
+    router_canary = property(lambda self: self._file("router_canary"))
+    router_canary_http = property(lambda self: self._file("router_canary_http"))
+
+    def scrape(self, target: str, stamp: str) -> Path:
+        return self._file("scrape", target=target, stamp=stamp)
+
+    def scrape_error(self, target: str, stamp: str) -> Path:
+        return self._file("scrape_error", target=target, stamp=stamp)
+
+    def scrape_partial(self, target: str, stamp: str) -> Path:
+        return self._file("scrape_partial", target=target, stamp=stamp)
+
+    def scrape_curl(self, target: str, stamp: str) -> Path:
+        return self._file("scrape_curl", target=target, stamp=stamp)
+
+    def scrapes(self) -> list[Path]:
+        """The raw /metrics scrapes that succeeded (metrics/*.prom)."""
+        return sorted(self.root.glob(_glob("scrape")))
+
+    def bench(self, key: str) -> Path:
+        """The client's --output-file of pass `key`."""
+        return self._file("bench", key=key)
+
+    def client_log(self, key: str) -> Path:
+        """The client's stdout+stderr of pass `key`."""
+        return self._file("client_log", key=key)
+
+    def pass_files(self) -> list[Path]:
+        """Every pass's client output and log present."""
+        return sorted(self.root.glob(_glob("bench"))) + sorted(self.root.glob(_glob("client_log")))
+
+    def raw_files(self) -> list[Path]:
+        """The files worth a link on a page (the job's or launch's raw files and the collector's
+        summaries), in a stable order; sub-directories' launches are listed on their own."""
+        names = ("job_script", "manifest", "slurm_out", "events")
+        found = [p for pattern in [_glob(n) for n in names] for p in sorted(self.root.glob(pattern))]
+        found += self.pass_files() + sorted(self.logs.glob("*"))
+        found += [self.summary(f) for f in SUMMARY_FORMATS]
+        seen, out = set(), []
+        for p in found:
+            if p.is_file() and p not in seen:
+                seen.add(p)
+                out.append(p)
+        return out
 
     def rel(self, path: Path) -> str:
         """A path of this run relative to its root (how reasons and pages name files)."""
@@ -158,9 +278,67 @@ class Layout:
             return str(path)
 
 
+@dataclass(frozen=True)
+class OldRunLayout(Layout):
+    """A run directory written before every job had launch directories: its one launch is the
+    run directory itself and its one pass's files are bench.jsonl and logs/client.log. Read
+    only (collect, report, history); nothing writes this layout any more."""
+
+    def launch(self, launch: Launch) -> "Layout":
+        return self
+
+    def bench(self, key: str) -> Path:
+        return self.root / OLD_PASS_FILES["bench"]
+
+    def client_log(self, key: str) -> Path:
+        return self.root / OLD_PASS_FILES["client_log"]
+
+    def pass_files(self) -> list[Path]:
+        return [p for p in (self.bench(""), self.client_log("")) if p.is_file()]
+
+
+# Names of a run's files relative to its directory, for messages that name a kind of file.
+RELATIVE = Layout(Path())
+
+
+def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
+    """(F_<NAME>, printf format, its arguments in words) of every file the job script writes: the
+    Layout's own names with '%s' for what only the job knows. The script's only way to name a
+    run-directory file (F_RESUBMITTED: where a script submitted again writes). pd=False: without
+    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups)."""
+    f, lay = "%s", RELATIVE
+    files = (
+        ("JOB_SCRIPT", lay.job_script, ""), ("EVENTS", lay.events, ""), ("SLURM_OUT", lay.slurm_out(f), "job id"),
+        ("LOGS", lay.logs, ""), ("PREFLIGHT_LOG", lay.preflight_log(f, f), "replica, node rank"),
+        ("CLEANUP_LOG", lay.cleanup_log(f, f), "replica, node rank"), ("PREFLIGHT", lay.preflight, ""),
+        ("SWEEP_SCRIPT", lay.sweep_script, ""), ("SWEEP_LOG", lay.sweep_log(f, f), "replica, node rank"),
+        ("CANCEL_REQUEST", lay.cancel_request, ""), ("SECRETS", lay.secrets, ""),
+        ("PREFLIGHT_SCRIPT", lay.preflight_script, ""), ("PREFLIGHT_REPORT", lay.preflight_report(f), "node"),
+        ("PREFLIGHT_PARTIAL", lay.preflight_partial(f), "node"),
+        ("PREFLIGHT_PROBLEMS", lay.preflight_problems(f), "node"),
+        ("PREFLIGHT_ADDRESS", lay.preflight_address(f), "node"),
+        ("PREFLIGHT_TOKENIZER", lay.preflight_tokenizer(f), "node"),
+        ("SERVER_LOG", lay.server_log(f, f), "replica, node rank"), ("ROUTER_LOG", lay.router_log, ""),
+        ("WARMUP_REQUEST", lay.warmup_request, ""), ("WARMUP_RESPONSE", lay.warmup_response(f), "replica"),
+        ("WARMUP_HTTP", lay.warmup_http(f), "replica"),
+        ("PD_CANARY", lay.pd_canary(f, f), "replica, peer replica"),
+        ("PD_CANARY_HTTP", lay.pd_canary_http(f, f), "replica, peer replica"),
+        ("PD_WARMUP", lay.pd_warmup(f, f), "replica, peer replica"),
+        ("PD_WARMUP_HTTP", lay.pd_warmup_http(f, f), "replica, peer replica"),
+        ("ROUTER_CANARY", lay.router_canary, ""), ("ROUTER_CANARY_HTTP", lay.router_canary_http, ""),
+        ("METRICS", lay.metrics, ""), ("SCRAPE", lay.scrape(f, f), "scrape target, time stamp"),
+        ("SCRAPE_ERROR", lay.scrape_error(f, f), "scrape target, time stamp"),
+        ("SCRAPE_PARTIAL", lay.scrape_partial(f, f), "scrape target, time stamp"),
+        ("SCRAPE_CURL", lay.scrape_curl(f, f), "scrape target, time stamp"),
+        ("RESUBMITTED", Layout(Path(f)).resubmitted(f), "run directory, job id"),
+    )
+    pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP", "ROUTER_CANARY", "ROUTER_CANARY_HTTP"}
+    return tuple((f"F_{name}", str(path), args) for name, path, args in files if pd or name not in pd_only)
+
+
 def launch_dirname(launch: Launch) -> str:
-    """A campaign launch's sub-directory: launch<N>-<MODE>."""
-    return PATHS["launch_dir"].format(index=launch.index, mode=launch.mode)
+    """A launch's sub-directory: launch<N>-<MODE>."""
+    return FILES["launch_dir"].format(index=launch.index, mode=launch.mode)
 
 
 # ---- manifest.json -------------------------------------------------------------------------------
@@ -219,13 +397,7 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: dict) -> Manifest:
-        """Read either layout slurm-ab has written: the current one (the resolved experiment under
-        "config"), or the flat one of the collector's test fixtures (no "config"; "description",
-        "replicas", "benchmark" and "warmup" at the top level)."""
-        d = dict(d)
-        if "config" not in d:
-            d["mode_description"] = d.pop("mode_description", None) or d.pop("description", None)
-            d["config"] = {k: d.pop(k) for k in ("replicas", "benchmark", "warmup") if k in d}
+        """A manifest as submit/render wrote it (the resolved experiment under "config")."""
         known = {f.name for f in fields(cls)} - {"extra", "launch"} | {"campaign_launch"}
         text = {"run_id", "experiment", "mode", "mode_description", "job_id", "collector_job_id",
                 "job_name", "run_dir", "submitted_at", "submitted_by", "submit_host"}
@@ -254,6 +426,10 @@ def _typed(reader, value):
         return None
 
 
+def _count(v) -> int:
+    return int(v) if isinstance(v, str) and v.isdigit() else 0
+
+
 def _text(v) -> str | None:
     return None if v is None or v == "" else str(v)
 
@@ -277,6 +453,75 @@ def record_nodes(run_dir: Path, node_lists: dict) -> None:
     m = read_manifest(run_dir)
     if m is not None and node_lists and m.nodes is None:
         write_manifest(run_dir, replace(m, nodes={f"het_group_{k}": v for k, v in node_lists.items()}))
+
+
+# ---- a run directory as every job lays it out ----------------------------------------------------
+
+@dataclass(frozen=True)
+class RunDir:
+    """A job's directory: its layout and its manifest, whose campaign says every launch and pass
+    (a run of one mode is the campaign of one launch and one pass)."""
+
+    layout: Layout
+    manifest: Manifest
+
+    @property
+    def campaign(self) -> Campaign:
+        return self.manifest.campaign
+
+    def launch(self, index: int) -> Launch | None:
+        return next((la for la in self.campaign.launches if la.index == index), None)
+
+    def launch_layout(self, launch: Launch) -> Layout:
+        return self.layout.launch(launch)
+
+
+def open_run(run_dir: str | Path) -> RunDir:
+    """A run directory with its campaign: the manifest's, else the launches and passes its job
+    recorded (a script submitted again writes a directory without manifest: Layout.resubmitted).
+    The one adapter for directories written before every job had launch directories (no
+    campaign, no launch_start: they ran one pass, in the run directory itself): OldRunLayout and
+    the campaign of that pass, from the manifest's [benchmark] and the run's mode."""
+    run_dir = Path(run_dir)
+    m = read_manifest(run_dir) or Manifest()
+    if m.campaign is not None:
+        return RunDir(Layout(run_dir), m)
+    recorded = _recorded_campaign(Layout(run_dir))
+    if recorded is not None:
+        return RunDir(Layout(run_dir), replace(m, campaign=recorded))
+    b = m.config.benchmark if m.config is not None else None
+    c, n = (b.concurrency or 0, b.num_prompts or 0) if b is not None else (0, 0)
+    mode = identify(run_dir, m).mode or "?"
+    one = Campaign((mode,), 1, (c,), "blocked", False, (Launch(1, mode, (Pass(1, mode, c, 1, n),)),))
+    return RunDir(OldRunLayout(run_dir), replace(m, campaign=one))
+
+
+def _recorded_campaign(lay: Layout) -> Campaign | None:
+    """The launches and passes a job recorded in its events: its schedule (launch_plan lines,
+    passes=C:REPEAT:PROMPTS,...), else the launches it started (launch_start) with the passes
+    that started (bench_start); None for a job that recorded no launch."""
+    job = read_events(lay.events)
+    launches = []
+    for e in job.named("launch_plan") or job.named("launch_start"):
+        index, mode = e.get_int("launch"), e.fields.get("mode")
+        if index is None or not mode:
+            continue
+        if "passes" in e.fields:
+            specs = [x.split(":") for x in e.fields["passes"].split(",") if x.count(":") == 2]
+        else:
+            specs = [(b.fields.get("concurrency"), b.fields.get("repeat"), b.fields.get("prompts"))
+                     for b in read_events(lay.launch(Launch(index, mode, ())).events).named("bench_start")]
+        launches.append(Launch(index, mode, tuple(Pass(index, mode, *(_count(x) for x in spec))
+                                                  for spec in specs)))
+    if not launches:
+        return None
+    passes = [p for la in launches for p in la.passes]
+    modes = tuple(dict.fromkeys(la.mode for la in launches))
+    concs = tuple(dict.fromkeys(p.concurrency for p in passes)) or (0,)
+    repeats = max((sum(1 for p in la.passes if p.concurrency == c and not p.burn_in)
+                   for la in launches for c in concs), default=1)
+    return Campaign(modes, max(repeats, 1), concs, "recorded", any(p.burn_in for p in passes),
+                    tuple(launches), max(sum(1 for la in launches if la.mode == x) for x in modes))
 
 
 # ---- who a run is --------------------------------------------------------------------------------
@@ -341,7 +586,7 @@ def find_run_dirs(results: str | Path, job_id: str | int) -> list[Path]:
 
     The job writes slurm-<JOBID>.out into its run directory (#SBATCH --output) and records
     'job_start job_id=<JOBID>' in events.log; submit records the id in manifest.json; a script
-    submitted again writes to '<run dir>-job<JOBID>' (see the job script). A directory that
+    submitted again writes to Layout.resubmitted (see the job script). A directory that
     records the job (name suffix, manifest, events.log) wins over one that only holds its
     slurm-<JOBID>.out: a re-submitted script leaves a one-line pointer in the old run.
     """
@@ -352,7 +597,7 @@ def find_run_dirs(results: str | Path, job_id: str | int) -> list[Path]:
     for run in sorted(p for p in results.iterdir() if p.is_dir()):
         m = read_manifest(run)
         start = job_start(run)
-        if run.name.endswith(f"-job{job_id}") or (m and m.job_id == job_id) or \
+        if Layout(run).resubmission_of(job_id) or (m and m.job_id == job_id) or \
                 (start is not None and start.fields.get("job_id") == job_id):
             recorded.append(run)
         elif Layout(run).slurm_out(job_id).exists():
@@ -414,6 +659,7 @@ def write_atomic(path: Path, content: str | bytes) -> bool:
     return True
 
 
-__all__ = ["Layout", "Manifest", "Identity", "SUMMARY_FILES", "read_manifest", "write_manifest",
+__all__ = ["Layout", "OldRunLayout", "RunDir", "open_run", "Manifest", "Identity", "FILES",
+           "SUMMARY_FORMATS", "job_formats", "read_manifest", "write_manifest",
            "record_nodes", "job_start", "identify", "job_id_of", "submitted", "find",
            "find_run_dirs", "all_runs", "create", "write_new", "write_atomic"]

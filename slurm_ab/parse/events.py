@@ -7,13 +7,13 @@ accepted too, so a free-text reason survives. Unparseable lines are reported, no
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
 from .text import iter_lines, parse_ts
 
-__all__ = ["Event", "EventLog", "Warmup", "parse_event_line", "read_events"]
+__all__ = ["Event", "EventLog", "Warmup", "launch_view", "parse_event_line", "read_events"]
 
 # Events that belong to one benchmark pass (a campaign launch runs several).
 PASS_EVENTS = ("bench_start", "bench_end", "metrics_scrape")
@@ -140,21 +140,24 @@ class EventLog:
         return self.named("fail")
 
     def pass_view(self, key: str) -> tuple["EventLog | None", int | None]:
-        """A campaign launch's events as one of its passes sees them, and that pass's client
-        exit status (None: it never ended). Left out: the other passes' benchmark windows and
-        scrapes before it, and everything after its bench_end (later passes, the launch's end)
-        but its own phase=end /metrics scrapes, which the job takes right after the client exits,
-        and the job's end (job_end: without Slurm's word, what tells an ended job from a running
-        one). (None, None) when the pass never started."""
-        start = next((e for e in self.events if e.name == "bench_start"
-                      and e.fields.get("pass") == key), None)
+        """A launch's events as one of its passes sees them, and that pass's client exit status
+        (None: it never ended). Left out: the other passes' benchmark windows and scrapes before
+        it and, once it completed (rc 0), everything after its bench_end (later passes, the
+        launch's end) but its own phase=end /metrics scrapes, which the job takes right after the
+        client exits, and the job's end (job_end: without Slurm's word, what tells an ended job
+        from a running one). A pass that did not complete keeps what followed it: why it failed.
+        (None, None) when the pass never started. A bench line that names no pass (jobs of one
+        pass before launch directories) is the launch's one pass."""
+        start = next((e for e in self.events if e.name == "bench_start" and _of_pass(e, key)), None)
         if start is None:
             return None, None
-        end = next((e for e in self.events if e.name == "bench_end" and e.fields.get("pass") == key
+        end = next((e for e in self.events if e.name == "bench_end" and _of_pass(e, key)
                     and e.line > start.line), None)
+        rc = end.get_int("rc") if end is not None else None
+        cut = end if rc == 0 else None
         keep = []
         for e in self.events:
-            if end is not None and e.line > end.line:
+            if cut is not None and e.line > cut.line:
                 if e.name == "bench_start":
                     break
                 if e.name == "metrics_scrape" and e.fields.get("phase") == "end":
@@ -165,7 +168,26 @@ class EventLog:
             keep.append(e)
         keep += [e for e in self.named("job_end") if e not in keep]
         view = EventLog(tuple(keep), self.bad_lines, self.exists)
-        return view, (end.get_int("rc") if end is not None else None)
+        return view, rc
+
+
+def _of_pass(e: Event, key: str) -> bool:
+    return e.fields.get("pass", key) == key
+
+
+def launch_view(job: EventLog, launch: EventLog, index: int) -> EventLog:
+    """One launch's events as its passes are judged: its own events merged, in time order, with
+    the job's up to the launch's launch_end (the preflight, a signal or the time limit that hit
+    it; not what befell later launches) and the job's end. Lines are numbered in the merged
+    order. A launch whose events are the job's own (a run directory from before launch
+    directories) sees the job's log as it is."""
+    if launch.events == job.events:
+        return job
+    end = next((e for e in job.named("launch_end") if e.get_int("launch") == index), None)
+    mine = [e for e in job.events if end is None or e.line <= end.line or e.name == "job_end"]
+    merged = sorted(mine + list(launch.events), key=lambda e: e.epoch)
+    return EventLog(tuple(replace(e, line=i) for i, e in enumerate(merged, 1)),
+                    launch.bad_lines + job.bad_lines, launch.exists or job.exists)
 
 
 def read_events(path: str | Path) -> EventLog:

@@ -1,7 +1,7 @@
 """The preflight's findings: what each node ran (versions, GPUs, driver) and why a job stopped early.
 
-The job's first step writes ``preflight/<node>.json`` on every node (see sbatch_templates'
-``preflight_node``); the batch script records the first problem as ``fail kind=preflight node=..
+The job's first step writes a report per node (rundir.Layout.preflight_report; see
+sbatch_templates' ``preflight_node``); the batch script records the first problem as ``fail kind=preflight node=..
 replica=.. node_rank=.. check=.. cause=..`` in events.log. Nothing here raises on a missing or
 broken file: a run without a preflight (older runs, disabled) has no findings.
 """
@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from .events import EventLog
 
@@ -35,10 +36,11 @@ def _int(v) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def read_reports(run_dir: str | Path) -> list[NodeReport]:
-    """Every readable preflight/<node>.json, in (replica, node rank, node) order."""
+def read_reports(paths: Iterable[Path]) -> list[NodeReport]:
+    """Every readable node report of `paths` (Layout.preflight_reports), in (replica, node rank,
+    node) order."""
     out = []
-    for path in sorted(Path(run_dir, "preflight").glob("*.json")):
+    for path in sorted(Path(p) for p in paths):
         try:
             d = json.loads(path.read_text(errors="replace"))
         except (OSError, ValueError):
@@ -98,9 +100,9 @@ def describe(info: dict) -> str | None:
     return text
 
 
-def ran_on_note(run_dir: str | Path) -> str | None:
+def ran_on_note(paths: Iterable[Path]) -> str | None:
     """'ran on: ...' for the summary, from the run's preflight reports (None without any)."""
-    text = describe(ran_on(read_reports(run_dir)))
+    text = describe(ran_on(read_reports(paths)))
     return f"ran on: {text}" if text else None
 
 

@@ -464,15 +464,15 @@ def scan_server_log(path: str | Path, *, window: tuple | None = None,
             _post_lines(buf, lo, hi, rg, acc)
         _retraction_lines(buf, lo, hi, rg, acc)
     per_window = [_window_scan(rg, k) for k in range(len(spans))]
-    single = per_window[0] if not windows else WindowScan()
+    own = per_window[0] if not windows else WindowScan()      # the scan's own window (none given)
     return ServerLogScan(
         str(path), size, first_ts, _last_ts(tail),
-        decode=single.decode, decode_lines=acc.decode_lines, prefill_lines=acc.prefill_lines,
+        decode=own.decode, decode_lines=acc.decode_lines, prefill_lines=acc.prefill_lines,
         first_prefill_ts=_to_dt(acc.first_prefill), first_decode_ts=_to_dt(acc.first_decode),
-        window=single.counts, intervals={n: _counts(c) for n, c in rg.ivs.items()},
+        window=own.counts, intervals={n: _counts(c) for n, c in rg.ivs.items()},
         posts=acc.posts, posts_untimed=acc.posts_untimed, slow_lines=acc.slow,
         tagged=acc.tagged or bool(plan and plan.tagged), untimed_batch_lines=acc.untimed,
-        retractions=single.retractions,
+        retractions=own.retractions,
         windows={w.name: ws for w, ws in zip(spans, per_window)} if windows else {},
         shared_lines=acc.shared)
 

@@ -1,8 +1,8 @@
 """Pictures of runs: a self-contained HTML report with plots (PNG files too).
 
-Reads only a run directory's files (summary.json/md written by the collector, manifest.json,
-events.log, bench.jsonl, server logs), never the collector's objects, so the report keeps
-working while the collector changes. matplotlib is imported only when a plot is drawn.
+Reads only a run directory's files: summary.json read back into the collector's records (the
+one schema of every job), summary.md, manifests, events, client outputs and server logs, every
+path through rundir.open_run. matplotlib is imported only when a plot is drawn.
 
     write_run_report(run_dir) -> Path           report.html + plots/*.png of one run
     render_runs_html(run_dirs, table_md) -> str  `slurm-ab report RUN... --html FILE`

@@ -1,19 +1,21 @@
-"""Everything a report draws, read from one run directory's files (read-only, one pass each).
+"""Everything a report draws of one pass of a job, read from its run directory (read-only).
 
-Inputs are files the job and the collector write (docs/design.md): summary.json, summary.md,
-manifest.json, events.log, bench.jsonl and node rank 0's server logs. Parsing goes through the
-pure parsers of slurm_ab.parse; nothing here depends on how the collector computes its summary.
+Inputs are files the job and the collector write (docs/design.md): summary.json (read back into
+the collector's records), summary.md, the launch's manifest, the job's and the launch's events,
+the pass's client output and node rank 0's server logs, each path from rundir.open_run. Parsing
+goes through the pure parsers of slurm_ab.parse.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from ..collect.records import CampaignSummary, PassSummary
+from ..collect.write import read_summary
 from ..parse.bench import read_last_record
-from ..model.rundir import Layout, read_manifest
-from ..parse.events import EventLog, read_events
+from ..model.rundir import Manifest, open_run, read_manifest
+from ..parse.events import EventLog, launch_view, read_events
 from ..parse.server_log import iter_batch_samples, parse_access_line
 from ..parse.text import iter_lines
 
@@ -31,26 +33,34 @@ class DecodePoint:
 
 @dataclass(frozen=True)
 class RunFiles:
-    run_dir: Path
-    summary: dict = field(default_factory=dict)      # summary.json ({} before collection)
+    run_dir: Path                                     # the job's (files in reasons are relative to it)
+    launch_dir: Path | None = None                    # the pass's launch (its logs, scrapes)
+    job: CampaignSummary | None = None                # summary.json read back (None before collection)
+    summary: PassSummary | None = None                # the pass's collected record (None before collection)
     summary_md: str = ""
-    manifest: dict = field(default_factory=dict)
-    events: EventLog = EventLog()
-    record: dict | None = None                        # last bench.jsonl record (with details)
+    manifest: Manifest | None = None                  # the launch's (its mode's resolved experiment)
+    events: EventLog = EventLog()                     # the launch's with the job's (launch_view)
+    record: dict | None = None                        # the pass's last client record (with details)
     access: dict = field(default_factory=dict)        # replica -> [time of each generation POST]
     decode: dict = field(default_factory=dict)        # replica -> [DecodePoint]
 
     @property
     def run_id(self) -> str:
-        return self.summary.get("run_id") or self.manifest.get("run_id") or self.run_dir.name
+        return (self.summary.run_id if self.summary else None) or \
+            (self.manifest.run_id if self.manifest else None) or self.run_dir.name
 
     @property
     def mode(self) -> str:
-        return self.summary.get("mode") or self.manifest.get("mode") or "?"
+        return (self.summary.mode if self.summary else None) or \
+            (self.manifest.mode if self.manifest else None) or "?"
 
     @property
     def verdict(self) -> str:
-        return self.summary.get("verdict") or "not collected"
+        return self.summary.verdict if self.summary else "not collected"
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return self.summary.reasons if self.summary else ()
 
     def event_time(self, name: str, last: bool = False) -> datetime | None:
         evs = self.events.named(name)
@@ -71,24 +81,6 @@ class RunFiles:
     def seconds(self, ts: datetime | None) -> float | None:
         o = self.origin
         return None if ts is None or o is None else (ts - o).total_seconds()
-
-
-def _manifest(run_dir: Path) -> dict:
-    m = read_manifest(run_dir)
-    return m.to_dict() if m is not None else {}
-
-
-def _json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(errors="replace"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def server_logs(run_dir: Path) -> dict[int, Path]:
-    """replica -> node rank 0's log (the one with the HTTP server and the scheduler's samples)."""
-    return Layout(run_dir).head_logs()
 
 
 def read_access_times(path: Path) -> list[datetime]:
@@ -118,21 +110,34 @@ def read_decode(path: Path) -> list[DecodePoint]:
     return out
 
 
-def load(run_dir: str | Path) -> RunFiles:
-    run_dir = Path(run_dir)
-    lay = Layout(run_dir)
-    logs = server_logs(run_dir)
+def the_record(job: CampaignSummary | None, launch: int, key: str) -> PassSummary | None:
+    """The collected record of one pass of a job."""
+    return next((p for p in job.passes if p.ref.launch == launch and p.ref.key == key), None) if job else None
+
+
+def load(run_dir: str | Path, launch: int | None = None, key: str | None = None) -> RunFiles:
+    """One pass of a job (its first launch's first timed pass unless said): its launch's events,
+    server logs and manifest, its client output, its collected record."""
+    run = open_run(run_dir)
+    la = run.launch(launch) if launch is not None else run.campaign.launches[0]
+    lay = run.launch_layout(la)
+    key = key or next((p.key for p in la.passes if not p.burn_in), la.passes[0].key if la.passes else "")
+    logs = lay.head_logs()
+    job = read_summary(run.layout.root)
+    mine = the_record(job, la.index, key)
     try:
-        summary_md = lay.summary("summary.md").read_text(errors="replace")
+        summary_md = run.layout.summary("md").read_text(errors="replace")
     except OSError:
         summary_md = ""
     return RunFiles(
-        run_dir=run_dir,
-        summary=_json(lay.summary("summary.json")),
+        run_dir=run.layout.root,
+        launch_dir=lay.root,
+        job=job,
+        summary=mine,
         summary_md=summary_md,
-        manifest=_manifest(run_dir),
-        events=read_events(lay.events),
-        record=read_last_record(lay.bench_jsonl).record,
+        manifest=read_manifest(lay.root),
+        events=launch_view(read_events(run.layout.events), read_events(lay.events), la.index),
+        record=read_last_record(lay.bench(key)).record,
         access={g: read_access_times(p) for g, p in logs.items()},
         decode={g: read_decode(p) for g, p in logs.items()},
     )

@@ -1,37 +1,22 @@
-"""What a comparison or history page shows of a run *or* a campaign: its verdict, its per-request
-latencies at one concurrency, its throughput/interactivity points, and its settings.
+"""What a comparison or history page shows of a job: its verdict, its per-request latencies at
+one concurrency (its ok passes pooled), its throughput/interactivity points, and its settings.
 
-A single run's summary.json carries a verdict and its bench.jsonl the per-request details; a
-campaign's summary.json carries passes and aggregates, and the details sit in each launch's
-bench-<pass>.jsonl. Reading both the same way here is what keeps a campaign side from showing as
-'not collected' with no CDF on a compare page.
+Every job is read the same way (a run of one mode is the campaign of one launch and one pass):
+its summary.json read back into the collector's records, the passes' client outputs through
+rundir.open_run, so a job of many passes and a job of one share every chart of a page.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.rundir import Layout, read_manifest
+from ..collect.records import CampaignSummary
+from ..collect.rows import PassRow, aggregates, ok_rows, pass_rows
+from ..collect.write import read_summary
+from ..model.rundir import open_run, read_manifest
 
 # What a settings table shows besides each role's merged server flags (Experiment.role_flags).
 BENCH_KEYS = ("dataset", "input_len", "output_len", "concurrency", "num_prompts", "backend")
-
-
-def read_summary(run_dir: Path) -> dict:
-    try:
-        d = json.loads(Layout(run_dir).summary("summary.json").read_text(errors="replace"))
-    except (OSError, ValueError):
-        return {}
-    return d if isinstance(d, dict) else {}
-
-
-def campaign_verdict(passes: list[dict]) -> str:
-    """ok when every timed pass is, failed when none is, else invalid; 'not collected' without."""
-    if not passes:
-        return "not collected"
-    ok = sum(1 for r in passes if r.get("verdict") == "ok")
-    return "ok" if ok == len(passes) else ("failed" if not ok else "invalid")
 
 
 def settings_of(exp) -> dict:
@@ -54,83 +39,76 @@ def settings_of(exp) -> dict:
 
 
 def mode_settings(run_dir: Path) -> dict[str, dict]:
-    """mode -> settings: each launch of a campaign (its own manifest), else the run's."""
-    run_dir = Path(run_dir)
-    root = read_manifest(run_dir)
+    """mode -> settings, from each launch's manifest (its mode's resolved experiment); a mode's
+    concurrencies and prompts per pass as its passes ran them (a sweep's, not the first mode's
+    default)."""
+    run = open_run(run_dir)
+    job = read_summary(run_dir)
     out: dict[str, dict] = {}
-    if root is not None and root.campaign is not None:
-        passes = read_summary(run_dir).get("passes") or []
-        for d in sorted(run_dir.glob("launch*")):
-            m = read_manifest(d)
-            if m is not None and m.mode and m.mode not in out:
-                st = settings_of(m.config)
-                mine = [r for r in passes if r.get("mode") == m.mode]
-                if mine:        # a sweep's concurrencies and per-pass prompts, not the first mode's default
-                    st["benchmark.concurrency"] = ", ".join(map(str, sorted({int(r["concurrency"]) for r in mine})))
-                    st["benchmark.num_prompts"] = ", ".join(map(str, sorted({int(r["prompts"]) for r in mine
-                                                                             if r.get("prompts")}))) or None
-                out[m.mode] = st
-        return out
-    if root is not None:
-        out[root.mode or run_dir.name] = settings_of(root.config)
+    for la in run.campaign.launches:
+        m = read_manifest(run.launch_layout(la).root)
+        if m is None or la.mode in out:
+            continue
+        st = settings_of(m.config)
+        mine = [p.ref for p in (job.passes if job else ()) if p.ref.mode == la.mode]
+        if mine:
+            st["benchmark.concurrency"] = ", ".join(map(str, sorted({r.concurrency for r in mine})))
+            st["benchmark.num_prompts"] = ", ".join(map(str, sorted({r.prompts for r in mine if r.prompts}))) or None
+        out[la.mode] = st
     return out
 
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a page: a run or a campaign."""
+    """One side of a page: a job, as collected (job None: not collected yet)."""
     run_dir: Path
     name: str
-    summary: dict = field(default_factory=dict)
-    campaign: bool = False
+    job: CampaignSummary | None = None
 
     @property
     def run_id(self) -> str:
-        return self.summary.get("run_id") or self.run_dir.name
+        return self.job.run_id if self.job else self.run_dir.name
 
     @property
     def verdict(self) -> str:
-        if self.campaign:
-            return campaign_verdict(self.summary.get("passes") or [])
-        return self.summary.get("verdict") or "not collected"
+        return self.job.verdict if self.job else "not collected"
 
     @property
     def modes(self) -> list[str]:
-        if self.campaign:
-            return list(((self.summary.get("campaign") or {}).get("modes")) or [])
-        return [self.summary.get("mode") or "?"]
+        return list(self.job.campaign.modes) if self.job else []
+
+    @property
+    def passes(self) -> int:
+        return len(self.job.passes) if self.job else 0
 
     @property
     def concurrencies(self) -> list[int]:
-        if self.campaign:
-            return sorted({int(r["concurrency"]) for r in self.summary.get("passes") or []})
-        c = (self.summary.get("spec") or {}).get("max_concurrency")
-        return [int(c)] if c else []
+        return sorted({p.ref.concurrency for p in self.job.passes}) if self.job else []
+
+    @property
+    def slo_ms(self) -> dict:
+        """benchmark.slo as its passes were judged ({} without)."""
+        return next((p.bench.goodput.slo_ms for p in self.job.passes if p.bench.goodput), {}) if self.job else {}
+
+    def ok_rows(self) -> list[PassRow]:
+        """The rows of its ok passes."""
+        return ok_rows(pass_rows(self.job)) if self.job else []
 
     def curve(self, concurrency: int | None = None, label: str | None = None) -> dict | None:
-        """Per-request latency CDF data at one concurrency: the run's, or the campaign's ok passes
-        pooled (its only mode, else the first)."""
-        from .rundata import load
-        if not self.campaign:
-            return run_curve(load(self.run_dir), label or self.name)
-        curves = pooled_curves(self.run_dir, self.summary, concurrency=concurrency,
-                               mode=self.modes[0] if self.modes else None)
+        """Per-request latency CDF data at one concurrency: its ok passes pooled (its only mode,
+        else the first)."""
+        curves = pooled_curves(self.run_dir, self.job, concurrency=concurrency,
+                               mode=self.modes[0] if self.modes else None) if self.job else []
         if not curves:
             return None
         return dict(curves[0], label=f"{label or self.name}: {curves[0]['label']}")
 
     def interactivity_rows(self, gpus: int | None) -> list[dict]:
-        """Rows for series.interactivity_points: the run's numbers, or each (mode, C) aggregate."""
-        if not self.campaign:
-            b = self.summary.get("bench") or {}
-            return [{"label": self.name, "concurrency": (self.concurrencies or [None])[0],
-                     "output_tps": b.get("output_tps"), "tpot_ms": (b.get("tpot") or {}).get("mean"),
-                     "gpus": gpus, "verdict": self.verdict}]
-        return [{"label": a["mode"], "concurrency": a["concurrency"], "gpus": gpus,
-                 "output_tps": ((a.get("metrics") or {}).get("output_tps") or {}).get("mean"),
-                 "tpot_ms": ((a.get("metrics") or {}).get("tpot_mean_ms") or {}).get("mean"),
-                 "verdict": "ok" if a.get("passes_ok") == a.get("passes") else "invalid"}
-                for a in self.summary.get("aggregates") or []]
+        """Rows for series.interactivity_points: each (mode, concurrency) aggregate."""
+        return [{"label": a.mode, "concurrency": a.concurrency, "gpus": gpus,
+                 "output_tps": a.metrics["output_tps"].mean, "tpot_ms": a.metrics["tpot_mean_ms"].mean,
+                 "verdict": "ok" if a.passes_ok == a.passes else "invalid"}
+                for a in aggregates(pass_rows(self.job))] if self.job else []
 
 
 def run_curve(run, label: str | None = None) -> dict:
@@ -140,48 +118,42 @@ def run_curve(run, label: str | None = None) -> dict:
     from . import series
 
     lat = series.request_latencies(run.record)
-    bench = run.summary.get("bench") or {}
+    bench = run.summary.bench if run.summary is not None else None
     dec = series.tpot_itl(run.record)
+
+    def marks(name: str) -> dict:           # the table's p50/p95 of one latency
+        x = getattr(bench, name) if bench is not None else None
+        return {} if x is None else {"mean": x.mean, "p50": x.p50, "p95": x.p95, "p99": x.p99}
     return {"label": label or run.mode, "ttft": series.cdf_points(lat["ttft"]),
-            "e2e": series.cdf_points(lat["e2e"]), "ttft_p": bench.get("ttft") or {},
-            "e2e_p": bench.get("e2e") or {}, "tpot": series.cdf_points(dec["tpot"]),
-            "tpot_p": bench.get("tpot") or {}, "itl": series.cdf_points(dec["itl"]),
+            "e2e": series.cdf_points(lat["e2e"]), "ttft_p": marks("ttft"),
+            "e2e_p": marks("e2e"), "tpot": series.cdf_points(dec["tpot"]),
+            "tpot_p": marks("tpot"), "itl": series.cdf_points(dec["itl"]),
             "itl_p": {q: percentile(sorted(dec["itl"]), n) for q, n in (("p50", 50), ("p95", 95))}
-            if dec["itl"] else {}, "slo": (bench.get("goodput") or {}).get("slo_ms") or {}}
+            if dec["itl"] else {}, "slo": bench.goodput.slo_ms if bench is not None and bench.goodput else {}}
 
 
-def pass_key(row: dict) -> str:
-    return f"c{row['concurrency']}-r{row['repeat']}"
-
-
-def launch_dir(run_dir: Path, summary: dict, launch: int) -> Path | None:
-    for la in summary.get("launches") or []:
-        if la.get("launch") == launch:
-            return run_dir / la["dir"]
-    return None
-
-
-def pooled_curves(run_dir: Path, summary: dict, *, concurrency: int | None = None,
+def pooled_curves(run_dir: Path, job: CampaignSummary, *, concurrency: int | None = None,
                   mode: str | None = None) -> list[dict]:
-    """Per (mode, concurrency) of a campaign: the per-request latencies of its ok passes pooled
+    """Per (mode, concurrency) of a job: the per-request latencies of its ok passes pooled
     (TTFT, E2E, TPOT per request, every ITL), with pooled p50/p95 (the same linear percentile as
     the tables) for the CDF markers; only one concurrency / mode when given."""
     from ..parse.bench import read_last_record
     from ..parse.stats import percentile
     from . import series
 
+    run = open_run(run_dir)
     groups: dict = {}
     keys = ("ttft", "e2e", "tpot", "itl")
-    for row in summary.get("passes") or []:
-        if row.get("verdict") != "ok" or (concurrency is not None and int(row["concurrency"]) != concurrency) \
-                or (mode is not None and row.get("mode") != mode):
+    for p in job.passes:
+        r = p.ref
+        launch = run.launch(r.launch)
+        if p.verdict != "ok" or launch is None or (concurrency is not None and r.concurrency != concurrency) \
+                or (mode is not None and r.mode != mode):
             continue
-        d = launch_dir(Path(run_dir), summary, row.get("launch"))
-        if d is None:
-            continue
-        rec = read_last_record(Layout(d).pass_bench(pass_key(row))).record
+        rec = read_last_record(run.launch_layout(launch).bench(r.key)).record
         lat, dec = series.request_latencies(rec), series.tpot_itl(rec)
-        g = groups.setdefault((row["mode"], int(row["concurrency"])), {**{k: [] for k in keys}, "n": 0})
+        g = groups.setdefault((r.mode, r.concurrency), {**{k: [] for k in keys}, "n": 0,
+                                                        "slo": p.bench.goodput.slo_ms if p.bench.goodput else {}})
         for k in ("ttft", "e2e"):
             g[k] += lat[k]
         for k in ("tpot", "itl"):
@@ -191,7 +163,8 @@ def pooled_curves(run_dir: Path, summary: dict, *, concurrency: int | None = Non
     for (m, c), g in groups.items():
         if not g["ttft"]:
             continue
-        curve = {"label": f"{m} C={c} ({g['n']} passes)", "mode": m, "concurrency": c}
+        curve = {"label": f"{m} C={c} ({g['n']} pass{'es' if g['n'] != 1 else ''})", "mode": m,
+                 "concurrency": c, "slo": g["slo"]}
         for key in keys:
             xs = sorted(g[key])
             curve[key] = series.cdf_points(xs)
@@ -202,10 +175,8 @@ def pooled_curves(run_dir: Path, summary: dict, *, concurrency: int | None = Non
 
 def load_side(run_dir, name: str | None = None) -> Side:
     run_dir = Path(run_dir)
-    m = read_manifest(run_dir)
-    summary = read_summary(run_dir)
-    campaign = (m is not None and m.campaign is not None) or "passes" in summary
-    return Side(run_dir, name or summary.get("run_id") or run_dir.name, summary, campaign)
+    job = read_summary(run_dir)
+    return Side(run_dir, name or (job.run_id if job else run_dir.name), job)
 
 
 def gpus_of(run_dir) -> int | None:

@@ -10,15 +10,17 @@ from ..model.rundir import Layout, write_atomic
 
 
 def write_run_report(run_dir: str | Path) -> list[Path]:
-    """report.html and plots/<name>.png in the run directory; returns the files that changed."""
-    from ..model.rundir import read_manifest
+    """report.html and plots/<name>.png in the run directory (a job of one timed pass: that
+    pass's page; of several: the campaign page); returns the files that changed."""
+    from ..collect.write import read_summary
+    from ..tables.campaign import the_pass
+    from .campaign import render_campaign
     from .html import render_run
 
     run_dir = Path(run_dir)
-    m = read_manifest(run_dir)
+    job = read_summary(run_dir)
     pl: list = []
-    if m is not None and m.campaign is not None:
-        from .campaign import render_campaign
+    if job is not None and the_pass(job) is None:
         text = render_campaign(run_dir, plots_out=pl)
     else:
         text = render_run(run_dir, plots_out=pl)
@@ -27,7 +29,7 @@ def write_run_report(run_dir: str | Path) -> list[Path]:
     if pl:
         lay.plots.mkdir(exist_ok=True)
         for name, _, data in pl:
-            p = lay.plots / name
+            p = lay.plot(name)
             if write_atomic(p, data):
                 changed.append(p)
     p = lay.report_html

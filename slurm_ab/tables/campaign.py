@@ -1,19 +1,20 @@
-"""A campaign's tables: per-pass rows, per-(mode, concurrency) aggregates, the A/B comparison with
-95% intervals, the throughput-latency curve of a sweep, and the campaign's summary.md.
+"""A job's tables: per-pass rows, per-(mode, concurrency) aggregates, the A/B comparison with 95%
+intervals, the throughput-latency curve of a sweep, and the job's summary.md (a job of one timed
+pass: the run tables of tables.runs, the seed's).
 
-Input rows are the collector's pass rows (collect.rows.pass_row: the numeric row of one pass plus
-mode, concurrency, repeat, launch, verdict and reason). Only `ok` passes enter aggregates and
+Input rows are the collector's typed pass rows (collect.rows.PassRow: which pass, its verdict and
+its numbers by column). Only `ok` passes enter aggregates and
 comparisons; the others are listed with their verdict.
 """
 from __future__ import annotations
 
 import json
 import math
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
-from ..model.campaign import Campaign
-from ..collect.rows import aggregate_records, ok_rows, rows_of
+from ..collect.records import CampaignSummary, PassSummary
+from ..collect.rows import Comparison, PassRow, aggregates, columns, comparisons, ok_rows, pass_rows, rows_of
 from .table import DASH, Table, notes
 
 # Display of each metric: number format (the seed's: 2 decimals; rates 3).
@@ -45,57 +46,50 @@ def _tab(rows, headers, align) -> str:
     return Table.of(headers, rows, align).md() + "\n"
 
 
-def aggregate_table(rows: Sequence[Mapping]) -> str:
+def aggregate_table(rows: Sequence[PassRow]) -> str:
     """One line per (mode, concurrency): mean ± 95% half-width of each metric over its ok passes."""
     headers = ["Mode", "C", "n ok/total"] + [METRIC_BY_NAME[m].label for m in TABLE_METRICS]
     body = []
-    for rec in aggregate_records(rows):
-        line = [rec["mode"], str(rec["concurrency"]), f"{rec['passes_ok']}/{rec['passes']}"]
-        for m in TABLE_METRICS:
-            line.append(value_pm(Aggregate(**{k: v for k, v in rec["metrics"][m].items()
-                                              if k != "half_width"}), m))
+    for rec in aggregates(rows):
+        line = [rec.mode, str(rec.concurrency), f"{rec.passes_ok}/{rec.passes}"]
+        line += [value_pm(rec.metrics[m], m) for m in TABLE_METRICS]
         body.append(line)
     return _tab(body, headers, ("left", "right", "right") + ("right",) * len(TABLE_METRICS))
 
 
-def passes_table(rows: Sequence[Mapping]) -> str:
+def passes_table(rows: Sequence[PassRow]) -> str:
     """Every pass (burn-ins excluded by the caller): its numbers and verdict."""
     headers = ["Mode", "C", "Repeat", "Launch"] + [METRIC_BY_NAME[m].label for m in TABLE_METRICS] \
         + ["Verdict"]
     body = []
     for r in rows:
-        numbers = [_fmt(r.get(m), m) for m in TABLE_METRICS]
-        verdict = r.get("verdict") or DASH
-        if r.get("reason"):
-            verdict += f": {r['reason']}"
-        body.append([r["mode"], str(r["concurrency"]), str(r["repeat"]), str(r.get("launch", DASH))]
-                    + numbers + [verdict])
+        numbers = [_fmt(r.value(m), m) for m in TABLE_METRICS]
+        verdict = (r.verdict or DASH) + (f": {r.reason}" if r.reason else "")
+        body.append([r.mode, str(r.concurrency), str(r.repeat), str(r.launch)] + numbers + [verdict])
     return _tab(body, headers, ("left", "right", "right", "right") + ("right",) * len(TABLE_METRICS)
                 + ("left",))
 
 
-def curve_table(rows: Sequence[Mapping]) -> str:
+def curve_table(rows: Sequence[PassRow]) -> str:
     """The throughput-latency curve of each mode: one line per concurrency, with intervals."""
     headers = ["Mode", "C", "n"] + [METRIC_BY_NAME[m].label for m in CURVE_METRICS]
     body = []
-    for rec in aggregate_records(rows):
-        line = [rec["mode"], str(rec["concurrency"]), str(rec["passes_ok"])]
-        for m in CURVE_METRICS:
-            d = {k: v for k, v in rec["metrics"][m].items() if k != "half_width"}
-            line.append(value_pm(Aggregate(**d), m))
+    for rec in aggregates(rows):
+        line = [rec.mode, str(rec.concurrency), str(rec.passes_ok)]
+        line += [value_pm(rec.metrics[m], m) for m in CURVE_METRICS]
         body.append(line)
     return _tab(body, headers, ("left", "right", "right") + ("right",) * len(CURVE_METRICS))
 
 
-def _side_value(rows: Sequence[Mapping], metric: str, by_launch: bool) -> str:
+def _side_value(rows: Sequence[PassRow], metric: str, by_launch: bool) -> str:
     """Mean ± 95% half-width over passes, or over launch means when launches are the units."""
     if not by_launch:
-        return value_pm(aggregate([r.get(metric) for r in rows]), metric)
+        return value_pm(aggregate([r.value(metric) for r in rows]), metric)
     means: dict = {}
     for r in rows:
-        v = r.get(metric)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            means.setdefault(r.get("launch"), []).append(v)
+        v = r.value(metric)
+        if v is not None and math.isfinite(v):
+            means.setdefault(r.launch, []).append(v)
     return value_pm(aggregate([sum(xs) / len(xs) for xs in means.values()]), metric)
 
 
@@ -109,7 +103,7 @@ def _design_note(first) -> str:
             "per mode: --launches L, counterbalanced order)")
 
 
-def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows: Sequence[Mapping],
+def comparison_table(a_name: str, b_name: str, a_rows: Sequence[PassRow], b_rows: Sequence[PassRow],
                      variance: str | None = None, primary: str = PRIMARY_DEFAULT) -> str:
     """The primary metric's row first, then the secondary rows: A, B (mean ± half-width), % change,
     its 95% CI, the p-value (Holm-adjusted for secondaries) and the verdict; notes say which
@@ -118,7 +112,7 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
     from ..ab_stats.percentiles import percentile_noise
 
     a_ok, b_ok = ok_rows(a_rows), ok_rows(b_rows)
-    rows = compare(a_ok, b_ok, primary)
+    rows = compare(columns(a_ok), columns(b_ok), primary)
     body = []
     for row in rows:
         d = row.delta
@@ -146,7 +140,7 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
         lines.append(f"{NO_SPREAD}: the values of each side are identical to the printed precision, so "
                      "the noise cannot be estimated; no interval is given (a zero-width one would claim "
                      "an exact difference)")
-    lines += [w.text() for w in percentile_noise([a_ok, b_ok]) if w.warn]
+    lines += [w.text() for w in percentile_noise([columns(a_ok), columns(b_ok)]) if w.warn]
     if variance:
         lines.append(f"variance included: {variance}")
     for side, all_rows, ok in (("A", a_rows, a_ok), ("B", b_rows, b_ok)):
@@ -156,39 +150,51 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
     return text + notes(lines) + "\n"
 
 
-def campaign_md(result: dict, passes: bool = False) -> str:
-    """The campaign's tables: launches, aggregates (or passes), comparisons, curve."""
-    c = Campaign.from_dict(result["campaign"])
-    rows = result["passes"]
-    out = [f"# Campaign {result['run_id']}", "",
+def the_pass(cs: CampaignSummary) -> PassSummary | None:
+    """The one timed pass of a job of one, which the seed's run tables show (tables.runs); None
+    for a job of several passes (its launches, aggregates and comparisons here)."""
+    return cs.passes[0] if len(cs.passes) == 1 else None
+
+
+def summary_md(cs: CampaignSummary) -> str:
+    """The job's summary.md."""
+    from .runs import run_md
+
+    one = the_pass(cs)
+    return run_md(one) if one is not None else campaign_md(cs)
+
+
+def campaign_md(cs: CampaignSummary, passes: bool = False) -> str:
+    """A job's tables: launches, aggregates (or passes), comparisons, curve."""
+    c = cs.campaign
+    rows = pass_rows(cs)
+    out = [f"# Campaign {cs.run_id}", "",
            f"{len(c.modes)} mode(s), {c.launches_per_mode} launch(es) x {c.repeats} pass(es) per "
            "mode and concurrency, concurrency "
            f"{', '.join(map(str, c.concurrencies))}, order {c.order}"
            + (", burn-in pass per launch" if c.burn_in else "")
-           + f"; job {result.get('job_id') or '?'} ({result.get('job_state') or 'state unknown'})", ""]
-    for la in result["launches"]:
-        fail = la.get("failure") or {}
-        why = f" ({fail.get('kind')})" if fail else ""
-        out.append(f"- launch {la['launch']} {la['mode']}: {la['status']}{why} -- " + ", ".join(la["passes"]))
+           + f"; job {cs.job_id or '?'} ({cs.job.state_raw or cs.job.state or 'state unknown'})", ""]
+    for la in cs.launches:
+        why = f" ({la.failure.get('kind')})" if la.failure else ""
+        out.append(f"- launch {la.launch} {la.mode}: {la.status}{why} -- " + ", ".join(la.passes))
     out += ["", "## Passes" if passes else "## Aggregates (mean ± 95% half-width over ok passes)", ""]
     out.append((passes_table(rows) if passes else aggregate_table(rows)).rstrip("\n"))
-    for cmp in result["comparisons"]:
-        out += ["", comparison_section(result, cmp).rstrip("\n")]
+    for cmp in comparisons(cs, rows):
+        out += ["", comparison_section(cs, cmp, rows).rstrip("\n")]
     if len(c.concurrencies) > 1:
         out += ["", "## Throughput-latency curve", "", curve_table(rows).rstrip("\n")]
     return "\n".join(out) + "\n"
 
 
-def comparison_section(result: dict, cmp: dict) -> str:
-    """One comparison of a campaign (B against A at one concurrency) under its heading."""
-    rows, c = result["passes"], cmp["concurrency"]
-    return (f"## {cmp['b']} vs {cmp['a']} at concurrency {c}\n\n"
-            + comparison_table(cmp["a"], cmp["b"], rows_of(rows, cmp["a"], c),
-                               rows_of(rows, cmp["b"], c), result["variance"],
-                               result["campaign"].get("primary_metric") or PRIMARY_DEFAULT))
+def comparison_section(cs: CampaignSummary, cmp: Comparison, rows: Sequence[PassRow]) -> str:
+    """One comparison of a job (B against A at one concurrency) under its heading."""
+    c = cmp.concurrency
+    return (f"## {cmp.b} vs {cmp.a} at concurrency {c}\n\n"
+            + comparison_table(cmp.a, cmp.b, rows_of(rows, cmp.a, c), rows_of(rows, cmp.b, c),
+                               cs.campaign.variance, cs.campaign.primary_metric))
 
 
-def comparison_json(result: dict) -> str:
-    """`compare --format json` of a campaign."""
-    return json.dumps({"variance": result["variance"], "comparisons": result["comparisons"]},
-                      indent=2) + "\n"
+def comparison_json(cs: CampaignSummary) -> str:
+    """`compare --format json` of a job of several modes."""
+    return json.dumps({"variance": cs.campaign.variance,
+                       "comparisons": [x.to_dict() for x in comparisons(cs)]}, indent=2) + "\n"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from . import CLIENT_052, set_args
 from .lanes import wait_idle as wait_cluster_idle  # noqa: F401  (tests import it from here)
-from .jobs import Proc, Tracker, all_procs, alive, component_ids, events, final_sacct, processes_of_job, slurm_env  # noqa: F401
+from .jobs import Proc, Tracker, all_procs, alive, component_ids, event_files, events, final_sacct, processes_of_job, slurm_env  # noqa: F401
+from slurm_ab.model.rundir import Layout, open_run
 
 def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_ab", *args], cwd=cwd, capture_output=True, text=True,
@@ -58,7 +59,7 @@ class Job:
     def tick(self) -> None:
         if self.job_id is None:
             try:
-                self.job_id = json.loads((self.run_dir / "manifest.json").read_text()).get("job_id")
+                self.job_id = json.loads(Layout(self.run_dir).manifest.read_text()).get("job_id")
             except (OSError, ValueError):
                 pass
             if self.job_id:
@@ -133,11 +134,17 @@ class Job:
     def job_end(self) -> float:
         """Epoch of the job script's job_end event (the last thing it does)."""
         ends = [t for t, k, _ in self.events() if k == "job_end"]
-        assert ends, f"no job_end in events.log:\n{(self.run_dir / 'events.log').read_text()}"
+        assert ends, "no job_end in the events:\n" + "".join(f.read_text() for f in event_files(self.run_dir))
         return ends[-1]
 
     def summary(self) -> dict:
-        return json.loads((self.run_dir / "summary.json").read_text())
+        """The record of the job's one pass, as summary.json holds it."""
+        (one,) = json.loads(Layout(self.run_dir).summary("json").read_text())["passes"]
+        return one
+
+    def launch(self) -> Layout:
+        """The layout of the job's (first) launch: its logs, scrapes and pass files."""
+        return launch_of(self.run_dir)
 
     def assert_nothing_left(self, timeout_s: float = 30) -> None:
         assert self.tracker is not None, "job id never known"
@@ -156,9 +163,15 @@ class Job:
 def access_posts(run_dir: Path, path: str = "/v1/completions") -> int:
     """Successful generation requests in the replicas' uvicorn access logs (node rank 0 only)."""
     n = 0
-    for f in sorted((run_dir / "logs").glob("server-r*-n0.log")):
+    for f in launch_of(run_dir).head_logs().values():
         n += f.read_text(errors="replace").count(f'"POST {path} HTTP/1.1" 200')
     return n
+
+
+def launch_of(run_dir: Path) -> Layout:
+    """The layout of a job's first launch."""
+    run = open_run(run_dir)
+    return run.launch_layout(run.campaign.launches[0])
 
 
 def job_starter(workdir: Path, made: list, *defaults: str):

@@ -57,13 +57,26 @@ def slurm_ab(*args: str, cwd: Path, timeout: float = 600, env: dict | None = Non
                           timeout=timeout, env={**slurm_env(), **(env or {})})
 
 
+def event_files(run_dir: Path) -> list[Path]:
+    """The job's events file and each of its launches' (rundir.open_run: the manifest's campaign,
+    or what the job recorded)."""
+    from slurm_ab.model.rundir import open_run
+
+    run = open_run(run_dir)
+    files = [run.layout.events] + [run.launch_layout(la).events for la in run.campaign.launches]
+    return [f for f in dict.fromkeys(files) if f.is_file()]
+
+
 def events(run_dir: Path) -> list[tuple[float, str, dict]]:
+    """Every event of a job, its own and its launches', in time order (a job of one launch reads as
+    the one log a run had before launch directories)."""
     out = []
-    for line in (run_dir / "events.log").read_text().splitlines():
-        parts = line.split()
-        kv = dict(p.split("=", 1) for p in parts[4:] if "=" in p)
-        out.append((float(parts[0]), parts[3], kv))
-    return out
+    for f in event_files(run_dir):
+        for line in f.read_text().splitlines():
+            parts = line.split()
+            kv = dict(p.split("=", 1) for p in parts[4:] if "=" in p)
+            out.append((float(parts[0]), parts[3], kv))
+    return sorted(out, key=lambda e: e[0])
 
 
 # ---- tracking every process of a job, including those that rename themselves ----------------

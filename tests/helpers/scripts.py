@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ab.job.campaign_plan import plan_job
 from slurm_ab.job.render import render_script
-from slurm_ab.model.sources import Sources, plan_for
+from slurm_ab.model.sources import Sources
 
 from . import ROOT
 
@@ -20,9 +21,23 @@ GOLDEN_SETS = ("paths.results=/results",)
 GOLDEN_RUN_ID = "RUN-ID"
 
 
+def plan_for(src: Sources, mode: str, run_id: str | None = None):
+    """The plan of a job of one mode, as `slurm-ab dry-run MODE` makes it."""
+    return plan_job(src, [mode], run_id)
+
+
 def render(mode: str, site: str = "example", sets=(), run_id: str = GOLDEN_RUN_ID, configs=()) -> str:
     src = Sources(site, tuple(configs), GOLDEN_SETS + tuple(sets))
     return render_script(plan_for(src, mode, run_id))
+
+
+def layout_formats() -> str:
+    """The generated F_* assignments (the run directory's file names, rundir.Layout's): what a
+    harness sourcing the static part alone must define first."""
+    import shlex
+
+    from slurm_ab.model.rundir import job_formats
+    return "".join(f"{name}={shlex.quote(fmt)}\n" for name, fmt, _ in job_formats())
 
 
 # The first line of the static part (functions.sh, then pipeline.sh) of every job script.
