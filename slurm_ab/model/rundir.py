@@ -159,10 +159,6 @@ class Layout:
     def sweep_log(self, replica: int, rank: int) -> Path:
         return self._file("sweep_log", g=replica, rank=rank)
 
-    def sweep_logs(self) -> list[Path]:
-        """What the sweep removed (or failed to) on each node, one log per node."""
-        return sorted(self.root.glob(_glob("sweep_log")))
-
     def summary(self, fmt: str) -> Path:
         """summary.<fmt> (SUMMARY_FORMATS), the collector's only output besides the report."""
         return self._file("summary", ext=fmt)
