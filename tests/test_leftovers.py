@@ -151,3 +151,26 @@ def test_enroot_keeps_containers_on_the_node_when_it_would_use_a_shared_home(lib
     assert f"data=/tmp/slurm-ab-enroot-{uid}/share cache=/tmp/slurm-ab-enroot-{uid}/cache" in r.stdout, r.stderr
     r = _bash(lib, tmp_path / "off", f"HOME={home} ENROOT_DIR=''\nenroot_paths\necho \"${{XDG_DATA_HOME:-unset}}\"\n")
     assert r.stdout.strip() == "unset"
+
+
+def test_a_pass_completed_before_the_cancel_keeps_its_verdict_and_says_what_was_left(tmp_path):
+    """slurm-ab cancel in the launch's teardown: the pass had completed (judged on its numbers,
+    collect/passes.py), the job's end and what its nodes may hold in a note."""
+    from dataclasses import replace
+
+    from helpers.rundir_builder import build_run, collect_one
+    from slurm_ab.model.rundir import read_manifest, write_manifest
+
+    run = build_run(tmp_path)
+    m = read_manifest(run)
+    write_manifest(run, replace(m, config=replace(m.config, cache=replace(m.config.cache, dir="/scratch/c"))))
+    with Layout(run).events.open("a") as f:
+        f.write("1796300100.000 2026-12-03 11:01:40.000 fail kind=cancelled request=alice@login1\n")
+    p = collect_one(run, sacct={"state": "CANCELLED by 0", "exit_code": "0:0"})
+    assert p.verdict == "ok", p.reasons
+    assert p.notes[-1] == ("job CANCELLED by 0 after this pass: may be left on the nodes: cache directory "
+                           "/scratch/c/slurm-ab-4242 on node01, node02, node03, node04, node05, node06, node07, "
+                           "node08: its clean-up never ran (Slurm refuses new steps once a job is cancelled, "
+                           "timed out or lost a node); the next job's preflight on those nodes removes them "
+                           "(cluster.sweep_stale), or `slurm-ab clean`")
+    assert not [n for n in collect_one(build_run(tmp_path / "b")).notes if "left on the nodes" in n]

@@ -17,6 +17,7 @@ from ..parse.diagnose import ROOT_CAUSE_KINDS, diagnose
 from ..parse.events import EventLog
 from ..parse.preflight import ran_on_note, server_info_note
 from ..model.rundir import RELATIVE, Layout, Manifest
+from ..model.slurm import CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
 from .bench_result import bench_result, bench_spec
 from .job import job_info
 from ..model.experiment import kind_of
@@ -159,7 +160,13 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         left = leftovers(root, inp.job_id)          # what the nodes may still hold, and where
         if left is not None and (left.left or verdict == "cancelled"):
             reasons.append(left.text())
-    elif verdict == "invalid" and logs_exist:
+    elif inp.completed and job.state in CANCELLED_STATES | FAILED_STATES | TIMEOUT_STATES:
+        # The pass completed, the job ended otherwise later (slurm-ab cancel in the launch's
+        # teardown, a later launch's failure, the time limit): what its nodes may still hold.
+        left = leftovers(root, inp.job_id)
+        if left is not None:
+            notes.append(f"job {job.state_raw or job.state} after this pass: {left.text()}")
+    if verdict == "invalid" and logs_exist:
         # A replica that failed while the job still completed (e.g. a peer's link went down: the
         # head's watchdog fired, but its server step could not end while srun waited for the
         # unreachable node, and the router sent the rest elsewhere): its root cause goes first.
