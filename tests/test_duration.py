@@ -103,7 +103,25 @@ def test_auto_where_slurm_does_not_answer_says_so(cli, tmp_path, monkeypatch):
     _fake_scontrol(tmp_path, monkeypatch, None)
     code, out, err = cli("dry-run", "tp32", "tp32-dflash", "--repeats", "3")
     assert code == 0 and out.count("#SBATCH --time=07:26:00") == 2
-    assert "partition gpu's MaxTime unknown (Slurm did not answer here)" in err and "PartitionTimeLimit" in err
+    assert ("partition gpu's MaxTime and MaxNodes unknown (Slurm did not answer here)" in err
+            and "PartitionTimeLimit" in err and "PartitionNodeLimit" in err and "not checked" in err)
+
+
+def test_a_component_above_the_partitions_max_nodes_is_refused(cli, tmp_path, monkeypatch):
+    """MaxNodes is per job, and each het component is a job: 4 nodes per replica against
+    MaxNodes=2 never start (PartitionNodeLimit); nor 8 exclusive nodes on a partition of 6."""
+    _fake_scontrol(tmp_path, monkeypatch, "MaxTime=UNLIMITED MaxNodes=2 TotalNodes=64")
+    code, out, err = cli("dry-run", "tp32")
+    assert code == 2 and out == ""
+    assert ("cluster.partition = 'gpu': a component of this job needs 4 nodes, more than the partition allows "
+            "a job (MaxNodes=2; each het component counts as a job)") in err
+    (tmp_path / "bin" / "scontrol").unlink()
+    (tmp_path / "bin").rmdir()
+    _fake_scontrol(tmp_path, monkeypatch, "MaxTime=UNLIMITED MaxNodes=UNLIMITED TotalNodes=6")
+    code, out, err = cli("dry-run", "tp32")
+    assert code == 2 and "the job needs 8 nodes at once, the partition has 6 (TotalNodes)" in err
+    code, out, err = cli("dry-run", "tp32", "--set", "cluster.exclusive=false")    # may share nodes
+    assert code == 0 and "partition gpu allows UNLIMITED" in err
 
 
 def test_an_explicit_limit_that_fits_is_kept(cli):

@@ -81,9 +81,10 @@ def test_structure(mode):
     assert re.search(r"--tp-size \d+\n  --pp-size \d+\n  --ep-size 4\n", text)
     assert not re.search(r"--pp(\s|=)", text), "--pp is ambiguous in SGLang"
     # router and client pinned to component 0's first node, router waits for both workers
-    # the router, the client and (sequential campaigns) the stop rule
+    # the router, the client and (sequential campaigns) the stop rule, not bound to one core by
+    # the site's autobind (cluster.side_cpu_bind)
     assert text.count('side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}"') == 3
-    assert "SIDE_STEP=(--nodes=1 --ntasks=1 --overlap --gres=none --mem=0)\n" in text
+    assert "SIDE_STEP=(--nodes=1 --ntasks=1 --overlap --gres=none --mem=0 --cpu-bind=none)\n" in text
     assert "ROUTER_HOST=${HEADS[0]}" in text and "ROUTER_ADDR=${ADDRS[0]}" in text
     assert '--worker-urls "http://${R0_ADDR}:${R0_PORT}" "http://${R1_ADDR}:${R1_PORT}"' in text
     assert '--base-url "http://${ROUTER_ADDR}:${ROUTER_PORT}"' in text
@@ -174,6 +175,7 @@ def test_site_variants_pass_bash_n_and_shellcheck(tmp_path, sets):
 
 
 def test_site_defaults_can_be_left_to_the_site():
-    text = render("tp32", sets=['cluster.mem=""', 'cluster.server_cpu_bind=""', "cluster.side_step_args=[]"])
-    assert "--mem=0" not in text.split("set -uo pipefail")[0]
+    text = render("tp32", sets=['cluster.mem=""', 'cluster.server_cpu_bind=""', 'cluster.side_cpu_bind=""',
+                                "cluster.side_step_args=[]"])
+    assert "--mem=0" not in text.split("set -o pipefail")[0]
     assert "SERVER_STEP=()\n" in text and "SIDE_STEP=(--nodes=1 --ntasks=1 --overlap)\n" in text

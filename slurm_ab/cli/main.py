@@ -117,9 +117,12 @@ def dry_run(modes, run_id, repeats, concurrency, order, burn_in, time_limit, sit
     from ..job.campaign_plan import campaign_summary
     from ..job.render import render_script, summary
 
+    from ..job.submit import check_collector
+
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     script = render_script(plan)
-    click.echo(summary(plan) + campaign_summary(plan), err=True, nl=False)
+    collector = "".join(f"{n}\n" for n in check_collector(plan.exp))
+    click.echo(summary(plan) + campaign_summary(plan) + collector, err=True, nl=False)
     click.echo(script, nl=False)
 
 
@@ -407,14 +410,41 @@ def compare(run_a, run_b, fmt, margin, trust_jobs, html_out):
 @main.command()
 @click.argument("run")
 def cancel(run):
-    """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay."""
-    from ..model.slurm import scancel
+    """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay. A running job's
+    batch script tears down and cleans its nodes first (scancel -b -s USR1), then the job is
+    cancelled (docs/failures.md)."""
+    from ..job.cancel import cancel_run
 
     run_dir = _find_run(run)
-    jid = _job_id(run_dir)
-    if not scancel(jid):
-        raise UsageError(f"scancel {jid} failed")
-    click.echo(f"cancelled job {jid}; evidence stays in {run_dir} (slurm-ab collect {jid})")
+    cancel_run(run_dir, _job_id(run_dir), echo=click.echo)
+
+
+@main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--yes", is_flag=True, help="Submit the clean-up job (without it: only list what may be left).")
+def clean(runs, yes):
+    """What ended runs (RUN_ID, JOBID or directory; default every run under results/) may have left
+    on their nodes: named containers and per-job cache directories their own clean-up could not
+    remove (a cancel, time-out or lost node). Lists them; --yes submits one small job on those
+    nodes that removes every ended slurm-ab job's leftovers there (never an active job's)."""
+    import time as _time
+
+    from ..job.clean import clean_script, run_clean, stale_runs
+
+    stale = stale_runs(_results_dir(), tuple(runs))
+    if not stale:
+        click.echo("nothing left by ended runs: their clean-up ran, or they had nothing to remove")
+        return
+    for s in stale:
+        click.echo(f"{s.run_dir.name} (job {s.left.job_id}): {s.left.text()}")
+    if not yes:
+        click.echo("nothing removed (dry run): `slurm-ab clean --yes` submits a job on those nodes that removes them")
+        return
+    out = _results_dir().resolve() / f"clean-{_time.strftime('%Y%m%d-%H%M%S')}.out"
+    script = out.with_suffix(".sbatch")
+    script.write_text(clean_script(stale, out))
+    if not run_clean(script, out, click.echo):
+        sys.exit(1)
 
 
 @main.command("plan")

@@ -112,17 +112,24 @@ class JobPlan:
         """The site-survival values the job's static part reads (sbatch_templates/site.sh.j2)."""
         e = self.exp
         ct, wd = e.container, e.watchdog
-        cleanup = (f"pyxis_{ct.name}-$SLURM_JOB_ID" if self.container_name and ct.scope == "global"
-                   and ct.remove_command else "")
+        # pyxis names a container_scope=global container pyxis_<name> (pyxis_slurmstepd.c); the job's
+        # are pyxis_<container.name>-<job id>-<het group>: this prefix is what the job removes at its
+        # end and what the next job's preflight sweeps for ended jobs' leftovers
+        prefix = (f"pyxis_{ct.name}-" if self.container_name and ct.scope == "global" and ct.remove_command
+                  else "")
         kinds = dict.fromkeys(r.name for x in self.campaign.experiments for r in x.mode.roles)
-        return Guards(nccl_network=e.cluster.nccl_network, watch_every_s=e.metrics.interval_s,
+        return Guards(nccl_network=e.cluster.nccl_network, nccl_names=tuple(e.cluster.nccl_names),
+                      watch_every_s=e.metrics.interval_s,
                       watch_factor_pct=int(round(wd.pass_factor * 100)), progress_metric=wd.progress_metric,
-                      inflight_metrics=tuple((k, wd.inflight_of(k)) for k in kinds), cleanup_container=cleanup,
-                      remove_command=tuple(ct.remove_command), node_step_args=tuple(e.cluster.side_step_args))
+                      inflight_metrics=tuple((k, wd.inflight_of(k)) for k in kinds), container_prefix=prefix,
+                      remove_command=tuple(ct.remove_command), list_command=tuple(ct.list_command),
+                      sweep=e.cluster.sweep_stale, node_step_args=tuple(e.cluster.side_step_args))
 
     @property
     def container_name(self) -> str:
-        """The pyxis --container-name of every step on a node (per job), "" when none is used."""
+        """The pyxis --container-name of a het group's steps on a node without the group (the job
+        adds -<G>: one container per node, job and group, so two components sharing a node, or two
+        jobs, never race for one name), "" when none is used."""
         ct = self.exp.container
         return f"{ct.name}-${{SLURM_JOB_ID}}" if ct.image and ct.name else ""
 
@@ -307,12 +314,15 @@ class Guards:
     """What keeps a job honest on a real site: the network NCCL must use ("" = not checked), the
     pass watchdog's figures, the clean-up of each node's named container."""
     nccl_network: str
+    nccl_names: tuple[str, ...]          # the names NCCL may print for it (patterns, * any text)
     watch_every_s: int
     watch_factor_pct: int
     progress_metric: str
     inflight_metrics: tuple[tuple[str, tuple[str, ...]], ...]   # role kind -> its in-flight gauges
-    cleanup_container: str              # pyxis' name of the job's container, "" = none to remove
+    container_prefix: str               # pyxis_<container.name>-: the job's are <prefix><job id>-<G>; "" = none
     remove_command: tuple[str, ...]
+    list_command: tuple[str, ...]       # lists this user's containers on a node (enroot list)
+    sweep: bool                         # the preflight removes ended jobs' containers and caches
     node_step_args: tuple[str, ...]     # srun options of the steps that run once per node
 
 
@@ -418,12 +428,12 @@ def container_flags_for(exps, run_dir: str) -> tuple:
     if not ct.image:
         return ()
     flags = [f"--container-image={ct.image}", f"--container-mounts={','.join(_mounts(exps, run_dir))}"]
-    if ct.name:
-        # One container per node and job (pyxis_slurmstepd.c: a named container's root file
-        # system is reused by the node's later steps, "pyxis: reusing existing container
-        # filesystem"; an unnamed one is unpacked again for every step). The job id in the name:
-        # pyxis' default container_scope=global would otherwise hand an old job's container on.
-        flags.append(Var(f"--container-name={ct.name}-${{SLURM_JOB_ID}}"))
+    # With container.name, the job adds --container-name=<name>-<job id>-<het group> to each step
+    # (CONTAINER_NAME, container_flags in the job): one container per node, job and group
+    # (pyxis_slurmstepd.c: a named container's root file system is reused by the node's later
+    # steps, "pyxis: reusing existing container filesystem"; an unnamed one is unpacked again for
+    # every step). The job id: pyxis' default container_scope=global would otherwise hand an old
+    # job's container on; the group: two components sharing a node would race to create one.
     flags.append("--container-mount-home" if ct.mount_home else "--no-container-mount-home")
     if ct.workdir:
         flags.append(f"--container-workdir={ct.workdir}")
@@ -570,8 +580,10 @@ def _server_step(exp: Experiment) -> tuple[str, ...]:
 
 
 def _side_step(exp: Experiment) -> tuple[str, ...]:
-    """Router and client: one task on ROUTER_HOST, overlapping the server step there."""
-    return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args)
+    """Router and client: one task on ROUTER_HOST, overlapping the server step there, not bound to
+    one core (cluster.side_cpu_bind)."""
+    bind = (f"--cpu-bind={exp.cluster.side_cpu_bind}",) if exp.cluster.side_cpu_bind else ()
+    return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args, *bind)
 
 
 def client_python(check: tuple[str, ...], client_command: tuple[str, ...]) -> tuple[str, ...]:

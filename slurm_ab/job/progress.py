@@ -185,7 +185,8 @@ class Tracker:
         if "job_start" in names:
             return "preflight", None, False
         if base_state(state) in PENDING_STATES | {"CONFIGURING"}:
-            return "queued", None, False
+            why = state.split("(", 1)[1].rstrip(")") if "(" in (state or "") else ""
+            return "queued" + (f" ({why})" if why else ""), None, False
         return ("queued" if not state or state.startswith(("UNKNOWN", "PENDING")) else state.lower()), None, False
 
     def poll(self, state: str | None = None) -> Snapshot:

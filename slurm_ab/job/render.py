@@ -229,7 +229,8 @@ def site_lines(plan: JobPlan) -> list[str]:
            + (" (cluster.mpi: no PMIx set-up per step)" if e.cluster.mpi else "")]
     if e.container.image:
         name = plan.container_name
-        how = (f"one container per node and job: --container-name={name.replace('${SLURM_JOB_ID}', '$SLURM_JOB_ID')}, "
+        how = (f"one container per node, job and het group: --container-name="
+               f"{name.replace('${SLURM_JOB_ID}', '$SLURM_JOB_ID')}-<G>, "
                "created by each node's first step (the preflight) and reused by its later steps"
                + (f", removed at the end ({' '.join(e.container.remove_command)} on every node)"
                   if e.container.scope == "global" and e.container.remove_command else
@@ -239,14 +240,22 @@ def site_lines(plan: JobPlan) -> list[str]:
         mounts = next((str(f).split("=", 1)[1] for f in plan.container_flags
                        if str(f).startswith("--container-mounts=")), "")
         out.append(f"  mounts: {mounts.replace(',', ', ')}")
+    g = plan.guards
+    if g.sweep and (g.container_prefix or (plan.cache and plan.cache.per_job)):
+        what = " and ".join(x for x in (f"containers {g.container_prefix}<id>-<G>" if g.container_prefix else "",
+                                         f"cache directories {plan.cache.base}/slurm-ab-<id>"
+                                         if plan.cache and plan.cache.per_job else "") if x)
+        out.append(f"sweep (cluster.sweep_stale): before the preflight, every node removes this user's {what} "
+                   "of jobs Slurm no longer lists (what a cancelled or failed job could not remove)")
     if plan.cache:
         where = f"{plan.cache.base}/slurm-ab-$SLURM_JOB_ID" if plan.cache.per_job else plan.cache.base
         out.append(f"cache directory {where} on every node (preflight: created and written; "
                    f"{'removed at the end' if plan.cache.per_job else 'kept'}); every step runs with "
                    + " ".join(v.text.replace("${CACHE_DIR}", "$CACHE_DIR") for v in plan.cache.env))
     if e.cluster.nccl_network:
-        out.append(f"fabric: every rank's NCCL must use network {e.cluster.nccl_network} (cluster.nccl_network); "
-                   "the job checks NCCL's 'Using network' lines once the servers are ready")
+        out.append(f"fabric: every rank's NCCL must use network {e.cluster.nccl_network} (cluster.nccl_network: "
+                   f"{', '.join(e.cluster.nccl_names)}); the job checks NCCL's 'Using network' lines once "
+                   "the servers are ready")
     d = plan.duration
     given = parse_time(_time(plan))
     short = " -- SHORTER than the estimate (estimate.enforce = false): Slurm may stop the job part-way" \

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..model.rundir import Layout
-from ..model.slurm import base_state, is_active, squeue_state
+from ..model.slurm import PENDING_STATES, base_state, is_active, pending_reason, pending_text, squeue_state
 
 
 def _events_file(run_dir: Path, job_id: str) -> Path:
@@ -86,6 +86,9 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
                 parts = line.split(" ", 3)
                 echo("  " + (f"{parts[2]} {parts[3]}" if len(parts) == 4 else line))
         state = job.watcher.get_state(job_id, mode="force")
+        if base_state(state) in PENDING_STATES | {"UNKNOWN", None}:
+            reason = pending_reason(job_id)        # why it waits (squeue %r): the user may act on it
+            state = f"PENDING ({pending_text(reason)})" if reason else state
         if state != last_state:
             echo(f"job {job_id}: {state}")
             last_state = state

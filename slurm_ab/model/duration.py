@@ -323,10 +323,12 @@ def history_for(exp: Experiment) -> History:
 
 @dataclass(frozen=True)
 class PartitionLimit:
-    """The MaxTime of the partition the job goes to, as Slurm answered at submit/dry-run time."""
+    """The limits of the partition the job goes to, as Slurm answered at submit/dry-run time."""
 
     partition: str
     max_time: str | None         # scontrol's MaxTime ('UNLIMITED', '2-00:00:00'); None: no answer
+    max_nodes: int | None = None     # MaxNodes per job (a het job: per component); None: UNLIMITED/unknown
+    total_nodes: int | None = None   # TotalNodes; None: unknown
 
     @property
     def seconds(self) -> int | None:
@@ -335,9 +337,11 @@ class PartitionLimit:
 
     def text(self) -> str:
         if self.max_time is None:
-            return (f"partition {self.partition}'s MaxTime unknown (Slurm did not answer here): a --time "
-                    "above it leaves the job pending (PartitionTimeLimit) or refused (EnforcePartLimits)")
-        return f"partition {self.partition} allows {self.max_time}"
+            return (f"partition {self.partition}'s MaxTime and MaxNodes unknown (Slurm did not answer here): "
+                    "a --time or node count above them leaves the job pending (PartitionTimeLimit, "
+                    "PartitionNodeLimit) or refused (EnforcePartLimits); not checked")
+        nodes = "" if self.max_nodes is None else f", {self.max_nodes} nodes a job"
+        return f"partition {self.partition} allows {self.max_time}{nodes}"
 
 
 def partition_limit(exp: Experiment) -> PartitionLimit:
@@ -345,14 +349,44 @@ def partition_limit(exp: Experiment) -> PartitionLimit:
     the script's #SBATCH --partition, sbatch(1)); of a list, the longest (the job may start in any)."""
     import os
 
-    from .slurm import partition_max_time
+    from .slurm import partition_fields
 
     name = os.environ.get("SBATCH_PARTITION") or exp.cluster.partition
-    answers = [partition_max_time(p) for p in name.split(",") if p]
-    if not answers or None in answers:
+    fields = [partition_fields(p) for p in name.split(",") if p]
+    answers = [f.get("MaxTime") for f in fields if f]
+    if not fields or None in fields or None in answers:
         return PartitionLimit(name, None)
     unlimited = [a for a in answers if parse_time(a) is None]
-    return PartitionLimit(name, unlimited[0] if unlimited else max(answers, key=parse_time))
+
+    def most(key):          # of a list, the largest (the job may start in any); None: unlimited
+        vals = [f.get(key, "") for f in fields]
+        return None if not all(v.isdigit() for v in vals) else max(int(v) for v in vals)
+    return PartitionLimit(name, unlimited[0] if unlimited else max(answers, key=parse_time),
+                          most("MaxNodes"), most("TotalNodes"))
+
+
+def check_partition_nodes(plan, partition: PartitionLimit | None) -> None:
+    """A job whose component asks more nodes than the partition's MaxNodes, or more nodes in all
+    than the partition has, never starts (with Slurm's default EnforcePartLimits=NO it pends as
+    PartitionNodeLimit): refused before anything is submitted (ConfigErrors, exit 2)."""
+    if partition is None or partition.max_time is None:
+        return
+    comps = [r.nodes for r in plan.replicas]
+    need = sum(comps) if plan.exp.cluster.exclusive else max(comps)
+    errs = []
+    if partition.max_nodes is not None and max(comps) > partition.max_nodes:
+        errs.append(ConfigError(
+            "cluster.partition", partition.partition,
+            f"a component of this job needs {max(comps)} nodes, more than the partition allows a job "
+            f"(MaxNodes={partition.max_nodes}; each het component counts as a job)",
+            "a partition with a larger MaxNodes, or fewer nodes per replica/role"))
+    if partition.total_nodes is not None and need > partition.total_nodes:
+        errs.append(ConfigError(
+            "cluster.partition", partition.partition,
+            f"the job needs {need} nodes at once, the partition has {partition.total_nodes} (TotalNodes)",
+            "a larger partition, or fewer or smaller replicas"))
+    if errs:
+        raise ConfigErrors(errs)
 
 
 def limit_bound(exp: Experiment, partition: PartitionLimit | None) -> int | None:
@@ -378,6 +412,7 @@ def fit_time_limit(plan, history: History | None = None, partition: PartitionLim
     job needs, or an estimate above the partition's MaxTime, is refused (ConfigErrors: exit 2,
     nothing written or submitted) unless estimate.enforce is off."""
     exp = plan.exp
+    check_partition_nodes(plan, partition)
     est = estimate(plan, history_for(exp) if history is None else history)
     limit = exp.cluster.time_limit
     where = f"; {partition.text()}" if partition is not None else ""
@@ -409,5 +444,6 @@ def sized(plan):
 
 
 __all__ = ["AUTO", "Estimate", "Figure", "History", "PartitionLimit", "TimeModel", "block_seconds",
-           "campaign_schedule", "estimate", "fit_time_limit", "format_time", "history_for", "limit_bound", "parse_time",
+           "campaign_schedule", "check_partition_nodes", "estimate", "fit_time_limit", "format_time", "history_for",
+           "limit_bound", "parse_time",
            "partition_limit", "read_history", "rounds", "sized", "time_model"]

@@ -213,6 +213,9 @@ class Cluster:
     prologue: str
     mpi: str = "none"                # srun --mpi of every step ("" = the site's MpiDefault)
     nccl_network: str = ""           # NCCL network every rank must use: "IB", "Socket", "" (unchecked)
+    nccl_names: tuple[str, ...] = ()  # the names NCCL may print for it ([nccl_networks]; * any text)
+    side_cpu_bind: str = "none"      # srun --cpu-bind of the router and client steps ("" = the site's)
+    sweep_stale: bool = True         # the preflight removes ended jobs' containers and caches
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,8 @@ class Container:
     name: str = ""                   # pyxis --container-name prefix ("<name>-<job id>"); "": per step
     scope: str = "global"            # the site's pyxis container_scope
     remove_command: tuple[str, ...] = ()
+    list_command: tuple[str, ...] = ()   # this user's containers on a node (enroot list)
+    enroot_dir: str = ""             # node-local home of enroot's paths when they would be under HOME
 
 
 @dataclass(frozen=True)
@@ -273,6 +278,8 @@ class Collector:
     mem: str = "4G"
     time_min: int = 15
     sbatch_extra: tuple[str, ...] = ()
+    cpus: int = 1
+    python: str = ""                 # "" = the submitting Python (same architecture, checked)
 
 
 @dataclass(frozen=True)
@@ -515,7 +522,8 @@ def build(tree: dict, mode_name: str) -> Experiment:
         server_env=_build_pairs(tree["server"]["env"]),
         env=_build_pairs(tree["env"]),
         router=_router(tree),
-        cluster=_build(Cluster, tree["cluster"]),
+        cluster=_build(Cluster, tree["cluster"], nccl_names=tuple(
+            (tree.get("nccl_networks") or {}).get(tree["cluster"]["nccl_network"], ()))),
         container=_build(Container, tree["container"]),
         paths=_build(Paths, tree["paths"]),
         commands=_build(Commands, tree["commands"]),

@@ -35,6 +35,10 @@ FILES = {
     "logs": "logs",
     "preflight_log": "logs/preflight-r{g}-n{rank}.log",
     "cleanup_log": "logs/cleanup-r{g}-n{rank}.log",     # the nodes' clean-up step at the job's end
+    "sweep_script": "preflight/sweep-node.sh",   # removes ended jobs' leftovers, before the preflight
+    "sweep_log": "logs/sweep-r{g}-n{rank}.log",  # what it removed on each node
+    "cancel_request": "cancel-requested",        # `slurm-ab cancel` asked the job to tear down (who, when)
+    "secrets": "secrets.env",                    # cluster.secret_env values, mode 0600, read and removed by the job
     "preflight": "preflight",
     "preflight_script": "preflight/check.sh",
     "preflight_report": "preflight/{node}.json",
@@ -161,6 +165,13 @@ class Layout:
 
     def cleanup_log(self, replica: int, rank: int) -> Path:
         return self._file("cleanup_log", g=replica, rank=rank)
+
+    sweep_script = property(lambda self: self._file("sweep_script"))
+    cancel_request = property(lambda self: self._file("cancel_request"))
+    secrets = property(lambda self: self._file("secrets"))
+
+    def sweep_log(self, replica: int, rank: int) -> Path:
+        return self._file("sweep_log", g=replica, rank=rank)
 
     def summary(self, fmt: str) -> Path:
         """summary.<fmt> (SUMMARY_FORMATS), the collector's only output besides the report."""
@@ -315,6 +326,8 @@ def job_formats(pd: bool = True, sequential: bool = True) -> tuple[tuple[str, st
         ("JOB_SCRIPT", lay.job_script, ""), ("EVENTS", lay.events, ""), ("SLURM_OUT", lay.slurm_out(f), "job id"),
         ("LOGS", lay.logs, ""), ("PREFLIGHT_LOG", lay.preflight_log(f, f), "replica, node rank"),
         ("CLEANUP_LOG", lay.cleanup_log(f, f), "replica, node rank"), ("PREFLIGHT", lay.preflight, ""),
+        ("SWEEP_SCRIPT", lay.sweep_script, ""), ("SWEEP_LOG", lay.sweep_log(f, f), "replica, node rank"),
+        ("CANCEL_REQUEST", lay.cancel_request, ""), ("SECRETS", lay.secrets, ""),
         ("PREFLIGHT_SCRIPT", lay.preflight_script, ""), ("PREFLIGHT_REPORT", lay.preflight_report(f), "node"),
         ("PREFLIGHT_PARTIAL", lay.preflight_partial(f), "node"),
         ("PREFLIGHT_PROBLEMS", lay.preflight_problems(f), "node"),

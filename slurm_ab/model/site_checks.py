@@ -64,6 +64,9 @@ def check(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("container.scope", ct["scope"], "unknown pyxis container_scope", ", ".join(SCOPES)))
     if any(not w for w in ct["remove_command"]):
         errs.append(ConfigError("container.remove_command", ct["remove_command"], "must not contain empty strings"))
+    if tree["container"]["enroot_dir"] and not MOUNT_PATH.fullmatch(tree["container"]["enroot_dir"]):
+        errs.append(ConfigError("container.enroot_dir", tree["container"]["enroot_dir"], "not an absolute path",
+                                "a node-local directory such as /tmp or /raid, or \"\" to leave enroot's paths"))
     if cache["dir"] and not MOUNT_PATH.fullmatch(cache["dir"]):
         errs.append(ConfigError("cache.dir", cache["dir"], "not an absolute path that can be mounted",
                                 "e.g. /scratch/slurm-ab-cache (letters, digits and _ . + @ = / -)"))
@@ -73,9 +76,10 @@ def check(tree: Tree) -> list[ConfigError]:
                                     "a relative path such as .cache/huggingface, or \".\""))
     if c["mpi"] and not WORD.fullmatch(c["mpi"]):
         errs.append(ConfigError("cluster.mpi", c["mpi"], "not an srun --mpi type", "none, pmix, pmi2, or \"\""))
-    if c["nccl_network"] and not WORD.fullmatch(c["nccl_network"]):
-        errs.append(ConfigError("cluster.nccl_network", c["nccl_network"], "not an NCCL network name",
-                                "IB, Socket, or \"\" (not checked)"))
+    nets = tree.get("nccl_networks") or {}
+    if c["nccl_network"] and c["nccl_network"] not in nets:
+        errs.append(ConfigError("cluster.nccl_network", c["nccl_network"], "not a family of [nccl_networks]",
+                                ", ".join(sorted(nets)) + ', or "" (not checked)'))
     est = tree["estimate"]
     for k in ("model_load_s", "warmup_s", "request_s", "pass_overhead_s", "job_overhead_s"):
         if est[k] < 0:
@@ -100,6 +104,11 @@ def check(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("collector.mem", col["mem"], "not an sbatch --mem size", "e.g. 4G"))
     if col["time_min"] < 1:
         errs.append(ConfigError("collector.time_min", col["time_min"], "must be >= 1 (minutes)"))
+    if col["cpus"] < 1:
+        errs.append(ConfigError("collector.cpus", col["cpus"], "must be >= 1"))
+    if col["python"] and not MOUNT_PATH.fullmatch(col["python"]):
+        errs.append(ConfigError("collector.python", col["python"], "not an absolute path",
+                                "e.g. /shared/venvs/slurm-ab/bin/python3, or \"\" for the submitting Python"))
     for i, opt in enumerate(col["sbatch_extra"]):
         if not SBATCH_OPTION.fullmatch(opt):
             errs.append(ConfigError(f"collector.sbatch_extra[{i}]", opt, "not a single sbatch option",
