@@ -60,8 +60,9 @@ profile = "smg"
     sw = plan.campaign.software
     assert not plan.campaign.same_software and not plan.campaign.same_client
     # pyxis names every image's container apart: one image's container never serves another's launch
-    names = [next(f.text for f in s.container if getattr(f, "text", "").startswith("--container-name=")) for s in sw]
-    assert names == ["--container-name=slurm-ab-${SLURM_JOB_ID}", "--container-name=slurm-ab-${SLURM_JOB_ID}-i1"]
+    # (container_flags in the job: --container-name=$CONTAINER_NAME${CONTAINER_TAG}-<group>)
+    assert [s.container_tag for s in sw] == ["", "-i1"]
+    assert not any(str(getattr(f, "text", f)).startswith("--container-name=") for s in sw for f in s.container)
     assert plan.campaign.software_checks == (1,)
     assert "smg" in " ".join(sw[1].modules) and "sglang.bench_serving=sglang" in sw[1].client_modules
 

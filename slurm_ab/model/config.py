@@ -28,7 +28,7 @@ Tree = dict[str, Any]
 
 # Tables whose keys are the user's own (flag names, variable names, mode and dataset names).
 FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "pd.env", "modes", "datasets",
-               "router_profiles", "client_profiles")
+               "router_profiles", "client_profiles", "nccl_networks")
 MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict, "roles": dict, "router": dict,
              "settings": dict}
 # What a mode's [modes.<M>.settings] may set: what each launch of a campaign runs with (its image,
@@ -39,6 +39,7 @@ MODE_SETTINGS = ("container", "env", "server", "paths", "commands", "benchmark",
 # ... and within those, keys that stay the job's
 MODE_SETTINGS_JOB_WIDE = ("container.name", "container.scope", "container.remove_command",
                           "container.runtime", "container.exec_command", "container.exec_mount_flag",
+                          "container.list_command", "container.enroot_dir",
                           "paths.results", "benchmark.repeats", "benchmark.launches",
                           "benchmark.compare_repeats", "benchmark.compare_launches", "benchmark.order",
                           "benchmark.burn_in", "benchmark.primary_metric", "benchmark.concurrency",
@@ -221,6 +222,13 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
             return [ConfigError(full, value, "not a valid environment variable name")]
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             return [ConfigError(full, value, "environment value must be a string or number")]
+        return []
+    if table == "nccl_networks":
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", key):
+            return [ConfigError(full, value, "not an NCCL network family name", "letters, digits, '_', '.', '-'")]
+        if not (isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value)):
+            return [ConfigError(full, value, "must be a non-empty list of network names",
+                                'names NCCL prints in "Using network NAME", * for any text, e.g. ["IB", "IBext_v*"]')]
         return []
     if table in NAMED_TABLES:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", key):
