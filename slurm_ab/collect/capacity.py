@@ -80,23 +80,26 @@ def search_result(mode: str, launch: int, spec: dict, passes, benches) -> Capaci
 
 
 def compare_capacity(a: CapacitySummary, b: CapacitySummary) -> str:
-    """B's capacity against A's: higher / lower when their brackets do not overlap, else not
-    resolved at this resolution (a bisection's bracket is not a confidence interval: one launch, one
-    probe per rate; more probes or prompts narrow it)."""
+    """B's capacity against A's: higher / lower only when a gap separates their brackets; brackets
+    that overlap or touch (B's lowest failing rate = A's highest passing one) are not resolved. A
+    bisection's bracket is not a confidence interval (one launch, one probe of noisy attainment per
+    rate): on the local cluster two images 3 % apart analytically gave touching brackets in the
+    wrong order, so one step apart is within a probe's noise. Never a statistical verdict: said."""
     def span(x: CapacitySummary) -> tuple[float, float]:
         lo = x.capacity_rps if x.capacity_rps is not None else 0.0
         hi = x.upper_rps if x.upper_rps is not None else float("inf")
         return lo, hi
     (alo, ahi), (blo, bhi) = span(a), span(b)
-    if blo >= ahi:
+    if blo > ahi:
         word = "higher"
-    elif bhi <= alo:
+    elif bhi < alo:
         word = "lower"
     else:
-        return (f"{b.mode} {b.text} vs {a.mode} {a.text}: their brackets overlap, not resolved at this "
-                "resolution (more probes or prompts)")
+        return (f"{b.mode} {b.text} vs {a.mode} {a.text}: their brackets overlap or touch, not resolved at "
+                "this resolution (one probe per rate; more probes, prompts or a repeated search)")
     ratio = f" ({(b.capacity_rps / a.capacity_rps - 1):+.0%})" if a.capacity_rps and b.capacity_rps else ""
-    return f"{b.mode} {b.text} vs {a.mode} {a.text}: {b.mode}'s capacity is {word}{ratio}"
+    return (f"{b.mode} {b.text} vs {a.mode} {a.text}: {b.mode}'s capacity is {word}{ratio} (brackets apart; "
+            "one probe per rate, not a statistical verdict)")
 
 
 __all__ = ["CapacitySummary", "Probe", "compare_capacity", "search_result"]
