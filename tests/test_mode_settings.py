@@ -104,6 +104,9 @@ def test_software_ab_golden_and_dry_run(tmp_path):
     assert r.returncode == 0, r.stdout
     assert "IMAGE_EXEC_1=(python3 -m slurm_ab_testbed.fake_apptainer exec --bind " in text
     assert text.count("/var/lib/slurm-ab-local/images/sglang-0.5.24") == 1
+    # no pyxis flag in an exec runtime's job: no --container-name (srun refuses the option without
+    # pyxis), no pyxis container to remove or sweep
+    assert 'CONTAINER_NAME=""\n' in text and "CT_PREFIX=''\n" in text
     r = subprocess.run(["python3", "-m", "slurm_ab", "dry-run", "v0523", "v0524", "--site", "local", "--config",
                         SOFTWARE_AB, "--launches", "1"], capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr

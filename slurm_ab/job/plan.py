@@ -130,9 +130,10 @@ class JobPlan:
     def container_name(self) -> str:
         """The pyxis --container-name of a het group's steps on a node without the group (the job
         adds -<G>: one container per node, job and group, so two components sharing a node, or two
-        jobs, never race for one name), "" when none is used."""
+        jobs, never race for one name), "" when none is used (no image, or the exec runtime: pyxis
+        flags are pyxis' only)."""
         ct = self.exp.container
-        return f"{ct.name}-${{SLURM_JOB_ID}}" if ct.image and ct.name else ""
+        return f"{ct.name}-${{SLURM_JOB_ID}}" if ct.image and ct.name and ct.runtime != "exec" else ""
 
     @property
     def experiment(self) -> str:
