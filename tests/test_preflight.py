@@ -230,7 +230,7 @@ def test_preflight_is_the_first_step_one_per_component():
     gen, main = _generated(text), _function(text, "main")
     assert "PREFLIGHT=1\n" in gen and "PREFLIGHT_TIMEOUT=300\n" in gen
     # before any server: after the hosts are known, before the addresses and the launches
-    assert main.index("record_hosts") < main.index("sweep_nodes") < main.index("(( PREFLIGHT )) && run_preflight") < \
+    assert main.index("record_hosts") < main.index("sweep_nodes") < main.index("if (( PREFLIGHT )); then\n    run_preflight") < \
         main.index("resolve_addresses") < main.index("run_launches")
     pf = _function(text, "run_preflight")
     # one srun per component (het group), in the servers' container, on every node of it; the
@@ -240,7 +240,9 @@ def test_preflight_is_the_first_step_one_per_component():
     assert '(( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")' in pf
     # the group's container (container_flags G: one per node, job and group)
     assert 'container_flags "$g"' in pf and '"${CT[@]}" "${SRUN_EXTRA[@]}"' in pf
-    assert 'bash "$RUN_DIR/$F_PREFLIGHT_SCRIPT" "$g" "${PORTS[g]}"' in pf
+    # its script: the job's own, or (run_preflight I) a mode's in its own image (preflight_script)
+    assert '"${IMAGE_EXEC[@]}" env "${SERVER_ENV[@]}" bash "$(preflight_script)" "$g" "${PORTS[g]}"' in pf
+    assert "printf '%s' \"$RUN_DIR/$F_PREFLIGHT_SCRIPT\"" in _function(text, "preflight_script")
     assert pf.rstrip().endswith("wait_preflight\n}")
     assert "PF_GPUS=8\n" in gen and "PF_MODULES=(sglang sglang_router=sglang-router)\n" in gen
     assert "PF_CLIENT_PATHS=(dataset /shared/datasets/speed_bench/throughput_16k.jsonl)\n" in gen
