@@ -119,6 +119,7 @@ start_servers() {
     cmd=("${role_cmd[@]}")
     unset -n role_cmd
     [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
+    if declare -F nsys_wrap >/dev/null; then nsys_wrap "$g"; fi       # profile.nsys (profile.sh)
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
     event server_launch "replica=$g" "role=${GROUP_ROLES[g]}"
     # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
@@ -150,6 +151,7 @@ run_pass() {
   log "pass $PASS_KEY of $MODE: ${CLIENT_CMD[*]}"
   event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS"
   scrape_metrics start
+  [[ -n ${PASS_PROFILE:-} ]] && profile_request start      # a profiled pass (profile.sh)
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$PASS_CLIENT_LOG" \
     "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
   CLIENT_PID=$!
@@ -159,6 +161,7 @@ run_pass() {
   CLIENT_PID=""
   event bench_end "pass=$PASS_KEY" "rc=$rc"
   scrape_metrics end
+  [[ -n ${PASS_PROFILE:-} ]] && profile_request stop
   if (( rc != 0 )); then
     tail_log "$RUN_DIR/$PASS_CLIENT_LOG"
     fatal client_failed "pass=$PASS_KEY" "rc=$rc" "benchmark client of pass $PASS_KEY exited with status $rc"
@@ -181,6 +184,7 @@ run_launch() {
   unset -n roles_ref names_ref
   METRICS_SERVERS=${MODE_METRICS[LAUNCH_SERVER[i]]}
   STEP_PIDS=()
+  SAMPLER_PIDS=()
   CLIENT_PID=""
   METRICS_LOOP_PID=""
   TORN_DOWN=0
@@ -192,6 +196,7 @@ run_launch() {
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "launch=$LAUNCH" "batch_host=$(hostname)"
   record_hosts
   start_servers
+  if declare -F start_samplers >/dev/null; then start_samplers; fi     # telemetry (telemetry.sh)
   wait_servers_ready
   check_nccl_network
   make_warmup_body
@@ -201,7 +206,7 @@ run_launch() {
   if has_role prefill; then pd_router_canary; fi
   read -ra specs <<<"${LAUNCH_PASSES[i]}"
   for spec in "${specs[@]}"; do
-    IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG <<<"$spec"
+    IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG PASS_PROFILE <<<"$spec"
     run_pass
   done
   log "launch $LAUNCH ($MODE) done: tearing down"
@@ -212,14 +217,14 @@ run_launch() {
 # and passes as CONCURRENCY:REPEAT:PROMPTS), so the job's own record says what it was to run (a
 # script submitted again writes a directory without manifest).
 record_schedule() {
-  local i spec c r n plan
+  local i spec c r n prof plan
   local -a specs
   for i in "${!LAUNCH_DIRS[@]}"; do
     plan=""
     read -ra specs <<<"${LAUNCH_PASSES[i]}"
     for spec in "${specs[@]}"; do
-      IFS=: read -r c r n _ <<<"$spec"
-      plan+="${plan:+,}$c:$r:$n"
+      IFS=: read -r c r n _ _ _ prof <<<"$spec"
+      plan+="${plan:+,}$c:$r:$n${prof:+:$prof}"
     done
     event launch_plan "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}" "passes=$plan"
   done

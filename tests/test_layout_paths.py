@@ -153,14 +153,14 @@ def test_the_job_script_spells_no_path_and_gets_layouts_formats(sets):
     for text in (render("tp32-dflash", sets=sets), _campaign_text()):
         assert spelled_paths(text) == set()
         formats = dict(re.findall(r"^(F_[A-Z_]+)=(\S+)", text, re.M))
-        assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False)}
+        assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, profile=False)}
         assert formats["F_EVENTS"] == str(RELATIVE.events)
 
 
 def test_the_formats_give_layouts_names_in_bash(tmp_path):
     """bash's printf of every F_* format names the file Layout names, placeholders in order."""
     args = {"g": "1", "rank": "3", "peer": "2", "node": "node07", "target": "r1n0", "stamp": "20261130-1.5",
-            "job": "42", "run_dir": "/r/x"}
+            "job": "42", "run_dir": "/r/x", "key": "c8-r1", "what": "start"}
     by_format = {re.sub(r"\{[a-z_]+\}", "%s", v): v for v in [*FILES.values(), RESUBMITTED]}
     for name, fmt, _ in job_formats():
         pattern = by_format[fmt]
