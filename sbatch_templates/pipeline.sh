@@ -146,7 +146,7 @@ start_router() {
 # run_pass: one timed benchmark through the router (PASS_C, PASS_REPEAT, PASS_PROMPTS, PASS_KEY,
 # PASS_BENCH and PASS_CLIENT_LOG set; the files relative to the launch directory).
 run_pass() {
-  local rc
+  local rc at
   client_command
   log "pass $PASS_KEY of $MODE: ${CLIENT_CMD[*]}"
   event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS"
@@ -159,7 +159,9 @@ run_pass() {
   watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE")"
   rc=$?
   CLIENT_PID=""
-  event bench_end "pass=$PASS_KEY" "rc=$rc"
+  # when the client wrote its result (the end of the benchmark it measured; telemetry's window)
+  at=$(date -r "$RUN_DIR/$PASS_BENCH" +%s.%3N 2>/dev/null)
+  event bench_end "pass=$PASS_KEY" "rc=$rc" ${at:+"output_at=$at"}
   scrape_metrics end
   [[ -n ${PASS_PROFILE:-} ]] && profile_request stop
   if (( rc != 0 )); then

@@ -307,7 +307,7 @@ def telemetry_plan(exp: Experiment) -> TelemetryPlan | None:
     else:
         gpu = (*t.dcgm.scrape_command, t.dcgm.url, f"{t.interval_s:g}")
         exporter = tuple(t.dcgm.exporter_command)
-    host = (*t.host_command, f"{t.interval_s:g}") if t.host else ()
+    host = (*t.host_command, f"{t.host_interval_ms / 1000:g}") if t.host else ()
     return TelemetryPlan(t.source, gpu, exporter, host, ("--overlap", *t.step_args))
 
 

@@ -242,7 +242,7 @@ def observe_lines(plan: JobPlan) -> list[str]:
                f"(srun {' '.join(t.step)}), from its servers' start to its teardown: {words(t.gpu_command)}"
                + (f"; it starts the exporter {words(t.exporter)} first" if t.exporter else "")
                + f" -> <launch>/{RELATIVE.gpu_samples('<G>', '<R>')}",
-               ("  host sampler on ROUTER_HOST -> <launch>/" + str(RELATIVE.host_samples) + ": "
+               (f"  host sampler on ROUTER_HOST every {tc.host_interval_ms} ms -> <launch>/" + str(RELATIVE.host_samples) + ": "
                 + (words(t.host_command[:2]) + " ... " + t.host_command[-1] if t.host_command else ""))
                if t.host_command else "  host sampler: off (telemetry.host = false)",
                f"  rules: a pass's energy is invalid when a node's samples are more than {tc.max_gap_s:g} s apart; "

@@ -336,6 +336,7 @@ class Telemetry:
     source: str = "none"
     interval_ms: int = 1000
     host: bool = True
+    host_interval_ms: int = 1000
     step_args: tuple[str, ...] = ()
     max_gap_s: float = 3.0
     low_clock_pct: float = 10.0

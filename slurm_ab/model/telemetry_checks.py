@@ -39,6 +39,9 @@ def _telemetry(t: dict) -> list[ConfigError]:
     if t["source"] not in TELEMETRY_SOURCES:
         errs.append(ConfigError("telemetry.source", t["source"], "unknown telemetry source", ", ".join(TELEMETRY_SOURCES)))
         return errs
+    if not 100 <= t["host_interval_ms"] <= 60000:
+        errs.append(ConfigError("telemetry.host_interval_ms", t["host_interval_ms"], "not a sample interval",
+                                "100..60000 (ms)"))
     if not 100 <= t["interval_ms"] <= 60000:
         errs.append(ConfigError("telemetry.interval_ms", t["interval_ms"], "not a sample interval",
                                 "100..60000 (ms); at most 1000 for exact energy from nvidia-smi's 1 s power average"))
