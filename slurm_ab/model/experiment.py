@@ -596,6 +596,11 @@ def build(tree: dict, mode_name: str) -> Experiment:
     )
 
 
+def history_of(tree: dict) -> History:
+    """[history] of a merged tree (`slurm-ab history` needs no mode)."""
+    return _build(History, tree["history"])
+
+
 def _telemetry(t: dict) -> Telemetry:
     return _build(Telemetry, t, nvidia_smi=_build(NvidiaSmi, t["nvidia_smi"]), dcgm=_build(Dcgm, t["dcgm"]))
 

@@ -110,6 +110,11 @@ def _profile(p: dict) -> list[ConfigError]:
     return errs
 
 
+def check_history(tree: Tree) -> list[ConfigError]:
+    """[history] alone (`slurm-ab history` validates no mode)."""
+    return _history(tree["history"])
+
+
 def _history(h: dict) -> list[ConfigError]:
     errs: list[ConfigError] = []
     if not _number(h["alpha"]) or not 0 < h["alpha"] <= 0.2:
