@@ -158,8 +158,9 @@ def read_gpu_file(path: str | Path, fields: tuple[str, ...]) -> GpuFile:
                     dcgm_t = None
                 continue
             if line.startswith("# slurm-ab error"):
-                if len(errors) < 3:
-                    errors.append(line[len("# slurm-ab error"):].strip())
+                if len(errors) < 3:                   # '# slurm-ab error <epoch> <message>'
+                    rest = line[len("# slurm-ab error"):].split(None, 1)
+                    errors.append(rest[1] if len(rest) > 1 else "")
                 continue
             if line.startswith("DCGM_FI_DEV_"):
                 m = DCGM_LINE.match(line)
