@@ -1,4 +1,5 @@
-"""Telemetry, profiles and the history's real ingest on the local cluster (issue 34), one job for all.
+"""Telemetry, profiles and the history's real ingest on the local cluster (issue 34): one tp32 job for
+them all, and a small prefill/decode job for a profile with each role's own step window.
 
 tp32 with 0.5.2's client, two timed passes and a dedicated profiled pass (--profile extra). One node
 of replica 1 runs the fake GPUs' `throttle,gap` faults (1215 MHz and 430 W under load, HW slowdown
@@ -15,13 +16,14 @@ thread beside its event loop (it wants more than a core). The job's telemetry mu
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import textwrap
 
 import pytest
 
-from helpers import CLIENT_052
+from helpers import CLIENT_052, NO_IMPORT
 from helpers.jobdrive import Job, cli
 from helpers.lanes import idle_nodes
 from slurm_ab.collect.rows import aggregates, pass_row
@@ -149,3 +151,36 @@ def test_nothing_left_and_the_history_ingests_the_run(ran):
     (point,) = series["points"]
     assert point["run_id"] == job.run_id and point["n"] == 2
     assert point["energy_j_per_token"] is not None
+
+
+@pytest.fixture(scope="module")
+def pd_ran(ran, tmp_path_factory):
+    """pd-1p1d, 16 x 128 with 0.5.2's client (vllm backend through the PD router), no module imports
+    in the preflight, --profile extra: after the tp32 job (one job at a time in a lane)."""
+    work = tmp_path_factory.mktemp("telemetry-pd")
+    job = Job(work, "pd-profile", NO_IMPORT, "benchmark.num_prompts=16", "benchmark.output_len=128",
+              mode="pd-1p1d", extra=("--profile", "extra"))
+    try:
+        yield job, job.finish(300)
+    finally:
+        job.cleanup()
+
+
+def test_a_pd_profile_has_each_roles_traces_and_step_window(pd_ran):
+    job, rc = pd_ran
+    assert rc == 0, job.output()[-3000:]
+    cs = read_summary(job.run_dir)
+    (pr,) = cs.profiles
+    assert [(c.component, c.role, len(c.traces), c.expected, c.start_http) for c in pr.components] == \
+        [("prefill 0", "prefill", 32, 32, "200"), ("decode 0", "decode", 32, 32, "200")], pr.problems
+    # each role's own window ([profile.roles]): the prefill's traces hold 3 forwards, the decode's 10
+    for c, steps in zip(pr.components, (3, 10)):
+        for trace in (c.traces[0], c.traces[-1]):
+            events = json.load(gzip.open(job.run_dir / trace))["traceEvents"]
+            assert sum(1 for e in events if e.get("cat") == "user_annotation") == steps, trace
+    # the pass's energy over both roles' nodes; a prefill node is compared with prefill nodes only
+    (p,) = cs.passes
+    t = p.telemetry
+    assert p.verdict == "ok" and t.energy_j is not None and t.gpus == 64 and t.low_nodes == ()
+    assert sorted({n.role for n in t.nodes}) == ["decode", "prefill"]
+    job.assert_nothing_left()
