@@ -187,7 +187,7 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
         body.append("<h2>Settings of each mode</h2>\n" + settings_table(modes))
     body.append("<h2>Plots</h2>\n")
     body.extend(img(b, cap, name) for name, cap, b in pl)
-    body.append(profiles_html(run_dir, job, base))
+    body.append(profiles_html(run_dir, job, base, links_of))
     body.append("<h2>Raw files</h2>\n")
     run = open_run(run_dir)
     for name, lay in [("campaign", run.layout)] + [(la.dir, run.launch_layout(run.launch(la.launch)))

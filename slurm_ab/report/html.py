@@ -290,7 +290,7 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
     body.extend(img(b, cap, name) for name, cap, b in pl)
     if not pl:
         body.append("<p class=\"muted\">nothing to plot (no client details, access lines or events)</p>\n")
-    body.append(profiles_html(run.run_dir, job, base))
+    body.append(profiles_html(run.run_dir, job, base, links_of))
     body.append("<h2>Raw files</h2>\n" + links(run, base))
     return page(f"slurm-ab: {run.run_id}", "".join(body))
 

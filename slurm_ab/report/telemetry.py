@@ -8,7 +8,11 @@ from pathlib import Path
 from ..collect.records import CampaignSummary
 from ..model.rundir import Layout, open_run
 from ..parse.telemetry import read_gpu_file
-from .html import esc
+
+
+def esc(x) -> str:
+    import html
+    return html.escape(str(x))
 
 
 def node_series(lay: Layout, fields: tuple[str, ...]) -> dict[str, dict]:
@@ -87,10 +91,9 @@ def telemetry_plots(run_dir: Path, job: CampaignSummary | None) -> list[tuple[st
     return out
 
 
-def profiles_html(run_dir: Path, job: CampaignSummary | None, base: Path) -> str:
-    """Links to every trace of the job's profiled passes, per role instance."""
-    from .html import links_of
-
+def profiles_html(run_dir: Path, job: CampaignSummary | None, base: Path, links_of) -> str:
+    """Links to every trace of the job's profiled passes, per role instance (links_of: the page's
+    link list, report.html's)."""
     if job is None or not job.profiles:
         return ""
     parts = ["<h2>Profiles</h2>\n"]
