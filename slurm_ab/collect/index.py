@@ -130,7 +130,7 @@ def _ingest(con: sqlite3.Connection, run_dir: Path, st: os.stat_result) -> None:
         wl = workload(exp, passes[0].spec, conc, prompts)
         rows = [pass_row(p) for p in passes if p.verdict == "ok"]
         for metric in METRICS:
-            agg = aggregate([r.get(metric.name) for r in rows])
+            agg = aggregate([r.value(metric.name) for r in rows])
             if agg.n == 0:
                 continue
             con.execute("INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -43,7 +43,7 @@ def render_history(series: Sequence[Series], text_md: str, index: str) -> str:
     from .figstyle import png
 
     body = ["<h1>slurm-ab history</h1>\n",
-            f"<p class=\"muted\">index {esc(index)} (rebuilt from the run directories' summary.json at any "
+            f"<p class=\"muted\">index {esc(index)} (rebuilt from the collected run directories at any "
             "time; docs/history.md)</p>\n"]
     if not series:
         body.append("<p>no collected runs match</p>\n")

@@ -2,19 +2,19 @@
 intervals, the throughput-latency curve of a sweep, and the job's summary.md (a job of one timed
 pass: the run tables of tables.runs, the seed's).
 
-Input rows are the collector's pass rows (collect.rows.pass_row: the numeric row of one pass plus
-mode, concurrency, repeat, launch, verdict and reason). Only `ok` passes enter aggregates and
+Input rows are the collector's typed pass rows (collect.rows.PassRow: which pass, its verdict and
+its numbers by column). Only `ok` passes enter aggregates and
 comparisons; the others are listed with their verdict.
 """
 from __future__ import annotations
 
 import json
 import math
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
 from ..collect.records import CampaignSummary, PassSummary
-from ..collect.rows import Comparison, aggregates, comparisons, ok_rows, pass_rows, rows_of
+from ..collect.rows import Comparison, PassRow, aggregates, columns, comparisons, ok_rows, pass_rows, rows_of
 from .table import DASH, Table, notes
 from .telemetry import passes_telemetry_md, profiles_md
 
@@ -48,12 +48,12 @@ def _tab(rows, headers, align) -> str:
     return Table.of(headers, rows, align).md() + "\n"
 
 
-def table_metrics(rows: Sequence[Mapping]) -> tuple[str, ...]:
+def table_metrics(rows: Sequence[PassRow]) -> tuple[str, ...]:
     """The columns of a job's tables: the seed's, and J/token when some pass has it (telemetry)."""
-    return TABLE_METRICS + tuple(m for m in OPTIONAL_METRICS if any(r.get(m) is not None for r in rows))
+    return TABLE_METRICS + tuple(m for m in OPTIONAL_METRICS if any(r.value(m) is not None for r in rows))
 
 
-def aggregate_table(rows: Sequence[Mapping]) -> str:
+def aggregate_table(rows: Sequence[PassRow]) -> str:
     """One line per (mode, concurrency): mean ± 95% half-width of each metric over its ok passes."""
     shown = table_metrics(rows)
     headers = ["Mode", "C", "n ok/total"] + [METRIC_BY_NAME[m].label for m in shown]
@@ -65,24 +65,21 @@ def aggregate_table(rows: Sequence[Mapping]) -> str:
     return _tab(body, headers, ("left", "right", "right") + ("right",) * len(shown))
 
 
-def passes_table(rows: Sequence[Mapping]) -> str:
+def passes_table(rows: Sequence[PassRow]) -> str:
     """Every pass (burn-ins excluded by the caller): its numbers and verdict."""
     shown = table_metrics(rows)
     headers = ["Mode", "C", "Repeat", "Launch"] + [METRIC_BY_NAME[m].label for m in shown] \
         + ["Verdict"]
     body = []
     for r in rows:
-        numbers = [_fmt(r.get(m), m) for m in shown]
-        verdict = r.get("verdict") or DASH
-        if r.get("reason"):
-            verdict += f": {r['reason']}"
-        body.append([r["mode"], str(r["concurrency"]), str(r["repeat"]), str(r.get("launch", DASH))]
-                    + numbers + [verdict])
+        numbers = [_fmt(r.value(m), m) for m in shown]
+        verdict = (r.verdict or DASH) + (f": {r.reason}" if r.reason else "")
+        body.append([r.mode, str(r.concurrency), str(r.repeat), str(r.launch)] + numbers + [verdict])
     return _tab(body, headers, ("left", "right", "right", "right") + ("right",) * len(shown)
                 + ("left",))
 
 
-def curve_table(rows: Sequence[Mapping]) -> str:
+def curve_table(rows: Sequence[PassRow]) -> str:
     """The throughput-latency curve of each mode: one line per concurrency, with intervals."""
     headers = ["Mode", "C", "n"] + [METRIC_BY_NAME[m].label for m in CURVE_METRICS]
     body = []
@@ -93,15 +90,15 @@ def curve_table(rows: Sequence[Mapping]) -> str:
     return _tab(body, headers, ("left", "right", "right") + ("right",) * len(CURVE_METRICS))
 
 
-def _side_value(rows: Sequence[Mapping], metric: str, by_launch: bool) -> str:
+def _side_value(rows: Sequence[PassRow], metric: str, by_launch: bool) -> str:
     """Mean ± 95% half-width over passes, or over launch means when launches are the units."""
     if not by_launch:
-        return value_pm(aggregate([r.get(metric) for r in rows]), metric)
+        return value_pm(aggregate([r.value(metric) for r in rows]), metric)
     means: dict = {}
     for r in rows:
-        v = r.get(metric)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            means.setdefault(r.get("launch"), []).append(v)
+        v = r.value(metric)
+        if v is not None and math.isfinite(v):
+            means.setdefault(r.launch, []).append(v)
     return value_pm(aggregate([sum(xs) / len(xs) for xs in means.values()]), metric)
 
 
@@ -115,7 +112,7 @@ def _design_note(first) -> str:
             "per mode: --launches L, counterbalanced order)")
 
 
-def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows: Sequence[Mapping],
+def comparison_table(a_name: str, b_name: str, a_rows: Sequence[PassRow], b_rows: Sequence[PassRow],
                      variance: str | None = None, primary: str = PRIMARY_DEFAULT) -> str:
     """The primary metric's row first, then the secondary rows: A, B (mean ± half-width), % change,
     its 95% CI, the p-value (Holm-adjusted for secondaries) and the verdict; notes say which
@@ -124,7 +121,7 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
     from ..ab_stats.percentiles import percentile_noise
 
     a_ok, b_ok = ok_rows(a_rows), ok_rows(b_rows)
-    rows = compare(a_ok, b_ok, primary)
+    rows = compare(columns(a_ok), columns(b_ok), primary)
     body = []
     for row in rows:
         d = row.delta
@@ -152,7 +149,7 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
         lines.append(f"{NO_SPREAD}: the values of each side are identical to the printed precision, so "
                      "the noise cannot be estimated; no interval is given (a zero-width one would claim "
                      "an exact difference)")
-    lines += [w.text() for w in percentile_noise([a_ok, b_ok]) if w.warn]
+    lines += [w.text() for w in percentile_noise([columns(a_ok), columns(b_ok)]) if w.warn]
     if variance:
         lines.append(f"variance included: {variance}")
     for side, all_rows, ok in (("A", a_rows, a_ok), ("B", b_rows, b_ok)):
@@ -200,7 +197,7 @@ def campaign_md(cs: CampaignSummary, passes: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def comparison_section(cs: CampaignSummary, cmp: Comparison, rows: Sequence[Mapping]) -> str:
+def comparison_section(cs: CampaignSummary, cmp: Comparison, rows: Sequence[PassRow]) -> str:
     """One comparison of a job (B against A at one concurrency) under its heading."""
     c = cmp.concurrency
     return (f"## {cmp.b} vs {cmp.a} at concurrency {c}\n\n"
