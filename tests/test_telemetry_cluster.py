@@ -19,6 +19,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 import textwrap
 
 import pytest
@@ -83,7 +84,7 @@ def test_energy_equals_the_scripted_power_and_a_gap_makes_it_unknown(ran):
     assert t1.energy_j is None and t1.j_per_token is None
     assert re.search(rf"{node} \(replica 1 node rank 1\): no GPU sample for (3\.[5-9]|4\.\d) s", t1.invalid), t1.invalid
     assert any(r.startswith("energy not computed: " + node) for r in first.reasons), first.reasons
-    assert pass_row(first)["energy_j_per_token"] is None
+    assert pass_row(first).value("energy_j_per_token") is None
     # pass 2: every node's energy is the scripted integral over the window the summary reports
     t2 = second.telemetry
     assert t2.window_source == "benchmark" and t2.gpus == 64 and t2.invalid is None
@@ -136,6 +137,42 @@ def test_the_profiled_pass_leaves_a_trace_per_rank_and_no_figure(ran):
     assert "c8-profile: ok (profiled, left out of the statistics)" in cs.launches[0].passes
     html = Layout(job.run_dir).report_html.read_text()
     assert "r1-c8-profile-TP-31-EP-3.trace.json.gz" in html
+
+
+def _without_profiled_pass(run_dir, copy, key: str = "c8-profile") -> None:
+    """`copy`: the run directory as a job without its profiled pass would have left it - the
+    schedule (manifest, launch_plan) without the pass, none of its events, files or traces, no
+    derived file (summary, page, plots)."""
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [strip(v) for v in x if not (isinstance(v, dict) and v.get("profile") is True)]
+        return x
+    shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("summary.*", "report.html", "plots", "profiles",
+                                                                   f"*{key}*"))
+    man = Layout(copy).manifest
+    man.write_text(json.dumps(strip(json.loads(man.read_text())), indent=2))
+    for ev in copy.rglob("events.log"):
+        lines = [re.sub(r",\d+:-1:\d+:profile", "", x) for x in ev.read_text().splitlines(keepends=True)
+                 if key not in x and not re.search(r" profile_(start|stop) ", x)]
+        ev.write_text("".join(lines))
+
+
+def test_the_figures_are_those_of_the_job_without_its_profiled_pass(ran, tmp_path):
+    """--profile changes no figure: collecting the job as if it had had no profiled pass gives the
+    same rows, aggregates and per-pass records (verdicts, reasons, telemetry)."""
+    from slurm_ab.collect import collect
+    job, rc, node, _ = ran
+    copy = tmp_path / job.run_dir.name
+    _without_profiled_pass(job.run_dir, copy)
+    plain = collect(copy)
+    assert plain.profiles == () and all(not p.profile for la in plain.campaign.launches for p in la.passes)
+    cs = read_summary(job.run_dir)
+    assert [p.to_dict() for p in plain.passes] == [p.to_dict() for p in cs.passes]
+    timed = [pass_row(p) for p in cs.passes]
+    assert [a.to_dict() for a in aggregates([pass_row(p) for p in plain.passes])] == \
+        [a.to_dict() for a in aggregates(timed)]
 
 
 def test_nothing_left_and_the_history_ingests_the_run(ran):
