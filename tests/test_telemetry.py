@@ -230,3 +230,35 @@ def test_golden_dcgm_samplers_and_a_profiled_pass_with_nsys():
     text = render("tp32", sets=('telemetry.source="dcgm"', 'telemetry.dcgm.exporter_command=["dcgm-exporter", "--collect-interval=100"]',
                                 'profile.target="extra"', "profile.nsys=true", 'profile.activities=["CUDA_PROFILER"]'))
     check_golden("telemetry-dcgm-profile-nsys-tp32.sbatch", generated(text))
+
+
+def test_the_host_sampler_follows_a_process_that_became_the_jobs_by_exec(tmp_path):
+    """The packaged host sampler run for real: a process first seen without the job's id (as a
+    Slurm step between fork and exec) is asked again after its exec and sampled; a process of
+    another job never is."""
+    import os
+    import sys
+    import tomllib
+    from helpers import ROOT
+    from slurm_ab.parse.telemetry import read_host_file
+    cmd = tomllib.loads((ROOT / "slurm_ab" / "data" / "experiment.toml").read_text())["telemetry"]["host_command"]
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    burn = "import sys, time\nt = time.time()\nwhile time.time() - t < float(sys.argv[1]): pass\n"
+    out = tmp_path / "host.log"
+    with open(out, "w") as f:
+        sampler = subprocess.Popen([*cmd, "0.2"], env={**env, "SLURM_JOB_ID": "34034"}, stdout=f)
+        try:
+            time.sleep(0.5)
+            later = subprocess.Popen(["sh", "-c", f'sleep 0.8; exec env SLURM_JOB_ID=34034 "{sys.executable}" '
+                                      f'-c "$0" 2.0 job-marker', burn], env=env)
+            other = subprocess.Popen([sys.executable, "-c", burn, "2.0", "other-marker"], env=env)
+            later.wait(20)
+            other.wait(20)
+            time.sleep(0.5)
+        finally:
+            sampler.terminate()
+            sampler.wait(10)
+    procs = read_host_file(out).procs
+    mine = [p for p in procs if "job-marker" in p.argv]
+    assert len(mine) >= 2 and all(p.pid == later.pid for p in mine), out.read_text()[-2000:]
+    assert not [p for p in procs if "other-marker" in p.argv]
