@@ -107,7 +107,8 @@ def campaign_plots(run_dir: Path, job: CampaignSummary) -> list[tuple[str, str, 
             n = max((max(r.delta.n_a or 0, r.delta.n_b or 0) for r in cmp.rows), default=0)
             out.append((name, f"{cmp.b} against {cmp.a} at concurrency {cmp.concurrency}: % change "
                         f"of each metric with its 95% interval (Welch on log values; passes per side up "
-                        f"to {n}); green better, red worse, grey no significant difference",
+                        f"to {n}); green better, red worse, blue equivalent within the margin, grey no significant "
+                        "difference or descriptive",
                         plots.png(plots.fig_forest(forest, title=f"{cmp.b} vs {cmp.a}, C={cmp.concurrency}",
                                                    context=ctx))))
     sw = sweep_points(job)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..ab_stats.verdicts import colour as verdict_colour
 from .figstyle import FAILED, fig_axes as _fig, legend_beside, series_color, styled
 
 
@@ -19,7 +20,7 @@ def fig_forest(rows: list[dict], *, title: str = "") -> Figure:
         c = r.get("change_pct")
         lo, hi = r.get("ci_low_pct"), r.get("ci_high_pct")
         v = str(r.get("verdict") or "")
-        col = {"better": "#2e7d32", "worse": "#c62828"}.get(v, "#424242")
+        col = verdict_colour(v)
         if lo is not None and hi is not None:
             ax.plot([lo, hi], [y, y], color=col, lw=2.6, solid_capstyle="butt", gid=f"ci-{y}")
         if c is not None:
