@@ -189,7 +189,7 @@ def test_a_sequential_campaigns_files_are_generated_formats():
     text = render_script(plan)
     assert spelled_paths(text) == set()
     formats = dict(re.findall(r"^(F_[A-Z_]+)=(\S+)", text, re.M))
-    assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, sequential=True)}
+    assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, sequential=True, profile=False)}
     assert (formats["F_SEQ_SPEC"], formats["F_STOP_RULE"], formats["F_STOP_RULE_LOG"]) == \
         (str(RELATIVE.sequential_spec), str(RELATIVE.stop_rule), str(RELATIVE.stop_rule_log))
     spec = json.loads(re.search(r"<<'SLURM_AB_SEQUENTIAL_SPEC'\n(.*?)\nSLURM_AB_SEQUENTIAL_SPEC\n", text, re.S).group(1))
