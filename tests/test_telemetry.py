@@ -262,3 +262,11 @@ def test_the_host_sampler_follows_a_process_that_became_the_jobs_by_exec(tmp_pat
     mine = [p for p in procs if "job-marker" in p.argv]
     assert len(mine) >= 2 and all(p.pid == later.pid for p in mine), out.read_text()[-2000:]
     assert not [p for p in procs if "other-marker" in p.argv]
+
+
+def test_the_pages_lines_break_where_the_sampler_saw_nothing():
+    from slurm_ab.report.telemetry import broken_at_gaps
+    d = {"t": [0.0, 0.2, 0.4, 4.6, 4.8], "power": [100, 110, 120, 130, 140], "sm": [1, 2, 3, 4, 5]}
+    assert broken_at_gaps(d) == {"t": [0.0, 0.2, 0.4, 2.5, 4.6, 4.8], "power": [100, 110, 120, None, 130, 140],
+                                 "sm": [1, 2, 3, None, 4, 5]}
+    assert broken_at_gaps({"t": [0.0, 0.2, 0.4], "power": [1, 2, 3], "sm": [1, 2, 3]})["power"] == [1, 2, 3]

@@ -100,6 +100,8 @@ def test_energy_equals_the_scripted_power_and_a_gap_makes_it_unknown(ran):
     # the tables and the page show it
     md = Layout(job.run_dir).summary("md").read_text()
     assert f"{t2.j_per_token:.3f}" in md and "Energy (J/token)" in md
+    (row1,) = [x for x in md.splitlines() if re.match(r"\| tp32 +\| +8 \| c8-r1 ", x)]     # every flag of the pass
+    assert "energy not computed: " + node in row1 and "suspect bottleneck: the benchmark client" in row1, row1
     html = Layout(job.run_dir).report_html.read_text()
     assert "telemetry-launch1-tp32.png" in html and f"{t2.j_per_token:.3f}" in html
     assert (job.run_dir / "plots" / "telemetry-launch1-tp32.png").stat().st_size > 10000

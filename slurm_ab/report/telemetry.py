@@ -26,9 +26,29 @@ def node_series(lay: Layout, fields: tuple[str, ...]) -> dict[str, dict]:
             by_t.setdefault(s.t, []).append(s)
         ts = sorted(by_t)
         mean = (lambda xs: sum(xs) / len(xs) if xs else None)
-        out[f"{f.node or '?'} (r{g} n{rank})"] = {
-            "t": ts, "power": [mean([s.power_w for s in by_t[t] if s.power_w is not None]) for t in ts],
-            "sm": [mean([s.sm_mhz for s in by_t[t] if s.sm_mhz is not None]) for t in ts]}
+        d = {"t": ts, "power": [mean([s.power_w for s in by_t[t] if s.power_w is not None]) for t in ts],
+             "sm": [mean([s.sm_mhz for s in by_t[t] if s.sm_mhz is not None]) for t in ts]}
+        out[f"{f.node or '?'} (r{g} n{rank})"] = broken_at_gaps(d)
+    return out
+
+
+def broken_at_gaps(d: dict) -> dict:
+    """The series with a None (a break in the drawn line) inside every gap over 3 x the median
+    sample interval: no line is drawn across time the sampler did not see (a stalled sampler)."""
+    ts = d["t"]
+    steps = sorted(b - a for a, b in zip(ts, ts[1:]))
+    if not steps:
+        return d
+    limit = 3 * steps[len(steps) // 2]
+    out = {k: [] for k in d}
+    for i, t in enumerate(ts):
+        if i and t - ts[i - 1] > limit:
+            out["t"].append((t + ts[i - 1]) / 2)
+            for k in d:
+                if k != "t":
+                    out[k].append(None)
+        for k in d:
+            out[k].append(d[k][i])
     return out
 
 

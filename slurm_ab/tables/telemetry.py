@@ -75,12 +75,12 @@ def passes_telemetry_md(passes: Sequence[PassSummary]) -> str:
     rows = [[p.ref.mode or p.mode or DASH, str(p.ref.concurrency), p.ref.key or DASH, str(p.ref.launch),
              num(p.telemetry.j_per_token, ".3f"), num(p.telemetry.power_w, ".0f"),
              DASH if p.telemetry.energy_j is None else f"{p.telemetry.energy_j / 1000:.1f}",
-             (p.telemetry.flags[0] if p.telemetry.flags else "")]
+             "; ".join(p.telemetry.flags)]
             for p in passes if p.telemetry is not None]
     if not rows:
         return ""
     return "\n".join(["## Telemetry (per pass)", "", Table.of(
-        ["Mode", "C", "Pass", "Launch", "J/token", "W/GPU", "Energy (kJ)", "Flag"], rows,
+        ["Mode", "C", "Pass", "Launch", "J/token", "W/GPU", "Energy (kJ)", "Flags"], rows,
         ("left", "right", "left", "right", "right", "right", "right", "left")).md(), ""])
 
 
