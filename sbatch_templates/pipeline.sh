@@ -244,7 +244,8 @@ sequential_look() {
     (( SEQ_LOOK_AFTER[j] == n )) && k=$(( j + 1 ))
   done
   (( k )) || return 1
-  out=$(side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
+  container_flags 0
+  out=$(side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" "${CT[@]}" "${SRUN_EXTRA[@]}" \
     env LC_ALL=C "${COMMON_ENV[@]}" "${SEQ_PYTHON[@]}" "$RUN_DIR/$F_STOP_RULE" "$RUN_DIR/$F_SEQ_SPEC" "$k" "$RUN_DIR" \
     2>>"$RUN_DIR/$F_STOP_RULE_LOG")
   if [[ $out != look=* ]]; then
