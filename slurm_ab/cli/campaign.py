@@ -24,6 +24,12 @@ def _remember(ctx, param, value):
 
 
 def campaign_options(f):
+    f = click.option("--profile", "profile", default=None, metavar="extra|PASS", expose_value=False,
+                     callback=_remember,
+                     help="Profile a pass (profile.target): 'extra' adds a profiled pass after the timed "
+                          "ones of each mode's first launch, PASS (e.g. c8-r2) profiles that pass; "
+                          "SGLang's traces of every GPU rank go to the launch's profile directory, the pass "
+                          "is left out of every statistic.")(f)
     f = click.option("--margin", default=None, metavar="PCT", expose_value=False, callback=_remember,
                      help="Equivalence margin: an interval inside ±PCT that includes 0 reads 'equivalent "
                           "within ±PCT' (default: benchmark.margin_pct = 3; 0: none).")(f)
@@ -70,8 +76,13 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in, launches_over
     launches, repeats and order from the planner."""
     from ..job.campaign_plan import CampaignOptions, plan_job
 
+    import dataclasses
+    import json
+
     extra = _meta()
     launches = extra.get("launches") if launches_override is None else launches_override
+    if extra.get("profile") is not None:
+        src = dataclasses.replace(src, sets=(*src.sets, f"profile.target={json.dumps(extra['profile'])}"))
     if extra.get("plan_from"):
         if launches is not None or repeats is not None:
             raise UsageError("--plan chooses --launches and --repeats: give one or the other")

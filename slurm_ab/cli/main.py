@@ -408,6 +408,36 @@ def compare(run_a, run_b, fmt, margin, trust_jobs, html_out):
 
 
 @main.command()
+@click.option("--mode", "modes", multiple=True, metavar="M", help="Only mode M (repeatable).")
+@click.option("--workload", default="", metavar="TEXT",
+              help="Only workloads containing TEXT, e.g. 'C=8' or '16384->512'.")
+@click.option("--since", default=None, metavar="DATE", help="Only runs submitted since DATE (YYYY-mm-dd[ HH:MM]) or an age (30d).")
+@click.option("--metric", default=None, metavar="NAME",
+              help="The metric of the trends (history.metric; default: steady-state output TPS where every run "
+                   "of a series has it, else output TPS).")
+@click.option("--rebuild", is_flag=True, help="Rebuild the index from the collected run directories under results/ (their summaries).")
+@click.option("--index", "index_path", default=None, type=click.Path(dir_okay=False),
+              help="The index file (history.index; default: ~/.cache/slurm-ab, one per results directory).")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@_html_option
+@_config_options
+def history(modes, workload, since, metric, rebuild, index_path, fmt, html_out, site, configs, sets):
+    """Trends of every collected run and campaign per mode, configuration and workload over dates,
+    with the regressions and improvements a change-point detector marks at the run where they began.
+
+    The index (SQLite, off results/) is brought up to date from the run directories first; it is
+    derived, never the source of truth (docs/history.md)."""
+    from . import history as history_cli
+
+    text, page = history_cli.run(_sources(site, configs, sets), _results_dir(), modes=modes, workload=workload,
+                                 since=since, metric=metric, rebuild=rebuild, index=index_path, fmt=fmt,
+                                 html=bool(html_out))
+    click.echo(text, nl=False)
+    if html_out:
+        _write_page(html_out, page)
+
+
+@main.command()
 @click.argument("run")
 def cancel(run):
     """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay. A running job's

@@ -15,8 +15,10 @@ from ..model.campaign import Campaign
 from ..model.experiment import instance_name
 from ..parse.diagnose import Finding
 from .pd import PdSummary
+from .profiles import ProfileRecord
 from .sequential import SequentialRecord
 from .server_metrics import ServerMetrics
+from .telemetry import TelemetrySummary
 
 VERDICTS = ("ok", "invalid", "failed", "cancelled", "timeout", "running")
 
@@ -208,6 +210,7 @@ class PassSummary:
     server_metrics: ServerMetrics | None = None     # from /metrics
     ref: PassRef = PassRef()
     pd: PdSummary | None = None         # a prefill/decode pass's TTFT breakdown, transfer, roles
+    telemetry: TelemetrySummary | None = None   # GPU and host samplers over the pass (issue 34)
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))
@@ -258,7 +261,8 @@ class CampaignSummary:
     job: JobInfo = JobInfo()
     running: bool = False               # Slurm says the job has not ended: nothing is final
     launches: tuple[LaunchSummary, ...] = ()
-    passes: tuple[PassSummary, ...] = ()    # every timed pass (burn-ins left out)
+    passes: tuple[PassSummary, ...] = ()    # every timed pass (burn-ins and profiled passes left out)
+    profiles: tuple[ProfileRecord, ...] = ()    # the profiled passes' traces (issue 34)
     sequential: SequentialRecord | None = None   # a sequential campaign's looks (collect.sequential)
     stop: CampaignStop | None = None    # the job stopped the campaign at a block boundary
 

@@ -67,6 +67,8 @@ class JobPlan:
     srun_extra: tuple[str, ...] = ()
     cache: "Cache | None" = None           # None: no cache directory (the image's HOME)
     estimate: Estimate | None = None       # once the time limit is fitted (duration.fit_time_limit)
+    telemetry: "TelemetryPlan | None" = None   # None: telemetry.source = "none"
+    profile: "ProfilePlan | None" = None       # None: no pass profiled, no nsys
 
     @property
     def duration(self) -> Estimate:
@@ -179,8 +181,10 @@ class JobPlan:
     def files(self) -> tuple[tuple[str, str, str], ...]:
         """The run directory's file names the job script writes, as printf formats (rundir.Layout's
         names: the script spells none itself); a PD job's pair files only with pd.sh, a
-        sequential campaign's stop-rule files only in its script."""
-        return job_formats(self.pd, self.campaign.campaign.sequential)
+        sequential campaign's stop-rule files only in its script, the samplers' and the profiles'
+        only with telemetry.sh and profile.sh."""
+        return job_formats(self.pd, self.campaign.campaign.sequential, self.telemetry is not None,
+                           self.profile is not None)
 
     @property
     def router_profile(self) -> str:
@@ -232,12 +236,13 @@ class PassStep:
     key: str
     bench: str
     client_log: str
+    profile: bool = False                  # profiled: /start_profile to every head as it starts
 
     @property
     def spec(self) -> str:
-        """CONCURRENCY:REPEAT:PROMPTS:KEY:BENCH:CLIENT_LOG, as LAUNCH_PASSES lists it."""
+        """CONCURRENCY:REPEAT:PROMPTS:KEY:BENCH:CLIENT_LOG[:profile], as LAUNCH_PASSES lists it."""
         return ":".join(str(x) for x in (self.concurrency, self.repeat, self.prompts, self.key,
-                                         self.bench, self.client_log))
+                                         self.bench, self.client_log) + (("profile",) if self.profile else ()))
 
 
 @dataclass(frozen=True)
@@ -302,11 +307,66 @@ def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign) -> CampaignP
     steps = []
     for launch in campaign.launches:
         passes = tuple(PassStep(p.concurrency, p.repeat, p.prompts, p.key, str(RELATIVE.bench(p.key)),
-                                str(RELATIVE.client_log(p.key))) for p in launch.passes)
+                                str(RELATIVE.client_log(p.key)), p.profile) for p in launch.passes)
         steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
                                 launch_dirname(launch), passes))
     roles = tuple(tuple((r.name, role_command(e, r.name)) for r in e.mode.roles) for e in exps)
     return CampaignPlan(campaign, exps, tuple(steps), roles, tuple(_router(e) for e in exps))
+
+
+@dataclass(frozen=True)
+class TelemetryPlan:
+    """The samplers of every launch ([telemetry]): each node's GPU sampler (its command complete,
+    a DCGM exporter it starts first) and ROUTER_HOST's host sampler."""
+
+    source: str
+    gpu_command: tuple[str, ...]
+    exporter: tuple[str, ...]              # () : the site runs its exporter (or nvidia-smi)
+    host_command: tuple[str, ...]          # () : no host sampler
+    step: tuple[str, ...]                  # srun options of the GPU samplers
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """What the profiled passes ask of SGLang: per mode, per role, /start_profile's body (the job
+    adds output_dir, profile_id and profile_prefix); nsys around the server steps."""
+
+    bodies: tuple[tuple[tuple[str, str], ...], ...]   # per mode: ((role, JSON body), ...)
+    nsys: tuple[str, ...] = ()                        # () : no nsys
+
+
+def telemetry_plan(exp: Experiment) -> TelemetryPlan | None:
+    t = exp.telemetry
+    if not t.enabled:
+        return None
+    if t.source == "nvidia-smi":
+        gpu = (*t.nvidia_smi.command, f"--query-gpu={','.join(t.nvidia_smi.fields)}", "--format=csv,nounits",
+               "-lms", str(t.interval_ms))
+        exporter: tuple[str, ...] = ()
+    else:
+        gpu = (*t.dcgm.scrape_command, t.dcgm.url, f"{t.interval_s:g}")
+        exporter = tuple(t.dcgm.exporter_command)
+    host = (*t.host_command, f"{t.host_interval_ms / 1000:g}") if t.host else ()
+    return TelemetryPlan(t.source, gpu, exporter, host, ("--overlap", *t.step_args))
+
+
+def profile_body(exp: Experiment, role: str) -> str:
+    """/start_profile's JSON of one role (SGLang 0.5.23's ProfileReq: num_steps, start_step when
+    set, activities, profile_by_stage)."""
+    import json
+    p = exp.profile
+    w = p.window(role)
+    body = {"num_steps": w.num_steps, **({"start_step": w.start_step} if w.start_step else {}),
+            "activities": list(p.activities), **({"profile_by_stage": True} if p.profile_by_stage else {})}
+    return json.dumps(body)
+
+
+def profile_plan(exps: Sequence[Experiment], campaign: Campaign) -> ProfilePlan | None:
+    p = exps[0].profile
+    if not campaign.profiled and not p.nsys:
+        return None
+    bodies = tuple(tuple((r.name, profile_body(e, r.name)) for r in e.mode.roles) for e in exps)
+    return ProfilePlan(bodies, tuple(p.nsys_command) if p.nsys else ())
 
 
 @dataclass(frozen=True)
@@ -663,4 +723,6 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
         campaign=campaign_plan(exps, campaign),
         srun_extra=srun_extra(exp),
         cache=cache_plan(exp),
+        telemetry=telemetry_plan(exp),
+        profile=profile_plan(exps, campaign),
     )

@@ -11,7 +11,7 @@ import re
 from .campaign import MAX_BLOCKS, MIN_BLOCKS, SPENDING_CHOICES, valid_spending
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
-from . import roles, site_checks
+from . import roles, site_checks, telemetry_checks
 from .site_checks import SBATCH_OPTION, SBATCH_VALUE
 from .experiment import Experiment, build
 
@@ -57,6 +57,7 @@ def resolve(tree: Tree, mode: str) -> Experiment:
     errors += _client_checks(resolved)
     errors += _preflight_checks(resolved)
     errors += site_checks.check(resolved)
+    errors += telemetry_checks.check(resolved)
     if errors:
         raise ConfigErrors(errors)
     site_checks.resolve_image(resolved)

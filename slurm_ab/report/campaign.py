@@ -164,7 +164,8 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
         md = Layout(run_dir).summary("md").read_text(errors="replace")
     except OSError:
         md = ""
-    pl = campaign_plots(run_dir, job) if job else []
+    from .telemetry import profiles_html, telemetry_plots
+    pl = campaign_plots(run_dir, job) + telemetry_plots(run_dir, job) if job else []
     if plots_out is not None:
         plots_out.extend(pl)
     rid = job.run_id if job else run_dir.name
@@ -186,6 +187,7 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
         body.append("<h2>Settings of each mode</h2>\n" + settings_table(modes))
     body.append("<h2>Plots</h2>\n")
     body.extend(img(b, cap, name) for name, cap, b in pl)
+    body.append(profiles_html(run_dir, job, base, links_of))
     body.append("<h2>Raw files</h2>\n")
     run = open_run(run_dir)
     for name, lay in [("campaign", run.layout)] + [(la.dir, run.launch_layout(run.launch(la.launch)))

@@ -265,9 +265,13 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
                plots_out: list | None = None) -> str:
     """The page of one run; base_dir is where the page will live (for relative links).
     plots_out, if given, receives the (name, caption, png) list for writing PNG files."""
+    from ..collect.write import read_summary
+    from .telemetry import profiles_html, telemetry_plots
+
     run = load(run_dir)
     base = Path(base_dir) if base_dir is not None else run.run_dir
-    pl = run_plots(run)
+    job = read_summary(run.run_dir)
+    pl = run_plots(run) + telemetry_plots(run.run_dir, job)
     if plots_out is not None:
         plots_out.extend(pl)
     body = [f"<h1>{esc(run.run_id)} <span class=\"muted\">({esc(run.mode)})</span></h1>\n",
@@ -283,6 +287,7 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
     body.extend(img(b, cap, name) for name, cap, b in pl)
     if not pl:
         body.append("<p class=\"muted\">nothing to plot (no client details, access lines or events)</p>\n")
+    body.append(profiles_html(run.run_dir, job, base, links_of))
     body.append("<h2>Raw files</h2>\n" + links(run, base))
     return page(f"slurm-ab: {run.run_id}", "".join(body))
 

@@ -20,11 +20,13 @@ from ..collect.sequential import SequentialRecord
 from ..model.rundir import RELATIVE
 from ..collect.rows import Comparison, PassRow, aggregates, columns, comparisons, ok_rows, pass_rows, rows_of
 from .table import DASH, Table, notes
+from .telemetry import passes_telemetry_md, profiles_md
 
 # Display of each metric: number format (the seed's: 2 decimals; rates 3).
 FORMATS = {"accept_rate": ".3f"}
 TABLE_METRICS = ("input_tps", "output_tps", "ttft_mean_s", "ttft_p95_s", "tpot_mean_ms",
                  "tpot_p95_ms", "e2e_mean_s", "e2e_p95_s", "duration_s", "accept_len")
+OPTIONAL_METRICS = ("energy_j_per_token",)
 CURVE_METRICS = ("output_tps", "tpot_mean_ms", "ttft_mean_s", "ttft_p95_s")
 
 
@@ -50,27 +52,34 @@ def _tab(rows, headers, align) -> str:
     return Table.of(headers, rows, align).md() + "\n"
 
 
+def table_metrics(rows: Sequence[PassRow]) -> tuple[str, ...]:
+    """The columns of a job's tables: the seed's, and J/token when some pass has it (telemetry)."""
+    return TABLE_METRICS + tuple(m for m in OPTIONAL_METRICS if any(r.value(m) is not None for r in rows))
+
+
 def aggregate_table(rows: Sequence[PassRow]) -> str:
     """One line per (mode, concurrency): mean ± 95% half-width of each metric over its ok passes."""
-    headers = ["Mode", "C", "n ok/total"] + [METRIC_BY_NAME[m].label for m in TABLE_METRICS]
+    shown = table_metrics(rows)
+    headers = ["Mode", "C", "n ok/total"] + [METRIC_BY_NAME[m].label for m in shown]
     body = []
     for rec in aggregates(rows):
         line = [rec.mode, str(rec.concurrency), f"{rec.passes_ok}/{rec.passes}"]
-        line += [value_pm(rec.metrics[m], m) for m in TABLE_METRICS]
+        line += [value_pm(rec.metrics[m], m) for m in shown]
         body.append(line)
-    return _tab(body, headers, ("left", "right", "right") + ("right",) * len(TABLE_METRICS))
+    return _tab(body, headers, ("left", "right", "right") + ("right",) * len(shown))
 
 
 def passes_table(rows: Sequence[PassRow]) -> str:
     """Every pass (burn-ins excluded by the caller): its numbers and verdict."""
-    headers = ["Mode", "C", "Repeat", "Launch"] + [METRIC_BY_NAME[m].label for m in TABLE_METRICS] \
+    shown = table_metrics(rows)
+    headers = ["Mode", "C", "Repeat", "Launch"] + [METRIC_BY_NAME[m].label for m in shown] \
         + ["Verdict"]
     body = []
     for r in rows:
-        numbers = [_fmt(r.value(m), m) for m in TABLE_METRICS]
+        numbers = [_fmt(r.value(m), m) for m in shown]
         verdict = (r.verdict or DASH) + (f": {r.reason}" if r.reason else "")
         body.append([r.mode, str(r.concurrency), str(r.repeat), str(r.launch)] + numbers + [verdict])
-    return _tab(body, headers, ("left", "right", "right", "right") + ("right",) * len(TABLE_METRICS)
+    return _tab(body, headers, ("left", "right", "right", "right") + ("right",) * len(shown)
                 + ("left",))
 
 
@@ -235,6 +244,8 @@ def campaign_md(cs: CampaignSummary, passes: bool = False) -> str:
         out += ["", comparison_section(cs, cmp, rows).rstrip("\n")]
     if len(c.concurrencies) > 1:
         out += ["", "## Throughput-latency curve", "", curve_table(rows).rstrip("\n")]
+    for section in (passes_telemetry_md(cs.passes), profiles_md(cs)):
+        out += ["", section.rstrip("\n")] if section else []
     return "\n".join(out) + "\n"
 
 

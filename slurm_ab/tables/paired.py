@@ -50,6 +50,9 @@ def compare_rows(a: PassSummary, b: PassSummary) -> tuple[list[list[str]], list[
     ca, cb = _counter_accept(a), _counter_accept(b)
     if ca is not None or cb is not None:
         rows.append(["Accept length (counters)", num(ca, ".2f"), num(cb, ".2f"), pct(ca, cb)])
+    ea, eb = (s.telemetry.j_per_token if s.telemetry else None for s in (a, b))
+    if ea is not None or eb is not None:          # telemetry (docs/telemetry.md)
+        rows.append(["Energy (J/token)", num(ea, ".3f"), num(eb, ".3f"), pct(ea, eb)])
     return rows, comparability(a, b)
 
 

@@ -11,6 +11,7 @@ from ..collect.records import Latency, PassSummary
 from ..collect.rows import NUMBERLESS, numeric_row
 from .metrics import metrics_md, metrics_report_md, tpot_cell
 from .pd import pd_lines, pd_md
+from .telemetry import telemetry_lines, telemetry_md
 from .table import DASH, Table, num, numeric_frame
 
 MAIN_COLUMNS = ("Mode", "Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95",
@@ -123,6 +124,8 @@ def run_md(s: PassSummary) -> str:
     lines += [metrics] if metrics else []
     pd = pd_md(s)
     lines += [pd] if pd else []
+    tel = telemetry_md(s)
+    lines += [tel] if tel else []
     lines += [*pooled_lines(s),
               f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
               + (" (all samples counted)" if s.all_samples else ""),
@@ -157,4 +160,4 @@ def run_text(summary: PassSummary) -> str:
                      f"{summary.accept.accept_rate or 0:.3f} over {summary.accept.samples} decode "
                      f"samples of {who} "
                      f"({'whole logs' if summary.all_samples else 'benchmark window only'})")
-    return "\n".join(lines + pd_lines(summary))
+    return "\n".join(lines + pd_lines(summary) + telemetry_lines(summary))
