@@ -28,6 +28,8 @@ OLD_CLIENT_PACKAGES = transformers tokenizers huggingface_hub aiohttp numpy requ
 OLD_CLIENT_PINS = $(PY) -c 'import importlib.metadata as m, sys; print(*(f"{p}=={m.version(p)}" for p in sys.argv[1:]))' \
   $(OLD_CLIENT_PACKAGES)
 SPEED_BENCH = $(LOCAL)/datasets/speed-bench/throughput_16k.jsonl
+# A Mooncake-format trace for bench_serving's --dataset-name mooncake (docs/testbed.md)
+MOONCAKE_TRACE = $(LOCAL)/datasets/mooncake/mooncake_trace.jsonl
 # Debian packages the tests use besides the cluster's (cluster.sh install; shellcheck is there):
 # chromium renders the HTML reports headless.
 APT_TEST_TOOLS = chromium
@@ -87,11 +89,15 @@ local-assets: setup
 	$(PY) -m slurm_ab_testbed.make_model $(LOCAL)/models/Kimi-K3-DFlash
 	@pins=$$($(OLD_CLIENT_PINS)); [ "$$(cat $(OLD_CLIENT_ENV)/installed 2>/dev/null)" = "$$pins" ] \
 	  || rm -f $(OLD_CLIENT_ENV)/installed
-	@$(MAKE) --no-print-directory $(SPEED_BENCH) $(CLIENT)/sglang/version.py $(OLD_CLIENT)/sglang/version.py \
+	@$(MAKE) --no-print-directory $(SPEED_BENCH) $(MOONCAKE_TRACE) $(CLIENT)/sglang/version.py $(OLD_CLIENT)/sglang/version.py \
 	  $(OLD_CLIENT_ENV)/installed
 
 $(SPEED_BENCH): testbed/slurm_ab_testbed/make_speed_bench.py testbed/slurm_ab_testbed/make_model.py
 	$(PY) -m slurm_ab_testbed.make_speed_bench $@ --model $(LOCAL)/models/Kimi-K3
+	@touch $@
+
+$(MOONCAKE_TRACE): testbed/slurm_ab_testbed/make_mooncake_trace.py testbed/slurm_ab_testbed/make_model.py
+	$(PY) -m slurm_ab_testbed.make_mooncake_trace $@
 	@touch $@
 
 $(CLIENT)/sglang/version.py:

@@ -14,6 +14,7 @@ from slurm_ab_testbed.make_model import make_model
 from slurm_ab_testbed.emulator.memory import plan_memory
 from slurm_ab_testbed.emulator.scheduler import EngineFault, Req
 from slurm_ab_testbed.emulator.simulate import simulate
+from slurm_ab_testbed.make_model import mooncake_words
 from slurm_ab_testbed.testing import DECODE_RE, PREFILL_RE, PREFIX, SPEC
 from slurm_ab_testbed.emulator.topology import Rank, Topology
 
@@ -173,7 +174,8 @@ print(json.dumps([tok.vocab_size, len(tok.encode(text)), tok.encode(text) == ids
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout.strip().splitlines()[-1]) == [5000, 16384, True]
+    # 4996 w words, the 4 specials and the words of SGLang's Mooncake prompts (make_model.mooncake_words)
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == [5000 + len(mooncake_words()), 16384, True]
     from slurm_ab_testbed.emulator.tokenizer import EmuTokenizer
     tok = EmuTokenizer(str(d))
     assert len(tok.encode("w10 w11 <s> w12")) == 4

@@ -49,7 +49,10 @@ def test_generate_stream_counts_and_logs(procs, model_dir):
     assert all(m["finish_reason"] is None for m in metas[:-1])
     assert metas[-1]["finish_reason"] == {"type": "length", "length": 25} and metas[-1]["e2e_latency"] > 0
     assert "spec_verify_ct" not in metas[-1] and len({m["id"] for m in metas}) == 1
-    assert all(len(c["output_ids"]) == 1 for c in chunks)
+    # 0.5.23 (tokenizer_manager._handle_batch_output, no --incremental-streaming-output): every
+    # chunk carries the whole output so far, like the text
+    assert [len(c["output_ids"]) for c in chunks] == list(range(1, 26))
+    assert all(c["output_ids"][:i + 1] == chunks[-1]["output_ids"][:i + 1] for i, c in enumerate(chunks))
     assert len(chunks[-1]["text"].split()) == 25 and chunks[-1]["text"].startswith(chunks[10]["text"])
 
     r = json.loads(post(url + "/generate", {"input_ids": [7] * 300, "sampling_params": {"max_new_tokens": 4}}).read())

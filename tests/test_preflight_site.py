@@ -130,7 +130,9 @@ def test_the_clients_tokenizer_loads_on_the_routers_node(tmp_path, model_dir, to
     head = run_check(check, "nodeA", 0, 0)
     tok = [c for c in causes(head) if c[0] == "tokenizer"]
     if ok:
-        assert tok == [] and (check.parent / "nodeA.tokenizer").read_text().strip().endswith("4000")
+        from slurm_ab_testbed.make_model import mooncake_words      # the model's words after its 4000 w words
+        assert tok == [] and (check.parent / "nodeA.tokenizer").read_text().strip().endswith(
+            str(4000 + len(mooncake_words())))
     else:
         assert tok[0][1].startswith("tokenizer /nonexistent/tokenizer does not load (status 1): ")
         assert "Error" in tok[0][1]

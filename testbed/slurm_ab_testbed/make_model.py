@@ -7,6 +7,14 @@ re-tokenize to 16384 on the server. It also writes ``tokenizer_config.json``
 (``PreTrainedTokenizerFast``), ``special_tokens_map.json`` and ``config.json``, which is what
 ``transformers.AutoTokenizer.from_pretrained(DIR)`` (bench_serving) and the router's tokenizer
 loader need. No weights: the emulator never loads any. Idempotent: same arguments, same bytes.
+
+After the ``w`` words the vocabulary holds the words SGLang 0.5.23's Mooncake trace replay builds
+its prompts from (:func:`mooncake_words`; ``benchmark/datasets/mooncake.py`` and the warm-up in
+``benchmark/serving.py``: ``f"{hash_id}" + " ".join(["hi"] * 128)`` per hash id, glued to the
+next block, then "Tell me a story based on this context."), so that a replayed trace's blocks are
+distinct tokens and shared hash ids are shared prefixes, as with a real tokenizer. Hash ids below
+``MOONCAKE_HASH_IDS`` have words of their own; larger ones become ``<unk>`` (``make_mooncake_trace``
+stays below it).
 """
 from __future__ import annotations
 
@@ -17,6 +25,17 @@ import sys
 from pathlib import Path
 
 SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
+MOONCAKE_HASH_IDS = 2048       # hash ids whose Mooncake block words are in the vocabulary
+MOONCAKE_ROUNDS = 16           # "Round N:" words for --mooncake-num-rounds up to this
+
+
+def mooncake_words() -> list[str]:
+    """The whitespace-split words of SGLang 0.5.23's Mooncake prompts (rounds, blocks, chat roles)."""
+    words = ["user:", "assistant:", "Round", *(f"{r}:" for r in range(1, MOONCAKE_ROUNDS + 1)), "hi",
+             "Tell", "me", "a", "story", "based", "on", "this", "context.", "hiTell",
+             "Can", "you", "tell", "detailed", "in", "1000", "words?", "hiCan"]
+    words += [f"{h}hi" for h in range(MOONCAKE_HASH_IDS)] + [f"hi{h}hi" for h in range(MOONCAKE_HASH_IDS)]
+    return words
 CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }} </s> "
                  "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
 
@@ -26,6 +45,7 @@ def tokenizer_json(vocab_size: int) -> str:
 
     vocab = {tok: i for i, tok in enumerate(SPECIALS)}
     vocab.update({f"w{i}": i for i in range(len(SPECIALS), vocab_size)})
+    vocab.update({w: vocab_size + i for i, w in enumerate(mooncake_words())})
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.add_special_tokens(list(SPECIALS))
@@ -54,7 +74,7 @@ def files(vocab_size: int, architecture: str, model_type: str, context_length: i
         "config.json": dump({
             "architectures": [architecture],
             "model_type": model_type,
-            "vocab_size": vocab_size,
+            "vocab_size": vocab_size + len(mooncake_words()),
             "max_position_embeddings": context_length,
             "hidden_size": 7168,
             "num_hidden_layers": 61,

@@ -45,7 +45,7 @@ def _words(rng: random.Random, category: str, n: int, vocab: int) -> list[str]:
 
 def rows(tokenizer, count: int, tokens: int, spread: int, seed: int) -> list[dict]:
     """The rows, each checked to come to its target length after the chat template."""
-    vocab = len(tokenizer)
+    vocab = SPECIALS + sum(1 for t in tokenizer.get_vocab() if t[:1] == "w" and t[1:].isdigit())   # the w words
 
     def templated(text: str) -> int:
         return len(tokenizer.apply_chat_template([{"role": "user", "content": text}],

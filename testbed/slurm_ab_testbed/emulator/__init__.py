@@ -35,7 +35,10 @@ variable                                meaning
                                         ``pd_transfer_hang_after=N`` (on a prefill: its KV transfers hang once
                                         N user requests finished there; the decode's waiting timeout fails
                                         them) and ``kv_pool_tokens=N`` (KV pool of N tokens: decode KV
-                                        exhaustion)
+                                        exhaustion); correctness (outputs.py): ``divergence=K`` (a
+                                        speculative server's output differs from position K on for about
+                                        half of all prompts), ``empty_output`` (requests stop at an EOS
+                                        first token)
 ``SLURM_AB_EMU_FAULT_NODES``            comma list of Slurm node names (``SLURMD_NODENAME``): faults apply
                                         only to the processes on these nodes (break one replica of a job)
 ``SLURM_AB_EMU_SEED``                   RNG seed (acceptance draws, step jitter, output tokens); default
@@ -44,7 +47,11 @@ variable                                meaning
 ``SLURM_AB_EMU_COLLECTIVE_BYTES``       bytes each peer node exchanges with node rank 0 per forward (default
                                         4096, 0: none): the stand-in for NCCL's per-step collectives, so a
                                         slow or rate-limited link of any node slows its whole replica
+``SLURM_AB_EMU_GPU_STATE_DIR``          where each node writes its GPUs' activity for the fake nvidia-smi
+                                        (``../gpu_activity.py``; default ``/tmp/slurm-ab-emu-gpus``)
 ``SGLANG_LOG_MS``                       SGLang's own switch: millisecond timestamps ``[... HH:MM:SS.mmm ...]``
+``SGLANG_TORCH_PROFILER_DIR``           SGLang's own: where ``/start_profile`` writes traces without an
+                                        ``output_dir`` (default ``/tmp``; profiler.py)
 ``SGLANG_DISAGGREGATION_*``             SGLang's own PD timeouts, real seconds: ``BOOTSTRAP_TIMEOUT`` (300),
                                         ``WAITING_TIMEOUT`` (300), ``HEARTBEAT_INTERVAL`` (5, >= 2),
                                         ``HEARTBEAT_MAX_FAILURE`` (2); ``SGLANG_HOST_IP`` / ``HOST_IP``: the
@@ -95,12 +102,18 @@ each PP stage, i.e. on node 0 when pp == 1 and, with pp > 1, on the node hosting
 prefix ``PPk`` (rank 0 sends the lines over the rendezvous connection). ``/health`` on an idle
 server runs a 1-token generation, which logs ``Prefill batch ... #new-token: 1`` as SGLang does.
 
+Prefix cache (``radix.py``, on unless ``--disable-radix-cache``), deterministic greedy outputs
+(``outputs.py``), profiles (``profiler.py``) and the analytic capacity (``capacity.py``): see their
+docstrings and docs/testbed.md.
+
 Modules: ``cli_args`` (flags and rules), ``knobs``/``faults`` (environment), ``costs`` + ``costs.toml``,
 ``memory``, ``topology`` (ranks -> nodes, prefixes), ``logfmt`` (exact line formats), ``tracebacks``,
 ``tokenizer``, ``scheduler`` (pure batching state machine), ``engine`` (real-time driver), ``http_api``,
-``rendezvous`` (TCP + heartbeats + the per-forward exchange), ``node`` (startup/shutdown per rank), ``build``, ``simulate``;
+``rendezvous`` (TCP + heartbeats + the per-forward exchange), ``node`` (startup/shutdown per rank), ``build``, ``simulate``,
+``radix``, ``outputs``, ``profiler``, ``capacity``;
 PD: ``pd`` (shared), ``pd_args``, ``pd_node`` (start-up), ``pd_bootstrap``, ``pd_transfer``, ``pd_prefill``,
 ``pd_decode``, ``pd_core``, ``pd_metrics``.
-Beside it in ``slurm_ab_testbed``: ``make_model`` (tokenizer-only model dir), ``testing`` (subprocess
-helpers for tests), ``cluster`` + ``cluster.sh`` (the local Slurm cluster).
+Beside it in ``slurm_ab_testbed``: ``make_model`` (tokenizer-only model dir), ``make_speed_bench`` and
+``make_mooncake_trace`` (datasets), ``fake_gpus`` + ``gpu_activity`` (nvidia-smi stand-in and its
+telemetry), ``testing`` (subprocess helpers for tests), ``cluster`` + ``cluster.sh`` (the local Slurm cluster).
 """

@@ -38,7 +38,8 @@ def plan_replica(args: ServerArgs, costs: Costs, gpus_per_node: int, log_version
         max_prefill_tokens=args.max_prefill_tokens, max_total_num_tokens=memory.max_total_num_tokens,
         decode_log_interval=args.decode_log_interval, cuda_graph_max_bs=graph_bs,
         num_draft_tokens=n_draft, log_version=log_version,
-        pp_micro_batches=args.pp_size + args.pp_async_batch_depth if args.pp_size > 1 else 1)
+        pp_micro_batches=args.pp_size + args.pp_async_batch_depth if args.pp_size > 1 else 1,
+        radix_cache=not args.disable_radix_cache, page_size=args.page_size or 1)
     model = CostModel(costs, Layout(args.tp_size, args.pp_size, gpus_per_node),
                       args.speculative_algorithm, n_draft)
     return Replica(cfg, model, memory, chunk, max_running)

@@ -76,6 +76,7 @@ class ServerArgs:
     max_running_requests: Optional[int] = None
     trust_remote_code: bool = False
     enable_metrics: bool = False
+    enable_cache_report: bool = False
     log_level: str = "info"
     decode_log_interval: int = 40
     context_length: Optional[int] = None
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     # observability
     _add(p, "--log-level", type=str, default="info")
     _add(p, "--enable-metrics", action="store_true")
+    _add(p, "--enable-cache-report", action="store_true")
     _add(p, "--decode-log-interval", type=int, default=40)
     # parsers
     _add(p, "--tool-call-parser", type=str)

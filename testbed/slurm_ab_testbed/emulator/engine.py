@@ -1,6 +1,8 @@
 """Runs the scheduler core in real time on one thread: plan a forward, sleep its duration times
 the time scale (and, on a multi-node replica, wait for the forward's exchange with the other
-nodes), apply it. HTTP threads submit requests and wait on per-request queues.
+nodes), apply it. HTTP threads submit requests and wait on per-request queues. ``on_activity``
+(node.py) hears each busy/idle transition: busy from the first forward planned after idle, idle
+when the scheduler finds no work (the fake GPUs' utilisation, gpu_activity.py).
 """
 from __future__ import annotations
 
@@ -69,6 +71,9 @@ class Engine:
         self._die_at: Optional[float] = None
         self.hang_after = hang_after_requests
         self.hung = False        # stuck (a collective that never completes): alive, no progress
+        self.on_activity: Optional[Callable[[bool, float], None]] = None
+        self.profiler = None     # profiler.Profiler (node rank 0): told of every forward before it runs
+        self._active = False
         self._thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 
     def start(self) -> None:
@@ -131,6 +136,12 @@ class Engine:
             self._die_at = time.time() + DIE_DELAY
         return time.time() >= self._die_at
 
+    def _set_active(self, active: bool) -> None:
+        if active != self._active:
+            self._active = active
+            if self.on_activity is not None:
+                self.on_activity(active, time.time())
+
     def _loop(self) -> None:
         core = self.core
         while not self.stop_event.is_set():
@@ -147,10 +158,14 @@ class Engine:
                     self.on_fatal(EngineFault("crash", f"die_after_requests={self.die_after}"))
                     return
                 fwd = core.plan(time.time()) if core.has_work() else None
+                self._set_active(fwd is not None)
                 if fwd is None:
                     core.note_idle()
                     self.cond.wait(0.1)
                     continue
+                if self.profiler is not None:
+                    self.profiler.on_forward(fwd.kind, time.time(), fwd.duration * self.scale,
+                                             len(fwd.items) or len(fwd.reqs), sum(t for _, t in fwd.items) or len(fwd.reqs))
             seq = self.exchange.begin() if self.exchange is not None else None
             if self.stop_event.wait(fwd.duration * self.scale):
                 return

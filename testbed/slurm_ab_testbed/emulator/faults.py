@@ -14,6 +14,14 @@ with and without them. Items:
                             its HTTP server and /metrics answer, nothing finishes any more and
                             /health times out
 
+Correctness (outputs.py; a request at temperature 0 returns its prompt's deterministic tokens):
+
+- ``divergence=K``          a broken draft model: on a server with a speculative algorithm, about
+                            half of all prompts (``outputs.diverges``) get other tokens from output
+                            position K (0-based) on; ignored without a speculative algorithm
+- ``empty_output``          every request stops at its first token, the model's EOS: no text
+                            (finish_reason ``{"type": "stop", "matched": EOS}``)
+
 PD disaggregation (pd.py; each prints what SGLang 0.5.23 prints for the real failure):
 
 - ``pd_role=ROLE``          the process serves as ``--disaggregation-mode ROLE`` (null, prefill or
@@ -61,6 +69,8 @@ class Faults:
     pd_bootstrap_timeout: bool = False
     kv_pool_tokens: Optional[int] = None
     pd_transfer_hang_after: Optional[int] = None
+    divergence: Optional[int] = None
+    empty_output: bool = False
 
 
 def parse_faults(spec: Optional[str]) -> Faults:
@@ -73,10 +83,10 @@ def parse_faults(spec: Optional[str]) -> Faults:
         name, _, value = item.partition("=")
         name = name.strip()
         if name in ("hang_startup", "oom_first_prefill", "bind_loopback", "pd_engine_init_fail",
-                    "pd_no_transfer_module", "pd_bootstrap_timeout") and not value:
+                    "pd_no_transfer_module", "pd_bootstrap_timeout", "empty_output") and not value:
             kw[name] = True
         elif name in ("die_after_requests", "crash_rank", "kv_pool_tokens", "hang_after_requests",
-                      "pd_transfer_hang_after") \
+                      "pd_transfer_hang_after", "divergence") \
                 and value.strip().isdigit():
             kw[name] = int(value)
         elif name == "pd_role" and value.strip() in ("null", "prefill", "decode"):
@@ -85,6 +95,6 @@ def parse_faults(spec: Optional[str]) -> Faults:
             raise FaultSpecError(f"unknown SLURM_AB_EMU_FAULT item {item!r} (expected hang_startup, "
                                  "die_after_requests=N, crash_rank=R, oom_first_prefill, bind_loopback, "
                                  "pd_role=null|prefill|decode, pd_engine_init_fail, pd_no_transfer_module, "
-                                 "pd_bootstrap_timeout, pd_transfer_hang_after=N, kv_pool_tokens=N or "
-                                 "hang_after_requests=N)")
+                                 "pd_bootstrap_timeout, pd_transfer_hang_after=N, kv_pool_tokens=N, "
+                                 "hang_after_requests=N, divergence=K or empty_output)")
     return Faults(**kw)

@@ -7,6 +7,19 @@ cumulative ``text``, the new ``output_ids`` and ``meta_info``, then ``data: [DON
 (which shows up as a ``Prefill batch ... #new-token: 1`` line, as in SGLang); access lines are
 uvicorn's. Endpoints that SGLang added later (``/server_info``, ``/model_info``, ``/ready``)
 answer 404 when an older ``SLURM_AB_EMU_LOG_VERSION`` is emulated.
+
+Outputs (0.5.23 ``managers/tokenizer_manager.py`` _handle_batch_output / _wait_one_response):
+a streamed ``/generate`` chunk carries the cumulative ``text`` and the cumulative ``output_ids``
+(0.5.6 too; 0.4.10 and 0.5.2 sent only the new ids), ``meta_info`` has ``num_retractions``,
+``reasoning_tokens``, ``cached_tokens`` (prefix-cache hits, ``radix.py``) and
+``cached_tokens_details`` (``{"device": N, "host": 0}``, None without hits; 0.5.23 only). At
+temperature 0 (or top_k 1) the tokens are the prompt's deterministic ones (``outputs.py``); the
+OpenAI endpoints return the same tokens as text, ``usage.prompt_tokens_details`` is
+``{"cached_tokens": N}`` when there were hits, and with ``return_cached_tokens_details`` (what
+bench_serving's ``--cache-report`` sends) the response's ``sglext.cached_tokens_details``.
+``/flush_cache`` empties the prefix cache when the server is idle and answers 400 otherwise
+(``http_server.flush_cache``, ``scheduler.flush_cache``). ``/start_profile`` and ``/stop_profile``
+(GET or POST, ``ProfileReq`` fields as JSON): profiler.py.
 """
 from __future__ import annotations
 
@@ -18,16 +31,27 @@ import uuid
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Optional
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from .engine import Engine, RequestStream
 from .metrics import HttpMetrics, render
+from .outputs import Outputs
+from .profiler import ProfileError
 from .scheduler import Req
 from .tokenizer import StreamText
 
 HEALTH_CHECK_TIMEOUT = 20.0
 WARMUP_HEADER = "X-Slurm-Ab-Emulator-Warmup"
 VERSIONS = {"0.5.23": "0.5.23", "0.5.6": "0.5.6.post2", "0.4.10": "0.4.10.post2"}
+
+
+def greedy(temperature, top_k=None) -> bool:
+    """SGLang's greedy sampling (sampling_params.py: temperature below 1e-6 becomes top_k = 1);
+    a missing temperature is SGLang's default 1.0 (sampled)."""
+    try:
+        return (temperature is not None and 0 <= float(temperature) < 1e-6) or (top_k is not None and int(top_k) == 1)
+    except (TypeError, ValueError):
+        return False
 
 
 class HTTPError(Exception):
@@ -73,6 +97,10 @@ class App:
         self.metric_groups = None              # topology.MetricGroups of node rank 0 (node sets it)
         self.http_metrics = HttpMetrics() if args.enable_metrics else None
         self.pd = None                         # PD role (pd_prefill / pd_decode): bootstrap and KV first
+        faults = knobs.faults
+        # correctness faults (outputs.py): a broken draft model only matters with a speculative algorithm
+        self.diverge_at = faults.divergence if self.spec else None
+        self.empty_eos = tokenizer.eos_id if faults.empty_output else None
 
     def submit(self, req: Req, body: dict) -> None:
         """Hand a request to the engine; a PD role first bootstraps it with its peer (pd.py)."""
@@ -130,7 +158,8 @@ class App:
 
     # ---- request building ----------------------------------------------------------------------
     def new_req(self, ids: list[int], max_new: int, rid: Optional[str] = None, kind: str = "user",
-                streaming: bool = False):
+                streaming: bool = False, greedy: bool = False):
+        """greedy: temperature 0 (or top_k 1): the prompt's deterministic tokens (outputs.py)."""
         if len(ids) >= self.context_len:
             raise ValueError(f"The input ({len(ids)} tokens) is longer than the model's context length "
                              f"({self.context_len} tokens).")
@@ -139,13 +168,20 @@ class App:
                              f"{self.context_len} tokens. You requested a total of {len(ids) + max_new} tokens: "
                              f"{len(ids)} tokens from the input messages and {max_new} tokens for the completion.")
         stream = RequestStream()
-        req = Req(rid or uuid.uuid4().hex, len(ids), max_new, kind=kind, listener=stream, streaming=streaming)
+        req = Req(rid or uuid.uuid4().hex, len(ids), max_new, kind=kind, listener=stream, streaming=streaming,
+                  input_ids=list(ids))
+        if greedy or self.empty_eos is not None:
+            req.outputs = Outputs.for_prompt(ids, self.tok.plain_ids, self.diverge_at, self.empty_eos)
         return req, stream
 
     def meta(self, req: Req, created: float, now: float, completion: int, finished: bool) -> dict:
-        m = {"id": req.rid, "finish_reason": {"type": "length", "length": completion} if finished else None,
-             "prompt_tokens": req.input_len, "weight_version": "default", "completion_tokens": completion,
-             "cached_tokens": 0}
+        reason = (req.finish_reason or {"type": "length", "length": completion}) if finished else None
+        m = {"id": req.rid, "finish_reason": reason, "prompt_tokens": req.input_len, "weight_version": "default"}
+        if self.new_api:
+            m.update({"num_retractions": 0, "reasoning_tokens": 0})
+        m.update({"completion_tokens": completion, "cached_tokens": req.cached_tokens})
+        if self.new_api:
+            m["cached_tokens_details"] = {"device": req.cached_tokens, "host": 0} if req.cached_tokens else None
         if finished:
             if self.spec:
                 m["spec_verify_ct"] = req.verify_ct
@@ -319,9 +355,52 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, self.app.engine.snapshot(load))
 
     def flush_cache(self) -> None:
-        self.app.sink.log("Cache flushed successfully!", " TP0" if self.app.args.tp_size > 1 else "")
+        """SGLang's /flush_cache?timeout=S: flushed when the scheduler is idle (waiting up to S s
+        for it), else 400 and the scheduler's warning."""
+        app = self.app
+        try:
+            timeout = float((parse_qs(urlsplit(self.path).query).get("timeout") or ["0"])[0])
+        except ValueError:
+            timeout = 0.0
+        deadline = time.time() + max(0.0, timeout)
+        while True:
+            ok, queued, running = app.engine.snapshot(
+                lambda core: (core.flush_cache(), len(core.waiting), len(core.running)))
+            if ok or time.time() >= deadline:
+                break
+            time.sleep(0.05)
+        prefix = " TP0" if app.args.tp_size > 1 else ""
+        if not ok:
+            app.sink.log(f"Cache not flushed because there are pending requests. #queue-req: {queued}, "
+                         f"#running-req: {running}", prefix)
+            return self._send(400, "Flush cache failed.\n", "text/plain")
+        app.sink.log("Cache flushed successfully!", prefix)
         self._send(200, "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
                         "waiting requests, the operation will not be performed.)\n", "text/plain")
+
+    def start_profile(self) -> None:
+        self._profile(lambda p: p.start(self._body()), "Start profiling.\n")
+
+    def stop_profile(self) -> None:
+        self._profile(lambda p: p.stop(), "Stop profiling. This will take some time.\n")
+
+    def _profile(self, fn, done: str) -> None:
+        """http_server.start_profile_async / stop_profile_async: the scheduler's refusal is a
+        RuntimeError in the tokenizer manager, which FastAPI answers 500 (uvicorn logs it)."""
+        prof = self.app.engine.profiler
+        try:
+            if prof is None:
+                raise ProfileError("Profiling is not available on this server.")
+            fn(prof)
+        except ProfileError as e:
+            self.app.sink.uvicorn("Exception in ASGI application", "ERROR")
+            self.app.sink.write("Traceback (most recent call last):\n"
+                                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/'
+                                'tokenizer_control_mixin.py", line 432, in _execute_profile\n'
+                                "    raise RuntimeError(result.message)\n"
+                                f"RuntimeError: {e}")
+            return self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+        self._send(200, done, "text/plain; charset=utf-8")
 
     def metrics(self) -> None:
         if not self.app.args.enable_metrics:
@@ -356,6 +435,7 @@ class Handler(BaseHTTPRequestHandler):
         text, ids = body.get("text"), body.get("input_ids")
         sampling = body.get("sampling_params") or {}
         max_new = int(sampling.get("max_new_tokens", 128) if sampling.get("max_new_tokens") is not None else 128)
+        det = greedy(sampling.get("temperature"), sampling.get("top_k"))
         stream = bool(body.get("stream", False))
         batch = isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list))
         if batch:
@@ -364,20 +444,21 @@ class Handler(BaseHTTPRequestHandler):
             prompts = text if isinstance(text, list) else ids
             try:
                 results = [self._run_one(p if isinstance(p, str) else None, p if isinstance(p, list) else None,
-                                         max_new, None) for p in prompts]
+                                         max_new, None, greedy_=det) for p in prompts]
             except ValueError as e:
                 raise HTTPError(400, {"error": {"message": str(e)}}) from None
             return self._send(200, results)
         prompt_ids = self._prompt_ids(text, ids)
         if not stream:
             try:
-                return self._send(200, self._run_one(None, prompt_ids, max_new, body.get("rid"), self._kind(), body))
+                return self._send(200, self._run_one(None, prompt_ids, max_new, body.get("rid"), self._kind(), body,
+                                                     greedy_=det))
             except ValueError as e:
                 app.sink.log(f"[http_server] Error: {e}")
                 raise HTTPError(400, {"error": {"message": str(e)}}) from None
         created = time.time()
         try:
-            req, rs = app.new_req(prompt_ids, max_new, body.get("rid"), streaming=True)
+            req, rs = app.new_req(prompt_ids, max_new, body.get("rid"), streaming=True, greedy=det)
         except ValueError as e:
             self._start_stream()
             app.sink.log(f"[http_server] Error: {e}")
@@ -387,13 +468,18 @@ class Handler(BaseHTTPRequestHandler):
         self._start_stream()
         app.submit(req, body)
         out = StreamText(app.tok)
+        cumulative = app.knobs.log_version != "0.4.10"      # 0.5.6+: the whole output so far
+        ids_json = ""                  # the cumulative ids, kept as JSON text: O(tokens) per request
         try:
             for ev in app.events(req, rs):
                 out.add(ev.new_ids)
                 meta = app.meta(req, created, ev.now, len(out.ids), ev.finished)
                 if ev.abort:                   # SGLang streams the aborted output, finish_reason "abort"
                     meta["finish_reason"] = ev.abort
-                self._sse({"text": out.text, "output_ids": ev.new_ids, "meta_info": meta})
+                new = ", ".join(map(str, ev.new_ids))
+                ids_json = (ids_json + ", " + new if ids_json and new else ids_json or new) if cumulative else new
+                self._sse(b'{"text": ' + json.dumps(out.text).encode() + b', "output_ids": [' + ids_json.encode()
+                          + b'], "meta_info": ' + json.dumps(meta).encode() + b"}")
             self._sse(b"[DONE]")
             self._end_stream()
         except (BrokenPipeError, ConnectionResetError):
@@ -404,10 +490,11 @@ class Handler(BaseHTTPRequestHandler):
         """The node's own SGLang-style warm-up does not count as a user request (faults, counters)."""
         return "warmup" if self.headers.get(WARMUP_HEADER) else "user"
 
-    def _run_one(self, text, ids, max_new: int, rid, kind: str = "user", body: Optional[dict] = None) -> dict:
+    def _run_one(self, text, ids, max_new: int, rid, kind: str = "user", body: Optional[dict] = None,
+                 greedy_: bool = False) -> dict:
         app = self.app
         created = time.time()
-        req, rs = app.new_req(self._prompt_ids(text, ids), max_new, rid, kind)
+        req, rs = app.new_req(self._prompt_ids(text, ids), max_new, rid, kind, greedy=greedy_)
         app.submit(req, body or {})
         out_ids: list[int] = []
         last = None
@@ -453,10 +540,19 @@ class Handler(BaseHTTPRequestHandler):
         created = int(time.time())
         kind = "chat.completion" if chat else "text_completion"
         try:
-            req, rs = app.new_req(ids, int(max_new), streaming=bool(body.get("stream", False)))
+            req, rs = app.new_req(ids, int(max_new), streaming=bool(body.get("stream", False)),
+                                  greedy=greedy(body.get("temperature"), body.get("top_k")))
         except ValueError as e:
             raise _bad_request(str(e)) from None
         app.submit(req, body)
+        details = bool(body.get("return_cached_tokens_details"))
+
+        def sglext() -> Optional[dict]:
+            """serving_completions/serving_chat: the request's cached_tokens_details at response level."""
+            if not details or not req.cached_tokens:
+                return None
+            return {"routed_experts": None, "cached_tokens_details": {"device": req.cached_tokens, "host": 0},
+                    "spec_tokens_details": None, "input_ids": None}
 
         def choice(text: str, finish: Optional[str]) -> dict:
             if chat:
@@ -467,16 +563,20 @@ class Handler(BaseHTTPRequestHandler):
 
         stream = bool(body.get("stream", False))
         usage = lambda n: {"prompt_tokens": len(ids), "total_tokens": len(ids) + n, "completion_tokens": n,  # noqa: E731
-                           "prompt_tokens_details": None}
+                           "prompt_tokens_details": {"cached_tokens": req.cached_tokens}
+                           if app.args.enable_cache_report else None}
         if not stream:
             out_ids: list[int] = []
             for ev in app.events(req, rs):
                 out_ids.extend(ev.new_ids)
                 if ev.abort:
                     raise _abort_error(ev.abort)
-            return self._send(200, {"id": req.rid, "object": kind, "created": created, "model": model,
-                                    "choices": [choice(app.tok.decode(out_ids), "length")],
-                                    "usage": usage(len(out_ids))})
+            finish = "stop" if req.finish_reason else "length"
+            resp = {"id": req.rid, "object": kind, "created": created, "model": model,
+                    "choices": [choice(app.tok.decode(out_ids), finish)], "usage": usage(len(out_ids))}
+            if (ext := sglext()) is not None:
+                resp["sglext"] = ext
+            return self._send(200, resp)
         self._start_stream()
         out = StreamText(app.tok)
         try:
@@ -487,9 +587,12 @@ class Handler(BaseHTTPRequestHandler):
                                          "type": HTTPStatus(code).name, "param": None, "code": code}})
                     break
                 delta = out.add(ev.new_ids)
+                finish = ("stop" if req.finish_reason else "length") if ev.finished else None
                 self._sse({"id": req.rid, "object": kind + ".chunk" if chat else kind, "created": created,
-                           "model": model, "choices": [choice(delta, "length" if ev.finished else None)],
-                           "usage": None})
+                           "model": model, "choices": [choice(delta, finish)], "usage": None})
+            if (ext := sglext()) is not None:
+                self._sse({"id": req.rid, "object": kind + ".chunk" if chat else kind, "created": created,
+                           "model": model, "choices": [], "usage": None, "sglext": ext})
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._sse({"id": req.rid, "object": kind + ".chunk" if chat else kind, "created": created,
                            "model": model, "choices": [], "usage": usage(len(out.ids))})
@@ -508,6 +611,7 @@ ROUTES: dict[str, tuple[tuple[str, ...], Callable]] = {
     "/get_server_info": (GET, Handler.server_info), "/server_info": (GET, Handler.server_info),
     "/get_load": (GET, Handler.get_load),
     "/flush_cache": (BOTH, Handler.flush_cache),
+    "/start_profile": (BOTH, Handler.start_profile), "/stop_profile": (BOTH, Handler.stop_profile),
     "/metrics": (GET, Handler.metrics),
     "/v1/models": (GET, Handler.models), "/v1/models/{model}": (GET, Handler.models),
     "/generate": (("POST", "PUT"), Handler.generate),

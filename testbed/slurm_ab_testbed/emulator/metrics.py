@@ -17,6 +17,13 @@ a node rank >= 1 (SGLang's dummy health server, same port) only its schedulers' 
 tokenizer=False)``). With DP attention each DP rank's scheduler reports under ``dp_rank``; the
 emulator deals running/queued requests over the DP ranks evenly (the DP controller's round robin).
 Families the emulator does not model are exported with their real names and value 0.
+Prefix cache (SGLang 0.5.23 metrics_collector.py / metrics_reporter.report_prefill_stats): each
+prefill report adds its new and cached tokens to ``sglang:realtime_tokens_total{mode=
+prefill_compute|prefill_cache}`` (decode steps to ``mode="decode"``; no sample before the first
+increment) and sets ``sglang:cache_hit_rate`` to the batch's cached / (cached + new); a finished
+request adds its uncached and cached prompt tokens to ``prefill_effective_tokens_total{mode=
+"input"|"device_hit"}``, its cached ones to ``sglang:cached_tokens_total{cache_source="device"}``
+and observes prompt - cached in ``uncached_prompt_tokens_histogram``.
 """
 from __future__ import annotations
 
@@ -32,7 +39,7 @@ from .metrics_spec import FAMILIES
 _HIST = {"sglang:e2e_request_latency_seconds": "e2e",
          "sglang:request_time_per_output_token_seconds": "tpot",
          "sglang:prompt_tokens_histogram": "prompt",
-         "sglang:uncached_prompt_tokens_histogram": "prompt",
+         "sglang:uncached_prompt_tokens_histogram": "uncached",
          "sglang:generation_tokens_histogram": "gen"}
 _STREAM_COUNTERS = {"sglang:prompt_tokens_total": "prompt", "sglang:generation_tokens_total": "gen",
                     "sglang:num_requests_total": "requests"}
@@ -44,7 +51,7 @@ class Finished:
     requests: int = 0
     prompt: int = 0
     gen: int = 0
-    obs: dict = field(default_factory=lambda: {"e2e": [], "tpot": [], "prompt": [], "gen": []})
+    obs: dict = field(default_factory=lambda: {"e2e": [], "tpot": [], "prompt": [], "gen": [], "uncached": []})
 
 
 @dataclass
@@ -108,23 +115,34 @@ class MetricsState:
     any_verify: bool = False
     gauges: dict = field(default_factory=dict)          # scheduler gauge name -> value
     prefill_input_tokens: int = 0
+    prefill_device_hit_tokens: int = 0                  # prefix-cache hits (prefill_effective device_hit)
+    cached_device: int = 0                              # sglang:cached_tokens_total{cache_source="device"}
+    realtime: dict = field(default_factory=dict)        # sglang:realtime_tokens_total by mode
     engine_type: str = "unified"                        # "prefill" | "decode" on a PD server
     extra: Optional[Callable[[dict], list[str]]] = None  # more families (pd_metrics), given scheduler labels
 
     def on_finish(self, streaming: bool, prompt: int, gen: int, verify_ct: int,
-                  e2e: float, tpot: float | None) -> None:
+                  e2e: float, tpot: float | None, cached: int = 0) -> None:
         f = self.finished.setdefault("true" if streaming else "false", Finished())
         f.requests += 1
         f.prompt += prompt
         f.gen += gen
         f.obs["e2e"].append(e2e)
         f.obs["prompt"].append(prompt)
+        f.obs["uncached"].append(prompt - cached)
+        self.cached_device += cached
         f.obs["gen"].append(gen)
         if tpot is not None:
             f.obs["tpot"].append(tpot)
         if verify_ct > 0:
             self.verify_calls += verify_ct
             self.any_verify = True
+
+    def add_realtime(self, **tokens: int) -> None:
+        """sglang:realtime_tokens_total: tokens per mode (prefill_compute, prefill_cache, decode)."""
+        for mode, n in tokens.items():
+            if n:
+                self.realtime[mode] = self.realtime.get(mode, 0) + n
 
     def on_report(self, **values: float) -> None:
         """A scheduler statistics report: gauge name (without 'sglang:') -> value."""
@@ -179,15 +197,23 @@ def render(state: MetricsState, model_name: str, stages: list[int], pid: int | N
                 if dp is not None and short in _DP_DEALT:
                     value = _dp_share(value, dp, dp_size)
                 if name == "sglang:prefill_effective_tokens_total":
+                    eff = {"input": state.prefill_input_tokens, "device_hit": state.prefill_device_hit_tokens}
                     lines += [f"{name}{suffix}{_labels(dict(base, **dict(extra)))} "
-                              f"{_num(state.prefill_input_tokens if dict(extra).get('mode') == 'input' else 0)}"
+                              f"{_num(eff.get(dict(extra).get('mode'), 0))}"
                               for suffix, extra in samples]
+                    continue
+                if name == "sglang:realtime_tokens_total":
+                    lines += [f"{name}{_labels(dict(base, **dict(extra)))} {_num(state.realtime[dict(extra)['mode']])}"
+                              for _, extra in samples if state.realtime.get(dict(extra)["mode"])]
                     continue
                 for suffix, extra in samples:
                     v = value if not extra and not suffix else 0.0
                     lines.append(f"{name}{suffix}{_labels(dict(base, **dict(extra)))} {_num(v)}")
         elif not tokenizer:
             continue
+        elif name == "sglang:cached_tokens_total":
+            if state.cached_device:
+                lines.append(f"{name}{_labels(dict(tok, cache_source='device'))} {_num(state.cached_device)}")
         elif name == "sglang:spec_verify_calls_total":
             if state.any_verify:
                 lines.append(f"{name}{_labels(tok)} {_num(state.verify_calls)}")

@@ -6,6 +6,11 @@ stages whose TP0 they host. A fatal error is printed as SGLang does ("Scheduler 
 <traceback>", then "Received sigquit from a child process...") and the process then SIGKILLs
 itself like SGLang's ``kill_process_tree`` (exit status 137 / -9). SIGTERM and SIGINT stop it
 cleanly with status 0.
+
+Every node publishes its GPUs' activity for the fake ``nvidia-smi`` (``gpu_activity.py``; in a
+Slurm step or with ``SLURM_AB_EMU_GPU_STATE_DIR`` set): the memory plan once loaded, then the
+engine's busy/idle transitions (node rank 0 sends them to the other nodes of the replica), and the
+stop.
 """
 from __future__ import annotations
 
@@ -19,7 +24,8 @@ import time
 import urllib.request
 from typing import Optional
 
-from . import pd_node
+from .. import gpu_activity
+from . import pd_node, profiler
 from .build import Replica, build_core, plan_replica, with_kv_pool
 from .cli_args import ServerArgs
 from .costs import Costs
@@ -89,6 +95,7 @@ class Node:
         self._draining = False
         self.pd = None           # the PD role of a prefill/decode leader (pd_prefill, pd_decode)
         self.pd_servers: list = []   # its bootstrap server / side channel (pd_node)
+        self.activity = gpu_activity.ActivityLog(gpu_activity.activity_path(), gpu_activity.publishing())
 
     # ---- logging helpers -----------------------------------------------------------------------
     def log_gpus(self, msg: str) -> None:
@@ -116,6 +123,7 @@ class Node:
             ranks = self.topo.prefix(self.local[0]) if ranks is None else ranks
             self.sink.log(f"Scheduler hit an exception: {traceback_text.rstrip()}", ranks)
             self.sink.log(SIGQUIT)
+            self.activity.stop(time.time())
             sys.stdout.flush()
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -196,6 +204,7 @@ class Node:
         return code
 
     def _shutdown(self) -> None:
+        self.activity.stop(time.time())
         if self.app is not None:
             self.app.stopping = True
         if self.engine is not None:
@@ -257,7 +266,24 @@ class Node:
             self.log_gpus(f"Capture cuda graph end. Time elapsed: {s.cuda_graph_s * self.knobs.time_scale:.2f} s. "
                           f"mem usage={mem.cuda_graph_gib:.2f} GB. "
                           f"avail mem={mem.avail_after_pool_gib - mem.cuda_graph_gib:.2f} GB.")
+        self._publish_memory()
         return True
+
+    def _publish_memory(self) -> None:
+        """The fake GPUs' memory.used: the share of each GPU this plan holds, of the fake's total."""
+        mem = self.replica.memory
+        share = (mem.total_gib - mem.avail_after_pool_gib + mem.cuda_graph_gib) / mem.total_gib
+        try:
+            total = gpu_activity.load_config()["gpu"]["memory_total_mib"]
+        except (OSError, ValueError, KeyError):
+            total = 0
+        self.activity.start(time.time(), len(self.local), int(round(min(1.0, share) * total)))
+
+    def _on_activity(self, busy: bool, t: float) -> None:
+        """The engine went busy or idle: this node's file, and the replica's other nodes."""
+        self.activity.mark(busy, t)
+        if self.hub is not None:
+            self.hub.broadcast({"t": "act", "b": busy, "at": t})
 
     def _nccl_init(self) -> None:
         """NCCL's init lines of every GPU rank of this node, to stdout as NCCL prints them
@@ -326,6 +352,10 @@ class Node:
         exchange = Exchange(self.hub, k.collective_bytes) if self.hub is not None and k.collective_bytes else None
         self.engine = Engine(core, k.time_scale, self.on_fault, k.faults.die_after_requests, exchange,
                              k.faults.hang_after_requests)
+        self.engine.on_activity = self._on_activity
+        hub = self.hub
+        self.engine.profiler = profiler.Profiler(self.log_gpus, profiler.rank_names(self.topo, self.local),
+                                                 hub.broadcast if hub is not None else None)
         if pd_node.is_pd(a):
             self.pd = pd_node.start_role(self, core, self.engine)
         model_info = {"model_type": self.config.get("model_type"), "architectures": self.config.get("architectures")}
@@ -430,6 +460,12 @@ class Node:
         kind = msg.get("t")
         if kind == "gauges":
             self._node_metrics().on_report(**msg.get("v", {}))
+            return
+        if kind == "act":
+            self.activity.mark(bool(msg.get("b")), float(msg.get("at", time.time())))
+            return
+        if kind == "profile":
+            profiler.on_message(self.log_gpus, profiler.rank_names(self.topo, self.local), msg)
             return
         if kind == "joined":
             self.joined.set()

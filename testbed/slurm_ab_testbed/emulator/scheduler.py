@@ -7,6 +7,19 @@ virtual time (``simulate`` estimates a whole benchmark in milliseconds). Policy 
 requests up to ``--chunked-prefill-size`` tokens / ``--max-prefill-tokens`` /
 ``--max-running-requests``) always runs before the next decode step; "Prefill batch" is logged
 when a batch is formed, "Decode batch" every ``--decode-log-interval`` decode steps.
+
+Prefix cache (``radix.py``, on unless ``--disable-radix-cache``): a new request first matches its
+prompt in the tree (``Req.init_next_round_input``); the matched tokens are its ``cached_tokens``
+(``meta_info``, ``#cached-token`` of its Prefill batch line, ``sglang:cache_hit_rate``,
+``sglang:prefill_effective_tokens_total{mode="device_hit"}``, ``sglang:realtime_tokens_total
+{mode="prefill_cache"}``, ``sglang:cached_tokens_total``) and cost no prefill time; only the rest
+is computed and charged to the chunk budget. KV accounting follows SGLang's pools: tokens locked
+by running requests are used, the rest of the tree is evictable (free for admission, evicted LRU
+when new KV needs the room); ``token usage`` = used / max_total_num_tokens.
+
+Outputs (``outputs.py``): a request with ``outputs`` set (temperature 0) gets the deterministic
+tokens of its prompt; others the per-request random stream. A request stops at the EOS of the
+``empty_output`` fault (finish_reason ``stop``).
 """
 from __future__ import annotations
 
@@ -21,6 +34,8 @@ from .logfmt import DecodeStats, PrefillStats, decode_line, prefill_line
 from .memory import MemoryPlan
 from .metrics import MetricsState
 from .noise import Noise
+from .outputs import Outputs
+from .radix import RadixCache
 
 
 class EngineFault(Exception):
@@ -55,6 +70,12 @@ class Req:
     finish_time: Optional[float] = None
     rng: random.Random = field(default_factory=random.Random)
     pd: Optional[object] = None        # PD disaggregation state of the request (pd_prefill / pd_decode)
+    input_ids: Optional[list[int]] = None   # the prompt: prefix cache key (None: no cache lookup)
+    outputs: Optional[Outputs] = None  # temperature 0: the prompt's deterministic tokens (outputs.py)
+    cached_tokens: int = 0             # prompt tokens found in the prefix cache (meta_info.cached_tokens)
+    finish_reason: Optional[dict] = None    # set when it stops other than by length
+    radix_node: Optional[object] = None     # the tree path it locks (radix.Node)
+    shared: int = 0                    # its tokens held by that locked path
 
     @property
     def kv_tokens(self) -> int:
@@ -76,6 +97,8 @@ class SchedConfig:
     num_draft_tokens: int                  # 1 without speculative decoding
     log_version: str = "0.5.23"
     pp_micro_batches: int = 1              # PP: pp_size + pp_async_batch_depth running micro-batches
+    radix_cache: bool = False              # the prefix cache (not --disable-radix-cache)
+    page_size: int = 1                     # its matching granularity (--page-size)
 
 
 @dataclass
@@ -132,6 +155,8 @@ class SchedulerCore:
         self._mb: dict[str, int] = {}      # PP: request -> the micro-batch it runs in
         self._mb_next = 0
         self._mb_reports = 0
+        self.tree = RadixCache(cfg.page_size) if cfg.radix_cache else None
+        self._batch_hits = 0               # cached tokens of the requests a prefill batch admits
 
     # ---- intake --------------------------------------------------------------------------------
     def add(self, req: Req, now: float) -> None:
@@ -149,11 +174,13 @@ class SchedulerCore:
                 self.waiting.remove(r)
                 return True
         if self.chunked is not None and self.chunked.rid == rid:
+            self._release(self.chunked)
             self.chunked = None
             return True
         for r in self.running:
             if r.rid == rid:
                 self.running.remove(r)
+                self._release(r)
                 return True
         return False
 
@@ -195,7 +222,70 @@ class SchedulerCore:
 
     @property
     def used_tokens(self) -> int:
-        return sum(r.kv_tokens for r in self.running) + (self.chunked.kv_tokens if self.chunked else 0)
+        """KV slots in use: each request's own tokens plus the tree paths running requests lock
+        (shared prefixes once); the tree's unlocked rest is evictable, not used."""
+        used = sum(r.kv_tokens - r.shared for r in self.running)
+        if self.chunked is not None:
+            used += self.chunked.kv_tokens - self.chunked.shared
+        return used + (self.tree.protected if self.tree is not None else 0)
+
+    # ---- prefix cache --------------------------------------------------------------------------
+    def _match(self, req: Req) -> int:
+        """Look a new request's prompt up in the tree and lock what matched (its cached tokens)."""
+        if self.tree is None or req.input_ids is None or req.prefilled or req.radix_node is not None:
+            return 0
+        hit, node = self.tree.match(req.input_ids, req.input_len - 1)
+        self.tree.lock(node)
+        req.radix_node, req.shared, req.prefilled, req.cached_tokens = node, hit, hit, hit
+        return hit
+
+    def _unmatch(self, req: Req) -> None:
+        """A matched request that was not admitted after all (it matches again next time)."""
+        if req.radix_node is not None and req.prefilled == req.cached_tokens:
+            self.tree.unlock(req.radix_node)
+            req.radix_node, req.shared, req.prefilled, req.cached_tokens = None, 0, 0, 0
+
+    def _checkpoint(self, req: Req, ids: list[int]) -> None:
+        """Insert what the request holds (its computed prompt, or prompt + output) and move its lock."""
+        if self.tree is None or req.input_ids is None:
+            return
+        _, node = self.tree.insert(ids)
+        self.tree.lock(node)
+        if req.radix_node is not None:
+            self.tree.unlock(req.radix_node)
+        req.radix_node, req.shared = node, RadixCache.depth(node)
+
+    def _release(self, req: Req) -> None:
+        if self.tree is not None and req.radix_node is not None:
+            self.tree.unlock(req.radix_node)
+            req.radix_node, req.shared = None, 0
+
+    def _make_room(self, used_after: int) -> None:
+        """Evict LRU unlocked prefixes so that used + evictable fits the pool (SGLang evicts when
+        an allocation finds too few free slots)."""
+        if self.tree is not None:
+            self.tree.evict(used_after + self.tree.evictable - self.cfg.max_total_num_tokens)
+
+    def flush_cache(self) -> bool:
+        """``/flush_cache``: empty the tree when nothing runs, waits or holds a prefix."""
+        if self.has_work() or (self.tree is not None and self.tree.protected):
+            return False
+        if self.tree is not None:
+            self.tree.reset()
+        return True
+
+    def _next_ids(self, req: Req, n: int) -> list[int]:
+        if req.outputs is not None:
+            return req.outputs.ids(len(req.output_ids), n)
+        return self.sample_ids(req.rng, n)
+
+    def _stops(self, req: Req) -> bool:
+        """The request sampled its EOS (the empty_output fault's; no other stop is modelled)."""
+        o = req.outputs
+        if o is not None and o.eos is not None and req.output_ids and req.output_ids[-1] == o.eos:
+            req.finish_reason = {"type": "stop", "matched": o.eos}
+            return True
+        return False
 
     # ---- planning ------------------------------------------------------------------------------
     def plan(self, now: float) -> Optional[Forward]:
@@ -204,6 +294,8 @@ class SchedulerCore:
             batch = list(self.running)
             ctx = sum(r.kv_tokens for r in batch)
             fwd = Forward("decode", [], batch, self.model.decode_time(len(batch), ctx, self.rng))
+            if self.tree is not None:
+                self._make_room(self.used_tokens + len(batch) * self.cfg.num_draft_tokens)
         if fwd is not None:
             self._drained = self._drained and fwd.kind != "prefill"
             if self.noise is not None:
@@ -228,18 +320,25 @@ class SchedulerCore:
                 chunk_budget -= take
             input_budget -= take
         used = self.used_tokens
+        hits = 0
         while self.waiting and new_chunked is None:
             if len(self.running) + len(items) >= cfg.max_running_requests:
                 break
             if (chunk_budget is not None and chunk_budget <= 0) or input_budget <= 0:
                 break
             req = self.waiting[0]
-            extend = req.input_len
+            hit = self._match(req)
+            if hit:
+                used = self.used_tokens + sum(t for r, t in items if r is not self.chunked)   # its prefix is locked
+            extend = req.input_len - req.prefilled
             if items and extend > input_budget and chunk_budget is None:
+                self._unmatch(req)
                 break
             if used + extend + req.max_new_tokens > cfg.max_total_num_tokens and (items or self.running):
+                self._unmatch(req)
                 break  # no KV room now: wait for running requests to finish
             self.waiting.popleft()
+            hits += hit
             take = extend
             if chunk_budget is not None and take > chunk_budget:
                 take, new_chunked = chunk_budget, req
@@ -250,8 +349,10 @@ class SchedulerCore:
                 chunk_budget -= take
         if not items:
             return None
-        self.chunked = new_chunked
         tokens = sum(t for _, t in items)
+        self._make_room(self.used_tokens + tokens)
+        self.chunked = new_chunked
+        self._batch_hits = hits
         self._log_prefill(now, items, tokens)
         warm = self._last_kind == "prefill" and not self._drained
         return Forward("prefill", items, [], self.model.prefill_time(tokens, warm))
@@ -266,18 +367,24 @@ class SchedulerCore:
         if self.chunked is not None:
             pending += self.chunked.input_len - self.chunked.prefilled - next(
                 t for r, t in items if r is self.chunked)
-        used = sum(r.kv_tokens for r in self.running) + sum(r.prefilled + t for r, t in items)
+        used = sum(r.kv_tokens - r.shared for r in self.running) + sum(r.prefilled + t - r.shared for r, t in items)
+        if self.tree is not None:
+            used += self.tree.protected
+        hits = self._batch_hits
         stats = PrefillStats(
-            new_seq=len(items), new_token=tokens, cached_token=0,
+            new_seq=len(items), new_token=tokens, cached_token=hits,
             token_usage=used / max(1, self.cfg.max_total_num_tokens),
             running_req=self._reported_running(self.running, [r for r, _ in items]),
             queue_req=len(self.waiting), pending_token=max(0, pending), cuda_graph=False,
             input_throughput=throughput, pd=self._prefill_pd())
         self.emit(prefill_line(self.cfg.log_version, stats))
+        evictable = self.tree.evictable if self.tree is not None else 0
+        self.metrics.add_realtime(prefill_compute=tokens, prefill_cache=hits)
         self.metrics.on_report(num_running_reqs=stats.running_req, num_queue_reqs=stats.queue_req,
                                token_usage=stats.token_usage, full_token_usage=stats.token_usage,
-                               num_used_tokens=used, kv_used_tokens=used,
-                               kv_available_tokens=max(0, self.cfg.max_total_num_tokens - used))
+                               num_used_tokens=used, kv_used_tokens=used, kv_evictable_tokens=evictable,
+                               cache_hit_rate=hits / (hits + tokens) if hits + tokens else 0.0,
+                               kv_available_tokens=max(0, self.cfg.max_total_num_tokens - used - evictable))
 
     # ---- PP micro-batches -----------------------------------------------------------------------
     # SGLang's event_loop_pp (scheduler_pp_mixin.py) cycles pp_size + pp_async_batch_depth
@@ -332,22 +439,25 @@ class SchedulerCore:
         self._check_workspace(fwd.items)
         for req, take in fwd.items:
             req.prefilled += take
+            if req.input_ids is not None and self.tree is not None:
+                self._checkpoint(req, req.input_ids[:req.prefilled])
             if req.prefilled < req.input_len:
                 continue
             if req.kind != "health":
                 self.counters.prompt_tokens += req.input_len
-                self.metrics.prefill_input_tokens += req.input_len
+                self.metrics.prefill_input_tokens += req.input_len - req.cached_tokens
+                self.metrics.prefill_device_hit_tokens += req.cached_tokens
             if req.max_new_tokens <= 0:
                 self._finish(req, [], now)
                 continue
-            ids = self.sample_ids(req.rng, 1)
+            ids = self._next_ids(req, 1)
             req.output_ids.extend(ids)
             req.first_token_time = now
             self._prefilled(req, ids, now)
 
     def _prefilled(self, req: Req, ids: list[int], now: float) -> None:
         """A prompt is computed and its first token sampled (a PD prefill server holds it here)."""
-        if len(req.output_ids) >= req.max_new_tokens:
+        if len(req.output_ids) >= req.max_new_tokens or self._stops(req):
             self._finish(req, ids, now)
         else:
             self.running.append(req)
@@ -366,16 +476,17 @@ class SchedulerCore:
                 self._win_verify += 1
                 self._win_accepted += n
             n = min(n, req.max_new_tokens - len(req.output_ids))
-            ids = self.sample_ids(req.rng, n)
+            ids = self._next_ids(req, n)
             req.output_ids.extend(ids)
             produced += n
-            if len(req.output_ids) >= req.max_new_tokens:
+            if len(req.output_ids) >= req.max_new_tokens or self._stops(req):
                 self.running.remove(req)
                 self._finish(req, ids, now)
             else:
                 self._notify(req, ids, now)
         self._forward_ct_decode += 1
         self._win_tokens += produced
+        self.metrics.add_realtime(decode=produced)
         if self._win_start is None:
             self._win_start = now - fwd.duration
         if self._forward_ct_decode % max(1, self.cfg.decode_log_interval) == 0:
@@ -391,6 +502,8 @@ class SchedulerCore:
             c.spec_total_verify += self._win_verify
             c.last_accept_len = self._win_accepted / self._win_verify
         ctx = sum(r.kv_tokens for r in fwd.reqs)
+        if self.tree is not None:
+            ctx = self.used_tokens          # shared prefixes count once (SGLang's #token)
         stats = DecodeStats(
             running_req=self._reported_running(fwd.reqs), num_token=ctx, token_usage=ctx / max(1, self.cfg.max_total_num_tokens),
             cuda_graph=0 < len(fwd.reqs) <= self.cfg.cuda_graph_max_bs, gen_throughput=c.last_gen_throughput,
@@ -406,7 +519,8 @@ class SchedulerCore:
         g = dict(num_running_reqs=stats.running_req, num_queue_reqs=stats.queue_req,
                  token_usage=stats.token_usage, full_token_usage=stats.token_usage,
                  gen_throughput=stats.gen_throughput, num_used_tokens=ctx, kv_used_tokens=ctx,
-                 kv_available_tokens=max(0, self.cfg.max_total_num_tokens - ctx),
+                 kv_available_tokens=max(0, self.cfg.max_total_num_tokens - ctx - self._evictable()),
+                 kv_evictable_tokens=self._evictable(),
                  decode_sum_seq_lens=ctx, is_cuda_graph=1.0 if stats.cuda_graph else 0.0)
         if stats.verify_ct:
             n = stats.num_draft_tokens or 1
@@ -415,6 +529,9 @@ class SchedulerCore:
                      / (stats.verify_ct * (n - 1)) if n > 1 else 0.0,
                      spec_num_draft_tokens=n, spec_num_steps=1)
         self.metrics.on_report(**g)
+
+    def _evictable(self) -> int:
+        return self.tree.evictable if self.tree is not None else 0
 
     def _prefill_pd(self):
         """The PD queue fields of a Prefill batch line (pd_core.PrefillCore); None when not PD."""
@@ -431,13 +548,17 @@ class SchedulerCore:
     def _finish(self, req: Req, ids: list[int], now: float) -> None:
         req.finish_time = now
         self._mb.pop(req.rid, None)
+        if self.tree is not None and req.radix_node is not None:
+            self._checkpoint(req, req.input_ids + req.output_ids[:-1])   # the last token has no KV yet
+            self._release(req)
         if req.kind != "health":
             self.counters.num_requests += 1
             self.counters.generation_tokens += len(req.output_ids)
             n = len(req.output_ids)
             first = req.first_token_time
             self.metrics.on_finish(req.streaming, req.input_len, n, req.verify_ct, now - req.arrival,
-                                   (now - first) / (n - 1) if first is not None and n > 1 else None)
+                                   (now - first) / (n - 1) if first is not None and n > 1 else None,
+                                   cached=req.cached_tokens)
         if req.kind == "user":
             self.counters.finished_user += 1
         if req.listener is not None:

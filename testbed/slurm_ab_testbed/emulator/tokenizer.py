@@ -6,6 +6,7 @@ manager does (``add_special_tokens=True``).
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 
@@ -27,6 +28,29 @@ class EmuTokenizer:
         self.vocab_size = self.tok.get_vocab_size(with_added_tokens=True)
         special = {i for i, t in self.tok.get_added_tokens_decoder().items() if t.special}
         self._plain = [i for i in range(self.vocab_size) if i not in special] or [0]
+        self.eos_id = self._eos_id(file, special)
+
+    @property
+    def plain_ids(self) -> list[int]:
+        """Ids the emulated model generates (no special tokens): outputs.py's vocabulary."""
+        return self._plain
+
+    def _eos_id(self, file: str, special: set) -> int:
+        """The model's EOS (config.json eos_token_id, else tokenizer_config.json's eos_token)."""
+        folder = os.path.dirname(file)
+        for name, key in (("config.json", "eos_token_id"), ("tokenizer_config.json", "eos_token")):
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    value = json.load(f).get(key)
+            except (OSError, ValueError):
+                continue
+            if isinstance(value, list) and value:
+                value = value[0]
+            if isinstance(value, int):
+                return value
+            if isinstance(value, str) and self.tok.token_to_id(value) is not None:
+                return self.tok.token_to_id(value)
+        return min(special) if special else 0
 
     def encode(self, text: str) -> list[int]:
         # encode_batch_fast (tokenizers >= 0.21) skips the offsets nobody reads here: the same
