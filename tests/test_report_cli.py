@@ -35,25 +35,28 @@ def results(tmp_path, monkeypatch):
 
 
 def _runs(out: str) -> list[str]:
-    return [ln.split("|")[1].strip() for ln in out.splitlines()[2:] if ln.startswith("|")]
+    """The runs of the table printed (--format md: whole)."""
+    first = out.split("\n\n")[0].splitlines()
+    return [ln.split("|")[1].strip() for ln in first[2:] if ln.startswith("|")]
 
 
 def test_report_filters(cli, results):
-    code, out, _ = cli("report")
-    assert code == 0 and _runs(out) == ["dev-oom", "dev-pp8", "dev-tp32", "dev-tp32-dflash"]
+    code, out, _ = cli("report", "--format", "md")
+    # the history: oldest first (dev-tp32 was submitted at 14:57:29, dev-pp8 at 14:58)
+    assert code == 0 and _runs(out) == ["dev-oom", "dev-tp32", "dev-pp8", "dev-tp32-dflash"]
     # a table draws no page (listing a history stays fast); collect and --html do
     assert not list(results.glob("*/report.html")) and not list(results.glob("*/plots"))
-    assert _runs(cli("report", "--verdict", "failed")[1]) == ["dev-oom"]
-    assert _runs(cli("report", "--mode", "tp32-dflash")[1]) == ["dev-oom", "dev-tp32-dflash"]
-    assert _runs(cli("report", "--mode", "tp32-dflash", "--verdict", "ok")[1]) == ["dev-tp32-dflash"]
-    assert "dev-oom" not in _runs(cli("report", "--since", "2026-11-30")[1])
-    assert _runs(cli("report", "--since", "2026-11-29T09:00:00+00:00", "--mode", "tp32-dflash",
+    assert _runs(cli("report", "--format", "md", "--verdict", "failed")[1]) == ["dev-oom"]
+    assert _runs(cli("report", "--format", "md", "--mode", "tp32-dflash")[1]) == ["dev-oom", "dev-tp32-dflash"]
+    assert _runs(cli("report", "--format", "md", "--mode", "tp32-dflash", "--verdict", "ok")[1]) == ["dev-tp32-dflash"]
+    assert "dev-oom" not in _runs(cli("report", "--format", "md", "--since", "2026-11-30")[1])
+    assert _runs(cli("report", "--format", "md", "--since", "2026-11-29T09:00:00+00:00", "--mode", "tp32-dflash",
                      "--verdict", "failed")[1]) == ["dev-oom"]
-    code, _, err = cli("report", "--since", "2099-01-01")
+    code, _, err = cli("report", "--format", "md", "--since", "2099-01-01")
     assert code == 2 and "no runs matching the filters" in err
-    code, _, err = cli("report", "--since", "last tuesday")
+    code, _, err = cli("report", "--format", "md", "--since", "last tuesday")
     assert code == 2 and "--since 'last tuesday': not a date" in err
-    code, _, err = cli("report", "--verdict", "great")
+    code, _, err = cli("report", "--format", "md", "--verdict", "great")
     assert code == 2 and "great" in err
 
 
@@ -93,12 +96,12 @@ def test_report_and_compare_html(cli, results, tmp_path):
     assert "dev-tp32-dflash" in text and "dev-oom" not in text
     assert 'href="../results/dev-tp32/logs/server-r0-n0.log"' in text
     cmp = tmp_path / "out" / "cmp.html"
-    code, out, err = cli("compare", "dev-tp32", "dev-tp32-dflash", "--html", str(cmp))
+    code, out, err = cli("compare", "dev-tp32", "dev-tp32-dflash", "--html", str(cmp), "--format", "md")
     assert code == 0 and "Input / Output TPS" in out
     text = cmp.read_text()
     # the compare table's cells are the printed markdown's cells
-    for line in out.splitlines()[2:]:
-        if line.startswith("|"):
+    for line in out.splitlines()[4:]:
+        if line.startswith("|") and not set(line) <= set("|-: "):
             for cell in line.strip("|").split("|"):
                 assert f">{cell.strip()}<" in text, cell
     import re

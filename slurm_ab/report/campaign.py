@@ -14,7 +14,7 @@ from ..collect.rows import aggregates, comparisons, pass_rows
 from ..collect.write import read_summary
 from ..model.rundir import Layout, open_run, read_manifest
 from . import markdown, series
-from .html import esc, img, page, verdict_badge
+from .html import answer_html, esc, img, job_note, page, verdict_badge, verdict_legend
 from .rundata import load
 from .sides import pooled_curves
 
@@ -108,7 +108,7 @@ def campaign_plots(run_dir: Path, job: CampaignSummary) -> list[tuple[str, str, 
             n = max((max(r.delta.n_a or 0, r.delta.n_b or 0) for r in cmp.rows), default=0)
             out.append((name, f"{cmp.b} against {cmp.a} at concurrency {cmp.concurrency}: % change "
                         f"of each metric with its 95% interval (Welch on log values; passes per side up "
-                        f"to {n}); green better, red worse, grey no significant difference",
+                        f"to {n}); the primary metric first; {verdict_legend()}",
                         plots.png(plots.fig_forest(forest, title=f"{cmp.b} vs {cmp.a}, C={cmp.concurrency}",
                                                    context=ctx))))
     sw = sweep_points(job)
@@ -152,6 +152,13 @@ def launch_plots(run_dir: Path, la: LaunchSummary, ctx: str) -> list[tuple[str, 
     return out
 
 
+def _tables_of(md: str) -> str:
+    """summary.md from its title on: its answer lines and job note are drawn above, coloured."""
+    lines = md.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("# ")), 0)
+    return "\n".join(line for line in lines[start:] if not line.startswith("note: sacct"))
+
+
 def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
                     plots_out: list | None = None) -> str:
     from .html import links_of
@@ -170,12 +177,15 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
     rid = job.run_id if job else run_dir.name
     passes = job.passes if job else ()
     ok = sum(1 for p in passes if p.verdict == "ok")
-    body = [f"<h1>Campaign {esc(rid)}</h1>\n",
+    from ..tables.campaign import answers
+
+    body = [answer_html(answers(job) if job else []), f"<h1>Campaign {esc(rid)}</h1>\n",
             f"<p>{verdict_badge(job.verdict if job else 'not collected')} {ok} of {len(passes)} timed passes ok; "
             f"job {esc(job.job_id if job and job.job_id else '?')} "
             f"({esc(((job.job.state_raw or job.job.state) if job else None) or 'state unknown')})</p>\n",
+            job_note(job.job.note if job else None),
             f"<p class=\"muted\">Intervals: {esc(job.campaign.variance if job else '-')}</p>\n",
-            "<h2>Results</h2>\n", markdown.to_html(md) if md else "<p class=\"muted\">not collected yet</p>\n"]
+            "<h2>Results</h2>\n", markdown.to_html(_tables_of(md)) if md else "<p class=\"muted\">not collected yet</p>\n"]
     bad = [p for p in passes if p.verdict != "ok"]
     if bad:
         body.append("<h2>Passes not ok</h2>\n<ul>" + "".join(

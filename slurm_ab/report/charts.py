@@ -8,25 +8,32 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from ..ab_stats.verdicts import colour as verdict_colour
 from .figstyle import FAILED, fig_axes as _fig, legend_beside, series_color, styled
 
 
 @styled
 def fig_forest(rows: list[dict], *, title: str = "") -> Figure:
-    """rows: {metric, change_pct, ci_low_pct, ci_high_pct, verdict}; one line per metric."""
+    """rows: {metric, change_pct, ci_low_pct, ci_high_pct, verdict[, role]}; one line per metric,
+    coloured by its verdict's kind (ab_stats.verdicts: any qualifier or margin), the primary first
+    and marked."""
     fig, (ax,) = _fig(1.3 + 0.5 * max(len(rows), 1), w=10.0)
     for y, r in enumerate(rows):
         c = r.get("change_pct")
         lo, hi = r.get("ci_low_pct"), r.get("ci_high_pct")
         v = str(r.get("verdict") or "")
-        col = {"better": "#2e7d32", "worse": "#c62828"}.get(v, "#424242")
+        col = verdict_colour(v)
         if lo is not None and hi is not None:
             ax.plot([lo, hi], [y, y], color=col, lw=2.6, solid_capstyle="butt", gid=f"ci-{y}")
         if c is not None:
             ax.plot([c], [y], marker="s", color=col, ms=8, gid=f"pt-{y}")
         ax.annotate(v, (1.01, y), xycoords=("axes fraction", "data"), fontsize=10, va="center", color=col)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_yticks(range(len(rows)), [str(r.get("label") or r.get("metric")) for r in rows])
+    ax.set_yticks(range(len(rows)), [str(r.get("label") or r.get("metric")) + (" (primary)" if r.get("role") == "primary"
+                                                                               else "") for r in rows])
+    for t, r in zip(ax.get_yticklabels(), rows):
+        if r.get("role") == "primary":
+            t.set_fontweight("bold")
     ax.invert_yaxis()
     ax.set_xlabel("% change of B against A (confidence interval)")
     ax.set_title(title or "Change per metric")

@@ -24,7 +24,9 @@ th,td{border:1px solid #d0d0d0;padding:3px 7px;vertical-align:top} th{background
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} code,pre{font:12px ui-monospace,Menlo,Consolas,monospace}
 pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
 .verdict{display:inline-block;padding:2px 10px;border-radius:4px;font-weight:600;color:#fff;background:#757575}
-.v-ok{background:#2e7d32} .v-invalid{background:#ef6c00} .v-failed,.v-timeout{background:#c62828} .v-cancelled{background:#6d4c41} .v-running{background:#1565c0}
+section.answers{margin:0 0 14px} .answer{border-left:6px solid #757575;background:#fafafa;padding:6px 10px;margin:4px 0;font-size:15px}
+.answer .word{display:inline-block;padding:1px 8px;border-radius:4px;font-weight:600;color:#fff;margin-right:4px}
+.answer .basis{color:#555;font-size:13px}
 img.plot{max-width:100%;border:1px solid #e5e5e5;margin:6px 0} .muted{color:#666;font-size:12.5px} p.warn{color:#8a4b00}
 dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:13px} dl.prov dt{color:#555} dl.prov dd{margin:0}
 ul.files{columns:3;font-size:12.5px} .hl{background:#ffebee}
@@ -44,10 +46,35 @@ def img(png_bytes: bytes, alt: str, name: str = "") -> str:
             f'src="{data_uri(png_bytes)}"><figcaption class="muted">{esc(alt)}</figcaption></figure>\n')
 
 
+def _run_css() -> str:
+    """The verdict badges' colours: a job's verdict, as the answer lines have them."""
+    from ..tables.answer import RUN_COLOURS
+    return "".join(f".v-{v}{{background:{c}}} " for v, c in RUN_COLOURS.items()) + "\n"
+
+
 def page(title: str, body: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{esc(title)}</title>"
-            f"<style>{CSS}</style></head>\n<body>\n{body}</body></html>\n")
+            f"<style>{CSS}{_run_css()}</style></head>\n<body>\n{body}</body></html>\n")
+
+
+def answer_html(answers) -> str:
+    """The answer lines (tables.answer.Answer) as the first thing of a page: the verdict coloured by
+    its kind (a comparison's: better, worse, equivalent, ...; a job's: ok, failed, ...), the
+    statement, what it rests on."""
+    if not answers:
+        return ""
+    items = "".join(
+        f'<div class="answer" data-kind="{esc(a.kind)}" style="border-left-color:{esc(a.colour)}">'
+        f'<span class="word" style="background:{esc(a.colour)}">{esc(a.verdict)}</span> '
+        f"<strong>{esc(a.subject)}</strong>: {esc(a.statement)}; "
+        f'<span class="basis">rests on {esc(a.basis)}</span></div>\n' for a in answers)
+    return f'<section class="answers">\n{items}</section>\n'
+
+
+def job_note(note: str | None) -> str:
+    """The collector's note on the job's Slurm record (sacct answered for another job: ignored)."""
+    return f'<p class="warn">note: {esc(note)}</p>\n' if note else ""
 
 
 def verdict_badge(v: str) -> str:
@@ -277,6 +304,7 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
             f"<p>Verdict: {verdict_badge(run.verdict)}</p>\n"]
     if s.get("reasons"):
         body.append("<ul class=\"reasons\">" + "".join(f"<li>{esc(r)}</li>" for r in s["reasons"]) + "</ul>\n")
+    body.append(job_note((s.get("job") or {}).get("note")))
     body.append("<h2>Results</h2>\n")
     body.append(markdown.to_html(_without_reasons(run.summary_md)) if run.summary_md
                 else f"<p class=\"muted\">not collected yet (no {RELATIVE.summary('md')})</p>\n")
@@ -367,11 +395,20 @@ def campaigns_table(camps, base: Path) -> str:
             + "".join(rows) + "</tbody></table>\n")
 
 
-def forest_rows(a_rows: list[dict], b_rows: list[dict]) -> list[dict]:
-    """ab_stats deltas per metric (with intervals when both sides have repeats)."""
-    from ..ab_stats import METRIC_BY_NAME, deltas
-    return [dict(d.to_dict(), label=METRIC_BY_NAME[d.metric].label)
-            for d in deltas(a_rows, b_rows) if d.change_pct is not None]
+def forest_rows(a_rows: list[dict], b_rows: list[dict], primary: str | None = None) -> list[dict]:
+    """The comparison's rows (ab_stats.family: the primary first, the secondaries Holm-adjusted),
+    with intervals when both sides have repeats."""
+    from ..ab_stats.metrics import PRIMARY_DEFAULT
+    from ..collect.rows import comparison
+    return [dict(r.to_dict(), label=r.label) for r in comparison(a_rows, b_rows, primary or PRIMARY_DEFAULT)
+            if r.delta.change_pct is not None]
+
+
+def verdict_legend() -> str:
+    """'green: B is better, red: B is worse, ...': the forest plot's colours (ab_stats.verdicts)."""
+    from ..ab_stats.verdicts import KINDS
+    names = {"#2e7d32": "green", "#c62828": "red", "#1565c0": "blue", "#616161": "dark grey", "#9e9e9e": "grey"}
+    return "; ".join(f"{names.get(c, c)}: {what}" for what, c in KINDS.values())
 
 
 def _passes(n: int) -> str:
@@ -389,10 +426,14 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
     from . import plots
     from .sides import gpus_of, load_side, mode_settings, settings_table
 
+    from ..tables.answer import pair_answers
+
     sa, sb = load_side(run_a), load_side(run_b)
     base = Path(base_dir)
     title = f"slurm-ab compare: {sa.run_id} vs {sb.run_id}"
-    body = [f"<h1>{esc(title)}</h1>\n",
+    primary = sa.job.campaign.primary_metric if sa.job else None
+    body = [answer_html(pair_answers(sa.run_id, sa.rows(), sb.run_id, sb.rows(), primary)),
+            f"<h1>{esc(title)}</h1>\n",
             f"<p>A: <code>{esc(sa.run_id)}</code> ({esc(', '.join(sa.modes))}, {_passes(sa.passes)}) "
             f"{verdict_badge(sa.verdict)} &nbsp; B: <code>{esc(sb.run_id)}</code> "
             f"({esc(', '.join(sb.modes))}, {_passes(sb.passes)}) {verdict_badge(sb.verdict)}</p>\n",
@@ -426,7 +467,7 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
                         "interactivity (1000 / TPOT mean) of A and B, per concurrency; Pareto front dashed",
                         "interactivity"))
     if forests is None:
-        rows = forest if forest is not None else forest_rows(sa.ok_rows(), sb.ok_rows())
+        rows = forest if forest is not None else forest_rows(sa.ok_rows(), sb.ok_rows(), primary)
         forests = {None: rows} if rows else {}
     for c, rows in forests.items():
         if not rows:
@@ -436,7 +477,8 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
         body.append(f"<h2>Change per metric{esc(at)}</h2>\n")
         body.append(img(plots.png(plots.fig_forest(rows, title=f"B against A{at}")),
                         "% change of B against A" + (" with 95% intervals (Welch, log scale)" if has_ci
-                                                      else "; one pass per side, so no interval (inconclusive)"),
+                                                      else "; one pass per side, so no interval (inconclusive)")
+                        + f"; the primary metric first; {verdict_legend()}",
                         "forest" if c is None else f"forest-c{c}"))
         body.append(markdown.table_html(["metric", "change", "95% interval", "verdict"], [
             [str(r.get("label") or r["metric"]), f"{r['change_pct']:+.2f}%",

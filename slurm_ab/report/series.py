@@ -154,13 +154,72 @@ def _tolerance(offsets: dict, singles: list[int], base: float) -> float:
     return min(1.0, max(TIE_S, 2.0 * dev[int(0.9 * (len(dev) - 1))]))
 
 
-def _evidence(s: float, access: list[tuple[float, int]], tol: float):
-    """(replica, arrival) when every access line within tol of s is one replica's, else None."""
-    near = [(abs(t - s), t, g) for t, g in access if abs(t - s) <= tol]
-    if not near or len({g for _, _, g in near}) != 1:
-        return None
-    _, t, g = min(near)
-    return g, t
+def _matching(cands: dict, forced: tuple | None = None) -> dict | None:
+    """A one-to-one matching of every request to one of its candidate lines (request -> line), or
+    None when there is none; `forced` (request, lines) restricts one request to those lines.
+    Augmenting paths (Kuhn), candidates tried nearest first."""
+    match: dict = {}                     # line -> request
+
+    def place(k, seen) -> bool:
+        js = forced[1] if forced and forced[0] == k else cands[k]
+        free = next((j for j in js if j not in match and j not in seen), None)
+        if free is not None:                # a free line first: earlier requests keep theirs
+            match[free] = k
+            return True
+        for j in js:
+            if j in seen:
+                continue
+            seen.add(j)
+            if place(match[j], seen):
+                match[j] = k
+                return True
+        return False
+    for k in cands:
+        if not place(k, set()):
+            return None
+    return {k: j for j, k in match.items()}
+
+
+def attribute(starts: list[float], access: list[tuple[float, int]], tol: float) -> list[tuple[int, float] | None]:
+    """Per request start (aligned): (replica, arrival) or None. Each access line is one request's,
+    so requests and the lines within tol of their starts are matched one to one; a request is a
+    replica's only when every such matching of its group (requests linked through shared lines)
+    gives it a line of that replica, and its arrival tick is its line in one matching (no line is
+    cited twice). A group with fewer lines than requests (some requests' own lines lie outside
+    the window) or lines of several replicas that could have gone either way stays grey."""
+    near = {k: sorted((j for j, (t, _) in enumerate(access) if abs(t - s) <= tol), key=lambda j: abs(access[j][0] - s))
+            for k, s in enumerate(starts)}
+    parent = list(range(len(starts)))
+
+    def root(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+    owner: dict = {}
+    for k, js in near.items():
+        for j in js:
+            if j in owner:
+                parent[root(k)] = root(owner[j])
+            else:
+                owner[j] = k
+    groups: dict = {}
+    for k in near:
+        groups.setdefault(root(k), []).append(k)
+    out: list = [None] * len(starts)
+    for members in groups.values():
+        cands = {k: near[k] for k in members}
+        if any(not js for js in cands.values()):
+            continue
+        one = _matching(cands)
+        if one is None:
+            continue
+        for k in members:
+            reps = {access[j][1] for j in cands[k]}
+            possible = [g for g in reps if _matching(cands, (k, [j for j in cands[k] if access[j][1] == g]))]
+            if possible == [access[one[k]][1]]:
+                out[k] = (possible[0], access[one[k]][0])
+    return out
 
 
 def timeline(run: RunFiles) -> Timeline:
@@ -190,17 +249,19 @@ def timeline(run: RunFiles) -> Timeline:
     else:
         base, residual = (access[0][0] if access else 0.0), None
     tol = _tolerance(offsets, [g[0] for g in groups if len(g) == 1], base)
+    found = attribute([base + rel[k] for k in order], access, tol)
     reqs = []
-    for k in order:
+    for k, ev in zip(order, found):
         s = base + rel[k]
-        g, arrival = _evidence(s, access, tol) or (None, None)
+        g, arrival = ev or (None, None)
         # base + (rel + e2e) is bit-identical to the start of the request that takes the freed slot
         reqs.append(Request(lat["index"][k], s, s + ttft_s[k], base + (rel[k] + e2e_s[k]), g, arrival))
     unknown = sum(1 for r in reqs if r.replica is None)
     method = ("starts replayed from the client's per-request latencies under its concurrency limit; "
-              f"replica where every access line within {tol * 1000:.0f} ms of a request's start is one "
-              "replica's" + (f"; {unknown} request(s) started beside lines of both replicas: which "
-                              "replica served them is not in the logs (grey)" if unknown else ""))
+              f"requests matched one to one with the access lines within {tol * 1000:.0f} ms of their starts, "
+              "a replica where every such matching agrees" + (
+                  f"; {unknown} request(s) could have been served by either replica or their lines fall "
+                  "outside the window: which replica served them is not in the logs (grey)" if unknown else ""))
     if len(access) != len(order):
         method += (f"; {len(access)} access lines for {len(order)} successful requests: "
                    f"{abs(len(access) - len(order))} left unpaired")

@@ -90,6 +90,10 @@ class Side:
         """benchmark.slo as its passes were judged ({} without)."""
         return next((p.bench.goodput.slo_ms for p in self.job.passes if p.bench.goodput), {}) if self.job else {}
 
+    def rows(self) -> list[dict]:
+        """The numeric rows of its passes (collect.rows.pass_row)."""
+        return pass_rows(self.job) if self.job else []
+
     def ok_rows(self) -> list[dict]:
         """The numeric rows of its ok passes."""
         return [r for r in pass_rows(self.job) if r["verdict"] == "ok"] if self.job else []
