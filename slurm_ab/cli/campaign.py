@@ -129,7 +129,7 @@ def _side(ref: str, find) -> tuple[str, list[dict], str | None, str]:
     return modes[0], pass_rows(cs), cs.campaign.variance if len(cs.passes) > 1 else None, cs.run_id
 
 
-def compare(refs: list[str], fmt: str, find, width: int | None = None) -> str:
+def compare(refs: list[str], fmt: str, find, width: int | None = None, paint=None) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
     `compare A B` (runs or one-mode campaigns; runs count as one pass each): the answer lines
     first, then each comparison's table (md: fitted to `width` columns when given)."""
@@ -146,9 +146,9 @@ def compare(refs: list[str], fmt: str, find, width: int | None = None) -> str:
         if not found:
             raise UsageError(f"{refs[0]} has one mode: nothing to compare inside it")
         from ..tables.campaign import answers
-        head = "".join(a.text(width) + "\n" for a in answers(cs, rows)) + "\n"
+        head = "".join(a.text(width, paint) + "\n" for a in answers(cs, rows)) + "\n"
         return head + "\n".join(comparison_section(cs, cmp, rows, width) for cmp in found)
-    return pair_text(pair(refs, find), fmt, width)
+    return pair_text(pair(refs, find), fmt, width, paint=paint)
 
 
 def _concurrencies(rows: list[dict]) -> list[int]:
@@ -206,7 +206,7 @@ def pair_answers(sides: tuple) -> list:
     return answers(ra[0]["run_id"], ra, rb[0]["run_id"], rb)
 
 
-def pair_text(sides: tuple, fmt: str, width: int | None = None, head: bool = True) -> str:
+def pair_text(sides: tuple, fmt: str, width: int | None = None, head: bool = True, paint=None) -> str:
     """A pair's comparison: its answer lines (unless `head` is false: a page draws them itself),
     then the table (md; fitted to `width` columns when given) or per-metric records (json), one
     per concurrency."""
@@ -219,7 +219,7 @@ def pair_text(sides: tuple, fmt: str, width: int | None = None, head: bool = Tru
         out = pair_records(sides)
         return json.dumps({"variance": variance, "metrics": out[0]["metrics"] if len(out) == 1 else [],
                            "by_concurrency": out}, indent=2) + "\n"
-    head = "".join(a.text(width) + "\n" for a in pair_answers(sides)) + "\n" if head else ""
+    head = "".join(a.text(width, paint) + "\n" for a in pair_answers(sides)) + "\n" if head else ""
     per_c = by_concurrency(sides)
     if len(per_c) == 1:
         return head + comparison_table(na, nb, per_c[0][1], per_c[0][2], variance, width=width)

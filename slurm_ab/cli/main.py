@@ -222,9 +222,12 @@ def _width() -> int:
     return shutil.get_terminal_size((120, 24)).columns
 
 
-def _echo_text(text: str) -> None:
-    """Terminal text: each answer line's verdict coloured by its kind (stripped when not a tty)."""
-    click.echo(text.rstrip("\n"))
+def _paint(text: str, colour: str) -> str:
+    """An answer's verdict in the terminal's nearest colour (click strips it when not a tty)."""
+    from ..tables.answer import TERMINAL
+
+    name = TERMINAL.get(colour)
+    return click.style(text, fg=name, bold=True) if name else click.style(text, bold=True)
 
 
 def _collect_and_print(run_dir: Path, **kw):
@@ -232,7 +235,7 @@ def _collect_and_print(run_dir: Path, **kw):
     from ..tables import collect_text
 
     cs, written = collect_and_write(run_dir, **{k: v for k, v in kw.items() if k != "passes"})
-    _echo_text(collect_text(cs, passes=kw.get("passes", False), width=_width()))
+    click.echo(collect_text(cs, passes=kw.get("passes", False), width=_width(), paint=_paint).rstrip("\n"))
     return cs, written
 
 
@@ -371,14 +374,14 @@ def compare(run_a, run_b, fmt, html_out):
     fmt = fmt or "md"
     refs = [r for r in (run_a, run_b) if r]
     if len(refs) == 1:
-        click.echo(campaign_cli.compare(refs, fmt, _find_run, width), nl=False)
+        click.echo(campaign_cli.compare(refs, fmt, _find_run, width, _paint), nl=False)
         if html_out:                                # the campaign's page holds its comparisons
             from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
         return
     if any(campaign_cli.shown_as_campaign(_find_run(r)) for r in refs):
         sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
-        click.echo(campaign_cli.pair_text(sides, fmt, width), nl=False)
+        click.echo(campaign_cli.pair_text(sides, fmt, width, paint=_paint), nl=False)
         if html_out:
             from ..ab_stats import METRIC_BY_NAME
             from ..report import render_compare_html
@@ -399,7 +402,7 @@ def compare(run_a, run_b, fmt, html_out):
         metrics = [d.to_dict() for d in deltas([numeric_row(a)], [numeric_row(b)])]
     answer = paired_answer(a, b)
     if fmt == "md":
-        click.echo(answer.text(width) + "\n")
+        click.echo(answer.text(width, _paint) + "\n")
     click.echo(paired_text(a, b, fmt, metrics, width).rstrip("\n"))
     if fmt == "md":
         from ..tables.table import notes

@@ -235,29 +235,35 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
                     plots.png(plots.fig_cdfs([curve], plots.DECODE_PANELS, context=ctx))))
     good = series.goodput_rows([(run.mode, (run.summary.get("bench") or {}).get("goodput"))])
     if good:
+        target = (run.summary.get("spec") or {}).get("slo_target_pct")
         out.append(("goodput.png", "Requests meeting benchmark.slo (all SLOs, and each alone) and good "
-                    "requests per second (sglang's --goodput definitions, from the per-request details)",
-                    plots.png(plots.fig_goodput(good, context=ctx))))
+                    "requests per second (sglang's --goodput definitions, from the per-request details)"
+                    + (f"; dotted: benchmark.slo_target_pct = {target:g}%" if target else ""),
+                    plots.png(plots.fig_goodput(good, target_pct=target, context=ctx))))
     tl = series.timeline(run)
     clk = series.clock(run, tl)
     win = series.shift_windows(series.windows(run), clk)
     span = series.bench_span(run, clk)
     stl = series.shift_timeline(tl, clk)
     if tl.requests:
+        lat = series.timeline_latencies(stl, run.record) if tl.concurrency else None
         cap = (f"Request timeline ({len(tl.requests)} requests; {tl.method}"
                + (f"; largest start residual {tl.residual_ms:.0f} ms" if tl.residual_ms is not None else "")
-               + "). Black ticks: arrival at the server. Below: requests in flight.")
+               + "). Black ticks: arrival at the server (each request's own access line). Below: requests "
+               "in flight" + ("; then each request's TTFT, E2E and TPOT at its start (drift, throttling)" if lat
+                              else "") + ".")
         out.append(("request-timeline.png", cap,
                     plots.png(plots.fig_timeline(stl, title=f"Request timeline: {run.run_id}",
                                                  windows={"benchmark": win["benchmark"], "failed": win["failed"]},
                                                  bench=span, xlabel=clk.label, context=ctx,
                                                  server_flight=series.server_in_flight(run, clk)
-                                                 if not tl.concurrency else None))))
+                                                 if not tl.concurrency else None, latency=lat))))
     mt = series.metrics_over_time(run, clk)
     if mt:
         out.append(("server-metrics.png", "Per replica over the benchmark, from its /metrics scrapes: "
                     "requests in flight (HTTP), running and queued, and the fullest stage's KV-cache "
-                    "usage (docs/metrics.md)",
+                    "usage (docs/metrics.md); each value drawn as a step held until the next scrape (markers: "
+                    "the scrapes)",
                     plots.png(plots.fig_metrics_time(mt, windows={"benchmark": win["benchmark"],
                                                                   "failed": win["failed"]},
                                                      bench=span, failure=stl.failure, xlabel=clk.label,
@@ -358,16 +364,18 @@ def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: s
         body.append("<h2>Latency distributions</h2>\n")
         body.append(img(plots.png(plots.fig_cdfs(curves)), "Per-request TTFT and E2E CDFs, one line per run; "
                         "markers at each run's p50 (circle) and p95 (diamond)", "latency-cdf"))
-    rows = [dict(row, label=r.mode) for r in runs if r.verdict == "ok"
+    rows = [dict(row, label=r.mode, line=None) for r in runs if r.verdict == "ok"     # runs: points alone
             for row in load_side(r.run_dir).interactivity_rows(gpus_of(r.run_dir))]
     rows += [dict(row, label=f"{row['label']} ({c.run_id})") for c in camps      # a line per campaign
              for row in c.interactivity_rows(gpus_of(c.run_dir))]
     pts = series.interactivity_points(rows)
     if pts:
-        body.append("<h2>Throughput per GPU vs interactivity</h2>\n")
-        body.append(img(plots.png(plots.fig_interactivity(pts)), "Output tok/s per GPU against output "
-                        "tok/s per user (1000 / TPOT mean): every ok run (by mode) and every campaign's "
-                        "(mode, concurrency) means; Pareto front dashed", "interactivity"))
+        body.append("<h2>Throughput per GPU vs interactivity, TTFT and E2E</h2>\n")
+        body.append(img(plots.png(plots.fig_interactivity(pts, left_out=tuple(series.left_out(rows)))),
+                        f"{pts[0].primary.capitalize()} per GPU against output tok/s per user (1000 / TPOT "
+                        "mean), TTFT and E2E means: every ok run (by mode; separate runs are points, never "
+                        "joined) and every campaign's (mode, concurrency) means (a line per campaign and "
+                        "mode); Pareto fronts dashed" + makespan_note(pts), "interactivity"))
     for r in runs:
         body.append(f"<h2>{esc(r.run_id)} ({esc(r.mode)}) {verdict_badge(r.verdict)}</h2>\n")
         if r.summary.get("reasons"):
@@ -402,6 +410,14 @@ def forest_rows(a_rows: list[dict], b_rows: list[dict], primary: str | None = No
     from ..collect.rows import comparison
     return [dict(r.to_dict(), label=r.label) for r in comparison(a_rows, b_rows, primary or PRIMARY_DEFAULT)
             if r.delta.change_pct is not None]
+
+
+def makespan_note(pts) -> str:
+    """The throughput charts' words on the primary and the makespan figure beside it."""
+    if any(p.makespan_gpu is not None for p in pts):
+        return ("; y: the steady-state output tok/s, the comparison's primary metric; hollow markers: the "
+                "makespan output tok/s (ramp-up and drain included) of the same points")
+    return ""
 
 
 def verdict_legend() -> str:
@@ -459,13 +475,14 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
     if good:
         body.append(img(plots.png(plots.fig_goodput(good)), "Requests meeting benchmark.slo and good "
                         "requests per second, A and B", "goodput"))
-    pts = series.interactivity_points(
-        [dict(r, label=f"A {r['label']}") for r in sa.interactivity_rows(gpus_of(sa.run_dir))]
-        + [dict(r, label=f"B {r['label']}") for r in sb.interactivity_rows(gpus_of(sb.run_dir))])
+    rows = ([dict(r, label=f"A {r['label']}") for r in sa.interactivity_rows(gpus_of(sa.run_dir))]
+            + [dict(r, label=f"B {r['label']}") for r in sb.interactivity_rows(gpus_of(sb.run_dir))])
+    pts = series.interactivity_points(rows)
     if pts:
-        body.append(img(plots.png(plots.fig_interactivity(pts)), "Throughput per GPU against "
-                        "interactivity (1000 / TPOT mean) of A and B, per concurrency; Pareto front dashed",
-                        "interactivity"))
+        body.append(img(plots.png(plots.fig_interactivity(pts, left_out=tuple(series.left_out(rows)))),
+                        f"{pts[0].primary.capitalize()} per GPU against interactivity (1000 / TPOT mean), "
+                        "TTFT and E2E of A and B, per concurrency (A's markers larger: a point under B's "
+                        "stays visible); Pareto fronts dashed" + makespan_note(pts), "interactivity"))
     if forests is None:
         rows = forest if forest is not None else forest_rows(sa.ok_rows(), sb.ok_rows(), primary)
         forests = {None: rows} if rows else {}

@@ -338,6 +338,17 @@ def windows(run: RunFiles) -> dict[str, list[tuple[float, float | None]]]:
     return out
 
 
+def pass_labels(run: RunFiles) -> list[str]:
+    """Each pass's name ('C=1 r1'), in the order of windows()'s benchmark windows (bench_start)."""
+    out = []
+    for e in run.events.named("bench_start"):
+        if e.local is None:
+            continue
+        c, r = e.fields.get("concurrency"), e.fields.get("repeat")
+        out.append(f"C={c} r{r}" if c and r else e.fields.get("pass", "?"))
+    return out
+
+
 def phases(run: RunFiles) -> list[tuple[str, list[tuple[str, float, float | None]]]]:
     """Lanes of the job-phase plot: per replica loading and warm-up; the router and benchmark."""
     ev = run.events
@@ -515,21 +526,45 @@ class Interactivity:
     label: str                  # mode (or run)
     concurrency: int | None
     tok_s_user: float           # 1000 / TPOT mean (ms): one user's decode speed
-    tok_s_gpu: float            # output tok/s over every GPU of the run
+    tok_s_gpu: float            # the primary output tok/s (steady state when there) over every GPU of the run
     verdict: str = "ok"
+    makespan_gpu: float | None = None   # the makespan output tok/s per GPU, when the primary is another
+    ttft_s: float | None = None         # TTFT mean
+    e2e_s: float | None = None          # E2E mean
+    line: str | None = None             # points of one line (a mode's concurrencies); None: a point alone
+    primary: str = "output tok/s"       # what tok_s_gpu is
 
 
 def interactivity_points(rows: list[dict]) -> list[Interactivity]:
-    """rows: {label, concurrency, output_tps, tpot_ms, gpus[, verdict]} -> the points of the
-    throughput-per-GPU against interactivity chart (InferenceX, srt-slurm, AIPerf): x = tok/s per
-    user = 1000 / TPOT, y = output tok/s / GPUs. Rows without TPOT or GPU count are left out."""
+    """rows: {label, concurrency, output_tps, tpot_ms, gpus[, verdict, steady_tps, ttft_s, e2e_s,
+    line]} -> the points of the throughput-per-GPU charts (InferenceX, srt-slurm, AIPerf): x = tok/s
+    per user = 1000 / TPOT (or TTFT, E2E), y = the primary output tok/s (the steady state when the
+    row has it, the makespan figure beside it) / GPUs. Rows without TPOT or GPU count are left out
+    (left_out says which). `line` (default: the label) joins a mode's concurrencies; a row with
+    line None (a run of a history) is a point alone."""
+    out = []
+    placed = [r for r in rows if r.get("tpot_ms") and r.get("output_tps") is not None and r.get("gpus")]
+    every = all(r.get("steady_tps") is not None for r in placed)     # one y quantity for every point
+    for r in placed:
+        tpot, tps, gpus = r.get("tpot_ms"), r.get("output_tps"), r.get("gpus")
+        steady = r.get("steady_tps") if every else None
+        y = float(steady if steady is not None else tps) / float(gpus)
+        out.append(Interactivity(str(r.get("label")), r.get("concurrency"), 1000.0 / float(tpot), y,
+                                 str(r.get("verdict") or "ok"),
+                                 float(tps) / float(gpus) if steady is not None else None,
+                                 r.get("ttft_s"), r.get("e2e_s"), r.get("line", str(r.get("label"))),
+                                 "steady-state output tok/s" if steady is not None else "output tok/s"))
+    return out
+
+
+def left_out(rows: list[dict]) -> list[str]:
+    """'<label> C=<c> (no TPOT)' of each row the throughput-per-GPU charts cannot place."""
     out = []
     for r in rows:
-        tpot, tps, gpus = r.get("tpot_ms"), r.get("output_tps"), r.get("gpus")
-        if not tpot or tps is None or not gpus:
-            continue
-        out.append(Interactivity(str(r.get("label")), r.get("concurrency"), 1000.0 / float(tpot),
-                                 float(tps) / float(gpus), str(r.get("verdict") or "ok")))
+        why = "no TPOT" if not r.get("tpot_ms") else "no output tok/s" if r.get("output_tps") is None \
+            else "GPU count unknown" if not r.get("gpus") else None
+        if why:
+            out.append(f"{r.get('label')}{'' if r.get('concurrency') is None else ' C=' + str(r['concurrency'])} ({why})")
     return out
 
 
@@ -551,6 +586,9 @@ def gpus_of(run: RunFiles) -> int | None:
 
 PASS_METRICS = (("output_tps", "output tok/s"), ("tpot_mean_ms", "TPOT mean (ms)"),
                 ("ttft_mean_s", "TTFT mean (s)"))
+# With the steady-state throughput as the primary metric: it first, the makespan figure beside it.
+STEADY_PASS_METRICS = (("steady_output_tps", "output tok/s, steady state\n(primary)"),
+                       ("output_tps", "output tok/s,\nmakespan")) + PASS_METRICS[1:]
 
 
 def pass_strips(passes: list[dict], metrics=PASS_METRICS) -> dict[str, list[dict]]:
@@ -633,3 +671,111 @@ def server_in_flight(run: RunFiles, c: Clock | None = None) -> list[tuple[float,
     rounds = [dict(zip(d["t"], d["in_flight"])) for d in per.values()]
     ts = sorted(set.intersection(*(set(r) for r in rounds)) - {None})
     return [(t, sum(r[t] for r in rounds)) for t in ts if all(r[t] is not None for r in rounds)]
+
+
+# ---- load: errors and goodput against concurrency --------------------------------------------------
+
+@dataclass(frozen=True)
+class LoadPoint:
+    mode: str
+    concurrency: int
+    requests: int               # requests sent by the passes that report a count
+    failed: int                 # of them, not successful
+    passes: int
+    passes_ok: int
+    attainment: float | None    # mean share of requests meeting every SLO, over the ok passes
+    goodput_rps: float | None   # mean good requests per second, over the ok passes
+
+    @property
+    def error_pct(self) -> float | None:
+        return 100.0 * self.failed / self.requests if self.requests else None
+
+
+def load_points(rows: list[dict]) -> list[LoadPoint]:
+    """Per (mode, concurrency) of a job's pass rows: the failed requests over every pass that
+    counted its requests (a pass that failed outright counts as a failed pass, not as requests),
+    and goodput over the ok passes."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((str(r.get("mode")), int(r.get("concurrency") or 0)), []).append(r)
+    out = []
+    for (mode, c), rs in sorted(groups.items()):
+        counted = [r for r in rs if isinstance(r.get("requests_total"), int) and r["requests_total"] > 0]
+        total = sum(r["requests_total"] for r in counted)
+        ok_req = sum(int(r.get("requests_ok") or 0) for r in counted)
+        ok = [r for r in rs if r.get("verdict") == "ok"]
+
+        def mean(key):
+            vals = [r[key] for r in ok if isinstance(r.get(key), (int, float))]
+            return sum(vals) / len(vals) if vals else None
+        out.append(LoadPoint(mode, c, total, total - ok_req, len(rs), len(ok), mean("slo_attainment"),
+                             mean("goodput_rps")))
+    return out
+
+
+def highest_meeting(points: list[LoadPoint], target_pct: float) -> dict[str, int | None]:
+    """mode -> the highest concurrency whose ok passes' mean attainment reaches target_pct."""
+    out: dict = {}
+    for p in points:
+        out.setdefault(p.mode, None)
+        if p.attainment is not None and 100.0 * p.attainment >= target_pct:
+            out[p.mode] = max(out[p.mode] or 0, p.concurrency)
+    return out
+
+
+# ---- per-request latency over time -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LatencyPoint:
+    t: float                    # the request's start, on the figure's time axis (s)
+    ttft_ms: float
+    e2e_ms: float
+    tpot_ms: float | None       # None: one output token
+    label: str = ""             # its pass (a launch's figure)
+
+
+def timeline_latencies(tl: Timeline, record: dict | None) -> list[LatencyPoint]:
+    """Each request of a run's timeline at its start: TTFT, E2E (its bars' lengths) and TPOT
+    (bench_serving's definition), so drift and throttling over the benchmark show."""
+    tpot = dict(zip(request_latencies(record)["index"], _tpots(record)))
+    return [LatencyPoint(r.start, (r.first_token - r.start) * 1000.0, (r.end - r.start) * 1000.0, tpot.get(r.index))
+            for r in tl.requests if r.first_token is not None and r.end is not None]
+
+
+def _tpots(record: dict | None) -> list[float | None]:
+    """Per successful request (request_latencies' order): its TPOT in ms, None for one token."""
+    out = []
+    if not record or not isinstance(record.get("ttfts"), list):
+        return out
+    itls, outs, errs = record.get("itls") or [], record.get("output_lens"), record.get("errors")
+    for i, ttft in enumerate(record["ttfts"]):
+        if (errs is not None and i < len(errs) and errs[i]) or (outs is not None and i < len(outs) and not outs[i]) \
+                or not isinstance(ttft, (int, float)):
+            continue
+        gaps = [x for x in (itls[i] if i < len(itls) and isinstance(itls[i], list) else []) if isinstance(x, (int, float))]
+        n = outs[i] if outs is not None and i < len(outs) and isinstance(outs[i], int) else len(gaps) + 1
+        out.append(math.fsum(gaps) / (n - 1) * 1000.0 if n > 1 and gaps else None)
+    return out
+
+
+def pass_latencies(run: RunFiles, passes: list[tuple[str, dict | None]]) -> list[LatencyPoint]:
+    """Every request of a launch's passes (key, client record) at its start on the launch's time
+    axis (seconds since its first benchmark started): the client's replayed starts (its FIFO
+    concurrency limit), each pass aligned on its first access line (else its bench_start)."""
+    starts = {e.fields.get("pass"): e for e in run.events.named("bench_start") if e.local is not None}
+    ends = {e.fields.get("pass"): e for e in run.events.named("bench_end") if e.local is not None}
+    times = sorted(t for ts in run.access.values() for t in ts)
+    out = []
+    for key, rec in passes:
+        s = starts.get(key)
+        lat = request_latencies(rec)
+        if s is None or not lat["index"]:
+            continue
+        e = ends.get(key)
+        first = next((t for t in times if t >= s.local and (e is None or t <= e.local)), s.local)
+        t0 = run.seconds(first)
+        conc = rec.get("max_concurrency") if isinstance(rec.get("max_concurrency"), int) else None
+        rel = replay_starts([x / 1000.0 for x in lat["e2e"]], conc)
+        for r, ttft, e2e, tpot in zip(rel, lat["ttft"], lat["e2e"], _tpots(rec)):
+            out.append(LatencyPoint(t0 + r, ttft, e2e, tpot, key or ""))
+    return out

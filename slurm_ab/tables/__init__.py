@@ -10,7 +10,7 @@ reads a file or computes a statistic.
 """
 
 
-def collect_text(cs, passes: bool = False, width: int | None = None) -> str:
+def collect_text(cs, passes: bool = False, width: int | None = None, paint=None) -> str:
     """What `collect`, `watch` and `submit --wait` print, its answer line first: a job of one
     pass's row, verdict and reasons; a job of several its launches, aggregates (every pass with
     passes=True) and comparisons; `width`: fitted to a terminal of that many columns."""
@@ -19,5 +19,5 @@ def collect_text(cs, passes: bool = False, width: int | None = None) -> str:
 
     one = the_pass(cs)
     if one is None:
-        return campaign_md(cs, passes=passes, width=width)
-    return run_text(one, width, next(iter(answers(cs)), None))
+        return campaign_md(cs, passes=passes, width=width, paint=paint)
+    return run_text(one, width, next(iter(answers(cs)), None), paint)

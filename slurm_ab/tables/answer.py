@@ -46,9 +46,14 @@ class Answer:
     def colour(self) -> str:
         return verdicts.colour(self.verdict) if self.comparison else RUN_COLOURS.get(self.verdict, "#757575")
 
-    def text(self, width: int | None = None) -> str:
-        line = f"{self.subject}: {self.verdict}: {self.statement}; rests on {self.basis}"
-        return wrap(line, width, "    ")
+    def text(self, width: int | None = None, paint=None) -> str:
+        """The line (wrapped at `width`); `paint(text, colour)` styles the verdict (a terminal's
+        colours: cli)."""
+        head = f"{self.subject}: {self.verdict}: "
+        out = wrap(f"{head}{self.statement}; rests on {self.basis}", width, "    ")
+        if paint is not None and out.startswith(head):
+            out = f"{self.subject}: {paint(self.verdict, self.colour)}: " + out[len(head):]
+        return out
 
 
 def _pct(x) -> str:

@@ -248,12 +248,12 @@ def slo_target(cs: CampaignSummary) -> float | None:
     return next((p.spec.slo_target_pct for p in cs.passes if p.spec.slo_ms), None)
 
 
-def campaign_md(cs: CampaignSummary, passes: bool = False, width: int | None = None) -> str:
+def campaign_md(cs: CampaignSummary, passes: bool = False, width: int | None = None, paint=None) -> str:
     """A job's answer lines, then its tables: launches, aggregates (or passes), comparisons, curve
     (`width`: fitted to a terminal)."""
     c = cs.campaign
     rows = pass_rows(cs)
-    out = [a.text(width) for a in answers(cs, rows)]
+    out = [a.text(width, paint) for a in answers(cs, rows)]
     out += ["", f"# Campaign {cs.run_id}", "",
             wrap(f"{len(c.modes)} mode(s), {c.launches_per_mode} launch(es) x {c.repeats} pass(es) per "
                  "mode and concurrency, concurrency "

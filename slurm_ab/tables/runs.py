@@ -181,10 +181,10 @@ def _server_latency(s: PassSummary) -> dict:
     return {r.replica: tpot_cell(by.get(r.replica)) for r in s.replicas}
 
 
-def run_text(summary: PassSummary, width: int | None = None, answer=None) -> str:
+def run_text(summary: PassSummary, width: int | None = None, answer=None, paint=None) -> str:
     """What the CLI prints after collecting: the answer line (given), the run's row, its verdict
     and reasons, acceptance; `width`: fitted to a terminal."""
-    lines = [answer.text(width)] if answer is not None else []
+    lines = [answer.text(width, paint)] if answer is not None else []
     lines += [runs_table([summary]).text(width), metrics_report_md([summary], width).strip("\n"),
               f"verdict: {summary.verdict}"]
     lines = [x for x in lines if x]
