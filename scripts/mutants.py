@@ -13,7 +13,7 @@ in-process tests.
     python3 scripts/mutants.py slurm_ab/collect/job.py     # every mutant of one file
     python3 scripts/mutants.py --sample 40 --seed 1        # 40 of each group's files, at random
     python3 scripts/mutants.py slurm_ab/collect/job.py:17  # one mutant (as --list numbers it)
-    python3 scripts/mutants.py --curated                   # issue 36's two (CURATED below)
+    python3 scripts/mutants.py --curated                   # issue 36's three (CURATED below)
     python3 scripts/mutants.py --out build/mutants.tsv ... # one line per mutant: killed/survived
 
 ~2-6 s per mutant on 2 cores (pytest's start is ~1.5 s of it). Not run by `make test`.
@@ -60,12 +60,14 @@ GROUPS = {
     "slurm_ab/parse/text.py": ["tests/test_parse_server_log.py", "tests/test_parse_server_scan.py"],
 }
 
-# Mutants no token swap makes: (file, the line's text, its mutant). Issue 36's first two, and the
-# Layout pass path (engineer B's redesign; a test of it is theirs).
+# Mutants no token swap makes: (file, the line's text, its mutant). Issue 36's three: Holm, the
+# sacct identity, a Layout pass path (the pass file's name format; tests/test_layout_paths.py pins
+# every pass path directly).
 CURATED = [
     ("slurm_ab/ab_stats/family.py", "p = adjusted[d.metric]", "p = d.p_value"),            # Holm skipped
     ("slurm_ab/collect/job.py", "abs(submit - submitted) > SUBMIT_TOLERANCE_S",
      "(submit - submitted) > SUBMIT_TOLERANCE_S"),                                         # earlier record kept
+    ("slurm_ab/model/rundir.py", '"bench": "bench-{key}.jsonl",', '"bench": "bench.jsonl",'),  # one file per launch
 ]
 
 SWAP = {"<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==", "and": "or", "or": "and",

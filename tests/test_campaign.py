@@ -6,6 +6,7 @@ import pytest
 from slurm_ab.model.rundir import launch_dirname
 from slurm_ab.model.campaign import Campaign, parse_concurrencies, prompts_for, schedule
 from slurm_ab.collect import rows as data
+from slurm_ab.collect.rows import PassRow
 from slurm_ab.tables import campaign as ct
 
 
@@ -65,7 +66,7 @@ def _rows():
                          "tpot_mean_ms": tpot + k / 10})
     rows.append({"mode": "tp32-dflash", "concurrency": 8, "repeat": 4, "launch": 2, "verdict": "failed",
                  "reason": "replica 0: OOM", "output_tps": None})
-    return rows
+    return [PassRow.of(r) for r in rows]
 
 
 def test_aggregate_and_passes_tables():
@@ -83,8 +84,8 @@ def test_aggregate_and_passes_tables():
 
 def test_comparison_table_says_change_interval_verdict_and_variance():
     rows = _rows()
-    a = [r for r in rows if r["mode"] == "tp32"]
-    b = [r for r in rows if r["mode"] == "tp32-dflash"]
+    a = [r for r in rows if r.mode == "tp32"]
+    b = [r for r in rows if r.mode == "tp32-dflash"]
     text = ct.comparison_table("tp32", "tp32-dflash", a, b, variance="within one launch only")
     line = next(x for x in text.splitlines() if x.startswith("| **Output TPS"))
     assert "worse (within-launch only)" in line and "[-" in line and "%" in line and "(primary)" in line
@@ -97,12 +98,12 @@ def test_comparison_table_says_change_interval_verdict_and_variance():
 
 
 def test_comparison_with_launches_as_units_has_plain_verdicts_and_holm():
-    rows = [{"mode": m, "concurrency": 8, "repeat": k, "launch": launch, "verdict": "ok",
-             "output_tps": base * (1 + 0.004 * k) * (1 + 0.01 * (launch % 2)),
-             "tpot_mean_ms": 76.0 * (1 + 0.003 * k + 0.01 * launch), "requests_ok": 40}
+    rows = [PassRow.of({"mode": m, "concurrency": 8, "repeat": k, "launch": launch, "verdict": "ok",
+                        "output_tps": base * (1 + 0.004 * k) * (1 + 0.01 * (launch % 2)),
+                        "tpot_mean_ms": 76.0 * (1 + 0.003 * k + 0.01 * launch), "requests_ok": 40})
             for m, base, launches in (("a", 86.0, (1, 4)), ("b", 78.0, (2, 3))) for launch in launches
             for k in (1, 2)]
-    a, b = [r for r in rows if r["mode"] == "a"], [r for r in rows if r["mode"] == "b"]
+    a, b = [r for r in rows if r.mode == "a"], [r for r in rows if r.mode == "b"]
     js = [r.to_dict() for r in data.comparison(a, b)]
     assert js[0]["verdict"] == "worse" and js[0]["variance_levels"] == ["launch", "pass"]
     assert (js[0]["launches_a"], js[0]["launches_b"]) == (2, 2) and js[0]["p_holm"] is None
@@ -113,16 +114,16 @@ def test_comparison_with_launches_as_units_has_plain_verdicts_and_holm():
 
 
 def test_comparison_of_single_passes_is_inconclusive_and_says_why():
-    a = [{"mode": "x", "concurrency": 8, "repeat": 1, "verdict": "ok", "output_tps": 85.99}]
-    b = [{"mode": "y", "concurrency": 8, "repeat": 1, "verdict": "ok", "output_tps": 68.20}]
+    a = [PassRow.of({"mode": "x", "concurrency": 8, "repeat": 1, "verdict": "ok", "output_tps": 85.99})]
+    b = [PassRow.of({"mode": "y", "concurrency": 8, "repeat": 1, "verdict": "ok", "output_tps": 68.20})]
     text = ct.comparison_table("x", "y", a, b)
     assert "inconclusive (n=1)" in text and "no interval can be given" in text
     assert "-20.69%" in text
 
 
 def test_curve_table_has_a_line_per_concurrency():
-    rows = [{"mode": "a", "concurrency": c, "repeat": r, "verdict": "ok", "output_tps": 10.0 * c + r,
-             "tpot_mean_ms": 40 + c, "ttft_mean_s": 1.0 + c / 10, "ttft_p95_s": 2.0}
+    rows = [PassRow.of({"mode": "a", "concurrency": c, "repeat": r, "verdict": "ok", "output_tps": 10.0 * c + r,
+                        "tpot_mean_ms": 40 + c, "ttft_mean_s": 1.0 + c / 10, "ttft_p95_s": 2.0})
             for c in (1, 8) for r in (1, 2, 3)]
     text = ct.curve_table(rows)
     assert "| a      |   1 |   3 |" in text.replace("Mode  ", "Mode  ") or text.count("| a ") == 2

@@ -70,6 +70,8 @@ def test_modes_lists_parallelism(cli):
         else:
             assert line.count(" x TP") == 1, line
     assert "tp32-dflash      2 x TP32/PP1/EP4 + DFlash, 4 nodes per replica  [" in out
+    # the resolved model: references filled in, as every job gets them
+    assert "speculative-draft-model-path=/shared/models/Kimi-K3-DFlash" in out and "{paths." not in out
 
 
 def test_help_does_not_import_heavy_libraries():

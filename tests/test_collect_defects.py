@@ -195,8 +195,8 @@ def test_retraction_never_outranks_the_fatal_cause(tmp_path):
     assert s.reasons[0].startswith("replica 1 node rank 2 (node07): CUDA out of memory during "
                                    "first prefill")
     assert not any("Decode out of memory" in r for r in s.reasons)
-    kinds = {f["kind"]: f for f in s.findings}
-    assert kinds["kv_pressure"]["file"] == Layout(run).rel(launch_layout(run).server_log(1, 0))
+    kinds = {f.kind: f for f in s.findings}
+    assert kinds["kv_pressure"].file == Layout(run).rel(launch_layout(run).server_log(1, 0))
 
 
 # ---- 14: the client's own accept length ----------------------------------------------------------

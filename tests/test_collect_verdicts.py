@@ -37,9 +37,9 @@ def test_oom_run_names_replica_node_phase_and_fraction(tmp_path):
                                 "first prefill (mem_fraction_static=0.86)")
         assert f"{Layout(run).rel(launch_layout(run).server_log(1, 2))}:" in first
         assert "job: server step of replica 1 exited with status 1" in s.reasons
-        oom = next(f for f in s.findings if f["kind"] == "oom")
-        assert oom["details"]["replica"] == 1 and oom["details"]["node_rank"] == 2
-        assert oom["details"]["mem_fraction_static"] == 0.86
+        oom = next(f for f in s.findings if f.kind == "oom")
+        assert oom.details["replica"] == 1 and oom.details["node_rank"] == 2
+        assert oom.details["mem_fraction_static"] == 0.86
     row = main_row(s)
     assert row["Verdict"] == "failed"                    # the word; the reason below the table
     assert runs_text([s]).count(f"- {s.run_id}: failed: replica 1 node rank 2 (node07): CUDA out of memory") == 1

@@ -67,7 +67,7 @@ def test_every_consumer_sees_the_same_flags_role_by_role(mode, sets):
     # the report reads the manifest's config as JSON, like every reader of a stored run
     cfg = json.loads(json.dumps(exp.to_dict()))
     stored = Experiment.from_dict(cfg)
-    rows = dict(flag_rows(cfg))
+    rows = dict(flag_rows(stored))
     assert list(rows) == [r.name for r in exp.mode.roles]            # one row per role, in role order
     for role in exp.mode.roles:
         srun = _script_words(script, role.name)
@@ -107,5 +107,5 @@ def test_flags_of_an_old_manifest_without_roles():
     assert [(r.name, r.tp, r.pp, r.ep) for r in exp.mode.roles] == [("server", 32, 1, 4)]
     assert exp.role_flags("server") == (("chunked-prefill-size", 4096), ("disable-radix-cache", True))
     assert exp.benchmark.num_prompts is None
-    ((role, text),) = flag_rows(old)
+    ((role, text),) = flag_rows(exp)
     assert role == "server" and re.search(r"--tp-size 32 .*--chunked-prefill-size 4096 --disable-radix-cache$", text)

@@ -33,9 +33,24 @@ def _file_pattern(path: str) -> re.Pattern:
     return re.compile(r"(?<![\w.-])" + _ANY.join(re.escape(p) for p in parts))
 
 
-NAMES = {k: _file_pattern(v) for k, v in [*FILES.items(), *(("old " + k, v) for k, v in OLD_PASS_FILES.items())]
-         if "." in v.rsplit("/", 1)[-1]}
-_DIRS = [v for v in FILES.values() if "/" not in v and "." not in v and "{" not in v]
+# Directories of FILES: those that hold other entries, and the collector's output folders (their
+# files are named by their writers). Every other entry is a file, dot in its name or not
+# ("cancel-requested"), and grepped as one; the launch directory has its own pattern below.
+OUTPUT_DIRS = {"submitit", "plots"}
+
+
+def directories(files: dict) -> list[str]:
+    parents = {v.split("/")[0] for v in files.values() if "/" in v}
+    return [v for v in files.values() if "/" not in v and "{" not in v and (v in parents or v in OUTPUT_DIRS)]
+
+
+def file_names(files: dict) -> dict[str, re.Pattern]:
+    dirs = directories(files)
+    return {k: _file_pattern(v) for k, v in files.items() if v not in dirs and k != "launch_dir"}
+
+
+_DIRS = directories(FILES)
+NAMES = {**file_names(FILES), **{"old " + k: _file_pattern(v) for k, v in OLD_PASS_FILES.items()}}
 NAMES["a directory"] = re.compile(r"(?<![\w./-])(" + "|".join(map(re.escape, _DIRS)) + r")/")
 NAMES["a launch directory"] = re.compile(r"launch\*-\*|^launch\*$|launch\d+-")
 NAMES["a re-submitted run"] = re.compile(r"-job(\*|\d)")
@@ -116,6 +131,14 @@ def test_the_grep_sees_a_file_spelled_in_python(tmp_path, code):
     p = tmp_path / "m.py"
     p.write_text(f'"""A docstring may name events.log."""\n{code}\n')
     assert {x.split(":")[1] for x in python_spellings(p)} == {"2"}, code
+
+
+def test_a_file_without_a_dot_in_its_name_is_grepped_as_a_file():
+    """A new entry such as "cancel-requested" (no extension, no children) counts as a file."""
+    files = {**FILES, "cancel_requested": "cancel-requested"}
+    assert "cancel_requested" in file_names(files) and "cancel-requested" not in directories(files)
+    assert file_names(files)["cancel_requested"].search('p = run / "cancel-requested"')
+    assert sorted(_DIRS) == ["logs", "metrics", "plots", "preflight", "submitit"]
 
 
 def test_the_grep_sees_a_file_spelled_in_bash_and_not_in_comments(tmp_path):

@@ -164,8 +164,9 @@ def test_transfer_engine_cannot_start(job):
     s = j.summary()
     assert s["verdict"] == "failed"
     r = _first_reason(j)
+    logs = "|".join(re.escape(Layout(j.run_dir).rel(j.launch().server_log(1, rank))) for rank in range(8))
     assert re.match(rf"decode 0 node rank \d \({'|'.join(nodes)}\): KV transfer engine failed to start: "
-                    r".*Mooncake Transfer Engine initialization failed\. \[logs/server-r1-n\d\.log:\d+\]", r), s["reasons"]
+                    rf".*Mooncake Transfer Engine initialization failed\. \[({logs}):\d+\]", r), s["reasons"]
     j.assert_nothing_left()
     measure("PD: transfer engine init failure (decode)", _took(j, "server_launch", replica="1"), r)
 
@@ -269,11 +270,12 @@ def test_a_slow_link_shows_as_kv_transfer_share_of_ttft(job, dp2_vs_pd):
             f"{base.kv_share * 100:.1f} %)")
 
 
-def _requests_done(run_dir: Path, kv: dict) -> float | None:
-    """sglang:num_requests_total of one /metrics scrape the job recorded (None when it failed)."""
+def _requests_done(launch: Layout, kv: dict) -> float | None:
+    """sglang:num_requests_total of one /metrics scrape the job recorded (None when it failed;
+    its file named relative to the launch's directory)."""
     if kv.get("ok") != "1":
         return None
-    text = (run_dir / kv["file"]).read_text(errors="replace")
+    text = (launch.root / kv["file"]).read_text(errors="replace")
     return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith("sglang:num_requests_total{"))
 
 
@@ -299,7 +301,7 @@ def test_transfers_that_hang_mid_run_fail_the_pass_by_the_stall_watchdog(job):
     assert any(int(held.get(q, 0)) > 0 for q in queues), f        # a PD queue held requests
     assert stall_s <= int(f["seconds"]) <= stall_s + every + 2, f
     # from the last scrape of that server before its final count (the hang began after it) to the stop
-    scrapes = [(t, _requests_done(j.run_dir, kv)) for t, k, kv in j.events()
+    scrapes = [(t, _requests_done(j.launch(), kv)) for t, k, kv in j.events()
                if k == "metrics_scrape" and kv.get("target") == f"r{g}n0" and t < t_fail]
     before = max(t for t, n in scrapes if n is not None and n < float(f["finished"]))
     took = t_fail - before

@@ -197,8 +197,10 @@ def test_modes_lists_a_pd_mode_by_its_roles(tmp_path):
     lines = {ln.split()[0]: ln for ln in r.stdout.splitlines()}
     assert lines["pd-1p1d"].split(None, 1)[1] == ("1 x prefill TP32/PP1/EP4 (4 nodes) + 1 x decode TP32/PP1/EP4 "
                                                    "(4 nodes)")
+    draft = load_experiment(Sources(None, (str(_nodesc(tmp_path)),)), "pd-1p1d-dflash").paths.draft_model
+    assert draft and "{" not in draft                     # the resolved model: references filled in
     assert lines["pd-1p1d-dflash"].endswith("[both roles: speculative-algorithm=DFLASH, speculative-draft-model-path="
-                                            "{paths.draft_model}, speculative-num-draft-tokens=16, "
+                                            f"{draft}, speculative-num-draft-tokens=16, "
                                             "speculative-draft-kv-cache-dtype=bf16]")
 
 

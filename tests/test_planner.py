@@ -111,8 +111,9 @@ def _campaign_dir(tmp_path):
 
 def test_inputs_measured_from_a_campaign(tmp_path):
     from slurm_ab.cli.planner import from_campaign, inputs
-    m = from_campaign(_campaign_dir(tmp_path))
-    assert m["components"].launches == 6 and m["components"].pass_cov > 0
+    comp, first = from_campaign(_campaign_dir(tmp_path))
+    assert comp.launches == 6 and comp.pass_cov > 0 and comp.metric == "output_tps"
+    assert first.text().startswith("first pass")
     noise, notes = inputs(_campaign_dir(tmp_path / "x"), 0.03, None, "output_tps")
     assert noise.launch_cov == 0.03 and noise.pass_cov > 0 and "first pass" in notes[1]
 

@@ -217,7 +217,7 @@ def test_stored_slow_node_run_names_the_slow_replica_and_plots_each_replicas_tpo
     rows = series.replica_tpot(data)
     assert [(r.replica, r.mean_ms) for r in rows] == [(0, pytest.approx(r0.mean_ms)),
                                                       (1, pytest.approx(r1.mean_ms))]
-    fig = plots.fig_replica_tpot(rows, data.summary["bench"]["tpot"])
+    fig = plots.fig_replica_tpot(rows, data.summary.bench.tpot)
     bars = {p.get_gid(): p.get_width() for ax in fig.axes for p in ax.patches if p.get_gid()}
     assert bars == {"tpot-0": pytest.approx(r0.mean_ms), "tpot-1": pytest.approx(r1.mean_ms)}
     from slurm_ab.report.html import run_plots

@@ -74,8 +74,10 @@ def test_sweep_points_are_the_aggregates_with_their_intervals(camps):
     assert sorted(p["concurrency"] for p in pts) == sorted(s["campaign"]["concurrencies"])
     for p in pts:
         agg = next(a for a in s["aggregates"] if a["concurrency"] == p["concurrency"])["metrics"]
-        assert p["output_tps"] == agg["output_tps"]["mean"]
-        assert (p["output_tps_lo"], p["output_tps_hi"]) == (agg["output_tps"]["ci_low"], agg["output_tps"]["ci_high"])
+        # the primary (steady-state output tok/s: every ok pass has it) first, the makespan beside it
+        assert p["primary"] == "output tok/s, steady state" and p["makespan_tps"] == agg["output_tps"]["mean"]
+        st = agg["steady_output_tps"]
+        assert p["output_tps"] == st["mean"] and (p["output_tps_lo"], p["output_tps_hi"]) == (st["ci_low"], st["ci_high"])
         assert p["tpot_ms"] == agg["tpot_mean_ms"]["mean"]
     from slurm_ab.report import write_run_report
     write_run_report(camps["camp-sweep"])

@@ -15,6 +15,11 @@ import pytest
 from helpers.curves import cdf_at
 from helpers import ROOT
 from slurm_ab.parse.events import parse_event_line, EventLog
+from dataclasses import replace
+
+from slurm_ab.collect.records import Goodput
+from slurm_ab.collect.rows import PassRow
+from slurm_ab.collect.server_metrics import GaugePoint, ReplicaMetrics, ServerMetrics
 from slurm_ab.report import plots, rundata, series
 
 FIX = ROOT / "tests" / "fixtures" / "report"
@@ -120,13 +125,11 @@ def test_tpot_and_itl_distributions_are_the_clients_numbers(name):
 def test_metrics_over_time_from_the_collected_series():
     run = rundata.load(FIX / "dev-tp32")
     t0 = run.origin
-    pts = [{"round": r, "local": (t0 + timedelta(seconds=k * 2)).isoformat(sep=" ", timespec="milliseconds"),
-            "in_flight": f, "running": f - q, "queued": q, "kv_usage": 0.1 * f}
-           for k, (r, f, q) in enumerate((("start", 0, 0), ("1", 4, 1), ("2", 4, 0), ("end", 0, 0)))]
-    summary = dict(run.summary, server_metrics={"replicas": [{"replica": 0, "series": pts},
-                                                             {"replica": 1, "series": pts[:2]}]})
-    from dataclasses import replace
-    r2 = replace(run, summary=summary)
+    pts = tuple(GaugePoint(r, 0.0, (t0 + timedelta(seconds=k * 2)).isoformat(sep=" ", timespec="milliseconds"),
+                           in_flight=f, running=f - q, queued=q, kv_usage=0.1 * f)
+                for k, (r, f, q) in enumerate((("start", 0, 0), ("1", 4, 1), ("2", 4, 0), ("end", 0, 0))))
+    sm = ServerMetrics(True, (ReplicaMetrics(0, series=pts), ReplicaMetrics(1, series=pts[:2])))
+    r2 = replace(run, summary=replace(run.summary, server_metrics=sm))
     clk = series.Clock(1.0, "x")
     m = series.metrics_over_time(r2, clk)
     assert m[0]["t"] == [-1.0, 1.0, 3.0, 5.0] and m[0]["running"] == [0, 3, 4, 0]
@@ -177,14 +180,13 @@ def test_gpus_of_a_run():
 
 def test_every_pass_per_mode_and_the_failed_ones():
     s = _summary(CAMP / "camp-sweep")
-    passes = [dict(p) for p in s["rows"]]
-    passes[0]["verdict"] = "failed"
+    passes = [PassRow.of(dict(p, verdict="failed") if k == 0 else p) for k, p in enumerate(s["rows"])]
     strips = series.pass_strips(passes)
     groups = {g["label"]: g for g in strips["output_tps"]}
     assert set(groups) == {"tp32 C=1", "tp32 C=8"}
     c1 = groups["tp32 C=1"]
     assert len(c1["values"]) == 2 and [ok for _, _, ok in c1["values"]] == [False, True]
-    assert c1["mean"] == pytest.approx(passes[1]["output_tps"])              # ok passes only
+    assert c1["mean"] == pytest.approx(passes[1].value("output_tps"))        # ok passes only
     agg = {a["concurrency"]: a["metrics"]["output_tps"]["mean"] for a in s["aggregates"]}
     assert groups["tp32 C=8"]["mean"] == pytest.approx(agg[8])
     fig = plots.fig_pass_strips(strips, dict(series.PASS_METRICS))
@@ -206,9 +208,9 @@ def test_config_diff_puts_what_differs_first():
 # ---- goodput against SLOs -----------------------------------------------------------------------
 
 def test_goodput_rows_and_chart():
-    g = {"slo_ms": {"ttft": 500.0, "tpot": 50.0}, "requests": 40, "good": 30, "goodput_rps": 1.5,
-         "attainment": 0.75, "attainment_by_metric": {"ttft": 0.8, "tpot": 0.95}}
-    rows = series.goodput_rows([("tp32 C=8", g), ("no slo", None), ("pp8 C=8", dict(g, good=20, attainment=0.5))])
+    g = Goodput(slo_ms={"ttft": 500.0, "tpot": 50.0}, requests=40, good=30, goodput_rps=1.5,
+                attainment=0.75, attainment_by_metric={"ttft": 0.8, "tpot": 0.95})
+    rows = series.goodput_rows([("tp32 C=8", g), ("no slo", None), ("pp8 C=8", replace(g, good=20, attainment=0.5))])
     assert [r["label"] for r in rows] == ["tp32 C=8", "pp8 C=8"]
     fig = plots.fig_goodput(rows)
     bars = [p for p in fig.axes[0].patches]
@@ -246,11 +248,10 @@ def test_servers_in_flight_for_a_run_without_client_output():
     t0 = run.origin
 
     def pts(vals):
-        return [{"round": str(k), "local": (t0 + timedelta(seconds=2 * k)).isoformat(sep=" ", timespec="milliseconds"),
-                 "in_flight": v} for k, v in enumerate(vals)]
-    from dataclasses import replace
-    r2 = replace(run, summary=dict(run.summary, server_metrics={"replicas": [
-        {"replica": 0, "series": pts([0, 4, 4, 3])}, {"replica": 1, "series": pts([0, 4, 3])}]}))
+        return tuple(GaugePoint(str(k), 0.0, (t0 + timedelta(seconds=2 * k)).isoformat(sep=" ", timespec="milliseconds"),
+                                in_flight=v) for k, v in enumerate(vals))
+    sm = ServerMetrics(True, (ReplicaMetrics(0, series=pts([0, 4, 4, 3])), ReplicaMetrics(1, series=pts([0, 4, 3]))))
+    r2 = replace(run, summary=replace(run.summary, server_metrics=sm))
     assert series.server_in_flight(r2) == [(0.0, 0), (2.0, 8), (4.0, 7)]       # rounds both answered
 
 
@@ -266,3 +267,26 @@ def test_a_runs_page_draws_its_goodput(tmp_path):
     names = [n for n, _, _ in html.run_plots(rundata.load(d))]
     assert "goodput.png" in names
     assert "goodput.png" not in [n for n, _, _ in html.run_plots(rundata.load(FIX / "dev-tp32"))]
+
+
+def test_diagnosis_leads_with_what_is_abnormal_for_this_run(tmp_path):
+    """A run without client output: its Diagnosis no longer leads with NCCL's routine 'No device
+    found' or the teardown's CANCELLED lines (issue 32); they are listed as routine. An OOM run
+    still leads with its OOM, its teardown's cancellation routine."""
+    from helpers.rundir_builder import without_client_output
+    from slurm_ab.collect import collect_and_write
+    from slurm_ab.report.html import diagnosis, rank_findings
+
+    run_dir = without_client_output(FIX / "dev-tp32", tmp_path / "no-client")
+    collect_and_write(run_dir, report=False)
+    run = rundata.load(run_dir)
+    assert run.verdict == "failed" and {f.kind for f in run.summary.findings} >= {"nccl_net", "slurm_cancelled"}
+    abnormal, routine = rank_findings(run.summary.findings, run.reasons, run.verdict)
+    assert abnormal == [] and {f.kind for f in routine} == {f.kind for f in run.summary.findings}
+    html = diagnosis(run, run_dir)
+    assert "No line of the logs explains the verdict" in html and "<h3>nccl_net" not in html
+    assert html.index("Routine lines") < html.index("No device found")
+    oom = rundata.load(FIX / "dev-oom")
+    abnormal, routine = rank_findings(oom.summary.findings, oom.reasons, oom.verdict)
+    assert abnormal[0].kind == "oom" and f"[{abnormal[0].file}:{abnormal[0].line}]" in oom.reasons[0]
+    assert "slurm_cancelled" in {f.kind for f in routine} and "oom" not in {f.kind for f in routine}

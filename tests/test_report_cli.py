@@ -175,3 +175,46 @@ def test_compare_never_pools_different_concurrencies(cli, results):
     code, out, err = cli("compare", "dev-tp32", "camp-sweep")
     assert code == 2, out + err
     assert "dev-tp32 ran concurrency 3 and camp-sweep ran 1, 8" in err
+
+
+def test_terminal_output_fits_120_columns_and_answers_first(cli, results, monkeypatch):
+    """With COLUMNS=120 nothing printed is wider than 120 (issue 32: `report` was 593 columns,
+    the slow-node collect 565, run-vs-sweep compare 335, campaign 263, sweep 211); the answer line
+    (tables.answer: primary metric, change, interval, verdict, what it rests on) is the first
+    line of every compare and campaign output."""
+    from slurm_ab.cli import campaign as campaign_cli
+    from slurm_ab.collect import collect
+    from slurm_ab.tables.campaign import answers
+    from slurm_ab.tables.table import widest
+
+    for d in (ROOT / "tests" / "fixtures" / "report-campaign").iterdir():
+        shutil.copytree(d, results / d.name)
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "slow-node", results / "slow-node", symlinks=True)
+    monkeypatch.setenv("COLUMNS", "120")
+    outs = {}
+    for name in ("dev-tp32", "slow-node", "camp-ab", "camp-sweep"):
+        outs[f"collect {name}"] = cli("collect", name, "--no-report")
+    outs["report"] = cli("report")
+    for args in (("dev-tp32", "dev-tp32-dflash"), ("dev-tp32", "camp-sweep"), ("camp-ab",)):
+        outs["compare " + " ".join(args)] = cli("compare", *args)
+    for what, (code, out, err) in outs.items():
+        assert code == 0, (what, err)
+        assert out.strip() and widest(out) <= 120, (what, widest(out))
+    # --format keeps machine-readable output whole (a json line is as wide as it is)
+    code, out, _ = cli("compare", "dev-tp32", "camp-sweep", "--format", "json")
+    assert code == 0 and json.loads(out)["by_concurrency"][0]["concurrency"] == 8
+
+    def first(what):
+        return outs[what][1].splitlines()[0]
+    for name in ("camp-ab", "camp-sweep"):                      # a campaign's collect and compare
+        expected = answers(collect(results / name)).pop(0).text(120).splitlines()[0]
+        assert first(f"collect {name}") == expected
+    assert first("compare camp-ab") == first("collect camp-ab")
+    assert first("collect camp-ab").startswith("tp32-dflash vs tp32 at C=8: worse (within-launch only): "
+                                               "Output TPS (steady state) -15.44%, 95% interval [-26.14%,")
+    sides = campaign_cli.pair(["dev-tp32", "camp-sweep"], lambda r: results / r)
+    (ans,) = campaign_cli.pair_answers(sides)
+    assert first("compare dev-tp32 camp-sweep") == ans.text(120).splitlines()[0]
+    assert ans.subject.startswith("camp-sweep-") and ans.subject.endswith(" vs dev-tp32 at C=8")   # run ids
+    assert first("compare dev-tp32 dev-tp32-dflash").startswith("dev-tp32-dflash")
+    assert " vs dev-tp32" in first("compare dev-tp32 dev-tp32-dflash")

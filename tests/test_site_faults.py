@@ -112,7 +112,8 @@ def test_nccl_socket_fallback_on_an_ib_site_fails_before_the_benchmark(job):
     assert s["verdict"] == "failed"
     r = s["reasons"][0]
     assert r.startswith(f"NCCL on {node} (replica 1 node rank 1) used network Socket, not IB (cluster.nccl_network): ")
-    assert re.search(r"NCCL INFO Failed to open libibverbs\.so\[\.1\] \[logs/server-r1-n1\.log:\d+\]$", r), r
+    log = re.escape(Layout(j.run_dir).rel(j.launch().server_log(1, 1)))
+    assert re.search(rf"NCCL INFO Failed to open libibverbs\.so\[\.1\] \[{log}:\d+\]$", r), r
     assert not any(k == "bench_start" for _, k, _ in j.events())       # caught before the benchmark
     ready = max(t for t, k, _ in j.events() if k == "ready")
     j.assert_nothing_left()

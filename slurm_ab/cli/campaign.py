@@ -5,7 +5,6 @@ passes is reported and compared here.
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -106,16 +105,16 @@ def report(run_dir: Path, passes: bool, fmt: str, width: int | None = None) -> s
     rows = pass_rows(cs)
     if fmt == "csv":
         if passes:
-            return numeric_frame(rows, "csv")
+            return numeric_frame([r.to_dict() for r in rows], "csv")
         flat = [{"mode": a.mode, "concurrency": a.concurrency, "passes_ok": a.passes_ok,
                  "passes": a.passes, **{f"{m}_{k}": v for m, agg in a.metrics.items()
                                         for k, v in agg.to_dict().items()}} for a in aggregates(rows)]
         return numeric_frame(flat, "csv")
-    out = rows if passes else [a.to_dict() for a in aggregates(rows)]
+    out = [r.to_dict() for r in rows] if passes else [a.to_dict() for a in aggregates(rows)]
     return json.dumps(out, indent=2, default=str) + "\n"
 
 
-def _side(ref: str, find) -> tuple[str, list[dict], str | None, str]:
+def _side(ref: str, find) -> tuple[str, list, str | None, str]:
     """(name, pass rows, variance, run id) of one side of a comparison: a job of one mode (a job
     of one pass says no variance: no interval comes from it)."""
     from ..collect import collect_and_write
@@ -151,11 +150,11 @@ def compare(refs: list[str], fmt: str, find, width: int | None = None, paint=Non
     return pair_text(pair(refs, find), fmt, width, paint=paint)
 
 
-def _concurrencies(rows: list[dict]) -> list[int]:
-    return sorted({int(r.get("concurrency") or 0) for r in rows})
+def _concurrencies(rows: list) -> list[int]:
+    return sorted({r.concurrency for r in rows})
 
 
-def pair(refs: list[str], find) -> tuple[str, list[dict], str, list[dict], str]:
+def pair(refs: list[str], find) -> tuple[str, list, str, list, str]:
     """(A's name, A's ok pass rows, B's name, B's rows, what the intervals cover) of
     `compare A B`: each side collected once, whatever is printed from it. Passes of different
     concurrencies are never pooled: a sweep side is cut to the concurrencies both sides ran (each
@@ -177,24 +176,27 @@ def pair(refs: list[str], find) -> tuple[str, list[dict], str, list[dict], str]:
     if left_out:
         variance += (f"; compared at concurrency {', '.join(map(str, common))} only (the passes at "
                      f"{', '.join(map(str, left_out))} have no counterpart on the other side)")
-    return (na, [r for r in ra if int(r.get("concurrency") or 0) in common],
-            nb, [r for r in rb if int(r.get("concurrency") or 0) in common], variance)
+    return (na, [r for r in ra if r.concurrency in common], nb, [r for r in rb if r.concurrency in common],
+            variance)
 
 
-def by_concurrency(sides: tuple) -> list[tuple[int, list[dict], list[dict]]]:
+def by_concurrency(sides: tuple) -> list[tuple[int, list, list]]:
     """(C, A's rows at C, B's rows at C) for every concurrency both sides ran."""
     _, ra, _, rb, _ = sides
-    return [(c, [r for r in ra if int(r.get("concurrency") or 0) == c],
-             [r for r in rb if int(r.get("concurrency") or 0) == c])
+    return [(c, [r for r in ra if r.concurrency == c], [r for r in rb if r.concurrency == c])
             for c in sorted(set(_concurrencies(ra)) & set(_concurrencies(rb)))]
 
 
-def pair_records(sides: tuple) -> list[dict]:
-    """Per concurrency both sides ran: {concurrency, metrics: the ab_stats records}."""
+def pair_comparisons(sides: tuple) -> list[tuple[int, list]]:
+    """Per concurrency both sides ran: (C, ab_stats.family.Row of every metric, the primary first)."""
     from ..collect.rows import comparison
 
-    return [{"concurrency": c, "metrics": [r.to_dict() for r in comparison(ra, rb)]}
-            for c, ra, rb in by_concurrency(sides)]
+    return [(c, comparison(ra, rb)) for c, ra, rb in by_concurrency(sides)]
+
+
+def pair_records(sides: tuple) -> list[dict]:
+    """Per concurrency both sides ran: {concurrency, metrics: the ab_stats records} (json)."""
+    return [{"concurrency": c, "metrics": [r.to_dict() for r in rows]} for c, rows in pair_comparisons(sides)]
 
 
 def pair_answers(sides: tuple) -> list:
@@ -203,7 +205,7 @@ def pair_answers(sides: tuple) -> list:
     from ..tables.answer import pair_answers as answers
 
     _, ra, _, rb, _ = sides
-    return answers(ra[0]["run_id"], ra, rb[0]["run_id"], rb)
+    return answers(ra[0].columns["run_id"], ra, rb[0].columns["run_id"], rb)
 
 
 def pair_text(sides: tuple, fmt: str, width: int | None = None, head: bool = True, paint=None) -> str:

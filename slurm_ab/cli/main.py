@@ -71,26 +71,29 @@ def main():
 @_config_options
 def modes(site, configs, sets):
     """List the experiment's modes with their parallelism."""
-    from ..model.experiment import mode_of
-    from ..model.sources import load_tree_for
+    from ..model.errors import ConfigError, ConfigErrors
+    from ..model.sources import load_experiment, mode_names
 
-    tree = load_tree_for(_sources(site, configs, sets))
-    for name in tree["modes"]:
+    src = _sources(site, configs, sets)
+    for name in mode_names(src):
         try:
-            m = mode_of(tree, name)
-        except (KeyError, TypeError) as e:
-            click.echo(f"{name:<16} (incomplete: no {e})")
+            exp = load_experiment(src, name)        # the model: merged, references filled in
+        except (ConfigError, ConfigErrors) as e:   # listed, with why it cannot run
+            click.echo(f"{name:<16} (invalid: {e.errors[0] if isinstance(e, ConfigErrors) else e})")
             continue
-        extra = ", ".join(f"{k}={v}" for k, v in m.args)
-        # each role's parallelism once: the description usually starts with it ("2 x TP32/PP1/EP4 +
-        # DFlash"), a PD mode's says it in words
-        par = " + ".join(f"{r.instances} x {r.name + ' ' if r.kind.disaggregation else ''}TP{r.tp}/PP{r.pp}/EP{r.ep}"
-                         + (f" ({r.nodes} nodes)" if r.kind.disaggregation else "") for r in m.roles)
-        if m.disaggregated:
-            click.echo(f"{name:<16} {m.description or par}" + (f"  [both roles: {extra}]" if extra else ""))
-            continue
-        head = m.description if m.description.startswith(par) else f"{par}  {m.description}".rstrip()
-        click.echo(f"{name:<16} {head}, {m.roles[0].nodes} nodes per replica{'  [' + extra + ']' if extra else ''}")
+        click.echo(_mode_line(exp.mode))
+
+
+def _mode_line(m) -> str:
+    """One mode as `modes` lists it: each role's parallelism once (the description usually starts
+    with it, "2 x TP32/PP1/EP4 + DFlash"; a PD mode's says it in words) and the mode's own flags."""
+    extra = ", ".join(f"{k}={v}" for k, v in m.args)
+    par = " + ".join(f"{r.instances} x {r.name + ' ' if r.kind.disaggregation else ''}TP{r.tp}/PP{r.pp}/EP{r.ep}"
+                     + (f" ({r.nodes} nodes)" if r.kind.disaggregation else "") for r in m.roles)
+    if m.disaggregated:
+        return f"{m.name:<16} {m.description or par}" + (f"  [both roles: {extra}]" if extra else "")
+    head = m.description if m.description.startswith(par) else f"{par}  {m.description}".rstrip()
+    return f"{m.name:<16} {head}, {m.roles[0].nodes} nodes per replica{'  [' + extra + ']' if extra else ''}"
 
 
 @main.command("dry-run")
@@ -272,7 +275,10 @@ def collect(run, all_samples, no_report):
     if cs.verdict == "running":
         click.echo(f"{run_dir}: the job is still running; nothing final written")
     else:
-        click.echo(f"wrote {', '.join(p.name for p in written)}" if written else "summary files unchanged")
+        from ..tables.table import wrap
+
+        click.echo(wrap(f"wrote {', '.join(p.name for p in written)}", _width(), "    ") if written
+                   else "summary files unchanged")
 
 
 def _summaries(dirs: list[Path]):
@@ -385,9 +391,9 @@ def compare(run_a, run_b, fmt, html_out):
         if html_out:
             from ..ab_stats import METRIC_BY_NAME
             from ..report import render_compare_html
-            forests = {e["concurrency"]: [dict(r, label=METRIC_BY_NAME[r["metric"]].label) for r in e["metrics"]
-                                          if r.get("change_pct") is not None and r["metric"] in METRIC_BY_NAME]
-                       for e in campaign_cli.pair_records(sides)}
+            forests = {c: [dict(r.to_dict(), label=METRIC_BY_NAME[r.metric].label) for r in rows
+                           if r.delta.change_pct is not None and r.metric in METRIC_BY_NAME]
+                       for c, rows in campaign_cli.pair_comparisons(sides)}
             _write_page(html_out, render_compare_html(
                 _find_run(refs[0]), _find_run(refs[1]), campaign_cli.pair_text(sides, "md", head=False),
                 base_dir=Path(html_out).parent, forests=forests))

@@ -10,16 +10,21 @@ the job's own (pinned, else the partition's MaxTime) unless --time-limit-min is 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..model.errors import UsageError
 from ..ab_stats.planner import Costs, Noise, Runs, Target
 
+if TYPE_CHECKING:
+    from ..ab_stats.components import Components, FirstPass
 
-def from_campaign(run_dir: Path, primary: str = "output_tps") -> dict:
-    """The planner's noise inputs measured in a job (its collected summary, read back)."""
+
+def from_campaign(run_dir: Path, primary: str = "output_tps") -> tuple[Components, FirstPass]:
+    """The planner's noise inputs measured in a job (its collected summary, read back): the launch
+    and pass components of the primary metric (the steady-state figure when every ok pass has one)
+    and the first-pass effect."""
     from ..ab_stats.components import components, first_pass
-    from ..collect.rows import ok_rows, pass_rows
+    from ..collect.rows import columns, ok_rows, pass_rows
     from ..collect.write import read_summary
     from ..model.rundir import RELATIVE
 
@@ -31,9 +36,8 @@ def from_campaign(run_dir: Path, primary: str = "output_tps") -> dict:
     if not rows:
         raise UsageError(f"{run_dir}: no ok pass to estimate variance from")
     metric = "steady_output_tps" if primary == "output_tps" and all(
-        isinstance(r.get("steady_output_tps"), (int, float)) for r in rows) else primary
-    comp = components(rows, metric)
-    return {"components": comp, "first_pass": first_pass(rows, metric)}
+        r.value("steady_output_tps") is not None for r in rows) else primary
+    return components(columns(rows), metric), first_pass(columns(rows), metric)
 
 
 def inputs(src_campaign: Optional[Path], launch_cov, pass_cov, primary: str) -> tuple[Noise, list[str]]:
@@ -41,12 +45,11 @@ def inputs(src_campaign: Optional[Path], launch_cov, pass_cov, primary: str) -> 
     naming the option."""
     notes: list[str] = []
     if src_campaign is not None:
-        m = from_campaign(src_campaign, primary)
-        comp = m["components"]
+        comp, first = from_campaign(src_campaign, primary)
         notes.append(f"from {src_campaign.name}: {comp.metric} over {comp.passes} passes in {comp.launches} "
                      f"launches: launch CoV {_pct(comp.launch_cov)}, pass CoV {_pct(comp.pass_cov)}"
                      + (f" ({comp.note})" if comp.note else ""))
-        notes.append(m["first_pass"].text())
+        notes.append(first.text())
         launch_cov = launch_cov if launch_cov is not None else comp.launch_cov
         pass_cov = pass_cov if pass_cov is not None else comp.pass_cov
     missing = [o for o, v in (("--launch-cov", launch_cov), ("--pass-cov", pass_cov)) if v is None]

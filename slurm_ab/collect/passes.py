@@ -8,7 +8,7 @@ relative to the run directory (a campaign pass's read 'launch2-tp32/logs/...').
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -172,7 +172,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         window=tuple(t.isoformat(sep=" ", timespec="milliseconds") if t else None
                      for t in (window or (None, None))),
         all_samples=inp.all_samples, verdict=verdict, reasons=tuple(reasons),
-        findings=tuple(asdict(f) for f in findings), notes=tuple(notes),
+        findings=tuple(findings), notes=tuple(notes),
         server_metrics=server_metrics, ref=inp.ref, pd=pd)
 
 

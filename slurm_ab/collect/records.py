@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..model.campaign import Campaign
 from ..model.experiment import instance_name
+from ..parse.diagnose import Finding
 from .pd import PdSummary
 from .server_metrics import ServerMetrics
 
@@ -210,7 +211,7 @@ class PassSummary:
     all_samples: bool = False
     verdict: str = "failed"
     reasons: tuple[str, ...] = ()
-    findings: tuple[dict, ...] = ()     # diagnosis findings as dicts (failed runs only)
+    findings: tuple[Finding, ...] = ()  # diagnosis findings (failed runs only)
     notes: tuple[str, ...] = ()
     server_metrics: ServerMetrics | None = None     # from /metrics
     ref: PassRef = PassRef()

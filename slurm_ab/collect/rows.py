@@ -79,7 +79,45 @@ def metrics_columns(summary) -> dict:
     }
 
 
-def pass_row(s: PassSummary) -> dict:
+@dataclass(frozen=True)
+class PassRow:
+    """One timed pass as summary.csv has it: which pass it is (typed fields) and its numbers by
+    column name (`columns`: the csv row in order, the fields among them). Consumers read the fields
+    and value(metric); only the statistics (ab_stats, generic over tables of numbers) and the
+    csv/json writers read `columns`."""
+
+    mode: str
+    concurrency: int
+    repeat: int | None
+    launch: int
+    key: str | None
+    prompts: int | None
+    verdict: str
+    reason: str
+    columns: Mapping[str, object]
+
+    @classmethod
+    def of(cls, columns: Mapping[str, object]) -> "PassRow":
+        """A row from its columns (pass_row's, or summary.json's "rows" as other programs read them)."""
+        c = dict(columns)
+        return cls(str(c.get("mode") or ""), int(c.get("concurrency") or 0), c.get("repeat"),
+                   int(c.get("launch") or 1), c.get("pass"), c.get("prompts"), str(c.get("verdict") or ""),
+                   str(c.get("reason") or ""), c)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "ok"
+
+    def value(self, name: str) -> float | None:
+        """A numeric column (an ab_stats METRICS name, docs/metrics.md); None when it has no number."""
+        v = self.columns.get(name)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    def to_dict(self) -> dict:
+        return dict(self.columns)
+
+
+def pass_row(s: PassSummary) -> PassRow:
     """A pass as the campaign tables read it: its numeric row and where it ran."""
     row = numeric_row(s)
     r = s.ref
@@ -90,7 +128,7 @@ def pass_row(s: PassSummary) -> dict:
     if b is not None:                   # PD: the KV transfer's part of TTFT (collect.pd)
         kv = next((x for x in b.chain if x.key == "kv_transfer"), None)
         row.update({"kv_transfer_ms": kv.mean_ms if kv else None, "kv_transfer_share": b.kv_share})
-    return row
+    return PassRow.of(row)
 
 
 @dataclass(frozen=True)
@@ -122,12 +160,12 @@ class Comparison:
                 "metrics": [r.to_dict() for r in self.rows]}
 
 
-def pass_rows(cs: CampaignSummary) -> list[dict]:
+def pass_rows(cs: CampaignSummary) -> list[PassRow]:
     """Every timed pass of a job as its numeric row (summary.csv, the statistics' input)."""
     return [pass_row(p) for p in cs.passes]
 
 
-def comparisons(cs: CampaignSummary, rows: Sequence[Mapping] | None = None) -> tuple[Comparison, ...]:
+def comparisons(cs: CampaignSummary, rows: Sequence[PassRow] | None = None) -> tuple[Comparison, ...]:
     """The first mode against each other mode, at each concurrency (none for one mode)."""
     c = cs.campaign
     rows = pass_rows(cs) if rows is None else rows
@@ -144,42 +182,42 @@ def summary_record(cs: CampaignSummary) -> dict:
     outside slurm-ab, its verdict, every pass's numeric row, the aggregates and comparisons."""
     rows = pass_rows(cs)
     return {"summary_schema": SCHEMA, **cs.to_dict(), "verdict": cs.verdict,
-            "variance": cs.campaign.variance, "rows": rows,
+            "variance": cs.campaign.variance, "rows": [r.to_dict() for r in rows],
             "aggregates": [a.to_dict() for a in aggregates(rows)],
             "comparisons": [x.to_dict() for x in comparisons(cs, rows)]}
 
 
-def rows_of(rows: Sequence[Mapping], mode: str, concurrency) -> list[Mapping]:
+def rows_of(rows: Sequence[PassRow], mode: str, concurrency: int) -> list[PassRow]:
     """The pass rows of one (mode, concurrency)."""
-    return [r for r in rows if r["mode"] == mode and r["concurrency"] == concurrency]
+    return [r for r in rows if r.mode == mode and r.concurrency == concurrency]
 
 
-def ok_rows(rows: Iterable[Mapping]) -> list[Mapping]:
-    return [r for r in rows if r.get("verdict") == "ok"]
+def ok_rows(rows: Iterable[PassRow]) -> list[PassRow]:
+    return [r for r in rows if r.ok]
 
 
-def groups(rows: Sequence[Mapping]) -> list[tuple[str, int]]:
+def groups(rows: Sequence[PassRow]) -> list[tuple[str, int]]:
     """(mode, concurrency) in first-seen order."""
-    out: list[tuple[str, int]] = []
-    for r in rows:
-        k = (r["mode"], int(r["concurrency"]))
-        if k not in out:
-            out.append(k)
-    return out
+    return list(dict.fromkeys((r.mode, r.concurrency) for r in rows))
 
 
-def aggregates(rows: Sequence[Mapping]) -> tuple[GroupAggregate, ...]:
+def aggregates(rows: Sequence[PassRow]) -> tuple[GroupAggregate, ...]:
     """Per (mode, concurrency): passes ok/total and each metric's mean, sd, CoV, 95% CI."""
     out = []
     for mode, c in groups(rows):
-        mine = [r for r in rows if r["mode"] == mode and int(r["concurrency"]) == c]
+        mine = rows_of(rows, mode, c)
         good = ok_rows(mine)
         out.append(GroupAggregate(mode, c, len(good), len(mine),
-                                  {m.name: aggregate([r.get(m.name) for r in good]) for m in METRICS}))
+                                  {m.name: aggregate([r.value(m.name) for r in good]) for m in METRICS}))
     return tuple(out)
 
 
-def comparison(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT) -> list[Row]:
+def columns(rows: Iterable[PassRow]) -> list[Mapping[str, object]]:
+    """The rows as the statistics read them (ab_stats: tables of numbers by column name)."""
+    return [r.columns for r in rows]
+
+
+def comparison(a_rows: Sequence[PassRow], b_rows: Sequence[PassRow], primary: str = PRIMARY_DEFAULT) -> list[Row]:
     """Per printed row (ok passes only): ab_stats.family.Row, the primary first."""
     from ..ab_stats.family import compare
-    return compare(ok_rows(a_rows), ok_rows(b_rows), primary)
+    return compare(columns(ok_rows(a_rows)), columns(ok_rows(b_rows)), primary)

@@ -30,6 +30,11 @@ def load_tree_for(src: Sources, mode: str | None = None) -> dict:
     return load_tree(src.site_name, src.configs, src.sets, mode)
 
 
+def mode_names(src: Sources) -> list[str]:
+    """The modes the sources define, in their order (each resolved by load_experiment)."""
+    return list(load_tree_for(src)["modes"])
+
+
 def load_experiment(src: Sources, mode: str) -> Experiment:
     return resolve(load_tree_for(src, mode), mode)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..collect.records import CampaignSummary, LaunchSummary
-from ..collect.rows import aggregates, comparisons, pass_rows
+from ..collect.rows import aggregates, comparisons, ok_rows, pass_rows
 from ..collect.write import read_summary
 from ..model.rundir import Layout, open_run, read_manifest
 from . import markdown, series
@@ -68,9 +68,8 @@ def goodput_rows(run_dir: Path, job: CampaignSummary) -> list[dict]:
     m = read_manifest(run_dir)
     slo = dict(getattr(getattr(m.config, "benchmark", None), "slo", ()) or ()) if m and m.config else {}
     groups: dict = {}
-    for r in pass_rows(job):
-        if r["verdict"] == "ok":
-            groups.setdefault((r["mode"], int(r["concurrency"])), []).append(r)
+    for r in ok_rows(pass_rows(job)):
+        groups.setdefault((r.mode, r.concurrency), []).append(r)
     return series.goodput_rows([(f"{mo} C={c}", series.goodput_of_rows(rows, slo))
                                 for (mo, c), rows in sorted(groups.items())])
 

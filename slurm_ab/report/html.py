@@ -12,7 +12,10 @@ import html
 import os
 from pathlib import Path
 
-from ..model.rundir import RELATIVE, Layout
+from ..collect.records import JobInfo, PassSummary
+from ..collect.rows import PassRow, columns
+from ..model.experiment import Experiment
+from ..model.rundir import RELATIVE, Layout, Manifest
 from . import markdown, series
 from .rundata import RunFiles, load
 
@@ -102,64 +105,60 @@ def links(run: RunFiles, base_dir: Path) -> str:
     return links_of(files, run.run_dir, base_dir)
 
 
-def flag_rows(cfg: dict) -> list[tuple[str, str]]:
+def flag_rows(exp: Experiment | None) -> list[tuple[str, str]]:
     """One (role, flags) row per role of the run's mode: its SGLang flags exactly as the job
     script's srun line of that role has them (the one merge per role: Experiment.role_flags)."""
-    if not cfg:
+    if exp is None:
         return []
-    from ..model.experiment import Experiment
     from ..job.plan import server_flags_text
-    exp = Experiment.from_dict(cfg)
     return [(r.name, server_flags_text(exp, r.name)) for r in exp.mode.roles]
 
 
 def provenance(run: RunFiles) -> str:
-    m, s = run.manifest, run.summary
-    cfg = m.get("config") or {}
-    bench = cfg.get("benchmark") or {}
-    versions = m.get("versions") or {}
-    job = s.get("job") or {}
-    nodes = job.get("node_lists") or {}
-    if not nodes and isinstance(m.get("nodes"), dict):
-        nodes = m["nodes"]
+    m, s = run.manifest or Manifest(), run.summary
+    exp = m.config
+    bench = exp.benchmark if exp is not None else None
+    job = s.job if s is not None else JobInfo()
+    nodes = job.node_lists or m.nodes or {}
+    state = job.state_raw or job.state or "-"
     rows = [
-        ("run", run.run_id), ("mode", f"{run.mode}  {m.get('mode_description') or s.get('label') or ''}"),
-        ("job id", m.get("job_id") or job.get("job_id") or "-"),
-        ("Slurm state", f"{job.get('state_raw') or job.get('state') or '-'}"
-                        + (f", elapsed {job['elapsed_s']:.0f} s" if isinstance(job.get("elapsed_s"), (int, float)) else "")),
+        ("run", run.run_id), ("mode", f"{run.mode}  {m.mode_description or (s.label if s else None) or ''}"),
+        ("job id", m.job_id or job.job_id or "-"),
+        ("Slurm state", state + (f", elapsed {job.elapsed_s:.0f} s" if job.elapsed_s is not None else "")),
         ("nodes", "; ".join(f"replica {k}: {', '.join(v) if isinstance(v, list) else v}" for k, v in sorted(nodes.items())) or "-"),
-        *([(f"flags ({role})", text) for role, text in flag_rows(cfg)] or [("flags", "-")]),
-        ("benchmark", ", ".join(f"{k}={bench[k]}" for k in ("dataset", "input_len", "output_len",
-                                                          "concurrency", "num_prompts", "backend") if k in bench) or "-"),
+        *([(f"flags ({role})", text) for role, text in flag_rows(exp)] or [("flags", "-")]),
+        ("benchmark", ", ".join(f"{k}={getattr(bench, k)}" for k in ("dataset", "input_len", "output_len",
+                                                                     "concurrency", "num_prompts", "backend")
+                                if bench is not None and getattr(bench, k) is not None) or "-"),
         ("prompts", _prompts(s, bench)),
-        ("client", _client(cfg, run)),
-        ("model", (cfg.get("paths") or {}).get("model") or cfg.get("model") or "-"),
-        ("versions", ", ".join(f"{k} {v}" for k, v in versions.items() if k != "git_commit" and v) or "-"),
-        ("git commit", versions.get("git_commit") or m.get("git_commit") or "-"),
-        ("submitted", f"{m.get('submitted_at') or '-'} by {m.get('submitted_by') or '?'} on {m.get('submit_host') or '?'}"),
+        ("client", _client(exp, run)),
+        ("model", (getattr(exp.paths, "model", None) if exp is not None else None) or "-"),
+        ("versions", ", ".join(f"{k} {v}" for k, v in m.versions.items() if k != "git_commit" and v) or "-"),
+        ("git commit", m.versions.get("git_commit") or m.extra.get("git_commit") or "-"),
+        ("submitted", f"{m.submitted_at or '-'} by {m.submitted_by or '?'} on {m.submit_host or '?'}"),
     ]
     return '<dl class="prov">' + "".join(f"<dt>{esc(k)}</dt><dd><code>{esc(v)}</code></dd>" for k, v in rows) + "</dl>\n"
 
 
-def _prompts(summary: dict, bench: dict) -> str:
+def _prompts(summary: PassSummary | None, bench) -> str:
     """The prompts' lengths as the servers counted them (per-request details)."""
-    p = (summary.get("bench") or {}).get("prompt_tokens")
-    if not isinstance(p, dict) or not p.get("n"):
+    p = summary.bench.prompt_tokens if summary is not None else None
+    if p is None or not p.n:
         return "-"
-    return (f"{bench.get('dataset') or '?'}: {p['n']} prompts, {p['mean']:,.0f} tokens on average "
-            f"({p['min']:,}-{p['max']:,})")
+    return (f"{(bench.dataset if bench is not None else None) or '?'}: {p.n} prompts, {p.mean:,.0f} tokens "
+            f"on average ({p.min:,}-{p.max:,})")
 
 
-def _client(cfg: dict, run: RunFiles) -> str:
+def _client(exp: Experiment | None, run: RunFiles) -> str:
     """The client profile and the version of its module that the preflight found on ROUTER_HOST."""
     from ..parse.preflight import ran_on, read_reports
 
-    client = cfg.get("client") or {}
+    client = exp.client if exp is not None else None
     modules = ran_on(read_reports(Layout(run.run_dir).preflight_reports())).get("modules", {})
-    module = client.get("module") or next((m for m in modules if m.startswith("sglang.bench")), "")
+    module = (client.module if client else "") or next((m for m in modules if m.startswith("sglang.bench")), "")
     version = modules.get(module)
     text = f"{module} {version}" if version else (f"{module} (version not recorded)" if module else "-")
-    return f"{client['profile']}: {text}" if client.get("profile") else text
+    return f"{client.profile}: {text}" if client and client.profile else text
 
 
 def _context(run_dir: Path, rel: str, line: int, around: int = 3) -> str:
@@ -183,31 +182,68 @@ def _context(run_dir: Path, rel: str, line: int, around: int = 3) -> str:
 WITH_CONTEXT = 3
 
 
+# Kinds that healthy runs log too: evidence when a reason cites them, never a cause by themselves
+# (NCCL's "NET/IB : No device found" on a site without InfiniBand, the steps Slurm cancels when
+# the job tears down, a start-up retry, a capped or full KV pool).
+ROUTINE_KINDS = ("nccl_net", "slurm_cancelled", "srun_error", "connection_refused", "kv_capped", "kv_pressure")
+
+
+def rank_findings(findings, reasons, verdict: str) -> tuple[list, list]:
+    """(abnormal, routine): the findings the verdict's reasons cite first (in the reasons'
+    order), then root causes (parse.diagnose.ROOT_CAUSE_KINDS' order), then the other signatures,
+    by time; routine lines (ROUTINE_KINDS: also in healthy runs) apart, unless a reason cites
+    them or the verdict is Slurm's cancellation they explain."""
+    from ..parse.diagnose import ROOT_CAUSE_KINDS
+
+    def cited(f):
+        tag = f"[{f.file}:{f.line}]"
+        return next((i for i, r in enumerate(reasons) if tag in r), None)
+
+    def routine(f):
+        if cited(f) is not None:
+            return False
+        if f.kind == "slurm_cancelled":
+            return verdict != "cancelled"
+        return f.kind in ROUTINE_KINDS
+
+    def key(f):
+        c = cited(f)
+        root = ROOT_CAUSE_KINDS.index(f.kind) if f.kind in ROOT_CAUSE_KINDS else len(ROOT_CAUSE_KINDS)
+        return (c if c is not None else len(reasons), root, f.ts.timestamp() if f.ts else float("inf"))
+    abnormal = sorted((f for f in findings if not routine(f)), key=key)
+    return abnormal, sorted((f for f in findings if routine(f)), key=key)
+
+
 def diagnosis(run: RunFiles, base_dir: Path) -> str:
-    findings = run.summary.get("findings") or []
+    """The findings of a run's logs, what is abnormal for this run first (rank_findings): the first
+    ones with their log lines, the others listed; the routine lines last, said to be routine."""
+    findings = run.summary.findings if run.summary is not None else ()
     if not findings:
         return ""
-    reasons = run.summary.get("reasons") or []
-
-    def cited(f):   # findings that the verdict's reasons cite come first, in the reasons' order
-        tag = f"[{f.get('file')}:{f.get('line')}]"
-        return next((i for i, r in enumerate(reasons) if tag in r), len(reasons))
-    findings = sorted(findings, key=cited)
+    abnormal, routine = rank_findings(findings, run.reasons, run.verdict)
     parts = ["<h2>Diagnosis</h2>\n"]
+    if not abnormal:
+        parts.append('<p class="muted">No line of the logs explains the verdict; the lines below are '
+                     "routine (healthy runs log them too).</p>\n")
     rest = []
-    for k, f in enumerate(findings):
-        rel = str(f.get("file") or "")
-        line = f.get("line") or 0
+
+    def where(f):
+        rel, line = str(f.file or ""), f.line or 0
         href = _rel(run.run_dir / rel, base_dir) if rel else ""
-        where = f'<a href="{esc(href)}">{esc(rel)}</a>:{esc(line)}'
+        return f'<a href="{esc(href)}">{esc(rel)}</a>:{esc(line)}'
+    for k, f in enumerate(abnormal):
         if k >= WITH_CONTEXT:     # the first findings with their log lines, the others listed
-            rest.append(f"<li>{esc(f.get('kind'))}: {where} {esc(f.get('excerpt') or '')}</li>")
+            rest.append(f"<li>{esc(f.kind)}: {where(f)} {esc(f.excerpt or '')}</li>")
             continue
-        parts.append(f"<h3>{esc(f.get('kind'))}: {where}</h3>\n<p>{esc(f.get('excerpt') or '')}</p>\n")
-        if rel and isinstance(line, int) and line > 0:
-            parts.append(_context(run.run_dir, rel, line))
+        parts.append(f"<h3>{esc(f.kind)}: {where(f)}</h3>\n<p>{esc(f.excerpt or '')}</p>\n")
+        if f.file and (f.line or 0) > 0:
+            parts.append(_context(run.run_dir, str(f.file), f.line))
     if rest:
         parts.append("<h3>Other findings</h3>\n<ul>" + "".join(rest) + "</ul>\n")
+    if routine:
+        parts.append('<h3 class="routine">Routine lines (healthy runs log them too: not a cause here)</h3>\n'
+                     '<ul class="routine">' + "".join(f"<li>{esc(f.kind)}: {where(f)} {esc(f.excerpt or '')}</li>"
+                                                       for f in routine) + "</ul>\n")
     return "".join(parts)
 
 
@@ -233,9 +269,9 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
         out.append(("decode-cdf.png", "TPOT per request and every inter-token latency (ms), CDFs; "
                     "markers at p50 (circle) and p95 (diamond)",
                     plots.png(plots.fig_cdfs([curve], plots.DECODE_PANELS, context=ctx))))
-    good = series.goodput_rows([(run.mode, (run.summary.get("bench") or {}).get("goodput"))])
+    good = series.goodput_rows([(run.mode, run.summary.bench.goodput if run.summary else None)])
     if good:
-        target = (run.summary.get("spec") or {}).get("slo_target_pct")
+        target = run.summary.spec.slo_target_pct if run.summary else None
         out.append(("goodput.png", "Requests meeting benchmark.slo (all SLOs, and each alone) and good "
                     "requests per second (sglang's --goodput definitions, from the per-request details)"
                     + (f"; dotted: benchmark.slo_target_pct = {target:g}%" if target else ""),
@@ -274,7 +310,7 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
                     f"replica's own /metrics ({rt[0].metric}): the mean (exact) and the buckets its "
                     "p50 and p95 fall in; dashed/dotted: the client's pooled TPOT mean/p95, which "
                     "mixes the replicas",
-                    plots.png(plots.fig_replica_tpot(rt, (run.summary.get("bench") or {}).get("tpot"),
+                    plots.png(plots.fig_replica_tpot(rt, run.summary.bench.tpot if run.summary else None,
                                                      context=ctx))))
     dec = series.decode_series(run)
     if any(d["t"] for d in dec.values()):
@@ -305,12 +341,11 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
     pl = run_plots(run)
     if plots_out is not None:
         plots_out.extend(pl)
-    s = run.summary
     body = [f"<h1>{esc(run.run_id)} <span class=\"muted\">({esc(run.mode)})</span></h1>\n",
             f"<p>Verdict: {verdict_badge(run.verdict)}</p>\n"]
-    if s.get("reasons"):
-        body.append("<ul class=\"reasons\">" + "".join(f"<li>{esc(r)}</li>" for r in s["reasons"]) + "</ul>\n")
-    body.append(job_note((s.get("job") or {}).get("note")))
+    if run.reasons:
+        body.append("<ul class=\"reasons\">" + "".join(f"<li>{esc(r)}</li>" for r in run.reasons) + "</ul>\n")
+    body.append(job_note(run.summary.job.note if run.summary else None))
     body.append("<h2>Results</h2>\n")
     body.append(markdown.to_html(_without_reasons(run.summary_md)) if run.summary_md
                 else f"<p class=\"muted\">not collected yet (no {RELATIVE.summary('md')})</p>\n")
@@ -378,8 +413,8 @@ def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: s
                         "mode); Pareto fronts dashed" + makespan_note(pts), "interactivity"))
     for r in runs:
         body.append(f"<h2>{esc(r.run_id)} ({esc(r.mode)}) {verdict_badge(r.verdict)}</h2>\n")
-        if r.summary.get("reasons"):
-            body.append("<ul>" + "".join(f"<li>{esc(x)}</li>" for x in r.summary["reasons"][:3]) + "</ul>\n")
+        if r.reasons:
+            body.append("<ul>" + "".join(f"<li>{esc(x)}</li>" for x in r.reasons[:3]) + "</ul>\n")
         rep = Layout(Path(r.run_dir)).report_html
         if rep.exists():
             body.append(f'<p><a href="{esc(_rel(rep, base))}">full report of this run</a></p>\n')
@@ -403,7 +438,7 @@ def campaigns_table(camps, base: Path) -> str:
             + "".join(rows) + "</tbody></table>\n")
 
 
-def forest_rows(a_rows: list[dict], b_rows: list[dict], primary: str | None = None) -> list[dict]:
+def forest_rows(a_rows: list[PassRow], b_rows: list[PassRow], primary: str | None = None) -> list[dict]:
     """The comparison's rows (ab_stats.family: the primary first, the secondaries Holm-adjusted),
     with intervals when both sides have repeats."""
     from ..ab_stats.metrics import PRIMARY_DEFAULT

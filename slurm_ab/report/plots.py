@@ -287,10 +287,10 @@ def fig_metrics_time(per_replica: dict, *, windows: dict | None = None, bench: t
 # ---- per-replica TPOT ---------------------------------------------------------------------------
 
 @styled
-def fig_replica_tpot(rows, client: dict | None = None) -> Figure:
+def fig_replica_tpot(rows, client=None) -> Figure:
     """rows: series.ReplicaTpot. One bar per replica (its server-side TPOT mean, exact) and the
     histogram buckets its p50 and p95 fall in (the histogram knows nothing finer); the client's
-    pooled TPOT mean (and p95) as vertical lines, for scale."""
+    pooled TPOT mean (and p95) as vertical lines, for scale (client: the pass's bench.tpot Latency)."""
     fig, (ax,) = _fig(1.4 + 0.7 * max(len(rows), 1))
     for y, r in enumerate(rows):
         ax.barh(y, r.mean_ms, height=0.5, color=replica_color(r.replica), alpha=0.85,
@@ -304,20 +304,20 @@ def fig_replica_tpot(rows, client: dict | None = None) -> Figure:
             from ..collect.histograms import bucket_text
             txt += f"; p50 {bucket_text(r.p50_bucket)}, p95 {bucket_text(r.p95_bucket)}"
         ax.text(r.mean_ms, y, txt, va="center", fontsize=9.5)
-    client = client or {}
+    mean, p95 = (client.mean, client.p95) if client is not None else (None, None)
     handles = [Line2D([], [], color="#9e9e9e", lw=5, label="p50 bucket"),
                Line2D([], [], color="#424242", lw=9, label="p95 bucket")]
-    if client.get("mean") is not None:
-        ax.axvline(client["mean"], color="#555555", ls="--", lw=1.2)
-        handles.append(Line2D([], [], color="#555555", ls="--", label=f"client pooled mean {client['mean']:.1f} ms"))
-    if client.get("p95") is not None:
-        ax.axvline(client["p95"], color="#555555", ls=":", lw=1.2)
-        handles.append(Line2D([], [], color="#555555", ls=":", label=f"client pooled p95 {client['p95']:.1f} ms"))
+    if mean is not None:
+        ax.axvline(mean, color="#555555", ls="--", lw=1.2)
+        handles.append(Line2D([], [], color="#555555", ls="--", label=f"client pooled mean {mean:.1f} ms"))
+    if p95 is not None:
+        ax.axvline(p95, color="#555555", ls=":", lw=1.2)
+        handles.append(Line2D([], [], color="#555555", ls=":", label=f"client pooled p95 {p95:.1f} ms"))
     ax.set_yticks(range(len(rows)), [f"replica {r.replica}" for r in rows])
     ax.invert_yaxis()
     ax.set_ylim(len(rows) - 0.4, -0.6)
     right = max([b[1] for r in rows for b in (r.p95_bucket,) if b and math.isfinite(b[1])]
-                + [r.mean_ms for r in rows] + [client.get("p95") or 0.0, 1e-9])
+                + [r.mean_ms for r in rows] + [p95 or 0.0, 1e-9])
     ax.set_xlim(0, right * 1.9)
     ax.set_xlabel("TPOT (ms)")
     ax.set_title("TPOT per replica (server /metrics histogram; bar: mean)")

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..collect.records import CampaignSummary, PassSummary
 from ..collect.write import read_summary
 from ..parse.bench import read_last_record
-from ..model.rundir import open_run, read_manifest
+from ..model.rundir import Manifest, open_run, read_manifest
 from ..parse.events import EventLog, launch_view, read_events
 from ..parse.server_log import iter_batch_samples, parse_access_line
 from ..parse.text import iter_lines
@@ -36,9 +36,9 @@ class RunFiles:
     run_dir: Path                                     # the job's (files in reasons are relative to it)
     launch_dir: Path | None = None                    # the pass's launch (its logs, scrapes)
     job: CampaignSummary | None = None                # summary.json read back (None before collection)
-    summary: dict = field(default_factory=dict)      # the pass's record as summary.json has it
+    summary: PassSummary | None = None                # the pass's collected record (None before collection)
     summary_md: str = ""
-    manifest: dict = field(default_factory=dict)      # the launch's (its mode's experiment)
+    manifest: Manifest | None = None                  # the launch's (its mode's resolved experiment)
     events: EventLog = EventLog()                     # the launch's with the job's (launch_view)
     record: dict | None = None                        # the pass's last client record (with details)
     access: dict = field(default_factory=dict)        # replica -> [time of each generation POST]
@@ -46,15 +46,21 @@ class RunFiles:
 
     @property
     def run_id(self) -> str:
-        return self.summary.get("run_id") or self.manifest.get("run_id") or self.run_dir.name
+        return (self.summary.run_id if self.summary else None) or \
+            (self.manifest.run_id if self.manifest else None) or self.run_dir.name
 
     @property
     def mode(self) -> str:
-        return self.summary.get("mode") or self.manifest.get("mode") or "?"
+        return (self.summary.mode if self.summary else None) or \
+            (self.manifest.mode if self.manifest else None) or "?"
 
     @property
     def verdict(self) -> str:
-        return self.summary.get("verdict") or "not collected"
+        return self.summary.verdict if self.summary else "not collected"
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return self.summary.reasons if self.summary else ()
 
     def event_time(self, name: str, last: bool = False) -> datetime | None:
         evs = self.events.named(name)
@@ -75,11 +81,6 @@ class RunFiles:
     def seconds(self, ts: datetime | None) -> float | None:
         o = self.origin
         return None if ts is None or o is None else (ts - o).total_seconds()
-
-
-def _manifest(run_dir: Path) -> dict:
-    m = read_manifest(run_dir)
-    return m.to_dict() if m is not None else {}
 
 
 def read_access_times(path: Path) -> list[datetime]:
@@ -132,9 +133,9 @@ def load(run_dir: str | Path, launch: int | None = None, key: str | None = None)
         run_dir=run.layout.root,
         launch_dir=lay.root,
         job=job,
-        summary=mine.to_dict() if mine is not None else {},
+        summary=mine,
         summary_md=summary_md,
-        manifest=_manifest(lay.root),
+        manifest=read_manifest(lay.root),
         events=launch_view(read_events(run.layout.events), read_events(lay.events), la.index),
         record=read_last_record(lay.bench(key)).record,
         access={g: read_access_times(p) for g, p in logs.items()},

@@ -35,6 +35,8 @@ import statistics
 from dataclasses import dataclass
 from datetime import datetime
 
+from ..collect.records import Goodput
+from ..collect.rows import PassRow
 from ..parse.bench import replay_starts  # the client's FIFO semaphore, replayed (see module doc)
 from .rundata import RunFiles
 
@@ -295,19 +297,18 @@ class ReplicaTpot:
 def replica_tpot(run: RunFiles) -> list[ReplicaTpot]:
     """Each replica's server-side TPOT over the benchmark window, as the collector put it in
     summary.json (from the replica's own /metrics histogram); [] when no replica has one."""
-    sm = run.summary.get("server_metrics") or {}
+    sm = run.summary.server_metrics if run.summary is not None else None
     out = []
-    for r in sm.get("replicas") or ():
-        t = r.get("tpot") if isinstance(r, dict) else None
-        if isinstance(t, dict) and isinstance(t.get("mean_ms"), (int, float)):
-            out.append(ReplicaTpot(int(r.get("replica", len(out))), float(t["mean_ms"]), t.get("p50_ms"),
-                                   t.get("p95_ms"), float(t.get("count") or 0), str(t.get("metric", "")),
-                                   _bucket(t.get("p50_bucket")), _bucket(t.get("p95_bucket"))))
+    for r in sm.replicas if sm is not None else ():
+        t = r.tpot
+        if t is not None and t.mean_ms is not None:
+            out.append(ReplicaTpot(r.replica, float(t.mean_ms), t.p50_ms, t.p95_ms, float(t.count or 0),
+                                   t.metric, _bucket(t.p50_bucket), _bucket(t.p95_bucket)))
     return sorted(out, key=lambda x: x.replica)
 
 
 def _bucket(b) -> tuple | None:
-    """A bucket as summary.json has it ([lower, upper]; the +Inf bound as the string 'inf')."""
+    """A bucket (lower, upper) in ms; the +Inf bound may read back as the string 'inf'."""
     try:
         return (float(b[0]), float(b[1])) if b else None
     except (TypeError, ValueError, IndexError):
@@ -451,18 +452,21 @@ def split_gaps(ts: list, vs: list, *, factor: float = 3.0, breaks: tuple = ()) -
 
 def run_context(run: RunFiles) -> str:
     """'tp32 · 16384 -> 512 tokens · C=8 · 40 prompts · Kimi-K3 · run <id>' for a figure's
-    header, from the manifest's resolved experiment (dict or typed)."""
-    cfg = run.manifest.get("config")
-    cfg = cfg if isinstance(cfg, dict) else {}
-    bench, paths = cfg.get("benchmark") or {}, cfg.get("paths") or {}
+    header, from the launch manifest's resolved experiment and the pass's own concurrency and
+    prompts (a sweep's pass, not the mode's default)."""
+    exp = run.manifest.config if run.manifest is not None else None
+    ref = run.summary.ref if run.summary is not None else None
+    bench = exp.benchmark if exp is not None else None
     parts = [run.mode]
-    if bench.get("input_len") and bench.get("output_len"):
-        parts.append(f"{bench['input_len']} -> {bench['output_len']} tokens")
-    if bench.get("concurrency"):
-        parts.append(f"C={bench['concurrency']}")
-    if bench.get("num_prompts"):
-        parts.append(f"{bench['num_prompts']} prompts")
-    model = paths.get("model") or cfg.get("model")
+    if bench is not None and bench.input_len and bench.output_len:
+        parts.append(f"{bench.input_len} -> {bench.output_len} tokens")
+    c = (ref.concurrency if ref is not None else None) or (bench.concurrency if bench is not None else None)
+    if c:
+        parts.append(f"C={c}")
+    n = (ref.prompts if ref is not None else None) or (bench.num_prompts if bench is not None else None)
+    if n:
+        parts.append(f"{n} prompts")
+    model = getattr(exp.paths, "model", None) if exp is not None else None
     if model:
         parts.append(str(model).rstrip("/").rsplit("/", 1)[-1])
     parts.append(f"run {run.run_id}")
@@ -498,19 +502,18 @@ def metrics_over_time(run: RunFiles, c: Clock | None = None) -> dict[int, dict[s
     """replica -> {'t', 'in_flight', 'running', 'queued', 'kv_usage'} per scrape round, from the
     collector's server_metrics.replicas[].series (docs/metrics.md), on the clock's axis."""
     c = c or Clock()
-    sm = run.summary.get("server_metrics") or {}
+    sm = run.summary.server_metrics if run.summary is not None else None
     out = {}
-    for r in sm.get("replicas") or ():
-        pts = r.get("series") or [] if isinstance(r, dict) else []
-        if not pts:
+    for r in sm.replicas if sm is not None else ():
+        if not r.series:
             continue
         d = {k: [] for k in ("t", "in_flight", "running", "queued", "kv_usage")}
-        for p in pts:
-            ts = _parse_local(p.get("local"))
+        for p in r.series:
+            ts = _parse_local(p.local)
             d["t"].append(c.at(run.seconds(ts)) if ts is not None else None)
             for k in ("in_flight", "running", "queued", "kv_usage"):
-                d[k].append(p.get(k))
-        out[int(r.get("replica", len(out)))] = d
+                d[k].append(getattr(p, k))
+        out[r.replica] = d
     return out
 
 
@@ -577,9 +580,8 @@ def upper_front(points: list[tuple[float, float]]) -> list[int]:
 
 def gpus_of(run: RunFiles) -> int | None:
     """GPUs the run held: every role instance's nodes x GPUs per node (the resolved experiment)."""
-    from ..model.experiment import Experiment
-    cfg = run.manifest.get("config")
-    return Experiment.from_dict(cfg).gpus if isinstance(cfg, dict) and cfg else None
+    exp = run.manifest.config if run.manifest is not None else None
+    return exp.gpus if exp is not None else None
 
 
 # ---- passes of a campaign -------------------------------------------------------------------------
@@ -591,18 +593,18 @@ STEADY_PASS_METRICS = (("steady_output_tps", "output tok/s, steady state\n(prima
                        ("output_tps", "output tok/s,\nmakespan")) + PASS_METRICS[1:]
 
 
-def pass_strips(passes: list[dict], metrics=PASS_METRICS) -> dict[str, list[dict]]:
+def pass_strips(passes: list[PassRow], metrics=PASS_METRICS) -> dict[str, list[dict]]:
     """metric -> per (mode, concurrency) group {label, values: [(repeat, value, ok)], mean}: every
     timed pass of a campaign as a dot, the failed ones marked, the mean of the ok ones."""
     out = {}
     groups: dict = {}
     for p in passes:
-        groups.setdefault((p.get("mode"), p.get("concurrency")), []).append(p)
+        groups.setdefault((p.mode, p.concurrency), []).append(p)
     multi_c = len({c for _, c in groups}) > 1
     for key, _ in metrics:
         rows = []
         for (mode, c), ps in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
-            vals = [(p.get("repeat"), p.get(key), p.get("verdict") == "ok") for p in ps]
+            vals = [(p.repeat, p.value(key), p.ok) for p in ps]
             ok = [v for _, v, good in vals if good and isinstance(v, (int, float))]
             rows.append({"label": f"{mode} C={c}" if multi_c else str(mode), "values": vals,
                          "mean": sum(ok) / len(ok) if ok else None})
@@ -628,38 +630,38 @@ def config_diff(sides: dict[str, dict]) -> list[tuple[str, list, bool]]:
 SLO_KEYS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2E"))
 
 
-def goodput_rows(items: list[tuple[str, dict | None]]) -> list[dict]:
-    """items: (label, the collector's goodput record: bench.goodput of summary.json, or a
-    campaign pass's/aggregate's) -> {label, attainment, by_metric, goodput_rps, slo_ms, good,
-    requests}; items without one are left out (no SLO configured)."""
+def goodput_rows(items: list[tuple[str, Goodput | None]]) -> list[dict]:
+    """items: (label, the collector's goodput record: a pass's bench.goodput, or goodput_of_rows
+    of several) -> {label, attainment, by_metric, goodput_rps, slo_ms, good, requests}; items
+    without one are left out (no SLO configured)."""
     out = []
     for label, g in items:
-        if not isinstance(g, dict) or g.get("attainment") is None:
+        if g is None or g.attainment is None:
             continue
-        out.append({"label": label, "attainment": float(g["attainment"]),
-                    "by_metric": {k: float(v) for k, v in (g.get("attainment_by_metric") or {}).items()
+        out.append({"label": label, "attainment": float(g.attainment),
+                    "by_metric": {k: float(v) for k, v in (g.attainment_by_metric or {}).items()
                                   if isinstance(v, (int, float))},
-                    "goodput_rps": g.get("goodput_rps"), "slo_ms": dict(g.get("slo_ms") or {}),
-                    "good": g.get("good"), "requests": g.get("requests")})
+                    "goodput_rps": g.goodput_rps, "slo_ms": dict(g.slo_ms or {}),
+                    "good": g.good, "requests": g.requests})
     return out
 
 
-def goodput_of_rows(rows: list[dict], slo_ms: dict | None = None) -> dict | None:
-    """A goodput record (as bench.goodput) from numeric rows (summary.csv's, a campaign's passes):
-    the mean over the rows that have one; None when none does."""
-    have = [r for r in rows if isinstance(r.get("slo_attainment"), (int, float))]
+def goodput_of_rows(rows: list[PassRow], slo_ms: dict | None = None) -> Goodput | None:
+    """A goodput record from pass rows (a campaign's passes): the mean over the rows that have
+    one; None when none does."""
+    have = [r for r in rows if r.value("slo_attainment") is not None]
     if not have:
         return None
 
     def mean(key):
-        vals = [r[key] for r in have if isinstance(r.get(key), (int, float))]
+        vals = [v for v in (r.value(key) for r in have) if v is not None]
         return sum(vals) / len(vals) if vals else None
     by = {k: mean(f"slo_attainment_{c}") for k, c in (("ttft", "ttft"), ("tpot", "tpot"), ("e2el", "e2e"))}
-    good = sum(round(r["slo_attainment"] * (r.get("requests_total") or 0)) for r in have)
-    return {"attainment": mean("slo_attainment"), "goodput_rps": mean("goodput_rps"),
-            "attainment_by_metric": {k: v for k, v in by.items() if v is not None},
-            "slo_ms": dict(slo_ms or {}), "good": good,
-            "requests": sum(int(r.get("requests_total") or 0) for r in have)}
+    requests = [int(r.value("requests_total") or 0) for r in have]
+    good = sum(round(r.value("slo_attainment") * n) for r, n in zip(have, requests))
+    return Goodput(slo_ms=dict(slo_ms or {}), requests=sum(requests), good=good,
+                   goodput_rps=mean("goodput_rps"), attainment=mean("slo_attainment"),
+                   attainment_by_metric={k: v for k, v in by.items() if v is not None})
 
 
 def server_in_flight(run: RunFiles, c: Clock | None = None) -> list[tuple[float, float]]:
@@ -691,22 +693,22 @@ class LoadPoint:
         return 100.0 * self.failed / self.requests if self.requests else None
 
 
-def load_points(rows: list[dict]) -> list[LoadPoint]:
+def load_points(rows: list[PassRow]) -> list[LoadPoint]:
     """Per (mode, concurrency) of a job's pass rows: the failed requests over every pass that
     counted its requests (a pass that failed outright counts as a failed pass, not as requests),
     and goodput over the ok passes."""
     groups: dict = {}
     for r in rows:
-        groups.setdefault((str(r.get("mode")), int(r.get("concurrency") or 0)), []).append(r)
+        groups.setdefault((r.mode, r.concurrency), []).append(r)
     out = []
     for (mode, c), rs in sorted(groups.items()):
-        counted = [r for r in rs if isinstance(r.get("requests_total"), int) and r["requests_total"] > 0]
-        total = sum(r["requests_total"] for r in counted)
-        ok_req = sum(int(r.get("requests_ok") or 0) for r in counted)
-        ok = [r for r in rs if r.get("verdict") == "ok"]
+        counted = [r for r in rs if (r.value("requests_total") or 0) > 0]
+        total = sum(int(r.value("requests_total")) for r in counted)
+        ok_req = sum(int(r.value("requests_ok") or 0) for r in counted)
+        ok = [r for r in rs if r.ok]
 
         def mean(key):
-            vals = [r[key] for r in ok if isinstance(r.get(key), (int, float))]
+            vals = [r.value(key) for r in ok if r.value(key) is not None]
             return sum(vals) / len(vals) if vals else None
         out.append(LoadPoint(mode, c, total, total - ok_req, len(rs), len(ok), mean("slo_attainment"),
                              mean("goodput_rps")))

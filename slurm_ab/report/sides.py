@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..collect.records import CampaignSummary
-from ..collect.rows import aggregates, pass_rows
+from ..collect.rows import PassRow, aggregates, ok_rows, pass_rows
 from ..collect.write import read_summary
 from ..model.rundir import open_run, read_manifest
 
@@ -90,13 +90,13 @@ class Side:
         """benchmark.slo as its passes were judged ({} without)."""
         return next((p.bench.goodput.slo_ms for p in self.job.passes if p.bench.goodput), {}) if self.job else {}
 
-    def rows(self) -> list[dict]:
-        """The numeric rows of its passes (collect.rows.pass_row)."""
+    def rows(self) -> list[PassRow]:
+        """The rows of its passes (collect.rows.pass_row)."""
         return pass_rows(self.job) if self.job else []
 
-    def ok_rows(self) -> list[dict]:
-        """The numeric rows of its ok passes."""
-        return [r for r in pass_rows(self.job) if r["verdict"] == "ok"] if self.job else []
+    def ok_rows(self) -> list[PassRow]:
+        """The rows of its ok passes."""
+        return ok_rows(pass_rows(self.job)) if self.job else []
 
     def curve(self, concurrency: int | None = None, label: str | None = None) -> dict | None:
         """Per-request latency CDF data at one concurrency: its ok passes pooled (its only mode,
@@ -112,14 +112,16 @@ class Side:
         return throughput_rows(self.job, gpus) if self.job else []
 
 
-def steady_primary(job: CampaignSummary, rows: list[dict] | None = None) -> bool:
+def steady_primary(job: CampaignSummary, rows: list[PassRow] | None = None) -> bool:
     """The job's comparisons state the steady-state throughput (benchmark.primary_metric is
     output_tps and every ok pass has one): its charts draw it first, the makespan beside it."""
     from ..ab_stats.family import steady_available
     from ..ab_stats.metrics import PRIMARY_DEFAULT
 
-    ok = [r for r in (pass_rows(job) if rows is None else rows) if r["verdict"] == "ok"]
-    return job.campaign.primary_metric == PRIMARY_DEFAULT and steady_available(ok, [])
+    from ..collect.rows import columns
+
+    ok = ok_rows(pass_rows(job) if rows is None else rows)
+    return job.campaign.primary_metric == PRIMARY_DEFAULT and steady_available(columns(ok), [])
 
 
 def throughput_rows(job: CampaignSummary, gpus: int | None) -> list[dict]:
@@ -143,14 +145,18 @@ def run_curve(run, label: str | None = None) -> dict:
     from . import series
 
     lat = series.request_latencies(run.record)
-    bench = run.summary.get("bench") or {}
+    bench = run.summary.bench if run.summary is not None else None
     dec = series.tpot_itl(run.record)
+
+    def marks(name: str) -> dict:           # the table's p50/p95 of one latency
+        x = getattr(bench, name) if bench is not None else None
+        return {} if x is None else {"mean": x.mean, "p50": x.p50, "p95": x.p95, "p99": x.p99}
     return {"label": label or run.mode, "ttft": series.cdf_points(lat["ttft"]),
-            "e2e": series.cdf_points(lat["e2e"]), "ttft_p": bench.get("ttft") or {},
-            "e2e_p": bench.get("e2e") or {}, "tpot": series.cdf_points(dec["tpot"]),
-            "tpot_p": bench.get("tpot") or {}, "itl": series.cdf_points(dec["itl"]),
+            "e2e": series.cdf_points(lat["e2e"]), "ttft_p": marks("ttft"),
+            "e2e_p": marks("e2e"), "tpot": series.cdf_points(dec["tpot"]),
+            "tpot_p": marks("tpot"), "itl": series.cdf_points(dec["itl"]),
             "itl_p": {q: percentile(sorted(dec["itl"]), n) for q, n in (("p50", 50), ("p95", 95))}
-            if dec["itl"] else {}, "slo": (bench.get("goodput") or {}).get("slo_ms") or {}}
+            if dec["itl"] else {}, "slo": bench.goodput.slo_ms if bench is not None and bench.goodput else {}}
 
 
 def pooled_curves(run_dir: Path, job: CampaignSummary, *, concurrency: int | None = None,

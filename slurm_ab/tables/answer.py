@@ -12,10 +12,11 @@ same, inconclusive, descriptive), a job's from its verdict (ok, invalid, failed,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ..ab_stats import verdicts
 from ..ab_stats.metrics import METRIC_BY_NAME, comparison_rows
+from ..collect.rows import PassRow
 from .table import DASH, wrap
 
 # A job's verdict -> its colour (the pages' verdict badges use the same).
@@ -89,7 +90,7 @@ def comparison_answer(a: str, b: str, concurrency, rows: Sequence, order: str | 
                   basis)
 
 
-def pair_answers(a_id: str, a_rows: Sequence[Mapping], b_id: str, b_rows: Sequence[Mapping],
+def pair_answers(a_id: str, a_rows: Sequence[PassRow], b_id: str, b_rows: Sequence[PassRow],
                  primary: str | None = None) -> list[Answer]:
     """B's job against A's (two jobs: separate launches): one answer per concurrency both ran,
     the sides named by their run ids; their ok passes compared (collect.rows.comparison)."""
@@ -97,8 +98,8 @@ def pair_answers(a_id: str, a_rows: Sequence[Mapping], b_id: str, b_rows: Sequen
     from ..collect.rows import comparison
 
     def at(rows, c):
-        return [r for r in rows if int(r.get("concurrency") or 0) == c]
-    common = sorted({int(r.get("concurrency") or 0) for r in a_rows} & {int(r.get("concurrency") or 0) for r in b_rows})
+        return [r for r in rows if r.concurrency == c]
+    common = sorted({r.concurrency for r in a_rows} & {r.concurrency for r in b_rows})
     return [comparison_answer(a_id, b_id, c, comparison(at(a_rows, c), at(b_rows, c), primary or PRIMARY_DEFAULT),
                               separate=True) for c in common]
 
@@ -109,31 +110,32 @@ def d_level(row) -> str:
     return f"{level:.0%}" if abs(level * 100 - round(level * 100)) < 1e-9 else f"{level:.2%}"
 
 
-def _head(rows: Sequence[Mapping], primary: str) -> str:
+def _head(rows: Sequence[PassRow], primary: str) -> str:
     """The metric a job's answer states: the comparisons' primary (steady-state output TPS when
     every row has it)."""
     from ..ab_stats.family import steady_available
-    return comparison_rows(primary, steady_available(rows, []))[0]
+    from ..collect.rows import columns
+    return comparison_rows(primary, steady_available(columns(rows), []))[0]
 
 
 def _value(x, metric: str) -> str:
     return DASH if x is None else (f"{x:.3f}" if metric == "accept_rate" else f"{x:.2f}")
 
 
-def goodput_phrase(rows: Sequence[Mapping], target_pct: float | None) -> str:
+def goodput_phrase(rows: Sequence[PassRow], target_pct: float | None) -> str:
     """'92.5% of requests met the SLOs (target 90%), goodput 2.85 req/s' over the rows' means."""
-    have = [r for r in rows if isinstance(r.get("slo_attainment"), (int, float))]
+    have = [r for r in rows if r.value("slo_attainment") is not None]
     if not have:
         return ""
-    att = sum(r["slo_attainment"] for r in have) / len(have)
-    rps = [r["goodput_rps"] for r in have if isinstance(r.get("goodput_rps"), (int, float))]
+    att = sum(r.value("slo_attainment") for r in have) / len(have)
+    rps = [r.value("goodput_rps") for r in have if r.value("goodput_rps") is not None]
     text = f"{att:.1%} of requests met the SLOs"
     if target_pct:
         text += f" (target {target_pct:g}%)"
     return text + (f", goodput {sum(rps) / len(rps):.2f} req/s" if rps else "")
 
 
-def job_answers(cs, rows: Sequence[Mapping], comparisons: Sequence = (), target_pct: float | None = None,
+def job_answers(cs, rows: Sequence[PassRow], comparisons: Sequence = (), target_pct: float | None = None,
                 ) -> list[Answer]:
     """A job's answers: one per comparison (B modes x concurrencies); without a comparison, per
     mode: its one pass, its repeats, or its sweep."""
@@ -142,24 +144,24 @@ def job_answers(cs, rows: Sequence[Mapping], comparisons: Sequence = (), target_
         return [comparison_answer(x.a, x.b, x.concurrency, x.rows, c.order) for x in comparisons]
     out = []
     for mode in c.modes:
-        mine = [r for r in rows if r["mode"] == mode]
+        mine = [r for r in rows if r.mode == mode]
         if mine:
             out.append(mode_answer(cs.run_id, mode, mine, c.primary_metric, target_pct))
     return out
 
 
-def mode_answer(run_id: str, mode: str, rows: Sequence[Mapping], primary: str,
+def mode_answer(run_id: str, mode: str, rows: Sequence[PassRow], primary: str,
                 target_pct: float | None = None) -> Answer:
     """One mode of a job: its verdict, its primary figure (over a sweep: its peak and the highest
     concurrency meeting the SLOs), what it rests on; its reasons are printed below it."""
     from ..ab_stats import aggregate
 
-    ok = [r for r in rows if r.get("verdict") == "ok"]
-    shown = [r for r in rows if r.get("verdict") in ("ok", "invalid")]      # passes with numbers
-    cs_ = sorted({int(r["concurrency"]) for r in rows})
+    ok = [r for r in rows if r.ok]
+    shown = [r for r in rows if r.verdict in ("ok", "invalid")]      # passes with numbers
+    cs_ = sorted({r.concurrency for r in rows})
     worst = next((v for v in ("running", "failed", "timeout", "cancelled", "invalid")
-                  if any(r.get("verdict") == v for r in rows)), "ok")
-    launches = len({r.get("launch") for r in rows})
+                  if any(r.verdict == v for r in rows)), "ok")
+    launches = len({r.launch for r in rows})
     per_c = len(rows) // max(len(cs_), 1)
     basis = f"{_side(per_c, launches)} per concurrency" if len(cs_) > 1 else _side(len(rows), launches)
     subject = f"{run_id} ({mode}, C={','.join(map(str, cs_))})"
@@ -170,8 +172,8 @@ def mode_answer(run_id: str, mode: str, rows: Sequence[Mapping], primary: str,
     head = _head(use, primary)
     label = METRIC_BY_NAME[head].label
     if len(cs_) > 1:
-        by_c = {c: [r for r in use if int(r["concurrency"]) == c] for c in cs_}
-        means = {c: aggregate([r.get(head) for r in rs]).mean for c, rs in by_c.items() if rs}
+        by_c = {c: [r for r in use if r.concurrency == c] for c in cs_}
+        means = {c: aggregate([r.value(head) for r in rs]).mean for c, rs in by_c.items() if rs}
         best = max((c for c in means if means[c] is not None), key=lambda c: means[c], default=None)
         if best is not None:
             parts.append(f"peak {label} {_value(means[best], head)} at C={best}")
@@ -182,7 +184,7 @@ def mode_answer(run_id: str, mode: str, rows: Sequence[Mapping], primary: str,
                          f"highest C meeting the SLOs (>= {target_pct or 100:g}% of requests): "
                          f"{max(meets) if meets else 'none'}")
     else:
-        agg = aggregate([r.get(head) for r in use])
+        agg = aggregate([r.value(head) for r in use])
         hw = f" ± {_value(agg.half_width, head)} (95%)" if agg.half_width is not None else ""
         parts.append(f"{label} {_value(agg.mean, head)}{hw}")
         good = goodput_phrase(use, target_pct)
@@ -191,8 +193,8 @@ def mode_answer(run_id: str, mode: str, rows: Sequence[Mapping], primary: str,
     return Answer(subject, worst, "; ".join(parts), basis, comparison=False)
 
 
-def _attainment(rows: Sequence[Mapping]) -> float | None:
-    vals = [r["slo_attainment"] for r in rows if isinstance(r.get("slo_attainment"), (int, float))]
+def _attainment(rows: Sequence[PassRow]) -> float | None:
+    vals = [r.value("slo_attainment") for r in rows if r.value("slo_attainment") is not None]
     return sum(vals) / len(vals) if vals else None
 
 

@@ -2,19 +2,19 @@
 intervals, the throughput-latency curve of a sweep, and the job's summary.md (a job of one timed
 pass: the run tables of tables.runs, the seed's).
 
-Input rows are the collector's pass rows (collect.rows.pass_row: the numeric row of one pass plus
-mode, concurrency, repeat, launch, verdict and reason). Only `ok` passes enter aggregates and
+Input rows are the collector's typed pass rows (collect.rows.PassRow: which pass, its verdict and
+its numbers by column). Only `ok` passes enter aggregates and
 comparisons; the others are listed with their verdict.
 """
 from __future__ import annotations
 
 import json
 import math
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
 from ..collect.records import CampaignSummary, PassSummary
-from ..collect.rows import Comparison, aggregates, comparisons, ok_rows, pass_rows, rows_of
+from ..collect.rows import Comparison, PassRow, aggregates, columns, comparisons, ok_rows, pass_rows, rows_of
 from .table import DASH, Table, notes, wrap
 
 # Display of each metric: number format (the seed's: 2 decimals; rates 3).
@@ -49,9 +49,9 @@ def _tab(rows, headers, align, width: int | None = None, keys: int = 1) -> str:
 PERCENTILE_COLUMNS = {"ttft_p95_s": 0.95, "tpot_p95_ms": 0.95, "e2e_p95_s": 0.95}
 
 
-def _requests(rows: Sequence[Mapping]) -> int | None:
+def _requests(rows: Sequence[PassRow]) -> int | None:
     """Successful requests per pass (the median over the rows), what a pass's percentile rests on."""
-    reqs = sorted(int(r["requests_ok"]) for r in rows if isinstance(r.get("requests_ok"), int))
+    reqs = sorted(int(r.value("requests_ok")) for r in rows if r.value("requests_ok") is not None)
     return reqs[len(reqs) // 2] if reqs else None
 
 
@@ -62,28 +62,28 @@ def _marked(text: str, metric: str, n: int | None) -> str:
     return f"{text}*" if q and text != DASH and thin(q, n) else text
 
 
-def thin_notes(groups: Sequence[Sequence[Mapping]]) -> list[str]:
+def thin_notes(groups: Sequence[Sequence[PassRow]]) -> list[str]:
     """The warning for '*' cells: the fewest requests per pass of any group with a thin p95."""
     from ..ab_stats.percentiles import thin, thin_note
     ns = [n for n in (_requests(ok_rows(g)) for g in groups) if thin(0.95, n)]
     return [thin_note(0.95, min(ns))] if ns else []
 
 
-def _goodput_cells(rows: Sequence[Mapping]) -> list[str]:
+def _goodput_cells(rows: Sequence[PassRow]) -> list[str]:
     """'SLOs met' and 'goodput (req/s)' of a group's ok passes: means ('-' without SLOs)."""
-    att = aggregate([r.get("slo_attainment") for r in rows])
-    rps = aggregate([r.get("goodput_rps") for r in rows])
+    att = aggregate([r.value("slo_attainment") for r in rows])
+    rps = aggregate([r.value("goodput_rps") for r in rows])
     return [DASH if att.mean is None else f"{att.mean:.1%}", _fmt(rps.mean, "goodput_rps")]
 
 
-def _has_goodput(rows: Sequence[Mapping]) -> bool:
-    return any(isinstance(r.get("slo_attainment"), (int, float)) for r in rows)
+def _has_goodput(rows: Sequence[PassRow]) -> bool:
+    return any(r.value("slo_attainment") is not None for r in rows)
 
 
 GOODPUT_HEADERS = ["SLOs met", "Goodput (req/s)"]
 
 
-def aggregate_table(rows: Sequence[Mapping], width: int | None = None) -> str:
+def aggregate_table(rows: Sequence[PassRow], width: int | None = None) -> str:
     """One line per (mode, concurrency): mean ± 95% half-width of each metric over its ok passes
     (p95 cells resting on too few requests per pass marked '*'; the goodput columns with SLOs)."""
     good = _has_goodput(rows)
@@ -99,7 +99,7 @@ def aggregate_table(rows: Sequence[Mapping], width: int | None = None) -> str:
     return _tab(body, headers, ("left", "right", "right") + ("right",) * (len(headers) - 3), width, 2)
 
 
-def passes_table(rows: Sequence[Mapping], width: int | None = None) -> str:
+def passes_table(rows: Sequence[PassRow], width: int | None = None) -> str:
     """Every pass (burn-ins excluded by the caller): its numbers and verdict word; each pass's
     reason below the table."""
     good = _has_goodput(rows)
@@ -107,17 +107,17 @@ def passes_table(rows: Sequence[Mapping], width: int | None = None) -> str:
         + (GOODPUT_HEADERS if good else []) + ["Verdict"]
     body = []
     for r in rows:
-        n = r.get("requests_ok") if isinstance(r.get("requests_ok"), int) else None
-        numbers = [_marked(_fmt(r.get(m), m), m, n) for m in TABLE_METRICS]
-        body.append([r["mode"], str(r["concurrency"]), str(r["repeat"]), str(r.get("launch", DASH))]
-                    + numbers + (_goodput_cells([r]) if good else []) + [r.get("verdict") or DASH])
-    reasons = [wrap(f"- {r['mode']} {r.get('pass') or r['concurrency']} (launch {r.get('launch', DASH)}): "
-                    f"{r.get('verdict')}: {r['reason']}", width, "    ") for r in rows if r.get("reason")]
+        n = r.value("requests_ok")
+        numbers = [_marked(_fmt(r.value(m), m), m, None if n is None else int(n)) for m in TABLE_METRICS]
+        body.append([r.mode, str(r.concurrency), str(r.repeat), str(r.launch)]
+                    + numbers + (_goodput_cells([r]) if good else []) + [r.verdict or DASH])
+    reasons = [wrap(f"- {r.mode} {r.key or r.concurrency} (launch {r.launch}): {r.verdict}: {r.reason}",
+                    width, "    ") for r in rows if r.reason]
     return (_tab(body, headers, ("left", "right", "right", "right") + ("right",) * (len(headers) - 5)
                  + ("left",), width, 4) + ("\n" + "\n".join(reasons) + "\n" if reasons else ""))
 
 
-def curve_table(rows: Sequence[Mapping], width: int | None = None) -> str:
+def curve_table(rows: Sequence[PassRow], width: int | None = None) -> str:
     """The throughput-latency curve of each mode: one line per concurrency, with intervals (and
     goodput with SLOs: which concurrency still meets them)."""
     good = _has_goodput(rows)
@@ -132,15 +132,15 @@ def curve_table(rows: Sequence[Mapping], width: int | None = None) -> str:
     return _tab(body, headers, ("left", "right", "right") + ("right",) * (len(headers) - 3), width, 2)
 
 
-def _side_value(rows: Sequence[Mapping], metric: str, by_launch: bool) -> str:
+def _side_value(rows: Sequence[PassRow], metric: str, by_launch: bool) -> str:
     """Mean ± 95% half-width over passes, or over launch means when launches are the units."""
     if not by_launch:
-        return value_pm(aggregate([r.get(metric) for r in rows]), metric)
+        return value_pm(aggregate([r.value(metric) for r in rows]), metric)
     means: dict = {}
     for r in rows:
-        v = r.get(metric)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            means.setdefault(r.get("launch"), []).append(v)
+        v = r.value(metric)
+        if v is not None and math.isfinite(v):
+            means.setdefault(r.launch, []).append(v)
     return value_pm(aggregate([sum(xs) / len(xs) for xs in means.values()]), metric)
 
 
@@ -161,7 +161,7 @@ def _shared_qualifier(verdicts: Sequence[str]) -> str | None:
     return next(iter(quals)) if len(quals) == 1 and None not in quals else None
 
 
-def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows: Sequence[Mapping],
+def comparison_table(a_name: str, b_name: str, a_rows: Sequence[PassRow], b_rows: Sequence[PassRow],
                      variance: str | None = None, primary: str = PRIMARY_DEFAULT, width: int | None = None) -> str:
     """The primary metric's row first, then the secondary rows: A, B (mean ± half-width), % change,
     its 95% CI, the p-value (Holm-adjusted for secondaries) and the verdict; notes say which
@@ -172,7 +172,7 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
     from ..ab_stats.percentiles import percentile_noise
 
     a_ok, b_ok = ok_rows(a_rows), ok_rows(b_rows)
-    rows = compare(a_ok, b_ok, primary)
+    rows = compare(columns(a_ok), columns(b_ok), primary)
     body = []
     for row in rows:
         d = row.delta
@@ -211,7 +211,7 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[Mapping], b_rows
         lines.append(f"{NO_SPREAD}: the values of each side are identical to the printed precision, so "
                      "the noise cannot be estimated; no interval is given (a zero-width one would claim "
                      "an exact difference)")
-    lines += [w.text() for w in percentile_noise([a_ok, b_ok]) if w.warn]
+    lines += [w.text() for w in percentile_noise([columns(a_ok), columns(b_ok)]) if w.warn]
     if variance:
         lines.append(f"variance included: {variance}")
     for side, all_rows, ok in (("A", a_rows, a_ok), ("B", b_rows, b_ok)):
@@ -235,7 +235,7 @@ def summary_md(cs: CampaignSummary) -> str:
     return run_md(one) if one is not None else campaign_md(cs)
 
 
-def answers(cs: CampaignSummary, rows: Sequence[Mapping] | None = None) -> list:
+def answers(cs: CampaignSummary, rows: Sequence[PassRow] | None = None) -> list:
     """The job's answer lines (tables.answer): one per comparison, else one per mode."""
     from .answer import job_answers
 
@@ -278,7 +278,7 @@ def campaign_md(cs: CampaignSummary, passes: bool = False, width: int | None = N
     return "\n".join(out) + "\n"
 
 
-def comparison_section(cs: CampaignSummary, cmp: Comparison, rows: Sequence[Mapping],
+def comparison_section(cs: CampaignSummary, cmp: Comparison, rows: Sequence[PassRow],
                        width: int | None = None) -> str:
     """One comparison of a job (B against A at one concurrency) under its heading."""
     c = cmp.concurrency

@@ -82,12 +82,14 @@ def comparability(a: PassSummary, b: PassSummary) -> list[str]:
 
 def paired_answer(a: PassSummary, b: PassSummary):
     """The answer line of two runs: the primary metric's change, no interval (one pass a side)."""
-    from ..collect.rows import comparison, numeric_row, pass_row
+    from ..ab_stats.family import compare
+    from ..ab_stats.metrics import PRIMARY_DEFAULT
+    from ..collect.rows import numeric_row, pass_row
     from .answer import comparison_answer, pair_answers
 
     found = pair_answers(a.run_id, [pass_row(a)], b.run_id, [pass_row(b)])
-    return found[0] if found else comparison_answer(a.run_id, b.run_id, None, comparison(
-        [numeric_row(a)], [numeric_row(b)]), separate=True)
+    return found[0] if found else comparison_answer(a.run_id, b.run_id, None, compare(
+        [numeric_row(a)], [numeric_row(b)], PRIMARY_DEFAULT), separate=True)
 
 
 def paired_table(a: PassSummary, b: PassSummary) -> tuple[Table, list[str]]:

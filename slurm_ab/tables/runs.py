@@ -165,7 +165,7 @@ def run_md(s: PassSummary) -> str:
               f"Latency source: {s.bench.latency_source or '-'}", ""]
     if s.findings:
         lines += ["## Diagnosis", ""]
-        lines += [f"- `{f['file']}:{f['line']}` {f['kind']}: {f['excerpt']}" for f in s.findings]
+        lines += [f"- `{f.file}:{f.line}` {f.kind}: {f.excerpt}" for f in s.findings]
         lines.append("")
     if s.notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in s.notes] + [""]
