@@ -14,7 +14,7 @@ from ..collect.rows import aggregates, comparisons, ok_rows, pass_rows
 from ..collect.write import read_summary
 from ..model.rundir import Layout, open_run, read_manifest
 from . import markdown, series
-from .html import makespan_note, answer_html, esc, img, job_note, page, verdict_badge, verdict_legend
+from .html import makespan_note, answer_html, percentiles_html, esc, img, job_note, page, verdict_badge, verdict_legend
 from .rundata import load
 from .sides import pooled_curves
 
@@ -218,6 +218,8 @@ def render_campaign(run_dir: str | Path, *, base_dir: str | Path | None = None,
             job_note(job.job.note if job else None),
             f"<p class=\"muted\">Intervals: {esc(job.campaign.variance if job else '-')}</p>\n",
             "<h2>Results</h2>\n", markdown.to_html(_tables_of(md)) if md else "<p class=\"muted\">not collected yet</p>\n"]
+    if job:                             # per (mode, C), the ok passes' requests pooled
+        body.append(percentiles_html(pooled_curves(run_dir, job), " (the ok passes' requests pooled)"))
     bad = [p for p in passes if p.verdict != "ok"]
     if bad:
         body.append("<h2>Passes not ok</h2>\n<ul>" + "".join(

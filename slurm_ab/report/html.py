@@ -349,6 +349,7 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
     body.append("<h2>Results</h2>\n")
     body.append(markdown.to_html(_without_reasons(run.summary_md)) if run.summary_md
                 else f"<p class=\"muted\">not collected yet (no {RELATIVE.summary('md')})</p>\n")
+    body.append(percentiles_html([cdf_curve(run)]))
     body.append("<h2>Provenance</h2>\n" + provenance(run))
     body.append(diagnosis(run, base))
     body.append("<h2>Plots</h2>\n")
@@ -447,6 +448,16 @@ def forest_rows(a_rows: list[PassRow], b_rows: list[PassRow], primary: str | Non
             if r.delta.change_pct is not None]
 
 
+def percentiles_html(curves: list[dict], at: str = "") -> str:
+    """The percentile table per metric (tables.percentiles) of per-request CDF curves (sides.run_curve,
+    pooled_curves): n, mean, p50/p90/p95/p99, min, max, std of TTFT, TPOT, ITL and E2E."""
+    from ..tables.percentiles import percentile_table
+
+    md = percentile_table([(c["label"], {k: (c.get(k) or ([], []))[0] for k in ("ttft", "tpot", "itl", "e2e")})
+                           for c in curves])
+    return f"<h2>Latency percentiles{esc(at)}</h2>\n" + markdown.to_html(md) if md else ""
+
+
 def makespan_note(pts) -> str:
     """The throughput charts' words on the primary and the makespan figure beside it."""
     if any(p.makespan_gpu is not None for p in pts):
@@ -500,6 +511,7 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
         if not curves:
             continue
         at = f" at concurrency {c}" if c is not None else ""
+        body.append(percentiles_html(curves, at))
         body.append(img(plots.png(plots.fig_cdfs(curves)), f"Per-request TTFT and E2E CDFs of A and B{at}; "
                         "markers at p50 (circle) and p95 (diamond)", f"latency-cdf{'' if len(common) == 1 else f'-c{c}'}"))
         if all(x.get("tpot") and x["tpot"][0] for x in curves):

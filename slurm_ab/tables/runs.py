@@ -182,11 +182,15 @@ def _server_latency(s: PassSummary) -> dict:
 
 
 def run_text(summary: PassSummary, width: int | None = None, answer=None, paint=None) -> str:
-    """What the CLI prints after collecting: the answer line (given), the run's row, its verdict
-    and reasons, acceptance; `width`: fitted to a terminal."""
+    """What the CLI prints after collecting: the answer line (given), the run's row, the percentile
+    table per metric, its verdict and reasons, acceptance; `width`: fitted to a terminal."""
     lines = [answer.text(width, paint)] if answer is not None else []
+    from .percentiles import dist_table, summary_rows
+
+    pct = dist_table(summary_rows(summary.mode or summary.run_id, summary.bench)
+                     if summary.verdict not in NUMBERLESS else [], width)
     lines += [runs_table([summary]).text(width), metrics_report_md([summary], width).strip("\n"),
-              f"verdict: {summary.verdict}"]
+              pct.strip("\n"), f"verdict: {summary.verdict}"]
     lines = [x for x in lines if x]
     lines += [wrap(f"  - {r}", width, "    ") for r in summary.reasons]
     if summary.job.note:
