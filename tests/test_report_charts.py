@@ -386,7 +386,9 @@ def test_errors_and_goodput_against_concurrency():
     assert list(lines["meets-tp32"].get_xdata()) == [8] and "meets-pp8" not in lines     # starred
     assert list(lines["goodput_rps-tp32"].get_ydata()) == pytest.approx([0.85, 2.5, 1.0])
     assert att.get_title() == "SLO attainment against load"
-    assert len(plots.fig_load(series.load_points([_row("tp32", 1), _row("tp32", 8)])).axes) == 1   # no SLOs
+    fig = plots.fig_load(series.load_points([_row("tp32", 1), _row("tp32", 8)]))          # no SLOs: said
+    assert [ax.get_title() for ax in fig.axes] == ["Errors against load", ""]
+    assert [t.get_gid() for t in fig.axes[1].texts] == ["no-slo"]
 
 
 def test_latency_of_each_request_over_time():
@@ -462,3 +464,13 @@ def test_percentile_table_per_metric():
     assert cells[3] == f"{rows['E2E (s)'].mean / 1000:.2f}"                           # seconds
     assert "* p99 of fewer than 100 values" in text
     assert percentile_table([("none", {})]) == ""
+
+
+def test_the_running_median_never_joins_two_passes():
+    pts = [series.LatencyPoint(float(k), 100.0, 1000.0 + k, 5.0, "c1-r1" if k < 10 else "c8-r1") for k in range(20)]
+    from matplotlib.figure import Figure
+    ax = Figure().subplots()
+    plots.draw_latencies(ax, pts)
+    med = next(ln for ln in ax.lines if ln.get_gid() == "latency-e2e-median")
+    xs = list(med.get_xdata())
+    assert sum(math.isnan(x) for x in xs) == 2 and math.isnan(xs[10])       # broken after the first pass

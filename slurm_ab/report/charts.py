@@ -100,7 +100,7 @@ def fig_sweep(points: list[dict]) -> Figure:
 
 
 INTERACTIVITY_PANELS = (
-    ("tok_s_user", "interactivity: output tok/s per user (1000 / TPOT mean)", "Throughput per GPU vs interactivity", True),
+    ("tok_s_user", "output tok/s per user (1000 / TPOT mean)", "Throughput per GPU vs interactivity", True),
     ("ttft_s", "TTFT mean (s)", "... vs TTFT", False),
     ("e2e_s", "E2E latency mean (s)", "... vs E2E latency", False),
 )
@@ -270,7 +270,11 @@ def fig_load(points, *, target_pct: float | None = None) -> Figure:
     from .series import highest_meeting
 
     slo = any(p.attainment is not None for p in points)
-    fig, axes = _fig(4.2, 1, 3 if slo else 1, w=WIDTH if slo else 8.0)
+    fig, axes = _fig(4.2 if slo else 3.0, 1, 3, w=WIDTH) if slo else _fig(3.0, 1, 2, w=WIDTH)
+    if not slo:                         # one panel at the page's scale; the other half says why
+        axes[1].set_axis_off()
+        axes[1].text(0.02, 0.5, "no SLOs set (benchmark.slo):\nno SLO attainment or goodput to draw", va="center",
+                     color="#555555", transform=axes[1].transAxes, gid="no-slo")
     modes = sorted({p.mode for p in points})
     cs = sorted({p.concurrency for p in points})
     best = highest_meeting(points, target_pct or 100.0) if slo else {}
@@ -286,7 +290,7 @@ def fig_load(points, *, target_pct: float | None = None) -> Figure:
                    for p in pts if getattr(p, key) is not None]
             mk, ms = series_marker(i)
             ax.plot([c for c, _ in val], [v for _, v in val], color=series_color(i), marker=mk, ms=ms - 2, lw=1.4,
-                    gid=f"{key}-{m}")
+                    gid=f"{key}-{m}", clip_on=False)        # a 0 % point sits on the axis, whole
             if key == "error_pct":
                 bad = [p for p in pts if p.passes_ok < p.passes and p.error_pct is not None]
                 ax.plot([p.concurrency for p in bad], [p.error_pct for p in bad], ls="none", marker="o",

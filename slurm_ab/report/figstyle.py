@@ -141,8 +141,10 @@ def left_out_note(ax, items, what: str = "not shown", top: bool = False) -> None
     """A panel says what it leaves out: '<what>: a, b' in small grey text at its bottom (or top)
     left."""
     if items:
-        ax.text(0.01, 0.97 if top else 0.01, f"{what}: " + "; ".join(items), transform=ax.transAxes,
-                fontsize=8.5, color="#555555", va="top" if top else "bottom", ha="left", wrap=True,
+        import textwrap
+        text = textwrap.fill(f"{what}: " + "; ".join(items), 52)        # a narrow block in a corner
+        ax.text(0.01, 0.97 if top else 0.01, text, transform=ax.transAxes,
+                fontsize=8.5, color="#555555", va="top" if top else "bottom", ha="left",
                 gid="left-out", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1.5})
 
 

@@ -86,17 +86,23 @@ def fig_cdfs(curves: list[dict], panels=LATENCY_PANELS) -> Figure:
 
 def draw_latencies(ax, points) -> list:
     """series.LatencyPoint on one panel: TTFT and E2E (s, left axis) and TPOT (ms, right axis) of
-    each request at its start, E2E's running median over 9 requests as a line; returns the legend
-    handles."""
+    each request at its start, E2E's running median over 9 requests of its pass as a line (broken
+    between passes); returns the legend handles."""
     pts = sorted(points, key=lambda p: p.t)
     ax.plot([p.t for p in pts], [p.e2e_ms / 1000 for p in pts], ls="none", marker="o", ms=3.5, color="#1f77b4",
             alpha=0.75, gid="latency-e2e")
     ax.plot([p.t for p in pts], [p.ttft_ms / 1000 for p in pts], ls="none", marker="^", ms=3.5, color="#ff7f0e",
             alpha=0.75, gid="latency-ttft")
-    if len(pts) >= 9:
+    if len(pts) >= 9:                  # per pass: a line never joins two passes
         import statistics
-        med = [statistics.median(p.e2e_ms for p in pts[max(0, k - 4):k + 5]) / 1000 for k in range(len(pts))]
-        ax.plot([p.t for p in pts], med, color="#1f77b4", lw=1.2, gid="latency-e2e-median")
+        xs: list = []
+        ys: list = []
+        for lab in dict.fromkeys(p.label for p in pts):
+            mine = [p for p in pts if p.label == lab]
+            xs += [p.t for p in mine] + [float("nan")]
+            ys += [statistics.median(p.e2e_ms for p in mine[max(0, k - 4):k + 5]) / 1000
+                   for k in range(len(mine))] + [float("nan")]
+        ax.plot(xs, ys, color="#1f77b4", lw=1.2, gid="latency-e2e-median")
     ax.set_ylim(bottom=0)
     ax.set_ylabel("latency (s)")
     tp = [p for p in pts if p.tpot_ms is not None]
