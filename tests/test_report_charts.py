@@ -474,3 +474,28 @@ def test_the_running_median_never_joins_two_passes():
     med = next(ln for ln in ax.lines if ln.get_gid() == "latency-e2e-median")
     xs = list(med.get_xdata())
     assert sum(math.isnan(x) for x in xs) == 2 and math.isnan(xs[10])       # broken after the first pass
+
+
+def test_goodput_in_tables_and_terminal():
+    """Goodput was in CSV/JSON only: the campaign tables (aggregates, curve, passes), the runs table
+    and a job's answer line carry it when benchmark.slo is set, and not otherwise."""
+    from slurm_ab.tables.answer import goodput_phrase
+    from slurm_ab.tables.campaign import aggregate_table, curve_table, passes_table
+    from slurm_ab.tables.runs import runs_table
+
+    rows = [_row("tp32", 1, att=1.0, rps=0.9), _row("tp32", 1, att=0.95, rps=0.8, repeat=2),
+            _row("tp32", 8, ok=36, att=0.9, rps=2.5)]
+    for text in (aggregate_table(rows), curve_table(rows), passes_table(rows)):
+        head = [h.strip() for h in text.splitlines()[0].strip("|").split("|")]
+        assert "SLOs met" in head and "Goodput (req/s)" in head, head
+    line = aggregate_table(rows).splitlines()[2]                          # tp32 at C=1
+    assert line.startswith("| tp32   |   1 |") and line.endswith("|      97.5% |              0.85 |")
+    assert "SLOs met" not in aggregate_table([_row("tp32", 1), _row("tp32", 1, repeat=2)])
+    assert goodput_phrase(rows[:2], 90.0) == "97.5% of requests met the SLOs (target 90%), goodput 0.85 req/s"
+    run = rundata.load(FIX / "dev-tp32")
+    g = Goodput(slo_ms={"ttft": 500.0}, requests=40, good=30, goodput_rps=2.2, attainment=0.75,
+                attainment_by_metric={"ttft": 0.75})
+    s = replace(run.summary, bench=replace(run.summary.bench, goodput=g))
+    table = runs_table([s])
+    assert table.headers[-2] == "SLOs met / goodput" and table.rows[0][-2] == "75.0% / 2.20 req/s"
+    assert "SLOs met / goodput" not in runs_table([run.summary]).headers
