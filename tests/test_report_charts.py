@@ -499,3 +499,22 @@ def test_goodput_in_tables_and_terminal():
     table = runs_table([s])
     assert table.headers[-2] == "SLOs met / goodput" and table.rows[0][-2] == "75.0% / 2.20 req/s"
     assert "SLOs met / goodput" not in runs_table([run.summary]).headers
+
+
+def test_percentiles_of_too_few_requests_are_marked():
+    """p95 values from 2 requests carried no warning: such cells are marked '*' in the campaign
+    tables, with the note below saying what they rest on."""
+    from slurm_ab.collect.rows import PassRow
+    from slurm_ab.tables.campaign import aggregate_table, thin_notes
+
+    def row(c, n, repeat):
+        return PassRow.of({"mode": "tp32", "concurrency": c, "repeat": repeat, "verdict": "ok", "requests_ok": n,
+                           "requests_total": n, "ttft_p95_s": 1.0, "ttft_mean_s": 0.5, "output_tps": 100.0})
+    rows = [row(1, 2, 1), row(1, 2, 2), row(8, 40, 1), row(8, 40, 2)]
+    lines = aggregate_table(rows).splitlines()
+    head = [h.strip() for h in lines[0].strip("|").split("|")]
+    p95 = head.index("TTFT p95 (s)")
+    c1, c8 = ([x.strip() for x in ln.strip("|").split("|")] for ln in lines[2:4])
+    assert c1[p95].endswith("*") and not c8[p95].endswith("*") and not c1[head.index("TTFT mean (s)")].endswith("*")
+    (note,) = thin_notes([rows[:2], rows[2:]])
+    assert note.startswith("* p95 from 2 request(s) per pass, fewer than 20")

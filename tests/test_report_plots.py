@@ -280,3 +280,24 @@ def test_a_run_that_died_mid_benchmark_shows_its_arrivals_up_to_the_failure(tmp_
     fig = plots.fig_timeline(tl, server_flight=[(0.0, 8.0), (2.0, 8.0), (4.0, 6.0)])
     line = next(ln for ln in fig.axes[1].lines if ln.get_gid() == "server-in-flight")
     assert list(line.get_ydata()) == [8.0, 8.0, 6.0]
+
+
+def test_forest_colours_every_verdict_form():
+    """charts.fig_forest matched the verdict string exactly: 'worse (within-launch only)' and
+    'inconclusive' came out grey although the caption promised green/red. Every printed form is
+    coloured by its kind (ab_stats.verdicts), the primary first and bold."""
+    from matplotlib.colors import to_hex
+    from slurm_ab.ab_stats.verdicts import KINDS
+    from slurm_ab.report import plots
+    forms = {"better": "better", "worse (within-launch only)": "worse", "better (separate jobs)": "better",
+             "equivalent within ±3%": "equivalent", "no significant difference (within-launch only)": "same",
+             "inconclusive (n=1)": "inconclusive", "inconclusive (no spread)": "inconclusive"}
+    rows = [{"metric": f"m{i}", "label": f"m{i}", "change_pct": 1.0, "ci_low_pct": 0.5, "ci_high_pct": 1.5,
+             "verdict": v, "role": "primary" if i == 0 else "secondary"} for i, v in enumerate(forms)]
+    fig = plots.fig_forest(rows)
+    ax = fig.axes[0]
+    pts = {ln.get_gid(): to_hex(ln.get_color()) for ln in ax.lines if (ln.get_gid() or "").startswith("pt-")}
+    for y, kind in enumerate(forms.values()):
+        assert pts[f"pt-{y}"] == KINDS[kind][1], (y, kind)
+    assert ax.get_yticklabels()[0].get_text().endswith("(primary)")
+    assert ax.get_yticklabels()[0].get_fontweight() == "bold"
