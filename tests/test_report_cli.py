@@ -218,3 +218,20 @@ def test_terminal_output_fits_120_columns_and_answers_first(cli, results, monkey
     assert ans.subject.startswith("camp-sweep-") and ans.subject.endswith(" vs dev-tp32 at C=8")   # run ids
     assert first("compare dev-tp32 dev-tp32-dflash").startswith("dev-tp32-dflash")
     assert " vs dev-tp32" in first("compare dev-tp32 dev-tp32-dflash")
+
+
+def test_the_answers_verdict_is_coloured_by_its_kind_in_a_terminal(results, monkeypatch):
+    """In a terminal the verdict word takes its kind's colour (ab_stats.verdicts: red for any form
+    of 'worse'); piped, click strips the colour and the line is the plain answer."""
+    import click
+
+    from slurm_ab.cli.main import _paint
+    from slurm_ab.collect import collect
+    from slurm_ab.tables.campaign import answers
+
+    shutil.copytree(ROOT / "tests" / "fixtures" / "report-campaign" / "camp-ab", results / "camp-ab")
+    (ans,) = answers(collect(results / "camp-ab"))
+    assert ans.verdict == "worse (within-launch only)" and ans.kind == "worse"
+    painted = ans.text(120, _paint)
+    assert click.style("worse (within-launch only)", fg="red", bold=True) in painted
+    assert click.unstyle(painted) == ans.text(120)
