@@ -51,7 +51,9 @@ def test_campaign_page_plots_and_tables(camps):
                   if ln.startswith("|") and not set(ln) <= set("|-: ")]
                  for block in Layout(d).summary("md").read_text().split("\n\n") if block.startswith("|")]
     assert tables(text)[:2] == md_tables and len(md_tables) == 2
-    assert tables(text)[2][0] == ["setting", "tp32", "tp32-dflash"]       # then the settings table
+    # then the latency percentiles per (mode, C), the ok passes pooled, and the settings table
+    assert tables(text)[2][0] == ["Run", "Metric", "n", "mean", "p50", "p90", "p95", "p99", "min", "max", "std"]
+    assert tables(text)[3][0] == ["setting", "tp32", "tp32-dflash"]
 
 
 def test_forest_of_the_campaign_holds_the_comparison_intervals(camps):
