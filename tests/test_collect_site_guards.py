@@ -349,3 +349,22 @@ def test_a_completed_run_whose_nccl_used_the_fallback_is_invalid(tmp_path):
     assert s.reasons[0].startswith("replica 1 node rank 1 (") and "NCCL used network Socket, not IB" in s.reasons[0]
     assert "NET/IB : No device found. [logs/server-r1-n1.log:3]" in s.reasons[0]
     assert run("socket", "Socket").verdict == "ok"
+
+
+def test_a_root_cause_logged_after_the_jobs_failure_is_a_teardown_consequence(tmp_path):
+    """The router refused its flags (fail at 08:00:00); the job stopped the servers and rank 0
+    then logged an NCCL error about its exited peers (08:00:02). NCCL outranks the router by kind,
+    but the router's line came first: it is the reason, the NCCL line follows it."""
+    ev = _events(tmp_path, "fail kind=step_exited step=router rc=2")
+    nodes = {"0": ["node01", "node02"]}
+    findings = [Finding("nccl", "logs/server-r0-n0.log", 132, "NCCL error: remote process exited",
+                        {"label": "NCCL error", "ts": "2027-01-15T08:00:02.500000", "replica": 0, "node_rank": 0}),
+                Finding("router", "logs/router.log", 3, "error: unexpected argument '--no-such-flag'",
+                        {"label": "invalid command-line arguments"})]
+    got = diagnosis_reasons(findings, nodes, events=ev)
+    assert got[0].startswith("logs/router.log: invalid command-line arguments"), got
+    assert "NCCL error" in got[1], got
+    # the same NCCL line before the failure is the cause again
+    early = [Finding("nccl", f.file, f.line, f.excerpt, {**f.details, "ts": "2027-01-15T07:59:58.000000"})
+             if f.kind == "nccl" else f for f in findings]
+    assert "NCCL error" in diagnosis_reasons(early, nodes, events=ev)[0]

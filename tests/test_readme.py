@@ -96,8 +96,8 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "slurm-ab compare CAMPAIGN": (r"^## tp32-dflash vs tp32", r"\| +95% CI +\|", r"\| verdict ",
                                   r"^\| \*\*Output TPS \(steady state\)\*\* \(primary\) .*%"),
     "make dry-run": (*SCRIPT, r"python3 -m slurm_ab_testbed\.emulator"),
-    "make submit": (r"^submitted job \d+ \(mode tp32, run \S+\)$", r"^run directory: \S+"),
-    "make ab": (r"^submitted job \d+ \(campaign of tp32, tp32-dflash: \d+ passes, run \S+\)$", r"^run directory: \S+"),
+    "make submit": (r"^submitted job \d+ \(tp32: 1 timed pass, run \S+\)$", r"^run directory: \S+"),
+    "make ab": (r"^submitted job \d+ \(tp32, tp32-dflash: \d+ timed passes, run \S+\)$", r"^run directory: \S+"),
     "make collect": (r"^\| Run +\| +tp32-stored \|", r"^verdict: ok$"),
     "make setup": (),                                  # and nothing installed (test_line)
     "make cluster-status": (r"^slurmctld +up ", r"^slurmd node\d+ +up ", r"^network "),

@@ -224,11 +224,17 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
 
     The job's output (slurm-*.out) repeats the last lines of the failing logs: its root causes
     count only when no log file has one of the same kind. srun errors printed after the job's
-    FATAL line come from its own teardown and are left out.
+    FATAL line come from its own teardown and are left out. A root cause logged after the job
+    declared its first failure is a consequence of the teardown (rank 0 sees NCCL peers exit
+    when the job stops the other nodes): it follows every cause logged before.
     """
     events = events or EventLog()
+    fails = [e.local for e in events.failures() if e.local]
+    failed_at = min(fails) if fails else None
+
     def key(f: Finding):
-        return (ROOT_CAUSE_KINDS.index(f.kind), f.details.get("ts") or "9999", f.file, f.line)
+        after = failed_at is not None and f.ts is not None and f.ts > failed_at
+        return (after, ROOT_CAUSE_KINDS.index(f.kind), f.details.get("ts") or "9999", f.file, f.line)
     roots = sorted((f for f in findings if f.kind in ROOT_CAUSE_KINDS), key=key)
     in_logs = {f.kind for f in roots if not _is_job_output(f.file)}
     roots = [f for f in roots if not (_is_job_output(f.file) and f.kind in in_logs)]
