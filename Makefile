@@ -32,7 +32,7 @@ SPEED_BENCH = $(LOCAL)/datasets/speed-bench/throughput_16k.jsonl
 MOONCAKE_TRACE = $(LOCAL)/datasets/mooncake/mooncake_trace.jsonl
 # Debian packages the tests use besides the cluster's (cluster.sh install; shellcheck is there):
 # chromium renders the HTML reports headless.
-APT_TEST_TOOLS = chromium
+APT_TEST_TOOLS = chromium locales
 
 # Python writes its bytecode caches here even where the environment says not to (some images set
 # PYTHONDONTWRITEBYTECODE=1): without them every CLI call, emulator and job step recompiles slurm-ab
@@ -75,6 +75,8 @@ $(SETUP_STAMP): pyproject.toml testbed/pyproject.toml
 	  DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; fi
 	$(PY) -m pip install -q -e '.[test]' -e ./testbed
+	@# a comma-decimal locale for the job script's locale tests (tests/test_bash_portability.py)
+	@locale -a 2>/dev/null | grep -qx 'de_DE.utf8' || localedef -i de_DE -c -f UTF-8 de_DE.UTF-8
 	@$(PY) testbed/setup_check.py
 	@mkdir -p $(@D) && touch $@
 

@@ -3,9 +3,15 @@
 declare -A STEP_PIDS=()   # step name -> srun pid; all are critical: if one exits, the job fails
 PF_PIDS=()                # preflight steps (one per component)
 TORN_DOWN=0
+CANCELLED=0               # slurm-ab cancel asked this job to stop (on_time_limit)
 WARMUP_BODY=""
 
 log() { printf '%s slurm-ab: %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
+
+# Milliseconds since the epoch (GNU date): EPOCHREALTIME is bash 5 only, and its decimal point is
+# the locale's.
+# shellcheck disable=SC2317  # runs from a trap (teardown)
+now_ms() { date '+%s%3N'; }
 
 # rpath FORMAT [ARG...]: a file of the run directory (a launch's: of its directory) from one of the
 # generated F_* formats (rundir.Layout names every file; this script spells none).
@@ -45,6 +51,14 @@ fatal() {
 nap() {
   sleep "$POLL" &
   wait $! 2>/dev/null
+}
+
+# container_flags G: CT = the pyxis flags of het group G's steps (CONTAINER, and with container.name
+# one container per node, job and group: --container-name=<name>-<job id>-<G>).
+container_flags() {
+  CT=("${CONTAINER[@]}")
+  [[ -n ${CONTAINER_NAME:-} ]] && CT+=("--container-name=$CONTAINER_NAME-$1")
+  return 0
 }
 
 step_logs() {
@@ -252,7 +266,8 @@ preflight_node() {
   problem() { checks+=("$1"); problems+=("$2"); }
   # import_modules CMD_ARRAY MODULE[=DIST]...: CMD prints "MODULE VERSION" or "MODULE ERROR ..."
   import_modules() {
-    local -n imp=$1; shift
+    local ref="$1[@]"; shift
+    local -a imp=("${!ref}")
     (( ${#imp[@]} && $# )) || return 0
     out=$("${imp[@]}" "$@" 2>&1); rc=$?
     while IFS= read -r line; do
@@ -455,7 +470,7 @@ write_preflight_script() {
       F_PREFLIGHT_REPORT F_PREFLIGHT_PARTIAL F_PREFLIGHT_PROBLEMS F_PREFLIGHT_ADDRESS F_PREFLIGHT_TOKENIZER
     # the fabric, the cache directory and the tokenizer (jobs rendered before these had none)
     declare -p PF_IFACES PF_HCA PF_NCCL_NETWORK PF_TOKENIZER PF_TOKENIZER_PATH CACHE_DIR PF_PD_IB \
-      PF_CLIENT_IMPORT 2>/dev/null
+      PF_CLIENT_IMPORT PF_PD_GPUDIRECT PF_PD_IFACE F_PREFLIGHT_HOST_IP 2>/dev/null
     declare -f rpath json_str preflight_node preflight_fabric iface_matches
     if declare -F preflight_pd >/dev/null; then declare -f preflight_pd; fi
     echo 'preflight_node "$@"'
@@ -480,7 +495,7 @@ wait_preflight() {
   done
   for pid in "${PF_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
       nodes=$(( nodes + 1 ))
@@ -499,7 +514,6 @@ wait_preflight() {
         [[ -n "$first" ]] || first="$g|$r|$node|$check|$cause"
       done <"$f"
     done
-    unset -n nodes_ref
   done
   if [[ -n "$first" ]]; then
     IFS='|' read -r g r node check cause <<<"$first"
@@ -530,7 +544,7 @@ metrics_targets() {
   (( ${#METRICS_URLS[@]} )) && return 0
   if (( METRICS_SERVERS )); then
     for g in "${!HEADS[@]}"; do
-      local -n nodes_ref="R${g}_NODES"
+      local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
       for r in "${!nodes_ref[@]}"; do
         node=${nodes_ref[r]}
         if (( r == 0 )); then
@@ -541,7 +555,6 @@ metrics_targets() {
         METRICS_URLS["r${g}n$r"]="http://$addr:${PORTS[g]}/metrics"
         METRICS_NODES["r${g}n$r"]=$node
       done
-      unset -n nodes_ref
     done
   fi
   METRICS_URLS[router]="http://${ROUTER_ADDR:-$ROUTER_HOST}:$ROUTER_METRICS_PORT/metrics"
@@ -671,11 +684,12 @@ teardown() {
   local -a pids=()
   [[ -n "${CLIENT_PID:-}" ]] && pids+=("$CLIENT_PID")
   for pid in "${STEP_PIDS[@]}"; do pids+=("$pid"); done
+  for pid in "${PF_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && pids+=("$pid"); done   # a preflight running
   # Nothing of this shell runs any more (a launch tore its own steps down): steps Slurm still lists
   # are completing; give them 3 s (a deadline, not a count of squeue calls that may each take 10 s
   # while slurmctld waits for a node that stopped answering) before signalling them again.
-  deadline=$(( ${EPOCHREALTIME/./} + 3000000 ))
-  while (( ${#pids[@]} == 0 && ${EPOCHREALTIME/./} < deadline )) && [[ -n "$(job_steps)" ]]; do
+  deadline=$(( $(now_ms) + 3000 ))
+  while (( ${#pids[@]} == 0 && $(now_ms) < deadline )) && [[ -n "$(job_steps)" ]]; do
     sleep 0.3
   done
   if (( ${#pids[@]} == 0 )); then
@@ -690,8 +704,8 @@ teardown() {
   for pid in "${pids[@]}"; do
     [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == srun ]] || kill -TERM "$pid" 2>/dev/null
   done
-  deadline=$(( ${EPOCHREALTIME/./} + GRACE * 1000000 ))    # microseconds: the whole grace, not less
-  while (( ${EPOCHREALTIME/./} < deadline )); do
+  deadline=$(( $(now_ms) + GRACE * 1000 ))    # milliseconds: the whole grace, not less
+  while (( $(now_ms) < deadline )); do
     alive=0
     for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
     if (( alive )); then
@@ -712,9 +726,16 @@ teardown() {
 # shellcheck disable=SC2317  # runs from a trap
 on_exit() {
   local rc=$?
+  trap '' TERM INT USR1        # the clean-up of the nodes runs to its end
   teardown exit
   cleanup_nodes
   event job_end "rc=$rc"
+  if (( CANCELLED )); then
+    # slurm-ab cancel asked for this end: everything is down and the nodes are clean; the job's
+    # state says what happened (CANCELLED by the user, in sacct) rather than a failed script
+    trap - EXIT
+    timeout 10 scancel "$SLURM_JOB_ID" 2>/dev/null
+  fi
   exit "$rc"
 }
 # shellcheck disable=SC2317  # runs from a trap
@@ -724,8 +745,19 @@ on_signal() {
   teardown "signal-$1"
   exit 143
 }
+# USR1: Slurm's warning before the time limit (--signal=B:USR1@...), or `slurm-ab cancel`, which
+# writes the run's cancel request first and signals the batch script alone (scancel -b -s USR1):
+# the same teardown, then the clean-up of the nodes while the job still runs (Slurm refuses new
+# steps once it has cancelled a job).
 # shellcheck disable=SC2317  # runs from a trap
 on_time_limit() {
+  if [[ -e "$RUN_DIR/$F_CANCEL_REQUEST" ]]; then
+    CANCELLED=1
+    log "FATAL: slurm-ab cancel: tearing down, then cleaning the nodes" >&2
+    event fail kind=cancelled "request=$(head -n 1 "$RUN_DIR/$F_CANCEL_REQUEST" 2>/dev/null)"
+    teardown cancel
+    exit 130
+  fi
   log "FATAL: time limit is near: stopping before Slurm kills the job" >&2
   event fail kind=time_limit
   teardown time-limit

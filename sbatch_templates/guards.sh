@@ -2,25 +2,29 @@
 # ---- guards of a real site (static): the fabric NCCL chose, hung passes, clean-up of the nodes ---
 
 # NCCL's choice of network on every node of every replica: with NCCL_DEBUG=INFO each rank logs
-# "NCCL INFO Using network <name>" when its communicator starts (src/init.cc, NVIDIA/nccl 2.18-2.29;
-# "IB" covers InfiniBand and RoCE, "Socket" is the TCP fallback). Recorded per node
-# ("nccl_network replica=G node_rank=R node=N network=IB"); a node whose ranks chose another network
-# than cluster.nccl_network (NCCL_NETWORK) fails the launch before the benchmark, naming the node.
+# "NCCL INFO Using network <name>" when its communicator starts (src/init.cc, NVIDIA/nccl 2.18-2.29:
+# comm->ncclNet->name; "IB" covers InfiniBand and RoCE, "Socket" is the TCP fallback, a net plugin
+# prints its own name, e.g. IBext_v8). Recorded per node ("nccl_network replica=G node_rank=R node=N
+# network=IB"); a node whose ranks chose a name outside cluster.nccl_network's family (NCCL_NAMES)
+# fails the launch before the benchmark, naming the node.
 check_nccl_network() {
-  local g r node f nets bad="" any=0
+  local g r node f nets name bad="" any=0
+  local -a names=("${NCCL_NAMES[@]}")
+  (( ${#names[@]} )) || names=("$NCCL_NETWORK")
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     for r in "${!nodes_ref[@]}"; do
       node=${nodes_ref[r]}
       f=$(rpath "$F_SERVER_LOG" "$g" "$r")
-      nets=$(grep -ao 'NCCL INFO Using network [A-Za-z0-9_]*' "$f" 2>/dev/null | awk '{print $NF}' | sort -u | paste -sd, -)
+      nets=$(grep -a 'NCCL INFO Using network ' "$f" 2>/dev/null | sed 's/.*NCCL INFO Using network //; s/[[:space:]]*$//' \
+        | sort -u | paste -sd, -)
       [[ -n "$nets" ]] && any=1
       event nccl_network "replica=$g" "node_rank=$r" "node=$node" "network=${nets:-unknown}"
-      if [[ -n "$NCCL_NETWORK" && -n "$nets" && "$nets" != "$NCCL_NETWORK" && -z "$bad" ]]; then
-        bad="$g|$r|$node|$nets"
-      fi
+      [[ -n "$NCCL_NETWORK" && -z "$bad" ]] || continue
+      while IFS= read -r name; do
+        [[ -n "$name" ]] && ! in_family "$name" "${names[@]}" && bad="$g|$r|$node|$nets"
+      done < <(tr , '\n' <<<"$nets")
     done
-    unset -n nodes_ref
   done
   if [[ -n "$NCCL_NETWORK" && $any == 0 ]]; then
     log "no NCCL 'Using network' line in the server logs (NCCL_DEBUG=INFO not in effect?): the fabric is unchecked" >&2
@@ -31,6 +35,17 @@ check_nccl_network() {
   # shellcheck disable=SC2059  # a generated format (rundir.Layout)
   fatal nccl_network "node=$node" "replica=$g" "node_rank=$r" "network=$nets" "expected=$NCCL_NETWORK" \
     "NCCL on $node (replica $g node rank $r) uses network $nets, not $NCCL_NETWORK (cluster.nccl_network): see $(printf "$F_SERVER_LOG" "$g" "$r")"
+}
+
+# in_family NAME PATTERN...: NAME is one of the family's names (patterns: * any text).
+in_family() {
+  local name=$1 pat
+  shift
+  for pat in "$@"; do
+    # shellcheck disable=SC2053  # a pattern on purpose
+    [[ $name == $pat ]] && return 0
+  done
+  return 1
 }
 
 # metric_sum NAME: the sum of every sample of NAME in Prometheus text on stdin (0 when absent).
@@ -78,10 +93,11 @@ stall_check() {
 }
 
 # pass_limit PROMPTS CONCURRENCY MODE: seconds a pass may take, WATCH_FACTOR_PCT % of its estimate
-# (ceil(PROMPTS / CONCURRENCY) requests of REQUEST_MS[MODE] each, plus PASS_OVERHEAD_S); 0: none.
+# (ceil(PROMPTS / CONCURRENCY) requests of REQUEST_MS[MODE:CONCURRENCY:PROMPTS] each, plus
+# PASS_OVERHEAD_S); 0: none.
 pass_limit() {
   local prompts=$1 conc=$2 mode=$3 ms rounds
-  ms=${REQUEST_MS[$mode]:-0}
+  ms=${REQUEST_MS[$mode:$conc:$prompts]:-0}
   (( ms > 0 && conc > 0 )) || { echo 0; return 0; }
   rounds=$(( (prompts + conc - 1) / conc ))
   echo $(( (rounds * ms / 1000 + PASS_OVERHEAD_S) * WATCH_FACTOR_PCT / 100 ))
@@ -109,28 +125,30 @@ watch_pass() {
   wait "$pid"
 }
 
-# At the job's end, on every node, outside any container: remove the job's named container
-# (CLEANUP_CONTAINER: pyxis keeps named containers in its default container_scope=global) and the
-# per-job cache directory (CLEANUP_CACHE). One step per component, bounded in time; recorded as
-# "cleanup ok=1|0".
+# At the job's end, on every node, outside any container: remove the job's named container of the
+# node's het group (CT_PREFIX<job id>-<G>: pyxis keeps named containers in its default
+# container_scope=global) and the per-job cache directory (CLEANUP_CACHE). One step per component,
+# bounded in time; recorded as "cleanup container=... cache=... ok=1|0" (ok=0: something may remain
+# on the nodes of the job, which the next job's preflight there sweeps, or `slurm-ab clean`).
 # shellcheck disable=SC2317  # runs from a trap
 cleanup_nodes() {
-  local g rc=0
+  local g rc=0 name=""
   local -a pids=()
-  [[ -n "${CLEANUP_CONTAINER:-}${CLEANUP_CACHE:-}" ]] || return 0
+  [[ -n "${CT_PREFIX:-}${CLEANUP_CACHE:-}" ]] || return 0
+  [[ -n "${CT_PREFIX:-}" ]] && name="$CT_PREFIX$SLURM_JOB_ID"
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     ( drop_gpu_request
       # shellcheck disable=SC2016  # expands on the node
       exec timeout 60 srun --het-group="$g" --nodes="${#nodes_ref[@]}" "${NODE_STEP[@]}" "${SRUN_EXTRA[@]}" \
         --output="$(rpath "$F_CLEANUP_LOG" "$g" %t)" bash -c \
         'rc=0; if [ -n "$1" ]; then "${@:3}" "$1" || rc=1; fi; if [ -n "$2" ]; then rm -rf -- "$2" || rc=1; fi; exit $rc' \
-        cleanup "${CLEANUP_CONTAINER:-}" "${CLEANUP_CACHE:-}" "${REMOVE_CMD[@]}" ) &
+        cleanup "${name:+$name-$g}" "${CLEANUP_CACHE:-}" "${REMOVE_CMD[@]}" ) &
     pids+=($!)
-    unset -n nodes_ref
   done
   for g in "${pids[@]}"; do wait "$g" || rc=1; done
-  event cleanup "container=${CLEANUP_CONTAINER:-none}" "cache=${CLEANUP_CACHE:-none}" "ok=$(( rc == 0 ))"
+  name=${name:+$name-*}
+  event cleanup "container=${name:-none}" "cache=${CLEANUP_CACHE:-none}" "ok=$(( rc == 0 ))"
   # shellcheck disable=SC2059  # a generated format (rundir.Layout)
   (( rc == 0 )) || log "clean-up of the nodes failed (see $(printf "$F_CLEANUP_LOG" '*' '*')): a container or cache directory may remain" >&2
   return 0

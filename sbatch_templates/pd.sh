@@ -8,13 +8,36 @@ CANARY_TIMEOUT=${CANARY_TIMEOUT:-60}
 PAIR_P=()
 PAIR_D=()
 
-# Runs on each node in the preflight (preflight_node, through check.sh): every RDMA device of
-# pd.ib_device (PF_PD_IB) has an ACTIVE port. With mooncake, SGLang 0.5.23 refuses a device missing
-# from /sys/class/infiniband at start-up (validation_hook.py); an inactive port fails every transfer.
-# shellcheck disable=SC2317  # runs on the nodes, through check.sh
+# Runs on each node in the preflight (preflight_node, through check.sh): the node's SGLANG_HOST_IP
+# (PF_PD_IFACE: the IPv4 address of pd.host_ip_interface here -> F_PREFLIGHT_HOST_IP of the node, which the
+# server step exports: SGLang 0.5.23 advertises it for the KV side channel and transfer engine,
+# utils/network.py get_local_ip_auto), GPUDirect RDMA (PF_PD_GPUDIRECT: nvidia_peermem loaded or
+# dma-buf support, without which Mooncake and UCX cannot register GPU memory and every KV transfer
+# fails after the model load), and every RDMA device of pd.ib_device (PF_PD_IB) with an ACTIVE port
+# (with mooncake SGLang 0.5.23 refuses a device missing from /sys/class/infiniband at start-up:
+# validation_hook.py; an inactive port fails every transfer).
+# shellcheck disable=SC2317,SC2154  # runs on the nodes, through check.sh (preflight_node's dir, node)
 preflight_pd() {
-  local out rc dev name port state found
+  local out rc dev name port state found ip peer dmabuf
   local -a devs=()
+  if [[ -n "${PF_PD_IFACE:-}" ]]; then
+    ip=$("${PF_ADDRESS[@]}" "$PF_PD_IFACE" 2>&1)
+    if [[ "$ip" =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then
+      printf '%s\n' "$ip" >"$(rpath "$F_PREFLIGHT_HOST_IP" "$node")"
+    else
+      problem pd "pd.host_ip_interface=$PF_PD_IFACE: no IPv4 address on this node, so no SGLANG_HOST_IP for its KV transfers: $(head -n 1 <<<"$ip")"
+    fi
+  fi
+  if (( ${#PF_PD_GPUDIRECT[@]} )); then
+    out=$("${PF_PD_GPUDIRECT[@]}" 2>&1); rc=$?
+    peer=$(awk '$1 == "peermem" {print $2; exit}' <<<"$out")
+    dmabuf=$(awk '$1 == "dmabuf" {print $2; exit}' <<<"$out")
+    if (( rc != 0 )) || [[ -z "$peer" ]]; then
+      problem pd "GPUDirect RDMA check failed (status $rc): $(head -n 1 <<<"$out")"
+    elif [[ "$peer" != yes && "$dmabuf" != yes ]]; then
+      problem pd "no GPUDirect RDMA: nvidia_peermem is not loaded and dma-buf is ${dmabuf:-unknown}: the RDMA transfer engine cannot register GPU memory, every KV transfer from or to this node would fail (load nvidia_peermem, or a driver and kernel with dma-buf)"
+    fi
+  fi
   [[ -n "${PF_PD_IB:-}" && ${#PF_HCA[@]} -gt 0 ]] || return 0
   out=$("${PF_HCA[@]}" 2>&1); rc=$?
   if (( rc != 0 )); then
@@ -34,6 +57,21 @@ preflight_pd() {
       inactive) problem pd "pd.ib_device=$PF_PD_IB: $dev has no ACTIVE port: every KV transfer through it would fail" ;;
     esac
   done
+}
+
+# host_ip_dir G: the directory whose F_PREFLIGHT_HOST_IP files give group G's nodes their
+# SGLANG_HOST_IP (the job's: the preflight wrote them), "" for SGLang's own guess
+# (pd.host_ip_interface unset); recorded once per group (pd_host_ip).
+host_ip_dir() {
+  local g=$1 n f ips="" ref="R${1}_NODES[@]"
+  [[ -n "${HOST_IP_IFACE:-}" && ${GROUP_ROLES[g]} != server ]] || return 0
+  for n in ${!ref+"${!ref}"}; do
+    # shellcheck disable=SC2059  # the format is a generated F_* (rundir.Layout), never data
+    printf -v f "%s/$F_PREFLIGHT_HOST_IP" "$CAMPAIGN_DIR" "$n"
+    ips+="${ips:+,}$n=$(cat "$f" 2>/dev/null)"
+  done
+  event pd_host_ip "replica=$g" "interface=$HOST_IP_IFACE" "ips=$ips"
+  printf '%s' "$CAMPAIGN_DIR"
 }
 
 # json_value NAME: the first scalar "NAME": value of the JSON on stdin, quotes stripped ("" if none).
@@ -100,54 +138,65 @@ pd_wait_bootstrap() {
   done
 }
 
-# pair_file KIND G PEER [http]: the answer of group G to a pair request (canary | warmup) with PEER
-# (F_PD_CANARY, F_PD_WARMUP), or its HTTP status and curl's message.
+# pair_file KIND G PEER [K [http]]: the answer of group G to a pair request (canary | warmup) with
+# PEER (F_PD_CANARY; K > 0: the pair's K-th DP canary, F_PD_CANARY_DP; F_PD_WARMUP), or with "http"
+# its HTTP status and curl's message.
 pair_file() {
-  local fmt
-  case $1:${4:-} in
+  local kind=$1 k=${4:-0} fmt
+  (( k > 0 )) && [[ $kind == canary ]] && kind=canary_dp
+  case $kind:${5:-} in
     canary:) fmt=$F_PD_CANARY ;;
     canary:http) fmt=$F_PD_CANARY_HTTP ;;
+    canary_dp:) fmt=$F_PD_CANARY_DP ;;
+    canary_dp:http) fmt=$F_PD_CANARY_DP_HTTP ;;
     *:http) fmt=$F_PD_WARMUP_HTTP ;;
     *) fmt=$F_PD_WARMUP ;;
   esac
-  rpath "$fmt" "$2" "$3"
+  if [[ $kind == canary_dp ]]; then rpath "$fmt" "$2" "$3" "$k"; else rpath "$fmt" "$2" "$3"; fi
 }
 
 # pd_room: a random bootstrap room (the router draws one per request; 45 bits here).
 pd_room() { printf '%d' $(( (RANDOM << 30) | (RANDOM << 15) | RANDOM )); }
 
-# pd_pair KIND P D ROOM TIMEOUT BODY: BODY (a JSON object, or @FILE) to prefill P and decode D at once
-# with P's bootstrap fields, as the PD router sends a request ("dual dispatch"); each answer goes to
-# pair_file KIND G PEER (+ its http file: status and curl's message). Sets PAIR_P=(rc http)
+# pd_pair KIND P D ROOM TIMEOUT BODY [K PFIELDS DFIELDS]: BODY (a JSON object, or @FILE) to prefill P
+# and decode D at once with P's bootstrap fields, as the PD router sends a request ("dual dispatch"),
+# PFIELDS / DFIELDS (JSON members, each ending in ",") added to the prefill's / the decode's; each
+# answer goes to pair_file KIND G PEER K (+ its http file: status and curl's message). Sets PAIR_P=(rc http)
 # and PAIR_D=(rc http).
 pd_pair() {
-  local kind=$1 p=$2 d=$3 room=$4 timeout=$5 body=$6 g peer out rc
+  local kind=$1 p=$2 d=$3 room=$4 timeout=$5 body=$6 k=${7:-0} pfields=${8:-} dfields=${9:-} g peer out rc extra
   local -A curls=()
   for g in "$p" "$d"; do
     peer=$(( g == p ? d : p ))
-    out=$(pair_file "$kind" "$g" "$peer")
-    { printf '{"bootstrap_host":"%s","bootstrap_port":%d,"bootstrap_room":%s,' "${ADDRS[p]}" "${BOOT_PORTS[p]}" "$room"
+    out=$(pair_file "$kind" "$g" "$peer" "$k")
+    extra=$dfields
+    (( g == p )) && extra=$pfields
+    { printf '{"bootstrap_host":"%s","bootstrap_port":%d,"bootstrap_room":%s,%s' "${ADDRS[p]}" "${BOOT_PORTS[p]}" "$room" "$extra"
       if [[ $body == @* ]]; then tail -c +2 -- "${body#@}"; else printf '%s' "${body#\{}"; fi
     } | curl -sS -m "$timeout" -o "$out" -w '%{http_code}' -H 'Content-Type: application/json' \
-        --data-binary @- "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$(pair_file "$kind" "$g" "$peer" http)" 2>&1 &
+        --data-binary @- "http://${ADDRS[g]}:${PORTS[g]}/generate" >"$(pair_file "$kind" "$g" "$peer" "$k" http)" 2>&1 &
     curls[$g]=$!
   done
   for g in "$p" "$d"; do
     watch_pid "${curls[$g]}"
     rc=$?
-    out=$(pair_file "$kind" "$g" "$(( g == p ? d : p ))" http)
+    out=$(pair_file "$kind" "$g" "$(( g == p ? d : p ))" "$k" http)
     if (( g == p )); then PAIR_P=("$rc" "$(head -c 3 "$out" 2>/dev/null)"); else PAIR_D=("$rc" "$(head -c 3 "$out" 2>/dev/null)"); fi
   done
 }
 
-# pd_pair_failed KIND P D SECONDS WHAT: stop the launch naming the pair, with what each side answered.
+# pd_pair_failed KIND P D SECONDS WHAT [K DPFIELDS...]: stop the launch naming the pair (and its DP
+# ranks), with what each side answered; a decode that said "KV checksum mismatch" is named so.
 pd_pair_failed() {
-  local kind=$1 p=$2 d=$3 seconds=$4 what=$5
-  tail_log "$(pair_file "$kind" "$p" "$d")" "$(pair_file "$kind" "$d" "$p")" \
+  local kind=$1 p=$2 d=$3 seconds=$4 what=$5 k=${6:-0} sum=""
+  local -a dpf=("${@:7}")
+  grep -q "KV checksum mismatch" "$(pair_file "$kind" "$d" "$p" "$k")" 2>/dev/null && sum=mismatch
+  tail_log "$(pair_file "$kind" "$p" "$d" "$k")" "$(pair_file "$kind" "$d" "$p" "$k")" \
     "$(rpath "$F_SERVER_LOG" "$p" 0)" "$(rpath "$F_SERVER_LOG" "$d" 0)"
-  fatal "pd_$kind" "prefill=$p" "decode=$d" "prefill_node=${HEADS[p]}" "decode_node=${HEADS[d]}" \
+  fatal "pd_$kind" "prefill=$p" "decode=$d" "prefill_node=${HEADS[p]}" "decode_node=${HEADS[d]}" ${dpf[@]+"${dpf[@]}"} \
     "http_prefill=${PAIR_P[1]:-none}" "http_decode=${PAIR_D[1]:-none}" "curl_prefill=${PAIR_P[0]}" "curl_decode=${PAIR_D[0]}" "seconds=$seconds" \
-    "$what between $(group_name "$p") (${HEADS[p]}) and $(group_name "$d") (${HEADS[d]}) failed after $seconds s: prefill HTTP ${PAIR_P[1]:-none} (curl $((PAIR_P[0]))), decode HTTP ${PAIR_D[1]:-none} (curl $((PAIR_D[0])))"
+    ${sum:+"kv_checksum=$sum"} \
+    "$what between $(group_name "$p") (${HEADS[p]}) and $(group_name "$d") (${HEADS[d]})${dpf[*]:+ (${dpf[*]})} failed after $seconds s: prefill HTTP ${PAIR_P[1]:-none} (curl $((PAIR_P[0]))), decode HTTP ${PAIR_D[1]:-none} (curl $((PAIR_D[0])))${sum:+: KV checksum mismatch}"
 }
 
 # The prefill/decode pairs of this launch, "P D" per line (every prefill with every decode).
@@ -161,25 +210,43 @@ pd_pairs() {
   done
 }
 
-# KV canary of every pair: a 2-token generation whose KV the prefill computes and the decode
-# receives; the decode must return both tokens (a run whose transfers all failed has shown clients
-# "success" with 0 tokens: NVIDIA/srt-slurm#429). Fails naming the pair within CANARY_TIMEOUT s.
+# KV canary of every pair and DP rank: a 2-token generation whose KV the prefill computes and the
+# decode receives; the decode must return both tokens (a run whose transfers all failed has shown
+# clients "success" with 0 tokens: NVIDIA/srt-slurm#429). A role with DP workers (MODE_DP_<i>: DP
+# attention's ranks, each on its own GPUs and nodes) gets one canary per rank, as SGLang's router
+# reaches them with routed_dp_rank (0.5.23 io_struct.py; data_parallel_rank is its deprecated alias):
+# canary K goes to prefill DP rank K % DPp (routed_dp_rank, and a bootstrap room of that rank, which
+# follow_bootstrap_room also picks) and decode DP rank K % DPd (routed_dp_rank, and
+# disagg_prefill_dp_rank naming the prefill's). Fails naming the pair and the ranks within
+# CANARY_TIMEOUT s; with pd.kv_checksum the decode verifies the KV it received.
 pd_canaries() {
-  local p d start ok body
+  local p d k n dpp dpd start ok body pf df
+  local ref="MODE_DP_${MODE_INDEX}[@]"
+  local -a dps=(${!ref+"${!ref}"})
   body="{\"input_ids\":[$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID,$WARMUP_TOKEN_ID],\"sampling_params\":{\"max_new_tokens\":2,\"temperature\":0,\"ignore_eos\":true},\"stream\":false}"
   while read -r p d; do
-    start=$SECONDS
-    event pd_canary_start "prefill=$p" "decode=$d"
-    pd_pair canary "$p" "$d" "$(pd_room)" "$CANARY_TIMEOUT" "$body"
-    ok=0
-    if (( PAIR_P[0] == 0 && PAIR_D[0] == 0 )) && [[ ${PAIR_P[1]} == 200 && ${PAIR_D[1]} == 200 ]] \
-      && grep -Eq '"completion_tokens": *2\b' "$(pair_file canary "$d" "$p")"; then ok=1; fi
-    event pd_canary "prefill=$p" "decode=$d" "ok=$ok" "http_prefill=${PAIR_P[1]:-none}" "http_decode=${PAIR_D[1]:-none}" "seconds=$(( SECONDS - start ))"
-    if (( ! ok )); then
-      alive_or_die
-      pd_pair_failed canary "$p" "$d" "$(( SECONDS - start ))" "KV canary (2 tokens)"
-    fi
-    log "KV canary $(group_name "$p") -> $(group_name "$d") ok after $(( SECONDS - start )) s"
+    dpp=${dps[p]:-1} dpd=${dps[d]:-1}
+    n=$(( dpp > dpd ? dpp : dpd ))
+    for (( k = 0; k < n; k++ )); do
+      start=$SECONDS
+      pf="" df=""
+      (( dpp > 1 )) && pf="\"routed_dp_rank\":$(( k % dpp )),"
+      (( dpd > 1 )) && df="\"routed_dp_rank\":$(( k % dpd )),"
+      (( dpp > 1 )) && df+="\"disagg_prefill_dp_rank\":$(( k % dpp )),"
+      local -a dpf=()
+      (( n > 1 )) && dpf=("prefill_dp=$(( k % dpp ))" "decode_dp=$(( k % dpd ))")
+      event pd_canary_start "prefill=$p" "decode=$d" ${dpf[@]+"${dpf[@]}"}
+      pd_pair canary "$p" "$d" "$(( $(pd_room) / dpp * dpp + k % dpp ))" "$CANARY_TIMEOUT" "$body" "$k" "$pf" "$df"
+      ok=0
+      if (( PAIR_P[0] == 0 && PAIR_D[0] == 0 )) && [[ ${PAIR_P[1]} == 200 && ${PAIR_D[1]} == 200 ]] \
+        && grep -Eq '"completion_tokens": *2\b' "$(pair_file canary "$d" "$p" "$k")"; then ok=1; fi
+      event pd_canary "prefill=$p" "decode=$d" ${dpf[@]+"${dpf[@]}"} "ok=$ok" "http_prefill=${PAIR_P[1]:-none}" "http_decode=${PAIR_D[1]:-none}" "seconds=$(( SECONDS - start ))"
+      if (( ! ok )); then
+        alive_or_die
+        pd_pair_failed canary "$p" "$d" "$(( SECONDS - start ))" "KV canary (2 tokens)" "$k" ${dpf[@]+"${dpf[@]}"}
+      fi
+      log "KV canary $(group_name "$p") -> $(group_name "$d")${dpf[*]:+ (${dpf[*]})} ok after $(( SECONDS - start )) s"
+    done
   done < <(pd_pairs)
 }
 

@@ -31,6 +31,18 @@ prepare_run_dir() {
   [[ -e "$RUN_DIR/$F_JOB_SCRIPT" ]] || cp -- "$0" "$RUN_DIR/$F_JOB_SCRIPT" 2>/dev/null || true
 }
 
+# cluster.secret_env from the run's secrets file (slurm-ab submit wrote it, mode 0600, and kept the
+# names out of sbatch's environment): into this shell's environment, which the srun steps inherit;
+# never on a command line, in the script or in the job's environment record. Removed once read. A
+# script submitted by hand (slurm-ab render) has none: its steps inherit what sbatch exported.
+load_secrets() {
+  local f="$RUN_DIR/$F_SECRETS"
+  [[ -f $f ]] || return 0
+  # shellcheck disable=SC1090  # the submitter's own file
+  source "$f" || fatal missing_secret "cannot read the secrets file $f"
+  rm -f -- "$f"
+}
+
 check_secrets() {
   local name
   for name in "${SECRET_ENV[@]}"; do
@@ -46,9 +58,8 @@ read_hosts() {
   for (( g = 0; g < REPLICAS; g++ )); do
     var="SLURM_JOB_NODELIST_HET_GROUP_$g"
     mapfile -t "R${g}_NODES" < <(scontrol show hostnames "${!var}")
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     HEADS[g]=${nodes_ref[0]}
-    unset -n nodes_ref
     PORTS[g]=$(( SERVER_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
     DIST_PORTS[g]=$(( DIST_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
     (( BOOTSTRAP_PORT_BASE )) && BOOT_PORTS[g]=$(( BOOTSTRAP_PORT_BASE + slot * JOB_SLOT_SIZE + g * REPLICA_STRIDE ))
@@ -62,10 +73,9 @@ read_hosts() {
 record_hosts() {
   local g
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     event hosts "replica=$g" "head=${HEADS[g]}" "nodes=$(IFS=,; echo "${nodes_ref[*]}")" "port=${PORTS[g]}" "dist_port=${DIST_PORTS[g]}" \
       ${BOOT_PORTS[g]:+"bootstrap_port=${BOOT_PORTS[g]}"}
-    unset -n nodes_ref
   done
   event ports "router=$ROUTER_PORT" "router_metrics=$ROUTER_METRICS_PORT"
 }
@@ -82,11 +92,11 @@ run_preflight() {
     extra=()
     (( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")
     [[ -n "${BOOT_PORTS[g]:-}" ]] && extra+=("${BOOT_PORTS[g]}")
-    local -n nodes_ref="R${g}_NODES"
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
+    container_flags "$g"
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 \
-      --output="$(rpath "$F_PREFLIGHT_LOG" "$g" %t)" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
+      --output="$(rpath "$F_PREFLIGHT_LOG" "$g" %t)" "${CT[@]}" "${SRUN_EXTRA[@]}" \
       env "${SERVER_ENV[@]}" bash "$RUN_DIR/$F_PREFLIGHT_SCRIPT" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
-    unset -n nodes_ref
     PF_PIDS+=($!)
   done
   wait_preflight
@@ -111,23 +121,29 @@ resolve_addresses() {
 # One srun step per het group, one task per node, with the command of the group's role in the
 # launch's mode (SERVER_CMD_<mode>_<role>; a prefill adds its bootstrap port).
 start_servers() {
-  local g
+  local g ref ipdir
   local -a cmd
   for g in "${!HEADS[@]}"; do
-    local -n nodes_ref="R${g}_NODES"
-    local -n role_cmd="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}"
-    cmd=("${role_cmd[@]}")
-    unset -n role_cmd
+    ipdir=""
+    if declare -F host_ip_dir >/dev/null; then ipdir=$(host_ip_dir "$g"); fi
+    local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
+    ref="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}[@]"
+    cmd=("${!ref}")
     [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
     event server_launch "replica=$g" "role=${GROUP_ROLES[g]}"
-    # shellcheck disable=SC2016  # $SLURM_NODEID must expand on each node, not here
+    container_flags "$g"
+    # $SLURM_NODEID must expand on each node, not here; so must the node's SGLANG_HOST_IP (the
+    # preflight's file of the node, when IPDIR is set: pd.host_ip_interface)
+    # shellcheck disable=SC2016
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 --kill-on-bad-exit=1 "${SERVER_STEP[@]}" \
-      --output="$(rpath "$F_SERVER_LOG" "$g" %t)" "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" \
-      bash -c 'exec env "$@" --node-rank "$SLURM_NODEID"' "server-r$g" "${SERVER_ENV[@]}" "${cmd[@]}" \
+      --output="$(rpath "$F_SERVER_LOG" "$g" %t)" "${CT[@]}" "${SRUN_EXTRA[@]}" \
+      bash -c 'ip=""; n=${SLURMD_NODENAME:-${HOSTNAME:-unknown}}
+        if [[ -n $1 ]]; then printf -v f "%s/$2" "$1" "$n"; ip=$(cat "$f") || { echo "slurm-ab: no SGLANG_HOST_IP for $n ($f)" >&2; exit 1; }; fi
+        shift 2; exec env ${ip:+"SGLANG_HOST_IP=$ip"} "$@" --node-rank "$SLURM_NODEID"' \
+      "server-r$g" "$ipdir" "${F_PREFLIGHT_HOST_IP:-}" "${SERVER_ENV[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
-    unset -n nodes_ref
   done
 }
 
@@ -135,8 +151,9 @@ start_router() {
   router_command
   log "router: ${ROUTER_CMD[*]}"
   event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=$ROUTER_PROFILE"
+  container_flags 0
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$F_ROUTER_LOG" \
-    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
+    "${CT[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
   STEP_PIDS[router]=$!
   wait_router_ready
   record_server_info
@@ -150,8 +167,9 @@ run_pass() {
   log "pass $PASS_KEY of $MODE: ${CLIENT_CMD[*]}"
   event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS"
   scrape_metrics start
+  container_flags 0
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$PASS_CLIENT_LOG" \
-    "${CONTAINER[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
+    "${CT[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
   CLIENT_PID=$!
   scrape_metrics_during "$CLIENT_PID"
   watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE")"
@@ -169,16 +187,16 @@ run_pass() {
 # run_launch I: launch I from start to teardown (runs as a background subshell of the job).
 # shellcheck disable=SC2317  # traps
 run_launch() {
-  local i=$1 spec
+  local i=$1 spec ref
   local -a specs
   LAUNCH=$(( i + 1 ))
   MODE=${LAUNCH_MODES[i]}
   RUN_DIR="$CAMPAIGN_DIR/${LAUNCH_DIRS[i]}"
   MODE_INDEX=${LAUNCH_SERVER[i]}
-  local -n roles_ref="MODE_ROLES_$MODE_INDEX" names_ref="MODE_NAMES_$MODE_INDEX"
-  GROUP_ROLES=("${roles_ref[@]}")
-  GROUP_NAMES=("${names_ref[@]}")
-  unset -n roles_ref names_ref
+  ref="MODE_ROLES_${MODE_INDEX}[@]"
+  GROUP_ROLES=("${!ref}")
+  ref="MODE_NAMES_${MODE_INDEX}[@]"
+  GROUP_NAMES=("${!ref}")
   METRICS_SERVERS=${MODE_METRICS[LAUNCH_SERVER[i]]}
   STEP_PIDS=()
   CLIENT_PID=""
@@ -208,6 +226,82 @@ run_launch() {
   exit 0
 }
 
+# sequential_look N: after launch N. When N ends a block (SEQ_LOOK_AFTER), the stop rule looks at
+# the blocks so far (a step on ROUTER_HOST with the client's Python, reading the clients' own pass
+# files); the look goes into events.log. Returns 0 when it decided: the campaign ends here, at a
+# block's end (sequential_stop), so the design stays balanced.
+sequential_look() {
+  local n=$1 k=0 j out decision=""
+  local -a fields
+  for j in "${!SEQ_LOOK_AFTER[@]}"; do
+    (( SEQ_LOOK_AFTER[j] == n )) && k=$(( j + 1 ))
+  done
+  (( k )) || return 1
+  container_flags 0
+  out=$(side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" "${CT[@]}" "${SRUN_EXTRA[@]}" \
+    env LC_ALL=C "${COMMON_ENV[@]}" "${SEQ_PYTHON[@]}" "$RUN_DIR/$F_STOP_RULE" "$RUN_DIR/$F_SEQ_SPEC" "$k" "$RUN_DIR" \
+    2>>"$RUN_DIR/$F_STOP_RULE_LOG")
+  if [[ $out != look=* ]]; then
+    event sequential_look "look=$k" decision=error "note=stop_rule_failed_see_$F_STOP_RULE_LOG"
+    return 1
+  fi
+  read -ra fields <<<"$out"
+  event sequential_look "${fields[@]}"
+  for j in "${fields[@]}"; do
+    [[ $j == decision=* ]] && decision=${j#decision=}
+  done
+  case $decision in
+    better|worse|equivalent)
+      log "sequential look $k after launch $n: $decision; the campaign stops at this block's end"
+      event sequential_stop "look=$k" "decision=$decision" "launches_run=$n" "launches_planned=${#LAUNCH_DIRS[@]}"
+      return 0 ;;
+  esac
+  return 1
+}
+
+# time_left: seconds until the job's time limit as Slurm says (squeue %L: [D-][H:]M:S), less
+# TIME_RESERVE_S (the job's own early stop and Slurm's early warning); "" when Slurm does not say
+# (UNLIMITED, no answer).
+time_left() {
+  local out
+  out=$(LC_ALL=C timeout 10 squeue -h -j "$SLURM_JOB_ID" -o %L 2>/dev/null | head -n 1)
+  out=${out//[[:space:]]/}
+  [[ $out =~ ^(([0-9]+)-)?(([0-9]+):)?([0-9]+):([0-9]+)$ ]] || return 0
+  echo $(( 10#${BASH_REMATCH[2]:-0} * 86400 + 10#${BASH_REMATCH[4]:-0} * 3600 + 10#${BASH_REMATCH[5]} * 60 \
+    + 10#${BASH_REMATCH[6]} - TIME_RESERVE_S ))
+}
+
+# block_fits N: before launch N. When N starts a block (TIME_BLOCKS), the block must fit in the time
+# left: its expected seconds, or its launches at the pace of the slowest block this job has run
+# (seconds per launch), whichever is more. A block that cannot finish is not started (time_stop):
+# the campaign ends at a block boundary, its design balanced, instead of being killed part-way at
+# the time limit. Returns 1 to stop.
+BLOCK_AT=-1
+BLOCK_SIZE=1
+BLOCK_PACE=0
+block_fits() {
+  local n=$1 k size need left pace
+  for (( k = 0; k < ${#TIME_BLOCKS[@]}; k++ )); do
+    (( ${TIME_BLOCKS[k]%%:*} == n )) || continue
+    if (( BLOCK_AT >= 0 )); then
+      pace=$(( (SECONDS - BLOCK_AT + BLOCK_SIZE - 1) / BLOCK_SIZE ))
+      (( pace > BLOCK_PACE )) && BLOCK_PACE=$pace
+    fi
+    if (( k + 1 < ${#TIME_BLOCKS[@]} )); then size=$(( ${TIME_BLOCKS[k+1]%%:*} - n )); else size=$(( ${#LAUNCH_DIRS[@]} - n + 1 )); fi
+    BLOCK_AT=$SECONDS BLOCK_SIZE=$size
+    need=$(( BLOCK_PACE * size ))
+    (( ${TIME_BLOCKS[k]#*:} > need )) && need=${TIME_BLOCKS[k]#*:}
+    left=$(time_left)
+    event time_check "block=$(( k + 1 ))" "launch=$n" "need_s=$need" "left_s=${left:-unknown}"
+    [[ -z $left ]] || (( left >= need )) && return 0
+    log "block $(( k + 1 )) of ${#TIME_BLOCKS[@]} (launch $n on) needs ~$need s, the job has $left s left: the campaign stops here, at a block boundary" >&2
+    event time_stop "block=$(( k + 1 ))" "blocks=${#TIME_BLOCKS[@]}" "launches_run=$(( n - 1 ))" \
+      "launches_planned=${#LAUNCH_DIRS[@]}" "need_s=$need" "left_s=$left"
+    return 1
+  done
+  return 0
+}
+
 # The job's schedule in its events, first thing: a launch_plan line per launch (its mode, directory
 # and passes as CONCURRENCY:REPEAT:PROMPTS), so the job's own record says what it was to run (a
 # script submitted again writes a directory without manifest).
@@ -229,6 +323,7 @@ record_schedule() {
 run_launches() {
   local i status=0 succeeded=0
   for i in "${!LAUNCH_DIRS[@]}"; do
+    block_fits "$(( i + 1 ))" || break
     event launch_start "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}"
     run_launch "$i" &
     # While a launch runs, the job's own teardown (scancel, time limit) stops it first, as it
@@ -245,6 +340,8 @@ run_launches() {
       log "launch $(( i + 1 )) (${LAUNCH_MODES[i]}) failed (status $LAUNCH_RC): see ${LAUNCH_DIRS[i]}/$F_EVENTS" >&2
       event launch_end "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" status=failed "rc=$LAUNCH_RC"
     fi
+    # a sequential campaign (its script defines write_stop_rule): a look after each block
+    declare -F write_stop_rule >/dev/null && sequential_look "$(( i + 1 ))" && break
   done
   (( succeeded )) && return 0
   return "$status"
@@ -254,7 +351,9 @@ main() {
   local rc
   prepare_run_dir
   CAMPAIGN_DIR=$RUN_DIR
+  if declare -F write_stop_rule >/dev/null; then write_stop_rule; fi
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "batch_host=$(hostname)" "cluster=${SLURM_CLUSTER_NAME:-}"
+  load_secrets
   record_schedule
   check_secrets
   if declare -F site_prologue >/dev/null; then
@@ -264,6 +363,8 @@ main() {
   fi
   read_hosts
   record_hosts
+  enroot_paths
+  sweep_nodes
   (( PREFLIGHT )) && run_preflight
   resolve_addresses
   run_launches

@@ -27,7 +27,17 @@ def missing() -> list[str]:
         if origin != where:
             out.append(f"{name} imports from {origin or 'nowhere'}, not {where}")
     out += [f"python module {m} missing" for m in MODULES if importlib.util.find_spec(m) is None]
+    if not _has_locale("de_DE.utf8"):       # the job script's locale tests (a decimal comma)
+        out.append("locale de_DE.UTF-8 not generated")
     return out
+
+
+def _has_locale(name: str) -> bool:
+    import subprocess
+    try:
+        return name in subprocess.run(["locale", "-a"], capture_output=True, text=True, timeout=10).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 if __name__ == "__main__":

@@ -158,7 +158,8 @@ def test_launch_names_that_are_not_numbers_give_no_run_position():
 def test_json_of_a_delta_has_exactly_the_documented_keys():
     d = delta("output_tps", [85.99, 86.5], [68.2, 67.9])
     keys = ["metric", "a_mean", "b_mean", "change_pct", "ci_low_pct", "ci_high_pct", "n_a", "n_b",
-            "verdict", "launches_a", "launches_b", "variance_levels", "p_value", "drift_adjusted"]
+            "verdict", "launches_a", "launches_b", "variance_levels", "p_value", "drift_adjusted", "confidence",
+            "margin_pct", "df", "estimate", "se", "log_scale", "scale", "qualifier"]
     assert list(d.to_dict()) == keys
     rec = json.loads(json.dumps(d.to_dict()))
     assert rec["verdict"] == "worse (within-launch only)" and rec["variance_levels"] == ["pass"]

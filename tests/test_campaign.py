@@ -91,7 +91,7 @@ def test_comparison_table_says_change_interval_verdict_and_variance():
     assert "worse (within-launch only)" in line and "[-" in line and "%" in line and "(primary)" in line
     assert "variance included: within one launch only" in text and "B: 1 pass(es) not ok" in text
     assert "launch and mode are confounded" in text
-    js = [r.to_dict() for r in data.comparison(a, b)]
+    js = [r.to_dict() for r in data.family([(a, b)])[0]]
     assert js[0]["metric"] == "output_tps" and js[0]["role"] == "primary" and js[0]["n_b"] == 3
     assert js[0]["verdict"] == "worse (within-launch only)" and js[0]["variance_levels"] == ["pass"]
     assert all(not r["verdict"] or r["verdict"].endswith("(within-launch only)") for r in js)
@@ -104,7 +104,7 @@ def test_comparison_with_launches_as_units_has_plain_verdicts_and_holm():
             for m, base, launches in (("a", 86.0, (1, 4)), ("b", 78.0, (2, 3))) for launch in launches
             for k in (1, 2)]
     a, b = [r for r in rows if r.mode == "a"], [r for r in rows if r.mode == "b"]
-    js = [r.to_dict() for r in data.comparison(a, b)]
+    js = [r.to_dict() for r in data.family([(a, b)])[0]]
     assert js[0]["verdict"] == "worse" and js[0]["variance_levels"] == ["launch", "pass"]
     assert (js[0]["launches_a"], js[0]["launches_b"]) == (2, 2) and js[0]["p_holm"] is None
     assert js[1]["role"] == "secondary" and js[1]["p_holm"] >= js[1]["p_value"]

@@ -73,8 +73,8 @@ def test_report_and_compare_of_a_campaign(cli, tmp_path):
     data = json.loads(out)
     assert list(data["comparisons"][0]["metrics"][0]) == [
         "metric", "a_mean", "b_mean", "change_pct", "ci_low_pct", "ci_high_pct", "n_a", "n_b", "verdict",
-        "launches_a", "launches_b", "variance_levels", "p_value", "drift_adjusted", "label", "role", "p_holm",
-        "same_as"]
+        "launches_a", "launches_b", "variance_levels", "p_value", "drift_adjusted", "confidence", "margin_pct",
+        "df", "estimate", "se", "log_scale", "scale", "qualifier", "label", "role", "p_holm", "family", "same_as"]
     assert data["comparisons"][0]["metrics"][0]["role"] == "primary"
     assert not Layout(root).report_html.exists()                # the tables draw no page
     code, out, _ = cli("collect", str(root))

@@ -55,7 +55,7 @@ def test_campaign_golden_and_shell_checks(tmp_path):
     def header(t):
         return [ln for ln in t.splitlines() if ln.startswith("#SBATCH") and not ln.startswith("#SBATCH --time=")]
     assert header(text) == header(single)
-    assert "#SBATCH --time=01:21:00" in text and "#SBATCH --time=00:31:00" in single
+    assert "#SBATCH --time=01:56:00" in text and "#SBATCH --time=00:48:00" in single
     assert "SERVER_CMD_0_server=(" in text and "SERVER_CMD_1_server=(" in text
     files = [f"{RELATIVE.bench(k)}:{RELATIVE.client_log(k)}" for k in ("c8-r1", "c8-r2")]
     assert f"LAUNCH_PASSES=(\n  '8:1:40:c8-r1:{files[0]} 8:2:40:c8-r2:{files[1]} " in text
@@ -124,3 +124,18 @@ def test_default_campaign_run_id_names_the_modes(monkeypatch):
     monkeypatch.delenv("RUN_ID", raising=False)
     plan = plan_job(Sources("example", (), GOLDEN_SETS), AB, None, CampaignOptions(repeats=2))
     assert re.fullmatch(r"dp2-tp32-vs-tp32-dflash-\d{8}-\d{6}", plan.run_id)
+
+
+def test_sequential_campaign_golden_and_shell_checks(tmp_path):
+    """A sequential campaign's generated part: SEQ_LOOK_AFTER, the client's Python, the spec with
+    its boundaries and the stop rule (golden); the static flow is every job's."""
+    text = render_script(_plan(repeats=1, launches=6, sequential=True))
+    check_golden("campaign-sequential-tp32-vs-tp32-dflash.sbatch", generated(text))
+    assert static(text) == static(render("tp32"))
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    r = shellcheck(script)
+    assert r.returncode == 0, r.stdout
+    assert "SEQ_LOOK_AFTER=(4 8 12)" in text and "write_stop_rule() {" in text
+    assert "write_stop_rule() {" not in render("tp32")        # only a sequential campaign looks

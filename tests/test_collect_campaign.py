@@ -169,3 +169,45 @@ def test_a_launch_of_three_passes_reads_each_server_log_once(tmp_path):
     whole = build_run(root.parent / "w", RunSpec(target=TP32_DFLASH))
     per_pass = [r["accept_samples"] for r in result["rows"]]
     assert all(per_pass) and sum(per_pass) == collect_run(whole).accept.samples == 37
+
+
+def test_a_campaign_stopped_at_a_block_boundary_reports_the_design_it_ran(tmp_path):
+    """The job did not start block 2 (time_stop: it could not finish in the time left): launches 5-8
+    are 'skipped (time)', not failures; the record says which block, why and the design that ran
+    (2 launches of each mode, balanced); the intervals' variance is that design's (issue 31)."""
+    from slurm_ab.tables.campaign import campaign_md
+    root = tmp_path / "camp"
+    root.mkdir()
+    c = schedule(("tp32", "tp32-dflash"), 1, (8,), "counterbalanced", False, 40, launches=4)
+    assert c.blocks == ((1, 2, 3, 4), (5, 6, 7, 8))
+    for launch in c.launches[:4]:
+        spec = RunSpec() if launch.mode == "tp32" else RunSpec(target=TP32_DFLASH)
+        _as_launch(build_run(tmp_path, spec), Layout(root).launch(launch).root, launch.passes[0].key)
+    Layout(root).manifest.write_text(json.dumps({
+        "run_id": "camp", "job_id": "4242", "mode": "tp32+tp32-dflash",
+        "config": {"replicas": 2}, "campaign": c.to_dict()}))
+    lines = ["1788000000.000 2026-09-02 12:00:00.000 job_start job_id=4242 run_id=camp",
+             "1788000000.500 2026-09-02 12:00:00.500 time_check block=1 launch=1 need_s=3000 left_s=7000"]
+    for launch in c.launches[:4]:
+        lines.append(f"1788000001.000 2026-09-02 12:00:01.000 launch_end launch={launch.index} mode={launch.mode} "
+                     "status=ok rc=0")
+    lines += ["1788003600.000 2026-09-02 13:00:00.000 time_check block=2 launch=5 need_s=3600 left_s=3100",
+              "1788003600.000 2026-09-02 13:00:00.000 time_stop block=2 blocks=2 launches_run=4 launches_planned=8 "
+              "need_s=3600 left_s=3100"]
+    Layout(root).events.write_text("\n".join(lines) + "\n")
+    cs = collect(root)
+    result = summary_record(cs)
+    assert [la["status"] for la in result["launches"]] == ["ok"] * 4 + ["skipped (time)"] * 4
+    assert result["launches"][4]["passes"] == ["c8-r3: skipped (time)"]      # tp32's third launch
+    assert len(result["passes"]) == 4 and {r["verdict"] for r in result["passes"]} == {"ok"}
+    stop = result["stop"]
+    assert (stop["reason"], stop["block"], stop["blocks"], stop["launches_run"], stop["launches_planned"],
+            stop["need_s"], stop["left_s"]) == ("time", 2, 2, 4, 8, 3600, 3100)
+    assert stop["design"] == "launches 1-4 of 8 (1 of 2 block(s)): tp32 2, tp32-dflash 2 launch(es)"
+    assert "every mode ran in at least 2 server launches" in result["variance"]
+    (cmp,) = result["comparisons"]
+    assert "launch" in cmp["metrics"][0]["variance_levels"]
+    assert cs.stop.launches_run == 4 and len(cs.design.launches) == 4
+    md = campaign_md(cs)
+    assert ("Stopped at a block boundary (time): block 2 of 2 was not started, it needed ~3600 s and the job "
+            "had 3100 s left before its own early stop; design run: launches 1-4 of 8") in md

@@ -71,6 +71,28 @@ def test_nccl_network_reasons_name_the_node(tmp_path):
     assert nccl_network_reasons(logs[1:2], "Socket", nodes) == []
 
 
+# The HPC-X/SHARP plugin (nccl-rdma-sharp-plugins ib_plugin.c: .name = "IBext_v8") and aws-ofi-nccl
+# ("AWS Libfabric" when NCCL_NET names it so): NCCL prints the plugin's name (src/init.cc)
+PLUGIN_LINES = """node01:10:10 [0] NCCL INFO NET/Plugin: Loaded net plugin NCCL RDMA Plugin v8 (v8)
+node01:10:20 [0] NCCL INFO P2P plugin v8 IBext_v8
+node01:10:20 [0] NCCL INFO Using network IBext_v8
+"""
+
+
+def test_a_net_plugins_name_is_read_whole_and_counts_as_its_family(tmp_path):
+    ib_names = ("IB", "IBext", "IBext_v*", "UCX", "UCX-RMA", "UCX-UCT", "UCX-UCT-RD")
+    got = nccl_network(_log(tmp_path, 0, 0, PLUGIN_LINES))
+    assert got.networks == ("IBext_v8",) and not got.other_than("IB", ib_names)
+    assert got.other_than("IB") == ("IBext_v8",)                 # a run recorded before the families
+    aws = nccl_network(_log(tmp_path, 0, 1, "x:1:1 [0] NCCL INFO Using network AWS Libfabric\n"))
+    assert aws.networks == ("AWS Libfabric",) and aws.other_than("IB", ib_names) == ("AWS Libfabric",)
+    nodes = {"0": ["node01", "node02"]}
+    logs = [Layout(tmp_path).server_log(0, 0), Layout(tmp_path).server_log(0, 1)]
+    assert nccl_network_reasons(logs, "IB", nodes, root=tmp_path, names=ib_names) == [
+        "replica 0 node rank 1 (node02): NCCL used network AWS Libfabric, not IB (cluster.nccl_network): "
+        "x:1:1 [0] NCCL INFO Using network AWS Libfabric [logs/server-r0-n1.log:1]"]
+
+
 def test_the_diagnosis_finds_the_fallback_line(tmp_path):
     p = _log(tmp_path, 1, 1, SOCKET_LINES)
     kinds = [(f.kind, f.line) for f in diagnose([p], root=tmp_path)]

@@ -484,10 +484,13 @@ def test_decode_kv_exhaustion(procs, model_dir, tmp_path):
 
 
 def test_transfer_grows_with_the_prompt(procs, model_dir, tmp_path):
-    """KV really crosses between the two servers, kv_transfer_bytes_per_token per prompt token: the
-    prefill's sglang:kv_transfer_total_mb is exactly that, and its transfer latency grows with it."""
+    """KV really crosses between the two servers: the model's KV per token and rank (its config.json:
+    61 MLA layers x (512 + 64) x 2 bytes = 70272 B, as transformers fills in a deepseek_v3 config)
+    for every prompt token; the prefill's sglang:kv_transfer_total_mb is what its TP0 rank sent (one
+    decode rank's share, TP8 to TP8), and the transfer latency grows with it (kv_wire_fraction 1/128
+    of it on the wire here)."""
     cfg = tmp_path / "kv.toml"
-    cfg.write_text("[pd]\nkv_transfer_bytes_per_token = 4096\n")
+    cfg.write_text("[pd]\nkv_wire_fraction = 0.0078125\n")
     (p, purl, bport), (d, durl) = pair(procs, model_dir, p_env={"SLURM_AB_EMU_CONFIG": str(cfg)})
     rurl, _ = router(procs, purl, bport, durl)
     seen = []
@@ -500,8 +503,78 @@ def test_transfer_grows_with_the_prompt(procs, model_dir, tmp_path):
         assert count == 1
         seen.append((n, mb, ms))
     print("MEASURE transfer on loopback (tokens, MB, ms):", [(n, round(mb, 2), round(ms, 1)) for n, mb, ms in seen])
-    assert [mb for _, mb, _ in seen] == [n * 4096 / 2 ** 20 for n, _, _ in seen]
-    assert seen[0][2] < seen[1][2] < seen[2][2]
+    assert [mb for _, mb, _ in seen] == [pytest.approx(n * 70272 / 2 ** 20) for n, _, _ in seen]
+    assert seen[0][2] < seen[2][2]
+
+
+def test_kv_moves_on_every_node_pair_to_the_requests_dp_rank(procs, model_dir):
+    """A 2-node prefill (TP16) and a 2-node decode (TP16, DP attention 2: DP rank 0 on its first
+    node, DP rank 1 on its second). The decode's second node has no GPUDirect RDMA
+    (SLURM_AB_EMU_GPUDIRECT=none: Mooncake cannot register its GPU memory and says so at start-up,
+    then starts anyway): a request routed to DP rank 0 (routed_dp_rank) moves its KV on the node
+    pairs of that rank and succeeds; one routed to DP rank 1 fails naming the second node's endpoint
+    (the KV goes there, not head to head), and Mooncake then blacklists that session."""
+    dport, pport, pboot, ddport, dhport = free_ports(5)
+    common = ["--model-path", model_dir, "--tp-size", "16", "--nnodes", "2", "--enable-metrics"]
+    env = {"SLURM_AB_EMU_TIME_SCALE": "0.002"}
+    pre = common + ["--dist-init-addr", f"{P_HOST}:{dport}", "--port", str(pport), "--disaggregation-mode",
+                    "prefill", "--disaggregation-bootstrap-port", str(pboot)]
+    p0 = procs.start(pre + ["--node-rank", "0", "--host", P_HOST], "p0", {**env, "SGLANG_HOST_IP": P_HOST})
+    procs.start(pre + ["--node-rank", "1", "--host", "127.0.0.4"], "p1", {**env, "SGLANG_HOST_IP": "127.0.0.4"})
+    dec = common + ["--dist-init-addr", f"{D_HOST}:{ddport}", "--port", str(dhport), "--disaggregation-mode",
+                    "decode", "--disaggregation-bootstrap-port", str(pboot), "--dp-size", "2", "--enable-dp-attention"]
+    d0 = procs.start(dec + ["--node-rank", "0", "--host", D_HOST], "d0", {**env, "SGLANG_HOST_IP": D_HOST})
+    d1 = procs.start(dec + ["--node-rank", "1", "--host", "127.0.0.5"], "d1",
+                     {**env, "SGLANG_HOST_IP": "127.0.0.5", "SLURM_AB_EMU_GPUDIRECT": "none"})
+    purl, durl = f"http://{P_HOST}:{pport}", f"http://{D_HOST}:{dhport}"
+    assert wait_healthy(purl, 30), p0.text()
+    assert wait_healthy(durl, 30), d0.text()
+    assert len(re.findall(r"^E\d{4} [\d:.]+ \d+ rdma_context\.cpp:203\] Failed to register memory 0x[0-9a-f]+: "
+                          r"Invalid argument \[22\]$", d1.text(), re.M)) == 8
+    before = metrics(purl)
+
+    def one(room, dp_rank):
+        body = gen(2000, 4, bootstrap_host=P_HOST, bootstrap_port=pboot, bootstrap_room=room)
+        return dual_dispatch(purl, durl, dict(body, routed_dp_rank=dp_rank))(30)
+
+    (pc, _), (dc, _) = one(11, 0)
+    assert (pc, dc) == (200, 200)
+    mb = value(metrics(purl), "sglang:kv_transfer_total_mb", "_sum") - value(before, "sglang:kv_transfer_total_mb", "_sum")
+    assert mb == pytest.approx(2000 * 70272 / 2 ** 20)      # TP0 serves one decode rank of the group
+    (pc, ptext), (dc, dtext) = one(12, 1)
+    assert pc == 500 and dc == 500, (ptext, dtext)
+    d1_kv = re.search(r"Session (127\.0\.0\.5:\d+) failed\.", p0.text())
+    assert d1_kv, p0.text()[-2000:]
+    ep = d1_kv[1]
+    assert re.search(rf"Prefill transfer failed for request rank=0 req\.rid='[0-9a-f]+' req\.bootstrap_room=12 "
+                     rf"with exception KVTransferError\(bootstrap_room=12\): Failed to send kv chunk of 12 to "
+                     rf"{re.escape(ep)}$", p0.text(), re.M)
+    assert ("Decode transfer failed for request rank=0 decode_req.req.rid=" in dtext
+            and "Failed to get kvcache from prefill instance, it might be dead" in dtext), dtext
+    (pc, ptext), _ = one(13, 1)               # the session is blacklisted until a probe reaches it
+    assert pc == 500 and f"Decode instance could be dead, remote mooncake session {ep} is not alive" in ptext
+    assert one(14, 0)[1][0] == 200            # DP rank 0's nodes are fine
+    assert value(metrics(purl), "sglang:num_transfer_failed_reqs_total") == 2
+
+
+def test_kv_checksum_mismatch_aborts_the_request(procs, model_dir):
+    """--disaggregation-enable-kv-checksum on both roles: the decode verifies the prefill's checksum
+    as the request enters its first batch; SGLang's own test hook
+    (SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB=1) corrupts it: SGLang's error line, HTTP 500
+    "KV checksum mismatch", a failed transfer counted; without the hook the same request passes."""
+    flag = ["--disaggregation-enable-kv-checksum"]
+    (p, purl, bport), (d, durl) = pair(procs, model_dir, p_extra=flag, d_extra=flag)
+    body = gen(1000, 4, bootstrap_host=P_HOST, bootstrap_port=bport, bootstrap_room=5)
+    (pc, _), (dc, _) = dual_dispatch(purl, durl, body)(30)
+    assert (pc, dc) == (200, 200)
+    (p2, purl2, bport2), (d2, durl2) = pair(procs, model_dir, p_extra=flag, d_extra=flag,
+                                            d_env={"SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB": "1"})
+    body = gen(1000, 4, bootstrap_host=P_HOST, bootstrap_port=bport2, bootstrap_room=6)
+    _, (dc, dtext) = dual_dispatch(purl2, durl2, body)(30)
+    assert dc == 500 and "KV checksum mismatch" in dtext, dtext
+    assert re.search(r"KV checksum mismatch req=[0-9a-f]+ bootstrap_room=6 expected=0x[0-9a-f]+ got=0x[0-9a-f]+$",
+                     d2.text(), re.M)
+    assert value(metrics(durl2), "sglang:num_transfer_failed_reqs_total") == 1
 
 
 @pytest.fixture
@@ -557,12 +630,12 @@ def test_rate_limited_link_slows_ttft(procs, model_dir, veth_ns):
     subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "8mbit",
                     "burst", "4kb", "latency", "2s"], check=True)
     slow = [ttft_and_transfer() for _ in range(2)]
-    print("MEASURE 16K prompt, 1 MiB of KV: TTFT / transfer (s) unlimited",
+    print("MEASURE 16K prompt, 275 KiB of KV on the wire: TTFT / transfer (s) unlimited",
           [(round(a, 3), round(b / 1000, 3)) for a, b in fast],
           "at 8mbit", [(round(a, 3), round(b / 1000, 3)) for a, b in slow])
-    # 1 MiB at 8 Mbit/s is ~1.05 s on the wire
-    assert all(b / 1000 > 0.9 for _, b in slow) and all(b / 1000 < 0.3 for _, b in fast)
-    assert min(a for a, _ in slow) > max(a for a, _ in fast) + 0.8
+    # 16384 tokens x 70272 B x 8 decode ranks x kv_wire_fraction 1/32768 = 281088 B: 0.28 s at 8 Mbit/s
+    assert all(b / 1000 > 0.25 for _, b in slow) and all(b / 1000 < 0.1 for _, b in fast)
+    assert min(a for a, _ in slow) > min(a for a, _ in fast) + 0.2     # the first fast request may be a cold one
 
 
 # ---- flags, rules and line formats (no processes) -------------------------------------------------

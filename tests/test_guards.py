@@ -141,16 +141,38 @@ def test_an_unchecked_or_silent_nccl_passes(lib, tmp_path):
     assert {e.fields["network"] for e in ev.named("nccl_network")} == {"unknown"}
 
 
+IB_NAMES = "NCCL_NAMES=(IB IBext 'IBext_v*' UCX UCX-RMA UCX-UCT UCX-UCT-RD)\n"
+
+
+def test_a_net_plugins_name_counts_as_its_family(lib, tmp_path):
+    # NCCL logs the net plugin's own name (comm->ncclNet->name, src/init.cc): the HPC-X/SHARP
+    # plugin's IBext_v8 (nccl-rdma-sharp-plugins ib_plugin.c) and its UCX transport are IB; a
+    # name with a space (aws-ofi-nccl's "AWS Libfabric") is recorded whole; Socket still fails
+    for g, r, net in ((0, 0, "IBext_v8"), (0, 1, "UCX-RMA"), (1, 0, "IB"), (1, 1, "IBext_v11")):
+        _log(tmp_path, g, r, net)
+    r, ev, _ = bash(lib, tmp_path, NODES + "NCCL_NETWORK=IB\n" + IB_NAMES + "check_nccl_network\necho passed\n")
+    assert "passed" in r.stdout and not ev.failures(), r.stderr
+    assert {e.fields["node"]: e.fields["network"] for e in ev.named("nccl_network")} == \
+        {"node01": "IBext_v8", "node02": "UCX-RMA", "node05": "IB", "node06": "IBext_v11"}
+    socket = tmp_path / "socket"
+    for g, r, net in ((0, 0, "IBext_v8"), (0, 1, "AWS Libfabric"), (1, 0, "IB"), (1, 1, "IB")):
+        _log(socket, g, r, net)
+    r, ev, _ = bash(lib, socket, NODES + "NCCL_NETWORK=IB\n" + IB_NAMES + "check_nccl_network\necho passed\n")
+    assert r.returncode == 1 and "passed" not in r.stdout
+    assert ev.failures()[0].fields["network"] == "AWS Libfabric" and ev.failures()[0].fields["node"] == "node02"
+
+
 def test_metric_sum_and_pass_limit(lib, tmp_path):
     text = ('# TYPE sglang:num_requests_total counter\\n'
             'sglang:num_requests_total{is_streaming="true",model_name="m"} 12.0\\n'
             'sglang:num_requests_total{is_streaming="false",model_name="m"} 2.0\\n'
             'sglang:num_requests_total_created 1.7e9\\n')
     script = (f"printf '{text}' | metric_sum sglang:num_requests_total; echo\n"
-              "declare -A REQUEST_MS=([tp32]=60000 [pp8]=1500)\nPASS_OVERHEAD_S=30\nWATCH_FACTOR_PCT=300\n"
-              "pass_limit 40 8 tp32; pass_limit 40 1 pp8; pass_limit 40 8 other\n")
+              "declare -A REQUEST_MS=([tp32:8:40]=60000 [pp8:1:40]=1500)\nPASS_OVERHEAD_S=30\nWATCH_FACTOR_PCT=300\n"
+              "pass_limit 40 8 tp32; pass_limit 40 1 pp8; pass_limit 40 8 other; pass_limit 80 8 tp32\n")
     r, _, _ = bash(lib, tmp_path, script)
-    assert r.stdout.split() == ["14", "990", "270", "0"]     # (5 x 60 + 30) x 3; (40 x 1.5 + 30) x 3
+    # (5 x 60 + 30) x 3; (40 x 1.5 + 30) x 3; a pass the figures do not hold (mode, C, prompts): no limit
+    assert r.stdout.split() == ["14", "990", "270", "0", "0"]
 
 
 INFLIGHT = ("declare -A WATCH_INFLIGHT=([server]='sglang:num_running_reqs sglang:num_queue_reqs' "

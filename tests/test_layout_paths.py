@@ -5,6 +5,7 @@ pinned by a direct test (issue 36)."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -176,13 +177,33 @@ def test_the_job_script_spells_no_path_and_gets_layouts_formats(sets):
     for text in (render("tp32-dflash", sets=sets), _campaign_text()):
         assert spelled_paths(text) == set()
         formats = dict(re.findall(r"^(F_[A-Z_]+)=(\S+)", text, re.M))
-        assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False)}
+        assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, sequential=False)}
         assert formats["F_EVENTS"] == str(RELATIVE.events)
+
+
+def test_a_sequential_campaigns_files_are_generated_formats():
+    """The stop rule's spec, program and log reach the script as F_* formats (only a sequential
+    campaign's script has them); the spec names each pass's files as Layout does."""
+    plan = plan_job(Sources("example", (), GOLDEN_SETS), ["tp32", "tp32-dflash"], "RUN-ID",
+                    CampaignOptions(launches=4, sequential=True))
+    text = render_script(plan)
+    assert spelled_paths(text) == set()
+    formats = dict(re.findall(r"^(F_[A-Z_]+)=(\S+)", text, re.M))
+    assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, sequential=True)}
+    assert (formats["F_SEQ_SPEC"], formats["F_STOP_RULE"], formats["F_STOP_RULE_LOG"]) == \
+        (str(RELATIVE.sequential_spec), str(RELATIVE.stop_rule), str(RELATIVE.stop_rule_log))
+    spec = json.loads(re.search(r"<<'SLURM_AB_SEQUENTIAL_SPEC'\n(.*?)\nSLURM_AB_SEQUENTIAL_SPEC\n", text, re.S).group(1))
+    lay = Layout(Path(plan.run_dir))
+    for entry, launch in zip(spec["launches"], plan.campaign.campaign.launches):
+        ll = lay.launch(launch)
+        assert lay.root / entry["dir"] == ll.root
+        assert [(ll.root / x["bench"], ll.root / x["client_log"]) for x in entry["passes"]] == \
+            [(ll.bench(p.key), ll.client_log(p.key)) for p in launch.passes if not p.burn_in]
 
 
 def test_the_formats_give_layouts_names_in_bash(tmp_path):
     """bash's printf of every F_* format names the file Layout names, placeholders in order."""
-    args = {"g": "1", "rank": "3", "peer": "2", "node": "node07", "target": "r1n0", "stamp": "20261130-1.5",
+    args = {"g": "1", "rank": "3", "peer": "2", "dp": "1", "node": "node07", "target": "r1n0", "stamp": "20261130-1.5",
             "job": "42", "run_dir": "/r/x"}
     by_format = {re.sub(r"\{[a-z_]+\}", "%s", v): v for v in [*FILES.values(), RESUBMITTED]}
     for name, fmt, _ in job_formats():

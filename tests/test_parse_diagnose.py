@@ -174,3 +174,28 @@ def test_profiled_kv_size(tmp_path):
     f = diagnose([capped])[0]
     assert f.kind == "kv_capped" and f.details["profiled_max_total_tokens"] == 50756
     assert "kv_capped" not in ROOT_CAUSE_KINDS
+
+
+def test_pd_gpudirect_checksum_and_flaky_transfers(tmp_path):
+    """Issue 31's PD failures, in SGLang 0.5.23's and Mooncake's words: GPU memory that cannot be
+    registered for RDMA (no GPUDirect) outranks the transfers that then fail; a KV checksum mismatch
+    is named as corruption; a flaky fabric's failed transfer is a KV transfer failure."""
+    p = _write(tmp_path, "logs/server-r1-n1.log", [
+        "E1203 12:00:00.123456 4242 rdma_context.cpp:203] Failed to register memory 0x7b375b400000: "
+        "Invalid argument [22]",
+        "[2026-12-03 12:01:00 TP0] Decode transfer failed for request rank=0 decode_req.req.rid='a' "
+        "decode_req.req.bootstrap_room=5 with exception KVTransferError(bootstrap_room=5): Failed to get "
+        "kvcache from prefill instance, it might be dead"])
+    q = _write(tmp_path, "logs/server-r1-n0.log", [
+        "[2026-12-03 12:02:00 TP0] KV checksum mismatch req=ab12 bootstrap_room=7 expected=0x1f got=0x1e"])
+    r = _write(tmp_path, "logs/server-r0-n0.log", [
+        "[2026-12-03 12:03:00 TP0] Session 10.0.0.5:41234 failed.",
+        "[2026-12-03 12:03:00 TP0] Prefill transfer failed for request rank=0 req.rid='c' req.bootstrap_room=9 "
+        "with exception KVTransferError(bootstrap_room=9): Failed to send kv chunk of 9 to 10.0.0.5:41234"])
+    found = {f.kind: f for f in diagnose([p, q, r], root=tmp_path)}
+    assert found["pd_gpudirect"].line == 1 and found["pd_gpudirect"].file == "logs/server-r1-n1.log"
+    assert found["pd_kv_checksum"].file == "logs/server-r1-n0.log"
+    assert "Failed to send kv chunk of 9" in found["pd_transfer_failed"].excerpt or \
+        found["pd_transfer_failed"].file in ("logs/server-r1-n1.log", "logs/server-r0-n0.log")
+    order = ROOT_CAUSE_KINDS
+    assert order.index("pd_gpudirect") < order.index("pd_kv_checksum") < order.index("pd_transfer_failed")

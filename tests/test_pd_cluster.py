@@ -316,3 +316,140 @@ def test_transfers_that_hang_mid_run_fail_the_pass_by_the_stall_watchdog(job):
     measure("PD: KV transfers hang mid-run (pd_transfer_hang_after=15)", took,
             f"stall verdict {took:.1f} s after the last scrape before the hang (stall_s {stall_s}, scrape "
             f"every {every} s; clock {f['seconds']} s): {r}")
+
+
+# ---- issue 31: PD on a real fabric, and a campaign that runs out of time --------------------------
+
+DP2_DECODE = ("mode.roles.decode.args.dp-size=2", "mode.roles.decode.args.enable-dp-attention=true")
+
+
+def test_pd_on_a_real_fabric_and_a_campaign_out_of_time(job):
+    """One PD campaign shows issue 31's fabric items and the block-boundary stop. pd-1p1d with a
+    DP-attention decode (2 DP ranks), --launches 4 (blocks of 2 launches), --time 6 min with the
+    job's own stop 30 s before it and Slurm's 60 s early warning kept back (270 s usable): every PD
+    node advertises its own eth0 address (pd.host_ip_interface, read by the preflight), the preflight
+    checks GPUDirect RDMA (the stand-in says peermem), both roles verify KV checksums (pd.kv_checksum,
+    off by default), each launch
+    proves the pair with one canary per decode DP rank, the breakdown's KV transfer is the one on
+    TTFT's path. Each block is priced at 240 s by the time model (10 s load + 10 s teardown + 2 x 10 s
+    + 80 s a pass, per launch; the pass limit is 3 x 100 s, as the client's start-up under load
+    needs): block 1 starts when the job reaches it within 30 s (the preflight
+    without imports: 3-10 s), block 2 is not started once block 1 and the preflight took more than
+    30 s (two PD launches alone take more): launches 3 and 4 'skipped (time)'."""
+    import socket
+
+    from helpers import NO_IMPORT
+
+    j = job("pd-fabric", NO_IMPORT, 'pd.host_ip_interface="eth0"', "pd.kv_checksum=true", *DP2_DECODE, "benchmark.num_prompts=16",
+            "benchmark.output_len=128", "cluster.signal_before_limit_s=30", "estimate.model_load_s=10",
+            "estimate.warmup_s=0", "estimate.request_s=10", "estimate.pass_overhead_s=80", "estimate.margin=0",
+            "estimate.from_results=false", "estimate.enforce=false", mode="pd-1p1d", client=CLIENT_052,
+            extra=("--launches", "4", "--repeats", "1", "--time", "00:06:00"))
+    # every emulator process of both roles runs with its own node's eth0 address as SGLANG_HOST_IP
+    procs = j.wait_for(lambda: (lambda ps: ps if len(ps) >= 8 else None)(
+        [p for p in j.find("slurm_ab_testbed.emulator") if p.envvar("SGLANG_HOST_IP")]), 240, "8 PD servers")
+    for p in procs:
+        node = p.envvar("SLURMD_NODENAME")
+        assert p.envvar("SGLANG_HOST_IP") == socket.gethostbyname(node), (node, p.envvar("SGLANG_HOST_IP"))
+    rc = j.finish(500)
+    assert rc == 0, j.output()[-4000:]
+    s = json.loads(Layout(j.run_dir).summary("json").read_text())      # the job's whole record
+    assert [la["status"] for la in s["launches"]] == ["ok", "ok", "skipped (time)", "skipped (time)"], s["launches"]
+    stop = s["stop"]
+    assert (stop["reason"], stop["block"], stop["blocks"], stop["launches_run"]) == ("time", 2, 2, 2)
+    assert stop["need_s"] >= 240 and stop["left_s"] < stop["need_s"], stop
+    assert stop["design"] == "launches 1-2 of 4 (1 of 2 block(s)): pd-1p1d 2 launch(es)"
+    first, second = j.event("time_check", block="1")[1], j.event("time_check", block="2")[1]
+    assert int(first["left_s"]) >= 240 > int(second["left_s"])
+    assert not j.event("fail", kind="time_limit")            # stopped by itself, long before USR1
+    assert [p["verdict"] for p in s["passes"]] == ["ok", "ok"], [p.get("reason") for p in s["passes"]]
+    for d in ("launch1-pd-1p1d", "launch2-pd-1p1d"):
+        ev = (j.run_dir / d / "events.log").read_text()
+        assert ev.count(" pd_canary prefill=0 decode=1 prefill_dp=0 decode_dp=") == 2 and " ok=0 " not in ev
+        assert "decode_dp=0 ok=1" in ev and "decode_dp=1 ok=1" in ev
+        ips = dict(x.split("=") for x in re.search(r" pd_host_ip replica=1 interface=eth0 ips=(\S+)", ev)[1].split(","))
+        assert ips == {n: socket.gethostbyname(n) for n in ips} and len(ips) == 4
+        assert "disaggregation_enable_kv_checksum=True" in (j.run_dir / d / "logs" / "server-r1-n0.log").read_text()
+    assert "PF_PD_GPUDIRECT=(python3 -m slurm_ab_testbed.fake_gpudirect)" in (j.run_dir / "job.sbatch").read_text()
+    from slurm_ab.collect.campaign import collect
+    p = collect(j.run_dir).passes[0]
+    kv = next(x for x in p.pd.breakdown.chain if x.key == "kv_transfer")
+    assert "TTFT's path" in kv.label and kv.mean_ms is not None and kv.count == 16
+    t = p.pd.transfer
+    assert t.latency_label.startswith("the prefill's transfer-queue entry") and t.mb_per_request > 100   # real bytes
+    j.assert_nothing_left()
+    measure("PD fabric campaign, stopped before block 2 (time)", j.job_end() - j.events()[0][0],
+            f"{stop['design']}; block 2 needed {stop['need_s']} s, {stop['left_s']} s left; KV on TTFT's path "
+            f"{kv.mean_ms:.1f} ms vs the prefill's kv_transfer_latency_ms {t.latency_ms:.1f} ms")
+
+
+def test_a_dp_rank_whose_nodes_cannot_move_kv_fails_its_own_canary(job):
+    """The decode's third node (DP rank 1's) has no GPUDirect RDMA (SLURM_AB_EMU_GPUDIRECT=none: Mooncake
+    cannot register its GPU memory, SGLang starts anyway). Requests of DP rank 0 still work, so one
+    canary per pair would pass; the canary of decode DP rank 1 fails, naming the pair and the ranks,
+    before the warm-ups (no preflight here: it would have named the node first)."""
+    from helpers.lanes import idle_nodes
+    p, d = idle_nodes()
+    bad = d[2]
+    j = job("pd-dp1", NO_PREFLIGHT, *DP2_DECODE, 'server.env.SLURM_AB_EMU_GPUDIRECT="none"',
+            f'server.env.SLURM_AB_EMU_FAULT_NODES="{bad}"', mode="pd-1p1d", client=CLIENT_052)
+    rc = j.finish(300)
+    assert rc != 0
+    assert j.event("pd_canary", decode_dp="0", ok="1"), j.events()
+    s = j.summary()
+    hosts = j.hosts()
+    assert hosts[1][2] == bad
+    r = s["reasons"][0]
+    assert r.startswith(f"the KV canary (2 tokens) between prefill 0 ({hosts[0][0]}) and decode 0 ({hosts[1][0]}), "
+                        "prefill DP rank 0 and decode DP rank 1 failed after "), s["reasons"]
+    assert any("GPU memory not registered for RDMA" in x and "server-r1-n2.log" in x for x in s["reasons"]), s["reasons"]
+    assert not (j.run_dir / "logs" / "router.log").exists()
+    j.assert_nothing_left()
+    measure("PD: decode DP rank 1's node without GPUDirect (its canary)", _took(j, "pd_canary_start"), r)
+
+
+def test_the_preflight_names_a_node_without_gpudirect(job):
+    """GPUDirect RDMA missing on one decode node: the preflight (GPUDirect check of an RDMA backend)
+    names the node before any model loads."""
+    from helpers import NO_IMPORT
+    from helpers.lanes import idle_nodes
+    p, d = idle_nodes()
+    bad = d[1]
+    j = job("pd-gdr", NO_IMPORT, 'server.env.SLURM_AB_EMU_GPUDIRECT="none"',
+            f'server.env.SLURM_AB_EMU_FAULT_NODES="{bad}"', mode="pd-1p1d", client=CLIENT_052)
+    rc = j.finish(300)
+    assert rc != 0
+    r = _first_reason(j)
+    assert r == (f"preflight: {bad} (replica 1 node rank 1): no GPUDirect RDMA: nvidia_peermem is not loaded and "
+                 "dma-buf is no: the RDMA transfer engine cannot register GPU memory, every KV transfer from or to "
+                 "this node would fail (load nvidia_peermem, or a driver and kernel with dma-buf)"), j.summary()["reasons"]
+    assert not j.event("server_launch")
+    j.assert_nothing_left()
+    measure("PD: no GPUDirect RDMA on a node (preflight)", j.job_end() - j.events()[0][0], r)
+
+
+def test_random_transfer_failures_fail_the_pass(job):
+    """A flaky fabric (pd_transfer_fail_prob=0.2 on the prefill, seeded: the canary, the warm-up and the
+    router canary pass, the benchmark's first transfer fails, on the share bound for one of the decode's
+    nodes): Mooncake's prefill logs 'Session ... failed.' and 'Failed to send kv chunk of R to HOST:PORT',
+    tells the decode ('Failed to get kvcache from prefill instance, it might be dead'), and blacklists
+    that decode session until its probe (SGLANG_FAILED_SESSION_PROBE_INTERVAL_S, 30 s): every later
+    transfer fails at once ('Decode instance could be dead, remote mooncake session ... is not alive'),
+    so one flaky transfer fails the pass, named on both roles."""
+    j, nodes = _fault_job(job, "pd-flaky", 'server.env.SLURM_AB_EMU_FAULT="pd_transfer_fail_prob=0.2"',
+                          'server.env.SLURM_AB_EMU_SEED="23"', "benchmark.num_prompts=16", nodes="prefill",
+                          client=CLIENT_052)
+    rc = j.finish(400)
+    assert rc != 0, j.output()[-3000:]
+    s = j.summary()
+    assert s["verdict"] == "failed", s["reasons"]
+    assert j.event("bench_start") and j.event("pd_canary", via="router", ok="1")
+    r = s["reasons"][0]
+    assert re.match(rf"prefill 0 node rank 0 \({nodes[0]}\): KV transfer failed: .*Failed to send kv chunk of (\d+) "
+                    r"to [\d.]+:\d+ \[launch1-pd-1p1d/logs/server-r0-n0\.log:\d+\]$", r), s["reasons"]
+    assert any(x.startswith("decode 0 node rank 0 (") and "Failed to get kvcache from prefill instance" in x
+               for x in s["reasons"]), s["reasons"]
+    log = (j.run_dir / "logs" / "server-r0-n0.log").read_text()
+    assert re.search(r"Session \S+:\d+ failed\.", log) and "remote mooncake session" in log
+    j.assert_nothing_left()
+    measure("PD: flaky KV transfers (pd_transfer_fail_prob=0.2)", _took(j, "bench_start"), r)

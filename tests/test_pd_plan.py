@@ -237,7 +237,14 @@ def errors_of(mode: str, *sets: str) -> list[str]:
       "mode.roles.prefill.args.speculative-draft-model-path=\"/d\""],
      "modes.pd-1p1d.roles.prefill.args.speculative-algorithm", "speculative decoding runs on both roles or neither"),
     (["mode.roles.decode.args.disaggregation-enable-kv-checksum=true"],
-     "modes.pd-1p1d.roles.decode.args.disaggregation-enable-kv-checksum", "Enable on both prefill and decode"),
+     "modes.pd-1p1d.roles.decode.args.disaggregation-enable-kv-checksum",
+     'set by slurm-ab for every role instance (allowed: pd.kv_checksum (both roles: its --help says "Enable on both'),
+    (['pd.host_ip_interface="ib 0"'], "pd.host_ip_interface", "not a network interface name"),
+    (['pd.host_ip_interface="ib0"', "preflight.enabled=false"], "pd.host_ip_interface",
+     "each node's address is read by the preflight"),
+    (['pd.host_ip_interface="ib0"', "preflight.address_command=[]"], "pd.host_ip_interface",
+     "each node's address is read by the preflight"),
+    (['preflight.gpudirect_command=["python3", ""]'], "preflight.gpudirect_command", "must not contain empty strings"),
     (["mode.roles.decode.pp=2", "mode.roles.decode.tp=16", "mode.roles.prefill.pp=4", "mode.roles.prefill.tp=8"],
      "modes.pd-1p1d.roles.decode.pp", '"Decode pp size (2) should be equal to prefill pp size (4) or 1"'),
     (["mode.roles.decode.tp=16"], "modes.pd-1p1d.roles.decode.tp",
@@ -313,5 +320,36 @@ def test_a_pd_job_spells_no_path_of_the_run_directory():
 
     text = render_script(_campaign(["tp32", "pd-1p1d"])) + render("pd-1p1d", site="local")
     assert spelled_paths(text) == set()
-    for name in ("F_PD_CANARY", "F_PD_CANARY_HTTP", "F_PD_WARMUP", "F_PD_WARMUP_HTTP", "F_ROUTER_CANARY"):
+    for name in ("F_PD_CANARY", "F_PD_CANARY_HTTP", "F_PD_CANARY_DP", "F_PD_CANARY_DP_HTTP", "F_PD_WARMUP", "F_PD_WARMUP_HTTP", "F_ROUTER_CANARY",
+                 "F_PREFLIGHT_HOST_IP"):
         assert f"{name}=" in text and f"${name}" in text, name
+
+
+def test_fabric_settings_reach_the_job_and_dry_run():
+    """[pd] kv_checksum (both roles' flag), host_ip_interface (the preflight reads it, the job
+    exports it), gpudirect_check (the preflight's command, on RDMA backends only) and the decode's
+    DP workers (one canary each): in the script and in dry-run's words."""
+    text = render("pd-1p1d", sets=['pd.host_ip_interface="ib0"', "mode.roles.decode.args.dp-size=2",
+                                   "mode.roles.decode.args.enable-dp-attention=true", "pd.kv_checksum=true"])
+    for role in ("prefill", "decode"):
+        assert "--disaggregation-enable-kv-checksum" in role_argv(text, role)[1]
+    assert "HOST_IP_IFACE=ib0" in text and "PF_PD_IFACE=ib0" in text and "MODE_DP_0=(1 2)" in text
+    assert re.search(r"^PF_ADDRESS=\(python3 -c ", text, re.M)                 # the address probe, for ib0
+    assert re.search(r"^PF_PD_GPUDIRECT=\(python3 -c ", text, re.M)
+    off = render("pd-1p1d", sets=['pd.transfer_backend="mooncake_tcp"',
+                                  'pd.host_ip_interface=""'])       # the example site sets ib0
+    for role in ("prefill", "decode"):                               # off by default (docs/pd.md)
+        assert "--disaggregation-enable-kv-checksum" not in role_argv(off, role)[1]
+    assert "PF_PD_GPUDIRECT=()" in off and "HOST_IP_IFACE=''" in off and "MODE_DP_0=(1 1)" in off
+    tcp = render("pd-1p1d", sets=['pd.env.MOONCAKE_PROTOCOL="tcp"'])
+    assert "PF_PD_GPUDIRECT=()" in tcp                                         # no RDMA: nothing to check
+    plan = plan_for(Sources("example", (), GOLDEN_SETS + ('pd.host_ip_interface="ib0"', "mode.roles.decode.args.dp-size=2",
+                                                          "mode.roles.decode.args.enable-dp-attention=true")),
+                    "pd-1p1d", "R")
+    text = summary(plan)
+    assert "KV checksum: off (pd.kv_checksum = false, SGLang's default)" in text
+    assert "KV checksum: --disaggregation-enable-kv-checksum on both roles (pd.kv_checksum)" in summary(plan_for(
+        Sources("example", (), GOLDEN_SETS + ("pd.kv_checksum=true",)), "pd-1p1d", "R"))
+    assert "SGLANG_HOST_IP (the address each rank advertises for KV): the IPv4 address of ib0 on each node" in text
+    assert "GPUDirect RDMA on every node (nvidia_peermem or dma-buf" in text
+    assert "2 canaries, one per DP rank" in text

@@ -43,8 +43,10 @@ def test_standard_error_and_power_by_hand():
     d = Design(4, 2)
     se = math.sqrt(2 * (0.015 ** 2 + 0.015 ** 2 / 2) / 4)
     assert d.se(EMU) == pytest.approx(se)
-    tc, ncp = stats.t.ppf(0.975, 6), math.log(1.05) / se
-    assert d.power(EMU, 5) == pytest.approx(stats.nct.sf(tc, 6, ncp) + stats.nct.cdf(-tc, 6, ncp))
+    # 8 launches: the analysis regresses launch means on mode and run position, 8 - 3 = 5 df
+    tc, ncp = stats.t.ppf(0.975, 5), math.log(1.05) / se
+    assert d.power(EMU, 5) == pytest.approx(stats.nct.sf(tc, 5, ncp) + stats.nct.cdf(-tc, 5, ncp))
+    assert Design(2, 2).df() == 2 and Design(3, 2).df() == 3
     assert Design(1, 8).power(EMU, 5) == 0.0            # one launch a side: no launch-level test
     # AR(1) within a launch: passes add less than independent ones
     assert Design(4, 3).se(Noise(0.015, 0.015, ar1=0.5)) > Design(4, 3).se(EMU)
@@ -111,9 +113,10 @@ def _campaign_dir(tmp_path):
 
 def test_inputs_measured_from_a_campaign(tmp_path):
     from slurm_ab.cli.planner import from_campaign, inputs
-    comp, first = from_campaign(_campaign_dir(tmp_path))
+    comp, first, ser = from_campaign(_campaign_dir(tmp_path))
     assert comp.launches == 6 and comp.pass_cov > 0 and comp.metric == "output_tps"
     assert first.text().startswith("first pass")
+    assert ser.repeats == 3 and ser.ar1 is not None and ser.drift_pct is not None     # 3 passes, 6 launches
     noise, notes = inputs(_campaign_dir(tmp_path / "x"), 0.03, None, "output_tps")
     assert noise.launch_cov == 0.03 and noise.pass_cov > 0 and "first pass" in notes[1]
 

@@ -230,7 +230,7 @@ def test_preflight_is_the_first_step_one_per_component():
     gen, main = _generated(text), _function(text, "main")
     assert "PREFLIGHT=1\n" in gen and "PREFLIGHT_TIMEOUT=300\n" in gen
     # before any server: after the hosts are known, before the addresses and the launches
-    assert main.index("record_hosts") < main.index("(( PREFLIGHT )) && run_preflight") < \
+    assert main.index("record_hosts") < main.index("sweep_nodes") < main.index("(( PREFLIGHT )) && run_preflight") < \
         main.index("resolve_addresses") < main.index("run_launches")
     pf = _function(text, "run_preflight")
     # one srun per component (het group), in the servers' container, on every node of it; the
@@ -238,7 +238,9 @@ def test_preflight_is_the_first_step_one_per_component():
     assert pf.index("write_preflight_script\n  event preflight_start") < pf.index("srun --het-group=\"$g\"")
     assert pf.count("\n    srun ") == 1 and 'for g in "${!HEADS[@]}"' in pf
     assert '(( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")' in pf
-    assert '"${CONTAINER[@]}" "${SRUN_EXTRA[@]}"' in pf and 'bash "$RUN_DIR/$F_PREFLIGHT_SCRIPT" "$g" "${PORTS[g]}"' in pf
+    # the group's container (container_flags G: one per node, job and group)
+    assert 'container_flags "$g"' in pf and '"${CT[@]}" "${SRUN_EXTRA[@]}"' in pf
+    assert 'bash "$RUN_DIR/$F_PREFLIGHT_SCRIPT" "$g" "${PORTS[g]}"' in pf
     assert pf.rstrip().endswith("wait_preflight\n}")
     assert "PF_GPUS=8\n" in gen and "PF_MODULES=(sglang sglang_router=sglang-router)\n" in gen
     assert "PF_CLIENT_PATHS=(dataset /shared/datasets/speed_bench/throughput_16k.jsonl)\n" in gen
@@ -470,5 +472,6 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
         steps = [line.split("|") for line in out.splitlines() if line.startswith(f"{j.job_id}+0.")
                  and not line.split("|")[0].endswith((".batch", ".extern"))]
         without_gpu = [s for s in steps if "gres/gpu" not in s[1]]
-        # preflight, server | router, client, the nodes' clean-up at the end (cache, container)
-        assert len(without_gpu) == 3 and len(steps) == 5, steps
+        # the sweep of ended jobs' leftovers, preflight, server | router, client, the nodes'
+        # clean-up at the end (cache, container)
+        assert len(without_gpu) == 4 and len(steps) == 6, steps

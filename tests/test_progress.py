@@ -183,6 +183,26 @@ def test_a_campaign_is_followed_launch_by_launch(tmp_path):
     assert (seen[-1].done, seen[-1].total) == (40, 40)
 
 
+def test_a_campaign_stopped_at_a_block_boundary_says_so(tmp_path):
+    """After time_stop (pipeline.sh block_fits) the phase says which block was not started, and
+    watch echoes the event without --verbose."""
+    from slurm_ab.job.watch import shown
+    (tmp_path / "launch1-a").mkdir()
+    stop = ("1796126990.0 2026-12-01 12:09:50.000 time_stop block=2 blocks=2 launches_run=2 launches_planned=4 "
+            "need_s=240 left_s=200")
+    (tmp_path / "events.log").write_text(
+        "1796126960.0 2026-12-01 12:09:20.000 job_start job_id=7 run_id=r\n"
+        "1796126961.0 2026-12-01 12:09:21.000 launch_start launch=1 mode=a dir=launch1-a\n"
+        "1796126980.0 2026-12-01 12:09:40.000 launch_end launch=1 mode=a status=ok rc=0\n" + stop + "\n")
+    tr = Tracker(tmp_path, clock=lambda: 1796126991.0)
+    assert tr.poll("RUNNING").phase == "stopped before block 2 of 2 (time)"
+    with open(tmp_path / "events.log", "a") as f:
+        f.write("1796126992.0 2026-12-01 12:09:52.000 job_end rc=0\n")
+    assert Tracker(tmp_path, clock=lambda: 1796126993.0).poll("COMPLETED").phase == \
+        "stopped before block 2 of 2 (time), collecting"
+    assert shown(stop, verbose=False)
+
+
 # ---- what submit --wait / watch print ----------------------------------------------------------
 
 def test_scrape_events_are_shown_only_verbose():

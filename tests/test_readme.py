@@ -93,7 +93,7 @@ EXPECT: dict[str, tuple[str, ...]] = {
                         r"^\| dev-tp32-dflash +\| .* \| tp32-dflash +\| ok ", r"^\| tp32-stored +\| .* \| tp32 +\| ok ",
                         r"^\| Run +\| +Output TPS"),
     "slurm-ab compare RUN_A RUN_B": (r"^\| metric +\| +tp32 +\| +tp32-dflash +\| +change", r"^\| Input / Output TPS .*%"),
-    "slurm-ab compare CAMPAIGN": (r"^## tp32-dflash vs tp32", r"\| +95% CI +\|", r"\| verdict ",
+    "slurm-ab compare CAMPAIGN": (r"^## tp32-dflash vs tp32", r"\| +interval +\|", r"\| verdict ",
                                   r"^\| \*\*Output TPS \(steady state\)\*\* \(primary\) .*%"),
     "make dry-run": (*SCRIPT, r"python3 -m slurm_ab_testbed\.emulator"),
     "make submit": (r"^submitted job \d+ \(tp32: 1 timed pass, run \S+\)$", r"^run directory: \S+"),

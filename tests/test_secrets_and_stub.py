@@ -109,6 +109,36 @@ def test_secret_must_come_from_the_environment(cli, tmp_path, monkeypatch):
     assert code == 0 and "hf_dry_run_value" not in out + err and "SECRET_ENV=(HF_TOKEN)" in out
 
 
+def test_secrets_go_through_a_file_only_the_user_reads(tmp_path, monkeypatch):
+    """Never in the script or in sbatch's environment (the job's environment record): a file created
+    0600, whose shell quoting the job's batch shell reads back exactly."""
+    import os
+    import stat
+    import subprocess
+
+    from slurm_ab.job.submit import _without, write_secrets
+    from slurm_ab.model.sources import Sources
+    from helpers.scripts import plan_for
+
+    value = "hf_x 'q' $(id) \"dq\"\nline2"
+    monkeypatch.setenv("HF_TOKEN", value)
+    plan = plan_for(Sources(str(_secret_site(tmp_path)), (), ()), "tp32", "R")
+    write_secrets(plan, tmp_path)
+    f = Layout(tmp_path).secrets
+    assert stat.S_IMODE(f.stat().st_mode) == 0o600 and value not in render_text(plan)
+    r = subprocess.run(["bash", "-c", f'source {f}; printf %s "$HF_TOKEN"'], capture_output=True, text=True,
+                       env={"PATH": os.environ["PATH"]})
+    assert r.stdout == value
+    with _without(plan.secret_env):
+        assert "HF_TOKEN" not in os.environ
+    assert os.environ["HF_TOKEN"] == value
+
+
+def render_text(plan) -> str:
+    from slurm_ab.job.render import render_script
+    return render_script(plan)
+
+
 # ---- the recorded job on the cluster ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -145,11 +175,27 @@ def recorded(tmp_path_factory, local_cluster):
     j = Job(work, f"stub-{time.strftime('%H%M%S')}", site=str(site), extra=("--config", str(cfg)),
             env={"HF_TOKEN": token})
     try:
+        # slurmctld's record of the job's environment (what AccountingStoreFlags=job_env sends to
+        # slurmdbd) while the job runs, and the secrets file the job reads and removes at its start
+        j.wait_event("job_start", 120)
+        env_record = _env_record(str(j.job_id))
+        j.wait_event("preflight_start", 120)
+        secrets_left = Layout(j.run_dir).secrets.exists()
         j.finish(180)
         records = [json.loads(p.read_text()) for p in sorted(rec.glob("*.json"))]
-        yield dict(job=j, work=work, model=model, rec=rec, token=token, records=records)
+        yield dict(job=j, work=work, model=model, rec=rec, token=token, records=records, env_record=env_record,
+                   secrets_left=secrets_left)
     finally:
         j.cleanup()
+
+
+def _env_record(job_id: str) -> bytes:
+    """slurmctld's saved environment of a batch job (StateSaveLocation/hash.<id % 10>/job.<id>)."""
+    import subprocess
+
+    conf = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True).stdout
+    state = next(line.split("=", 1)[1].strip() for line in conf.splitlines() if line.startswith("StateSaveLocation"))
+    return (Path(state) / f"hash.{int(job_id) % 10}" / f"job.{job_id}" / "environment").read_bytes()
 
 
 def _site_commands(site, *configs: str) -> tuple[dict, list[str]]:
@@ -236,6 +282,10 @@ def test_secret_reaches_processes_but_no_file(recorded):
     assert all(p.is_file() for p in (lay.job_script, lay.manifest, lay.events, lay.summary("json"), lay.summary("md")))
     assert lay.slurm_outs()
     assert "HF_TOKEN" in lay.job_script.read_text()       # by name only
+    # submit kept it out of sbatch's environment (the job's record, slurmdbd's with job_env): it
+    # went through a 0600 file, which the job read and removed before its first step
+    assert b"PATH=" in recorded["env_record"] and token.encode() not in recorded["env_record"]
+    assert b"HF_TOKEN=" not in recorded["env_record"] and not recorded["secrets_left"]
     assert token not in j.output()
     r = run_cli("collect", j.run_id, cwd=recorded["work"])
     assert token not in r.stdout + r.stderr

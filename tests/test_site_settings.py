@@ -67,12 +67,29 @@ def test_each_bad_survival_setting_is_named(sets, key):
     assert any(e.startswith(f"{key} = ") for e in errs), errs
 
 
-def test_one_named_container_per_node_and_job():
+def test_one_named_container_per_node_job_and_het_group():
+    """pyxis_<name>-<job id>-<G>: two jobs, or two components of one job on a shared node, never
+    race to create one container (nor does one reuse another's); the job adds the group."""
+    import subprocess
+    from helpers.scripts import render, static
+
     p = _plan()
-    assert Var("--container-name=slurm-ab-${SLURM_JOB_ID}") in p.container_flags
+    assert not any("--container-name" in str(f) for f in p.container_flags)
     assert p.container_name == "slurm-ab-${SLURM_JOB_ID}"
+    text = render("tp32")
+    assert 'CONTAINER_NAME=slurm-ab-"$SLURM_JOB_ID"\n' in text and "CT_PREFIX=pyxis_slurm-ab-\n" in text
+    script = static(text) + """trap - EXIT TERM INT USR1
+CONTAINER=(--container-image=/i.sqsh)
+for SLURM_JOB_ID in 7 8; do CONTAINER_NAME=slurm-ab-$SLURM_JOB_ID
+  for g in 0 1; do container_flags $g; echo "${CT[*]}"; done; done
+CONTAINER_NAME=""; container_flags 1; echo "${CT[*]}"
+"""
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    lines = r.stdout.splitlines()
+    assert lines[:4] == [f"--container-image=/i.sqsh --container-name=slurm-ab-{j}-{g}" for j in (7, 8) for g in (0, 1)]
+    assert len(set(lines[:4])) == 4 and lines[4] == "--container-image=/i.sqsh", r.stderr
     assert _plan("tp32", 'container.name=""').container_name == ""
-    assert not any(isinstance(f, Var) for f in _plan("tp32", 'container.name=""').container_flags)
+    assert "CONTAINER_NAME=\"\"\n" in render("tp32", sets=['container.name=""'])
     assert _plan("tp32", 'container.image=""').container_flags == ()
     assert "fabric: every rank's NCCL must use network IB" in summary(_plan())
 
@@ -116,11 +133,14 @@ def test_the_cache_environment_of_every_step():
 def test_dry_run_summary_of_a_pyxis_site():
     text = summary(_plan("tp32", "cache.dir=/scratch/cache"))
     assert "every srun step: --mpi=none (cluster.mpi: no PMIx set-up per step)" in text
-    assert ("one container per node and job: --container-name=slurm-ab-$SLURM_JOB_ID, created by each "
-            "node's first step (the preflight) and reused by its later steps, removed at the end") in text
+    assert ("one container per node, job and het group: --container-name=slurm-ab-$SLURM_JOB_ID-<G>, created by "
+            "each node's first step (the preflight) and reused by its later steps, removed at the end") in text
+    assert ("sweep (cluster.sweep_stale): before the preflight, every node removes this user's containers "
+            "pyxis_slurm-ab-<id>-<G> and cache directories /scratch/cache/slurm-ab-<id> of jobs Slurm no longer "
+            "lists") in text
     assert "cache directory /scratch/cache/slurm-ab-$SLURM_JOB_ID on every node" in text
     assert "HOME=$CACHE_DIR XDG_CACHE_HOME=$CACHE_DIR/.cache HF_HOME=$CACHE_DIR/.cache/huggingface" in text
-    assert "duration estimate: 1 server launch(es)" in text and "time limit 00:31:00" in text
+    assert "duration estimate: 1 server launch(es)" in text and "time limit 00:48:00" in text
     assert "watchdog: a pass fails when it runs longer than 3 x its estimate, or when a server " \
            "finishes no request for 180 s" in text
     assert "in flight: server sglang:num_running_reqs + sglang:num_queue_reqs)" in text
@@ -143,3 +163,47 @@ def test_the_collector_job_asks_for_what_it_needs(tmp_path):
     assert "gpus_per_node" not in r and "num_gpus" not in r
     assert collector_request(_plan(), "1", tmp_path)["partition"] == "gpu"
     assert os.path.isabs(collector_python())
+    assert collector_request(_plan("tp32", "collector.cpus=2"), "1", tmp_path)["cpus_per_task"] == 2
+    assert collector_python(_plan("tp32", 'collector.python="/opt/venv/bin/python3"').exp) == "/opt/venv/bin/python3"
+
+
+def _fake_slurm(tmp_path, monkeypatch, arch: str, default: str = "cpu", oversubscribe: str = "NO"):
+    """scontrol/sinfo on PATH: partitions gpu and (Default=YES) DEFAULT, whose nodes are ARCH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scontrol").write_text(f"""#!/bin/sh
+case "$2" in
+  partition) if [ -n "$4" ]; then echo "PartitionName=$4 MaxTime=UNLIMITED MaxNodes=UNLIMITED TotalNodes=64 OverSubscribe={oversubscribe}"
+             else echo "PartitionName=gpu Default=NO"; echo "PartitionName={default} Default=YES"; fi ;;
+  node) echo "NodeName=c01 Arch={arch} State=IDLE"; echo "NodeName=c02 Arch={arch} State=IDLE" ;;
+esac
+""")
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'c[01-02]'\n")
+    for f in ("scontrol", "sinfo"):
+        (bin_dir / f).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+def test_the_collector_runs_on_slurms_default_partition_with_a_python_of_its_nodes(tmp_path, monkeypatch):
+    """Not the GPU partition by default; the submitting Python is refused on nodes of another
+    architecture (an x86_64 login node's Python on aarch64 nodes), an explicit one is taken."""
+    import platform
+
+    from slurm_ab.job.submit import check_collector, collector_partition
+    from slurm_ab.model.errors import ConfigError
+
+    here = platform.machine()
+    other = "aarch64" if here != "aarch64" else "x86_64"
+    _fake_slurm(tmp_path, monkeypatch, here)
+    assert collector_partition(_plan().exp) == "cpu"
+    assert check_collector(_plan().exp)[-1].startswith("collector: the submitting Python (")
+    _fake_slurm(tmp_path, monkeypatch, other, oversubscribe="EXCLUSIVE")
+    with pytest.raises(ConfigError) as e:
+        check_collector(_plan().exp)
+    assert str(e.value).startswith(f"collector.python = '': the submitting Python (") and \
+        f"is built for {here}, partition cpu's nodes are {other}" in str(e.value)
+    notes = check_collector(_plan("tp32", 'collector.python="/arm/venv/bin/python3"').exp)
+    assert notes == ["collector: partition cpu is OverSubscribe=EXCLUSIVE: the collector's one CPU task takes a whole "
+                     "node (collector.partition)", "collector: /arm/venv/bin/python3 on partition cpu (collector.python)"]
+    monkeypatch.setenv("PATH", "/nonexistent")                   # no Slurm here: said, not checked
+    assert "not checked" in check_collector(_plan().exp)[-1]

@@ -48,3 +48,26 @@ def test_a_nodes_state_flag_is_said_in_words(tmp_path):
         "node node07 was drain in Slurm when the job ended"]
     assert [slurm.node_state_words(s) for s in ("down", "idle~", "mixed-", "*")] == [
         "down", "idle (powered off)", "mixed (planned by the backfill scheduler)", "*"]
+
+
+def test_a_pending_jobs_reason_in_words_and_in_the_progress_line(tmp_path, monkeypatch):
+    """squeue's %r for a pending job (squeue(1) JOB REASON CODES), in words where the user can act;
+    the progress line shows it after "queued"."""
+    from slurm_ab.job.progress import Tracker
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\necho PartitionTimeLimit\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    reason = slurm.pending_reason("12")
+    assert reason == "PartitionTimeLimit"
+    text = slurm.pending_text(reason)
+    assert text == "PartitionTimeLimit: its time limit is above the partition's MaxTime: it will not start"
+    assert slurm.pending_text("Resources") == "Resources: waiting for free nodes"
+    assert slurm.pending_text("SomethingNew") == "SomethingNew"
+    run = tmp_path / "run"
+    run.mkdir()
+    phase = Tracker(run)._phase(f"PENDING ({text})")[0]
+    assert phase == f"queued ({text})"
+    assert Tracker(run)._phase("PENDING")[0] == "queued"

@@ -45,6 +45,17 @@ def _points(rows: Sequence[Mapping], metric: str) -> list[tuple[str, str, float]
     return out
 
 
+def _positions(rows: Sequence[Mapping], metric: str) -> Optional[list[float]]:
+    """Each point's run position (its launch index) when the launches of one job are numbered and
+    there are enough of them (ab_stats.launches.MIN_TREND_UNITS) for the analysis to regress a
+    drift out: then the variance components leave the drift out too."""
+    from .launches import MIN_TREND_UNITS
+    pos = [r.get("launch") for r in rows if (v := finite([r.get(metric)])) and v[0] > 0]
+    if not all(isinstance(p, (int, float)) and not isinstance(p, bool) for p in pos):
+        return None
+    return [float(p) for p in pos] if len(set(pos)) >= MIN_TREND_UNITS else None
+
+
 def components(rows: Sequence[Mapping], metric: str) -> Components:
     """Launch and pass CoV of `metric` over the ok pass rows of a campaign (every mode)."""
     pts = _points(rows, metric)
@@ -65,7 +76,11 @@ def components(rows: Sequence[Mapping], metric: str) -> Components:
         ss = sum((y - sum(ys) / len(ys)) ** 2 for ys in cells.values() for y in ys)
         return Components(launch_cov=None, pass_cov=math.sqrt(ss / pass_df), note="one launch per mode: "
                           "launch-to-launch variance cannot be estimated (confounded with the mode)", **base)
-    sigma_l2, sigma_p2 = _reml(pts)
+    pos = _positions(rows, metric)
+    sigma_l2, sigma_p2 = _reml(pts, pos)
+    if pos is not None:
+        launch_df -= 1
+        base["launch_df"] = launch_df
     if pass_df == 0:        # one pass per launch: only the sum is identified
         return Components(launch_cov=math.sqrt(sigma_l2 + sigma_p2), pass_cov=None, note="one pass per "
                           "launch: launch and pass variance cannot be told apart; all of it is "
@@ -77,13 +92,16 @@ def components(rows: Sequence[Mapping], metric: str) -> Components:
     return Components(launch_cov=math.sqrt(max(sigma_l2, 0.0)), pass_cov=math.sqrt(sigma_p2), note=note, **base)
 
 
-def _reml(pts: list[tuple[str, str, float]]) -> tuple[float, float]:
-    """(launch variance, pass variance) by REML (statsmodels MixedLM); launches without spread
-    between them converge to the boundary 0, which is kept."""
+def _reml(pts: list[tuple[str, str, float]], positions: Optional[list[float]] = None) -> tuple[float, float]:
+    """(launch variance, pass variance) by REML (statsmodels MixedLM), run position a fixed effect
+    when given (a drift is not launch variance: the analysis regresses it out); launches without
+    spread between them converge to the boundary 0, which is kept."""
     import numpy as np
     from statsmodels.regression.mixed_linear_model import MixedLM
     cells = sorted({c for c, _, _ in pts})
     exog = np.array([[1.0 if c == k else 0.0 for k in cells] for c, _, _ in pts])
+    if positions is not None:
+        exog = np.column_stack([exog, np.asarray(positions) - float(np.mean(positions))])
     y = np.array([v for _, _, v in pts])
     groups = np.array([g for _, g, _ in pts])
     with warnings.catch_warnings():
@@ -130,3 +148,79 @@ def first_pass(rows: Sequence[Mapping], metric: str) -> FirstPass:
     agg = aggregate(diffs)
     pct = lambda x: None if x is None else math.expm1(x) * 100.0  # noqa: E731
     return FirstPass(len(diffs), pct(agg.mean), pct(agg.ci_low), pct(agg.ci_high))
+
+
+@dataclass(frozen=True)
+class Serial:
+    """What a campaign says about the order of its passes: AR(1) within a launch, drift over the
+    job."""
+
+    repeats: int                        # passes per launch (the median)
+    ar1: Optional[float]                # None: not estimable (fewer than 3 passes per launch)
+    ar1_pairs: int
+    drift_pct: Optional[float]          # per pass, percent; None: too few launches
+    drift_ci: Optional[tuple[float, float]] = None
+
+    @staticmethod
+    def mean_corr(rho: float, k: int = 2) -> float:
+        """Mean correlation of two passes of one launch under AR(1) (within-launch variance is
+        (1 - it) x the pass variance)."""
+        if k < 2 or rho == 0:
+            return 0.0
+        return 2.0 / (k * (k - 1)) * sum((k - j) * rho ** j for j in range(1, k))
+
+    def text(self) -> str:
+        ar = (f"AR(1) of passes within a launch {self.ar1:.2f} (from {self.ar1_pairs} pairs, corrected for the "
+              f"launch mean's -1/{self.repeats} bias)" if self.ar1 is not None else
+              f"AR(1) not estimable with {self.repeats} pass(es) per launch (launch variance and a correlation of "
+              "two passes look alike; give --ar1 if you know it)")
+        dr = ("drift not estimable (too few launches)" if self.drift_pct is None else
+              f"drift {self.drift_pct:+.3f}%/pass" + (f" (95% CI [{self.drift_ci[0]:+.3f}, {self.drift_ci[1]:+.3f}])"
+                                                       if self.drift_ci else "")
+              + ": counterbalanced order cancels it in the mean and the analysis regresses it out from 6 "
+                "launches on")
+        return f"{ar}; {dr}"
+
+
+def serial(rows: Sequence[Mapping], metric: str) -> Serial:
+    """AR(1) of the passes within each launch (pooled lag-1 correlation of deviations from the
+    launch mean, + 1/k for the bias of demeaning; needs 3+ passes) and drift per pass (launch
+    means regressed on mode and run position, statsmodels OLS), at each launch's first
+    concurrency."""
+    by_launch: dict = {}
+    for r in rows:
+        v = finite([r.get(metric)])
+        if v and v[0] > 0 and r.get("repeat") is not None and r.get("launch") is not None:
+            by_launch.setdefault((r.get("mode"), r.get("launch")), []).append(
+                (r.get("concurrency"), int(r["repeat"]), math.log(v[0])))
+    series = []
+    for (mode, launch), passes in by_launch.items():
+        c0 = passes[0][0]
+        series.append((mode, launch, [y for _, _, y in sorted(p for p in passes if p[0] == c0)]))
+    ks = sorted(len(ys) for _, _, ys in series)
+    k = ks[len(ks) // 2] if ks else 0
+    num = den = 0.0
+    pairs = 0
+    for _, _, ys in series:
+        if len(ys) >= 3:
+            m = sum(ys) / len(ys)
+            d = [y - m for y in ys]
+            num += sum(a * b for a, b in zip(d, d[1:]))
+            den += sum(x * x for x in d)
+            pairs += len(ys) - 1
+    ar1 = None
+    if den > 0 and pairs and k >= 3:
+        ar1 = min(max(num / den + 1.0 / k, 0.0), 0.9)
+    drift = ci = None
+    launches = [(mode, launch, sum(ys) / len(ys)) for mode, launch, ys in series
+                if isinstance(launch, (int, float)) and not isinstance(launch, bool)]
+    modes = sorted({m for m, _, _ in launches})
+    if len(launches) >= len(modes) + 2 and k:
+        import numpy as np
+        from statsmodels.regression.linear_model import OLS
+        x = np.array([[1.0 if m == mm else 0.0 for mm in modes] + [float(la)] for m, la, _ in launches])
+        fit = OLS(np.array([y for _, _, y in launches]), x).fit()
+        slope = float(fit.params[-1]) / k              # per pass
+        lo, hi = (float(v) / k for v in fit.conf_int(0.05)[-1])
+        drift, ci = math.expm1(slope) * 100.0, (math.expm1(lo) * 100.0, math.expm1(hi) * 100.0)
+    return Serial(k, ar1, pairs, drift, ci)

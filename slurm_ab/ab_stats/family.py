@@ -1,31 +1,41 @@
-"""A whole comparison: one primary metric with the headline verdict, the others Holm-adjusted.
+"""A whole comparison: one primary metric with the headline verdict, the others a Holm family.
 
 Nine metrics tested at 5 % each call something 'significant' in an A/A campaign far more often
 than 5 %. The primary metric (benchmark.primary_metric) is tested alone at 5 %; the secondary rows
 form one family whose p-values are Holm-adjusted (family-wise 5 %), so the whole printed table
-errs at most ~10 % of the time under no change.
+errs at most ~10 % of the time under no change. A campaign of several comparisons (B modes x
+concurrencies) makes its primaries one family too, Holm across them (`compare_all`).
+
+Every printed interval agrees with its verdict: a row tested in a family is restated at the level
+of its Holm step (`holm_levels`: 1 - 0.05 / (m - i) for the i-th smallest p up to the first that
+is not rejected, that step's level for the rest), so its interval excludes 0 exactly when the
+Holm-adjusted p is below 0.05. Percentile rows are descriptive (no interval, no test).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Sequence
 
 from .intervals import CONFIDENCE
-from .launches import SAME, Delta, column, delta, direction, qualified
-from .metrics import METRIC_BY_NAME, PRIMARY_DEFAULT, SAME_MEASUREMENT, STEADY, comparison_rows, row_label
+from .launches import Delta, column, delta
+from .metrics import (LATENCY_PERCENTILES, METRIC_BY_NAME, PRIMARY_DEFAULT, SAME_MEASUREMENT, STEADY,
+                      comparison_rows, row_label)
+from .verdicts import DESCRIPTIVE
 
 PRIMARY, SECONDARY = "primary", "secondary"
 
 
 @dataclass(frozen=True)
 class Row:
-    """One printed row: its Delta (interval unadjusted) and the verdict the table states."""
+    """One printed row: its Delta (its interval at the level the row's test used) and the verdict
+    the table states."""
 
     delta: Delta
     role: str                       # PRIMARY or SECONDARY
-    verdict: Optional[str]          # primary: the Delta's; secondary: from the Holm-adjusted p
-    p_holm: Optional[float] = None
+    verdict: Optional[str]          # the Delta's at its (adjusted) level; DESCRIPTIVE for percentiles
+    p_holm: Optional[float] = None  # Holm-adjusted p within its family (None: tested alone)
+    family: int = 1                 # hypotheses in its family
 
     @property
     def metric(self) -> str:
@@ -39,8 +49,17 @@ class Row:
         """The JSON record of one metric (docs/statistics.md lists the keys)."""
         d = self.delta.to_dict()
         d.update(label=self.label, role=self.role, verdict=self.verdict, p_holm=self.p_holm,
-                 same_as=list(SAME_MEASUREMENT.get(self.metric, ())))
+                 family=self.family, same_as=list(SAME_MEASUREMENT.get(self.metric, ())))
         return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Row":
+        """A row back from its JSON record (summary.json): the tables print what was collected."""
+        names = Delta.__dataclass_fields__
+        fields = {k: v for k, v in d.items() if k in names}
+        fields["variance_levels"] = tuple(fields.get("variance_levels") or ())
+        return cls(Delta(**fields), str(d.get("role") or SECONDARY), d.get("verdict"), d.get("p_holm"),
+                   int(d.get("family") or 1))
 
 
 def steady_available(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping]) -> bool:
@@ -64,29 +83,73 @@ def holm(p_values: Sequence[float]) -> list[float]:
     return out
 
 
+def holm_levels(p_values: Sequence[float], confidence: float = CONFIDENCE) -> list[float]:
+    """The confidence level of each hypothesis' Holm step: 1 - alpha / (m - rank) for the ranks
+    Holm rejects, the level of the first step that does not reject for the others. An interval
+    at that level excludes 0 exactly when the Holm-adjusted p is below alpha."""
+    alpha, m = 1.0 - confidence, len(p_values)
+    out = [confidence] * m
+    stop = None
+    for rank, i in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+        if stop is None and p_values[i] > alpha / (m - rank):
+            stop = rank
+        out[i] = 1.0 - alpha / (m - (rank if stop is None else stop))
+    return out
+
+
+def _descriptive(d: Delta) -> Delta:
+    """A percentile row: its change, no interval, no test."""
+    return replace(d, ci_low_pct=None, ci_high_pct=None, p_value=None, verdict=DESCRIPTIVE if d.verdict else None)
+
+
+def _restated(deltas: Sequence[Delta], confidence: float) -> list[tuple[Delta, Optional[float]]]:
+    """(Delta at its Holm step's level, Holm-adjusted p) of each tested Delta of one family."""
+    tested = [d for d in deltas if d.tested]
+    ps = [d.p_value for d in tested]
+    adj = dict(zip((id(d) for d in tested), zip(holm(ps), holm_levels(ps, confidence))))
+    return [(d.at(adj[id(d)][1]), adj[id(d)][0]) if id(d) in adj else (d, None) for d in deltas]
+
+
 def compare(a_rows: Sequence[Mapping], b_rows: Sequence[Mapping], primary: str = PRIMARY_DEFAULT,
-            confidence: float = CONFIDENCE) -> list[Row]:
+            confidence: float = CONFIDENCE, margin_pct: Optional[float] = None,
+            confound: Optional[str] = None) -> list[Row]:
     """The primary row, then every secondary row that has a value on either side."""
     head, others = comparison_rows(primary, steady_available(a_rows, b_rows))
 
     def one(name: str) -> Delta:
         (va, la), (vb, lb) = column(a_rows, name), column(b_rows, name)
-        return delta(name, va, vb, METRIC_BY_NAME[name].better, confidence, la, lb)
+        return delta(name, va, vb, METRIC_BY_NAME[name].better, confidence, la, lb, margin_pct, confound)
 
     first = one(head)
     rest = [d for d in (one(n) for n in others) if d.a_mean is not None or d.b_mean is not None]
-    tested = [d for d in rest if d.tested]
-    adjusted = dict(zip((d.metric for d in tested), holm([d.p_value for d in tested])))
+    family = [d for d in rest if d.metric not in LATENCY_PERCENTILES]
+    stated = dict(zip((d.metric for d in family), _restated(family, confidence)))
+    m = sum(1 for d in family if d.tested)
     rows = [Row(first, PRIMARY, first.verdict)]
     for d in rest:
-        if d.metric not in adjusted:
-            rows.append(Row(d, SECONDARY, d.verdict))
+        if d.metric in LATENCY_PERCENTILES:
+            pd = _descriptive(d)
+            rows.append(Row(pd, SECONDARY, pd.verdict))
             continue
-        p = adjusted[d.metric]
-        v = direction(d.ci_low_pct, d.ci_high_pct, METRIC_BY_NAME[d.metric].better) \
-            if p < 1.0 - confidence else SAME
-        rows.append(Row(d, SECONDARY, qualified(v, d.variance_levels), p))
+        sd, p = stated[d.metric]
+        rows.append(Row(sd, SECONDARY, sd.verdict, p, m if p is not None else 1))
     return rows
+
+
+def compare_all(pairs: Sequence[tuple[Sequence[Mapping], Sequence[Mapping]]], primary: str = PRIMARY_DEFAULT,
+                confidence: float = CONFIDENCE, margin_pct: Optional[float] = None,
+                confound: Optional[str] = None) -> list[list[Row]]:
+    """Several comparisons of one campaign (each B mode against A, at each concurrency): each
+    compared as `compare` does, their primary rows one Holm family (restated at their steps'
+    levels) so a sweep or several B modes err no more often than one comparison."""
+    tables = [compare(a, b, primary, confidence, margin_pct, confound) for a, b in pairs]
+    if len(tables) < 2:
+        return tables
+    firsts = [t[0].delta for t in tables]
+    m = sum(1 for d in firsts if d.tested)
+    for t, (d, p) in zip(tables, _restated(firsts, confidence)):
+        t[0] = Row(d, PRIMARY, d.verdict, p, m if p is not None else 1)
+    return tables
 
 
 def primary_note(rows: Sequence[Row], primary: str) -> str:

@@ -72,12 +72,30 @@ def aggregate(values: Iterable[Optional[float]], confidence: float = CONFIDENCE)
 
 @dataclass(frozen=True)
 class Interval:
-    """Welch's interval of a B/A change in percent, and its two-sided p-value against no change."""
+    """An interval of a B/A change in percent, its two-sided p-value against no change, and what
+    it was made of (the estimate and its standard error on the log or raw scale, the degrees of
+    freedom), so the same change can be stated at another level (`at`: a family's adjusted
+    intervals, a sequential look's repeated interval)."""
 
     low_pct: float
     high_pct: float
     p_value: float
     df: float
+    estimate: float = 0.0       # log(B/A) (log) or B - A (raw)
+    se: float = 0.0
+    log: bool = True
+    scale: float = 100.0        # raw: 100 / |mean of A| (percent of A's mean)
+
+    def at(self, confidence: float) -> tuple[float, float]:
+        """(low, high) percent at another confidence level."""
+        from scipy import stats
+        hw = float(stats.t.ppf(0.5 + confidence / 2.0, self.df)) * self.se
+        return to_pct(self.estimate - hw, self.log, self.scale), to_pct(self.estimate + hw, self.log, self.scale)
+
+
+def to_pct(x: float, log: bool, scale: float = 100.0) -> float:
+    """A change on the analysis scale as a percent change."""
+    return math.expm1(x) * 100.0 if log else x * scale
 
 
 def log_ratio_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
@@ -86,11 +104,12 @@ def log_ratio_interval(a: Sequence[float], b: Sequence[float], confidence: float
     `a` and `b` are positive, at least 2 each, not all identical (the caller checks)."""
     import numpy as np
     from scipy import stats
-    res = stats.ttest_ind(np.log(np.asarray(b, dtype=float)), np.log(np.asarray(a, dtype=float)),
-                          equal_var=False)
+    la, lb = np.log(np.asarray(a, dtype=float)), np.log(np.asarray(b, dtype=float))
+    res = stats.ttest_ind(lb, la, equal_var=False)
     ci = res.confidence_interval(confidence)
+    se = math.sqrt(float(la.var(ddof=1)) / len(la) + float(lb.var(ddof=1)) / len(lb))
     return Interval(math.expm1(float(ci.low)) * 100.0, math.expm1(float(ci.high)) * 100.0,
-                    float(res.pvalue), float(res.df))
+                    float(res.pvalue), float(res.df), float(lb.mean() - la.mean()), se, True)
 
 
 def difference_interval(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
@@ -102,7 +121,9 @@ def difference_interval(a: Sequence[float], b: Sequence[float], confidence: floa
     scale = 100.0 / abs(float(xa.mean()))
     res = stats.ttest_ind(xb, xa, equal_var=False)
     ci = res.confidence_interval(confidence)
-    return Interval(float(ci.low) * scale, float(ci.high) * scale, float(res.pvalue), float(res.df))
+    se = math.sqrt(float(xa.var(ddof=1)) / len(xa) + float(xb.var(ddof=1)) / len(xb))
+    return Interval(float(ci.low) * scale, float(ci.high) * scale, float(res.pvalue), float(res.df),
+                    float(xb.mean() - xa.mean()), se, False, scale)
 
 
 def no_spread(a: Sequence[float], b: Sequence[float]) -> bool:

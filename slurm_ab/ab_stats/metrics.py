@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-HIGHER, LOWER = "higher", "lower"          # which direction of a metric is better
+from .verdicts import HIGHER, LOWER
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,14 @@ METRIC_BY_NAME = {m.name: m for m in METRICS}
 SAME_MEASUREMENT = {"output_tps": ("input_tps", "duration_s")}
 FOLDED = frozenset(x for xs in SAME_MEASUREMENT.values() for x in xs)
 
-# benchmark.primary_metric: any metric but the folded ones (they are output_tps's row).
-PRIMARY_DEFAULT = "output_tps"
-PRIMARY_CHOICES = tuple(m.name for m in METRICS if m.name not in FOLDED)
-STEADY = "steady_output_tps"
+# Per-pass latency percentiles: shown, never tested (their bias depends on the distribution's
+# shape: docs/statistics.md, "Percentiles"), so never the primary metric either.
 LATENCY_PERCENTILES = ("ttft_p95_s", "tpot_p95_ms", "e2e_p95_s")
+# benchmark.primary_metric: any metric but the folded ones (they are output_tps's row) and the
+# percentiles.
+PRIMARY_DEFAULT = "output_tps"
+PRIMARY_CHOICES = tuple(m.name for m in METRICS if m.name not in FOLDED and m.name not in LATENCY_PERCENTILES)
+STEADY = "steady_output_tps"
 
 
 def row_label(name: str) -> str:

@@ -130,3 +130,22 @@ def thin_note(q: float, n: int, what: str = "per pass") -> str:
     return (f"* p{round(q * 100)} from {n} request(s) {what}, fewer than {tail_requests(q)}: no request lies "
             "above it, so it is the largest values interpolated, not a tail (more requests per pass: "
             "benchmark.num_prompts, or prompts_per_concurrency x C)")
+
+
+def min_requests(q: float, confidence: float = 0.99) -> int:
+    """The fewest requests that can support a q-percentile claim at `confidence`: with n requests
+    and none above a limit, the share above it is below 1 - q with that confidence once
+    q^n <= 1 - confidence (MLPerf LoadGen's binomial early-stopping rule: p99 at 99 %: 459)."""
+    return int(math.ceil(math.log(1.0 - confidence) / math.log(q)))
+
+
+def percentile_note(sides: Sequence[Sequence[Mapping]]) -> str:
+    """Why the percentile rows are descriptive, and how many requests a claim needs."""
+    reqs = sorted(int(r["requests_ok"]) for rows in sides for r in rows if isinstance(r.get("requests_ok"), int))
+    n = f"{reqs[len(reqs) // 2]} requests" if reqs else "its requests"
+    return (f"p95 rows are descriptive (no interval, no verdict): a per-pass p95 of {n} is biased by an "
+            "amount that depends on the shape of the latency distribution, so two modes with the same true "
+            "p95 can differ by several percent; a tail claim needs at least "
+            f"{min_requests(0.95)} requests per pass for p95 and {min_requests(0.99)} for p99 (99% "
+            "confidence, MLPerf's binomial rule; benchmark.num_prompts) and a test of exceedances, not of "
+            "per-pass percentiles")

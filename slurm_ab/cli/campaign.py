@@ -24,6 +24,13 @@ def _remember(ctx, param, value):
 
 
 def campaign_options(f):
+    f = click.option("--margin", default=None, metavar="PCT", expose_value=False, callback=_remember,
+                     help="Equivalence margin: an interval inside ±PCT that includes 0 reads 'equivalent "
+                          "within ±PCT' (default: benchmark.margin_pct = 3; 0: none).")(f)
+    f = click.option("--sequential/--fixed", "sequential", default=None, expose_value=False, callback=_remember,
+                     help="Sequential: a look after every counterbalanced block (A B B A), stopping when the "
+                          "answer is clear (better/worse, or equivalent within --margin); at most "
+                          "benchmark.max_blocks blocks, or --launches 2K. Default: benchmark.sequential (off).")(f)
     f = click.option("--plan", "plan_from", default=None, metavar="CAMPAIGN", expose_value=False,
                      callback=_remember,
                      help="Launches and passes from the planner (slurm-ab plan): variance and times "
@@ -50,19 +57,49 @@ def _meta() -> dict:
     return {k[len(META):]: v for k, v in (ctx.meta.items() if ctx else ()) if k.startswith(META)}
 
 
-def plan(src, modes, run_id, repeats, concurrency, order, burn_in):
+def sequential_fixed_launches() -> bool:
+    """A sequential campaign whose launches the user fixed (--launches or --plan): its maximum
+    is not fitted to the time limit."""
+    extra = _meta()
+    return extra.get("launches") is not None or bool(extra.get("plan_from"))
+
+
+def plan(src, modes, run_id, repeats, concurrency, order, burn_in, launches_override=None):
     """The job's plan (validated: every mode, shapes, options; what is not given comes from
     [benchmark]: one mode runs one launch and one pass by default). --plan CAMPAIGN sets
     launches, repeats and order from the planner."""
     from ..job.campaign_plan import CampaignOptions, plan_job
 
     extra = _meta()
-    launches = extra.get("launches")
+    launches = extra.get("launches") if launches_override is None else launches_override
     if extra.get("plan_from"):
         if launches is not None or repeats is not None:
             raise UsageError("--plan chooses --launches and --repeats: give one or the other")
         launches, repeats, order = planned_shape(src, modes, extra["plan_from"])
-    return plan_job(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches))
+    return plan_job(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches,
+                                                              extra.get("sequential"), extra.get("margin")))
+
+
+def fit_blocks(make, fit):
+    """A sequential campaign at the most blocks (benchmark.max_blocks down to 2) whose job fits
+    its time limit (`fit`: duration.fit_time_limit, which refuses a job too long for a pinned
+    limit or the partition's MaxTime); `make(launches)` plans it with that many launches per mode."""
+    from ..model.campaign import LAUNCHES_PER_BLOCK, MIN_BLOCKS
+    from ..model.errors import ConfigErrors
+
+    first = make(None)
+    blocks = len(first.campaign.campaign.blocks)
+    for k in range(blocks, MIN_BLOCKS - 1, -1):
+        try:
+            p = fit(first if k == blocks else make(LAUNCHES_PER_BLOCK * k))
+        except ConfigErrors:
+            if k == MIN_BLOCKS:
+                raise
+            continue
+        if k < blocks:
+            click.echo(f"sequential: at most {k} blocks fit the time limit (benchmark.max_blocks = {blocks})",
+                       err=True)
+        return p
 
 
 def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
@@ -73,7 +110,9 @@ def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
     from ..model import rundir
 
     run_dir = rundir.find(ref, Path(os.environ.get("SLURM_AB_RESULTS", "results")))
-    p, _ = planner_cli.plan_for_modes(src, tuple(modes), run_dir, {})
+    extra = _meta()
+    p, _ = planner_cli.plan_for_modes(src, tuple(modes), run_dir, {"sequential": extra.get("sequential"),
+                                                                   "margin": extra.get("margin")})
     if p.design is None:
         raise UsageError(f"--plan {ref}: {p.reason}")
     click.echo(f"plan: {p.design.launches} launches per mode x {p.design.repeats} passes, "
@@ -114,9 +153,9 @@ def report(run_dir: Path, passes: bool, fmt: str, width: int | None = None) -> s
     return json.dumps(out, indent=2, default=str) + "\n"
 
 
-def _side(ref: str, find) -> tuple[str, list, str | None, str]:
-    """(name, pass rows, variance, run id) of one side of a comparison: a job of one mode (a job
-    of one pass says no variance: no interval comes from it)."""
+def _side(ref: str, find) -> tuple[str, list, str | None, float, str]:
+    """(name, pass rows, variance, equivalence margin, run id) of one side of a comparison: a job
+    of one mode (a job of one pass says no variance: no interval comes from it)."""
     from ..collect import collect_and_write
     from ..collect.rows import pass_rows
 
@@ -125,19 +164,26 @@ def _side(ref: str, find) -> tuple[str, list, str | None, str]:
     if len(modes) != 1:
         raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
                          f"(slurm-ab compare {ref}) or name campaigns of one mode each")
-    return modes[0], pass_rows(cs), cs.campaign.variance if len(cs.passes) > 1 else None, cs.run_id
+    return (modes[0], pass_rows(cs), cs.campaign.variance if len(cs.passes) > 1 else None, cs.campaign.margin_pct,
+            cs.run_id)
 
 
-def compare(refs: list[str], fmt: str, find, width: int | None = None, paint=None) -> str:
+def compare(refs: list[str], fmt: str, find, margin: str | None = None, trust_jobs: bool = False,
+            width: int | None = None, paint=None) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
     `compare A B` (runs or one-mode campaigns; runs count as one pass each): the answer lines
-    first, then each comparison's table (md: fitted to `width` columns when given)."""
+    first, then each comparison's table (md: fitted to `width` columns when given). --margin
+    restates the comparisons with another equivalence margin."""
+    from dataclasses import replace
+
     from ..collect import collect_and_write
     from ..collect.rows import comparisons, pass_rows
     from ..tables.campaign import comparison_json, comparison_section
 
     if len(refs) == 1:
         cs, _ = collect_and_write(find(refs[0]), report=False)
+        if margin is not None:          # the collected job's comparisons with another margin
+            cs = replace(cs, campaign=replace(cs.campaign, margin_pct=margin_of(margin, None)))
         if fmt == "json":
             return comparison_json(cs)
         rows = pass_rows(cs)
@@ -147,19 +193,37 @@ def compare(refs: list[str], fmt: str, find, width: int | None = None, paint=Non
         from ..tables.campaign import answers
         head = "".join(a.text(width, paint) + "\n" for a in answers(cs, rows)) + "\n"
         return head + "\n".join(comparison_section(cs, cmp, rows, width) for cmp in found)
-    return pair_text(pair(refs, find), fmt, width, paint=paint)
+    return pair_text(pair(refs, find, margin, trust_jobs), fmt, width, paint=paint)
 
 
 def _concurrencies(rows: list) -> list[int]:
     return sorted({r.concurrency for r in rows})
 
 
-def pair(refs: list[str], find) -> tuple[str, list, str, list, str]:
-    """(A's name, A's ok pass rows, B's name, B's rows, what the intervals cover) of
-    `compare A B`: each side collected once, whatever is printed from it. Passes of different
+def margin_of(text: str | None, sides_margin: float | None) -> float | None:
+    """--margin (percent, '3%' or '3'), else the A side's benchmark.margin_pct."""
+    if text is None:
+        return sides_margin
+    try:
+        value = float(str(text).strip().rstrip("%"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 50:
+        raise UsageError(f"--margin {text!r}: not an equivalence margin in percent (allowed: a number in "
+                         "[0, 50), e.g. 3%; 0: no equivalence verdicts)")
+    return value
+
+
+def pair(refs: list[str], find, margin: str | None = None, trust_jobs: bool = False) -> tuple:
+    """(A's name, A's ok pass rows, B's name, B's rows, what the intervals cover, margin, confound)
+    of `compare A B`: each side collected once, whatever is printed from it. Passes of different
     concurrencies are never pooled: a sweep side is cut to the concurrencies both sides ran (each
-    compared on its own by pair_text); none in common is a usage error naming them (exit 2)."""
-    (na, ra, va, ida), (nb, rb, vb, idb) = _side(refs[0], find), _side(refs[1], find)
+    compared on its own by pair_text); none in common is a usage error naming them (exit 2). Two
+    jobs: job and mode are confounded, so verdicts are qualified '(separate jobs)' unless
+    `trust_jobs` (--trust-jobs) says the jobs are alike. Sides of one mode are named by run id."""
+    from ..ab_stats.verdicts import ACROSS_JOBS
+
+    (na, ra, va, ma, ida), (nb, rb, vb, _, idb) = _side(refs[0], find), _side(refs[1], find)
     if na == nb:                    # one mode on both sides: the sides are their runs
         na, nb = (f"A: {ida}", f"B: {idb}") if ida != idb else (f"A: {refs[0]}", f"B: {refs[1]}")
     ca, cb = _concurrencies(ra), _concurrencies(rb)
@@ -172,26 +236,32 @@ def pair(refs: list[str], find) -> tuple[str, list, str, list, str]:
                 "intervals include launch-to-launch variance between the two sides"
                 if va is None and vb is None else
                 f"A: {va or 'one run'}; B: {vb or 'one run'}")
+    variance += ("; job and mode confounded: verdicts across jobs are qualified '(separate jobs)' "
+                 "(--trust-jobs: plain verdicts, if job-to-job variance is negligible)" if not trust_jobs else
+                 "; job and mode confounded: plain verdicts because --trust-jobs says the jobs are alike")
     left_out = sorted(set(ca) ^ set(cb))
     if left_out:
         variance += (f"; compared at concurrency {', '.join(map(str, common))} only (the passes at "
                      f"{', '.join(map(str, left_out))} have no counterpart on the other side)")
     return (na, [r for r in ra if r.concurrency in common], nb, [r for r in rb if r.concurrency in common],
-            variance)
+            variance, margin_of(margin, ma), None if trust_jobs else ACROSS_JOBS)
 
 
 def by_concurrency(sides: tuple) -> list[tuple[int, list, list]]:
     """(C, A's rows at C, B's rows at C) for every concurrency both sides ran."""
-    _, ra, _, rb, _ = sides
+    ra, rb = sides[1], sides[3]
     return [(c, [r for r in ra if r.concurrency == c], [r for r in rb if r.concurrency == c])
             for c in sorted(set(_concurrencies(ra)) & set(_concurrencies(rb)))]
 
 
 def pair_comparisons(sides: tuple) -> list[tuple[int, list]]:
-    """Per concurrency both sides ran: (C, ab_stats.family.Row of every metric, the primary first)."""
-    from ..collect.rows import comparison
+    """Per concurrency both sides ran: (C, ab_stats.family.Row of every metric, the primary first);
+    the concurrencies' primaries one Holm family, the margin and the confound applied."""
+    from ..collect.rows import family
 
-    return [(c, comparison(ra, rb)) for c, ra, rb in by_concurrency(sides)]
+    per_c = by_concurrency(sides)
+    tables = family([(ra, rb) for _, ra, rb in per_c], margin_pct=sides[5] or None, confound=sides[6])
+    return [(c, t) for (c, _, _), t in zip(per_c, tables)]
 
 
 def pair_records(sides: tuple) -> list[dict]:
@@ -201,11 +271,12 @@ def pair_records(sides: tuple) -> list[dict]:
 
 def pair_answers(sides: tuple) -> list:
     """The answer line of each concurrency both sides ran (two jobs: separate launches), the
-    sides named by their run ids."""
-    from ..tables.answer import pair_answers as answers
+    sides named by their run ids: the primary row of the table printed below it (pair_comparisons)."""
+    from ..tables.answer import comparison_answer
 
-    _, ra, _, rb, _ = sides
-    return answers(ra[0].columns["run_id"], ra, rb[0].columns["run_id"], rb)
+    ra, rb = sides[1], sides[3]
+    return [comparison_answer(ra[0].columns["run_id"], rb[0].columns["run_id"], c, rows, separate=True)
+            for c, rows in pair_comparisons(sides)]
 
 
 def pair_text(sides: tuple, fmt: str, width: int | None = None, head: bool = True, paint=None) -> str:
@@ -216,14 +287,17 @@ def pair_text(sides: tuple, fmt: str, width: int | None = None, head: bool = Tru
 
     from ..tables.campaign import comparison_table
 
-    na, _, nb, _, variance = sides
+    na, _, nb, _, variance = sides[:5]
     if fmt == "json":
         out = pair_records(sides)
         return json.dumps({"variance": variance, "metrics": out[0]["metrics"] if len(out) == 1 else [],
                            "by_concurrency": out}, indent=2) + "\n"
     head = "".join(a.text(width, paint) + "\n" for a in pair_answers(sides)) + "\n" if head else ""
     per_c = by_concurrency(sides)
+    stated = dict(pair_comparisons(sides))
     if len(per_c) == 1:
-        return head + comparison_table(na, nb, per_c[0][1], per_c[0][2], variance, width=width)
-    return head + "\n".join(f"### Concurrency {c}\n\n" + comparison_table(na, nb, ra, rb, variance, width=width)
+        return head + comparison_table(na, nb, per_c[0][1], per_c[0][2], variance, rows=stated[per_c[0][0]],
+                                       width=width)
+    return head + "\n".join(f"### Concurrency {c}\n\n" + comparison_table(na, nb, ra, rb, variance, rows=stated[c],
+                                                                          width=width)
                              for c, ra, rb in per_c)

@@ -36,8 +36,15 @@ def _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, 
 
     if time_limit is not None:
         sets = (*sets, f"cluster.time_limit={json.dumps(time_limit)}")
-    plan = campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in)
-    return fit_time_limit(plan, partition=partition_limit(plan.exp))
+    def make(launches=None):
+        return campaign_cli.plan(_sources(site, configs, sets), modes, run_id, repeats, concurrency, order, burn_in,
+                                 launches)
+
+    plan = make()
+    part = partition_limit(plan.exp)
+    if plan.campaign.campaign.sequential and not campaign_cli.sequential_fixed_launches():
+        return campaign_cli.fit_blocks(make, lambda p: fit_time_limit(p, partition=part))
+    return fit_time_limit(plan, partition=part)
 
 
 def _sources(site, configs, sets):
@@ -110,9 +117,12 @@ def dry_run(modes, run_id, repeats, concurrency, order, burn_in, time_limit, sit
     from ..job.campaign_plan import campaign_summary
     from ..job.render import render_script, summary
 
+    from ..job.submit import check_collector
+
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     script = render_script(plan)
-    click.echo(summary(plan) + campaign_summary(plan), err=True, nl=False)
+    collector = "".join(f"{n}\n" for n in check_collector(plan.exp))
+    click.echo(summary(plan) + campaign_summary(plan) + collector, err=True, nl=False)
     click.echo(script, nl=False)
 
 
@@ -368,8 +378,13 @@ def _write_page(path: str, text: str) -> None:
 @click.argument("run_b", required=False)
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default=None,
               help="Whole tables as markdown, CSV or JSON (default: text fitted to $COLUMNS, else 120 columns).")
+@click.option("--margin", default=None, metavar="PCT",
+              help="Equivalence margin (default: the campaign's / A's benchmark.margin_pct; 0: none).")
+@click.option("--trust-jobs", is_flag=True,
+              help="Two separate jobs: give plain verdicts, as if job-to-job variance were negligible (by "
+                   "default they are qualified '(separate jobs)': job and mode are confounded).")
 @_html_option
-def compare(run_a, run_b, fmt, html_out):
+def compare(run_a, run_b, fmt, margin, trust_jobs, html_out):
     """B against A: two runs (the seed's table, signed % change), or with campaigns (one
     campaign of several modes, or two campaigns/runs) per metric the change, its 95% interval
     and a verdict."""
@@ -380,13 +395,13 @@ def compare(run_a, run_b, fmt, html_out):
     fmt = fmt or "md"
     refs = [r for r in (run_a, run_b) if r]
     if len(refs) == 1:
-        click.echo(campaign_cli.compare(refs, fmt, _find_run, width, _paint), nl=False)
+        click.echo(campaign_cli.compare(refs, fmt, _find_run, margin, trust_jobs, width, _paint), nl=False)
         if html_out:                                # the campaign's page holds its comparisons
             from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
         return
     if any(campaign_cli.shown_as_campaign(_find_run(r)) for r in refs):
-        sides = campaign_cli.pair(refs, _find_run)          # collected once for every output
+        sides = campaign_cli.pair(refs, _find_run, margin, trust_jobs)   # collected once for every output
         click.echo(campaign_cli.pair_text(sides, fmt, width, paint=_paint), nl=False)
         if html_out:
             from ..ab_stats import METRIC_BY_NAME
@@ -396,7 +411,7 @@ def compare(run_a, run_b, fmt, html_out):
                        for c, rows in campaign_cli.pair_comparisons(sides)}
             _write_page(html_out, render_compare_html(
                 _find_run(refs[0]), _find_run(refs[1]), campaign_cli.pair_text(sides, "md", head=False),
-                base_dir=Path(html_out).parent, forests=forests))
+                base_dir=Path(html_out).parent, forests=forests, answers=campaign_cli.pair_answers(sides)))
         return
 
     a, b = _summaries([_find_run(run_a), _find_run(run_b)])
@@ -424,14 +439,41 @@ def compare(run_a, run_b, fmt, html_out):
 @main.command()
 @click.argument("run")
 def cancel(run):
-    """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay."""
-    from ..model.slurm import scancel
+    """Cancel a run's job (RUN_ID, JOBID or directory); its directory and logs stay. A running job's
+    batch script tears down and cleans its nodes first (scancel -b -s USR1), then the job is
+    cancelled (docs/failures.md)."""
+    from ..job.cancel import cancel_run
 
     run_dir = _find_run(run)
-    jid = _job_id(run_dir)
-    if not scancel(jid):
-        raise UsageError(f"scancel {jid} failed")
-    click.echo(f"cancelled job {jid}; evidence stays in {run_dir} (slurm-ab collect {jid})")
+    cancel_run(run_dir, _job_id(run_dir), echo=click.echo)
+
+
+@main.command()
+@click.argument("runs", nargs=-1)
+@click.option("--yes", is_flag=True, help="Submit the clean-up job (without it: only list what may be left).")
+def clean(runs, yes):
+    """What ended runs (RUN_ID, JOBID or directory; default every run under results/) may have left
+    on their nodes: named containers and per-job cache directories their own clean-up could not
+    remove (a cancel, time-out or lost node). Lists them; --yes submits one small job on those
+    nodes that removes every ended slurm-ab job's leftovers there (never an active job's)."""
+    import time as _time
+
+    from ..job.clean import clean_script, run_clean, stale_runs
+
+    stale = stale_runs(_results_dir(), tuple(runs))
+    if not stale:
+        click.echo("nothing left by ended runs: their clean-up ran, or they had nothing to remove")
+        return
+    for s in stale:
+        click.echo(f"{s.run_dir.name} (job {s.left.job_id}): {s.left.text()}")
+    if not yes:
+        click.echo("nothing removed (dry run): `slurm-ab clean --yes` submits a job on those nodes that removes them")
+        return
+    out = _results_dir().resolve() / f"clean-{_time.strftime('%Y%m%d-%H%M%S')}.out"
+    script = out.with_suffix(".sbatch")
+    script.write_text(clean_script(stale, out))
+    if not run_clean(script, out, click.echo):
+        sys.exit(1)
 
 
 @main.command("plan")
@@ -450,9 +492,19 @@ def cancel(run):
 @click.option("--halfwidth", default=None, metavar="PCT", help="Or: a 95%% interval half-width to reach.")
 @click.option("--time-limit-min", type=float, default=None,
               help="Job time limit, minutes (default: cluster.time_limit, or the partition's MaxTime when auto).")
+@click.option("--ar1", type=float, default=None,
+              help="Correlation of consecutive passes of a launch (default: estimated by --from with 3+ passes "
+                   "per launch, else 0).")
+@click.option("--drift", "drift_pct", type=float, default=None, metavar="PCT",
+              help="Drift per pass over the job, percent (default: estimated by --from, else 0).")
+@click.option("--sequential/--fixed", "sequential", default=None,
+              help="Plan a sequential design (a look after every block; priced by expected and maximum "
+                   "node-hours). Default: benchmark.sequential.")
+@click.option("--margin", default=None, metavar="PCT",
+              help="Equivalence margin of a sequential design (default: benchmark.margin_pct).")
 @_config_options
 def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, detect, power, halfwidth,
-             time_limit_min, site, configs, sets):
+             time_limit_min, ar1, drift_pct, sequential, margin, site, configs, sets):
     """The cheapest campaign design (launches per mode, passes per launch, order) comparing two
     MODES to a target, its node-hours, queue waits and A/A false-positive rate."""
     from ..ab_stats import planner
@@ -461,7 +513,8 @@ def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, det
     opts = {"launch_cov": None if launch_cov is None else launch_cov / 100.0,
             "pass_cov": None if pass_cov is None else pass_cov / 100.0, "load_min": load_min,
             "pass_min": pass_min, "detect": detect, "power": power, "halfwidth": halfwidth,
-            "time_limit_min": time_limit_min}
+            "time_limit_min": time_limit_min, "ar1": ar1, "drift_pct": drift_pct, "sequential": sequential,
+            "margin": margin}
     src = _find_run(from_campaign) if from_campaign else None
     p, notes = planner_cli.plan_for_modes(_sources(site, configs, sets), tuple(modes), src, opts)
     click.echo("".join(f"{n}\n" for n in notes) + planner.text(p, tuple(modes)), nl=False)

@@ -16,17 +16,20 @@ from pathlib import Path
 from typing import Mapping
 
 from ..model import rundir
-from ..model.campaign import Launch
+from ..model.campaign import Campaign, Launch
 from ..model.rundir import Layout, Manifest
 from ..model.slurm import is_active
 from ..parse.events import EventLog, launch_view, read_events
 from ..parse.server_scan import Interval
 from .job import job_info
 from .passes import PassInputs, collect_pass
-from .records import CampaignSummary, LaunchSummary, PassRef, PassSummary
+from .records import CampaignStop, CampaignSummary, LaunchSummary, PassRef, PassSummary
 from .replicas import scan_launch
+from .sequential import recompute
 
+SKIPPED_TIME = "skipped (time)"
 WHOLE_LAUNCH = "launch"     # the window of passes when none of the launch's started: its whole logs
+SKIPPED = "skipped (sequential stop)"
 
 
 def launch_status(root_events: EventLog) -> dict[int, dict]:
@@ -46,8 +49,19 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     status = launch_status(job_events)
     outputs = tuple(root.slurm_outs())
     launches, passes = [], []
+    stop = time_stop(job_events, run.campaign)
+    seq = next(iter(job_events.named("sequential_stop")), None)
+    ran = seq.get_int("launches_run") if seq is not None else None
     for launch in run.campaign.launches:
+        if stop is not None and launch.index > stop.launches_run:     # the job did not start its block
+            launches.append(LaunchSummary(launch.index, launch.mode, root.rel(root.launch(launch).root),
+                                          SKIPPED_TIME, None, tuple(f"{p.key}: {SKIPPED_TIME}" for p in launch.passes)))
+            continue
         lay = root.launch(launch)
+        if ran is not None and launch.index > ran:     # a sequential campaign decided before it
+            launches.append(LaunchSummary(launch.index, launch.mode, root.rel(lay.root), SKIPPED, None,
+                                          tuple(f"{p.key}: {SKIPPED}" for p in launch.passes)))
+            continue
         own = read_events(lay.events)
         events = launch_view(job_events, own, launch.index)
         lman = rundir.read_manifest(lay.root) or replace(manifest, campaign=None)
@@ -68,7 +82,29 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     job = job_info(sacct, job_events, who.job_id)
     running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
     return CampaignSummary(who.run_id, manifest.job_id or who.job_id, run.campaign, job, running,
-                           tuple(launches), tuple(passes))
+                           tuple(launches), tuple(passes),
+                           recompute(run_dir, run.campaign, job_events), stop)
+
+
+def time_stop(job_events: EventLog, campaign: Campaign) -> CampaignStop | None:
+    """The job's stop before a block it could not finish in its time left (time_stop in the job's
+    events.log, pipeline.sh), with the design that ran: the launches before that block."""
+    e = next(iter(job_events.named("time_stop")), None)
+    if e is None:
+        return None
+    ran = e.get_int("launches_run")
+    if ran is None:
+        return None
+    done = campaign.launches[:ran]
+    counts = {m: sum(1 for x in done if x.mode == m) for m in campaign.modes}
+    balanced = len(set(counts.values())) == 1
+    block, blocks = e.get_int("block") or 0, e.get_int("blocks") or 0
+    design = (f"launches 1-{ran} of {len(campaign.launches)} ({block - 1} of {blocks} block(s)): "
+              + ", ".join(f"{m} {n}" for m, n in counts.items()) + " launch(es)"
+              + ("" if balanced else ", not balanced") if ran else
+              f"no launch of the {len(campaign.launches)} planned ran")
+    return CampaignStop("time", block, blocks, ran, len(campaign.launches), e.get_int("need_s"),
+                        e.get_int("left_s"), design)
 
 
 def _status(end: dict | None, started: bool, events: EventLog) -> str:

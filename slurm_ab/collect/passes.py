@@ -17,6 +17,7 @@ from ..parse.diagnose import ROOT_CAUSE_KINDS, diagnose
 from ..parse.events import EventLog
 from ..parse.preflight import ran_on_note, server_info_note
 from ..model.rundir import RELATIVE, Layout, Manifest
+from ..model.slurm import CANCELLED_STATES, FAILED_STATES, TIMEOUT_STATES
 from .bench_result import bench_result, bench_spec
 from .job import job_info
 from ..model.experiment import kind_of
@@ -25,6 +26,7 @@ from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .speed import speed_findings
+from .leftovers import leftovers
 from .verdict import (diagnosis_reasons, nccl_network_reasons, outcome_reasons, router_retries, router_retry_reasons, short_of_requests,
                       state_verdict, validity_reasons)
 
@@ -58,10 +60,10 @@ def _pass_benchmark(benchmark, ref: PassRef) -> dict:
                                     if v is not None}}
 
 
-def _nccl_network(manifest: Manifest) -> str:
-    """cluster.nccl_network as the run recorded it ("": not checked)."""
+def _nccl_network(manifest: Manifest) -> tuple[str, tuple[str, ...]]:
+    """cluster.nccl_network as the run recorded it ("": not checked) and its family's names."""
     c = manifest.config.cluster if manifest.config is not None else None
-    return (c.nccl_network if c is not None else None) or ""
+    return ((c.nccl_network if c is not None else None) or "", tuple(c.nccl_names or ()) if c is not None else ())
 
 
 def _max_retry_pct(manifest: Manifest) -> float:
@@ -113,7 +115,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
     pd = None
     if disaggregated(names):
         pd = collect_pd(lay.root, events, names, job.node_lists, bench.ttft.mean if bench.ttft else None,
-                        server_metrics.replicas, notes)
+                        server_metrics.replicas, notes,
+                        getattr(getattr(manifest.config, "pd", None), "transfer_backend", None))
         notes += pd.notes
 
     # ---- verdict -----------------------------------------------------------------------
@@ -135,7 +138,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
             invalid = validity_reasons(bench, problems, replicas, window,
                                        [text for confirmed, text in speed if confirmed]) + \
                 (pd_reasons(pd, replicas) if pd else []) + retried + \
-                (nccl_network_reasons(lay.server_logs(), _nccl_network(manifest), job.node_lists, root)
+                (nccl_network_reasons(lay.server_logs(), *_nccl_network(manifest)[:1], job.node_lists, root,
+                                      names=_nccl_network(manifest)[1])
                  if logs_exist else [])
             verdict, reasons = ("invalid", invalid) if invalid else ("ok", flagged)
     elif verdict in ("failed", "cancelled", "timeout"):
@@ -154,7 +158,16 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         cut = interrupted_reason(events, replicas, spec.num_prompts, has_result)
         if cut:
             reasons.insert(1, cut)
-    elif verdict == "invalid" and logs_exist:
+        left = leftovers(root, inp.job_id)          # what the nodes may still hold, and where
+        if left is not None and (left.left or verdict == "cancelled"):
+            reasons.append(left.text())
+    elif inp.completed and job.state in CANCELLED_STATES | FAILED_STATES | TIMEOUT_STATES:
+        # The pass completed, the job ended otherwise later (slurm-ab cancel in the launch's
+        # teardown, a later launch's failure, the time limit): what its nodes may still hold.
+        left = leftovers(root, inp.job_id)
+        if left is not None:
+            notes.append(f"job {job.state_raw or job.state} after this pass: {left.text()}")
+    if verdict == "invalid" and logs_exist:
         # A replica that failed while the job still completed (e.g. a peer's link went down: the
         # head's watchdog fired, but its server step could not end while srun waited for the
         # unreachable node, and the router sent the rest elsewhere): its root cause goes first.

@@ -18,6 +18,14 @@ TTFT is the prefill's chain: bootstrap wait + queue + forward + KV transfer + th
 step, plus what none of them sees (router, HTTP, tokenizer, streaming the first token), shown as
 'other' = the client's mean TTFT minus the chain, never hidden. The decode's own view
 (bootstrap + transferred + waiting) is kept beside it as a cross-check.
+
+The chain's KV transfer is the one on TTFT's path, for every backend: the decode's wait for its KV
+(decode_transferred: from its transfer-queue entry, when it announced where the KV goes, to the
+poll that saw it arrive) less the prefill's queue and forward, which that wait spans. The prefill's
+own sglang:kv_transfer_latency_ms is not it (SGLang 0.5.23 req_time_stats.py, prefill.py): stamped
+by the prefill's inflight-queue poll, which runs after the prefill's next forward, it is Mooncake's
+transfer-queue entry (or NIXL's first KV send) to that poll, so a busy prefill adds a forward to it
+while the decode already decodes. It is kept, labelled for what it is, with the transfer's volume.
 """
 from __future__ import annotations
 
@@ -97,8 +105,9 @@ class Transfer:
     requests: float = 0.0
     total_mb: float | None = None
     mb_per_request: float | None = None
-    latency_ms: float | None = None     # mean per request
+    latency_ms: float | None = None     # mean per request (the prefill's kv_transfer_latency_ms)
     speed_gb_s: float | None = None     # mean of the per-request speeds
+    latency_label: str = ""             # what that latency measures with the run's backend
 
 
 @dataclass(frozen=True)
@@ -156,8 +165,16 @@ class _Acc:
 # (key, label, histogram, stage, seconds -> ms)
 PREFILL_CHAIN = (("prefill_bootstrap", "prefill waits for the decode's KV indices", STAGES, "prefill_bootstrap", 1000),
                  ("prefill_queue", "prefill queue", QUEUE, None, 1000),
-                 ("prefill_forward", "prefill forward (compute)", STAGES, "prefill_forward", 1000),
-                 ("kv_transfer", "KV transfer", KV_LATENCY, None, 1))
+                 ("prefill_forward", "prefill forward (compute)", STAGES, "prefill_forward", 1000))
+KV_PATH = ("kv_transfer", "KV transfer on TTFT's path (decode: until the KV arrived, less prefill queue and forward)")
+# What the prefill's sglang:kv_transfer_latency_ms measures, per backend (SGLang 0.5.23: NIXL's
+# manager reports transfer_latency_s from its first send; the others leave it to req_time_stats'
+# completion - transfer-queue entry); both stamped by the prefill's poll after its next forward.
+LATENCY_MEANING = {
+    "nixl": "the prefill's first KV send to the poll that saw it done, which runs after its next forward",
+    "": "the prefill's transfer-queue entry (its forward's end) to the poll that saw it done, which runs "
+        "after its next forward: that forward included, not TTFT's path",
+}
 DECODE_CHAIN = (("decode_waiting", "decode: first decode step", STAGES, "decode_waiting", 1000),)
 DECODE_VIEW = (("decode_bootstrap", "decode: handshake and KV reservation", STAGES, "decode_bootstrap", 1000),
                ("decode_transferred", "decode: until the KV arrived", STAGES, "decode_transferred", 1000),
@@ -166,8 +183,9 @@ DECODE_VIEW = (("decode_bootstrap", "decode: handshake and KV reservation", STAG
 
 def collect_pd(run_dir: Path, events: EventLog, names: Mapping[int, tuple[str, int]],
                node_lists: Mapping, client_ttft_ms: float | None, replica_metrics: Sequence = (),
-               problems: list | None = None) -> PdSummary:
-    """The PD facts of one pass window."""
+               problems: list | None = None, backend: str | None = None) -> PdSummary:
+    """The PD facts of one pass window (backend: pd.transfer_backend, which says what the
+    prefill's transfer latency measures)."""
     problems = problems if problems is not None else []
     per = by_replica(window_scrapes(events))
     rm = {m.replica: m for m in replica_metrics}
@@ -211,7 +229,8 @@ def collect_pd(run_dir: Path, events: EventLog, names: Mapping[int, tuple[str, i
         mb_sum, mb_n = transfer.sums["mb"]
         tr = Transfer(requests=transfer.sums["latency"][1], total_mb=mb_sum,
                       mb_per_request=mb_sum / mb_n if mb_n else None,
-                      latency_ms=transfer.mean("latency")[0], speed_gb_s=transfer.mean("speed")[0])
+                      latency_ms=transfer.mean("latency")[0], speed_gb_s=transfer.mean("speed")[0],
+                      latency_label=LATENCY_MEANING.get(backend or "", LATENCY_MEANING[""]))
     return PdSummary(tuple(instances), breakdown, tr, tuple(notes))
 
 
@@ -223,12 +242,23 @@ def _breakdown(acc: dict, client_ttft_ms: float | None) -> TtftBreakdown:
             share = mean / client_ttft_ms if mean is not None and client_ttft_ms else None
             out.append(Stage(key, label, mean, count, share))
         return out
-    chain = stages("prefill", PREFILL_CHAIN) + stages("decode", DECODE_CHAIN)
     view = stages("decode", DECODE_VIEW)
+    prefill = stages("prefill", PREFILL_CHAIN)
+    chain = prefill + [_kv_path(prefill, view, client_ttft_ms)] + stages("decode", DECODE_CHAIN)
     known = [s.mean_ms for s in chain if s.mean_ms is not None]
     other = client_ttft_ms - sum(known) if client_ttft_ms is not None and len(known) == len(chain) else None
     kv = next((s for s in chain if s.key == "kv_transfer"), None)
     return TtftBreakdown(client_ttft_ms, tuple(chain), other, tuple(view), kv.share if kv else None)
+
+
+def _kv_path(prefill: list, view: list, client_ttft_ms: float | None) -> Stage:
+    """The KV transfer on TTFT's path: the decode's wait for its KV (decode_transferred) less the
+    prefill's queue and forward it spans (None when one is unknown; 0 when noise makes it negative)."""
+    got = {x.key: x for x in prefill + view}
+    parts = [got[k].mean_ms for k in ("decode_transferred", "prefill_queue", "prefill_forward")]
+    mean = max(0.0, parts[0] - parts[1] - parts[2]) if None not in parts else None
+    share = mean / client_ttft_ms if mean is not None and client_ttft_ms else None
+    return Stage(KV_PATH[0], KV_PATH[1], mean, got["decode_transferred"].count, share)
 
 
 def chain_scale(chain, key: str) -> float:
@@ -273,11 +303,15 @@ def pd_fail_reasons(events: EventLog, names: Mapping[int, tuple[str, int]] | Non
         if kind in ("pd_canary", "pd_warmup") and f.get("via") != "router":
             p, d = (int(f[k]) if f.get(k, "").isdigit() else -1 for k in ("prefill", "decode"))
             what = "KV canary (2 tokens)" if kind == "pd_canary" else "16K warm-up"
+            ranks = (f", prefill DP rank {f['prefill_dp']} and decode DP rank {f['decode_dp']}"
+                     if "prefill_dp" in f and "decode_dp" in f else "")
+            why = (": the decode's KV checksum did not match what the prefill sent (pd.kv_checksum): the KV "
+                   "arrived corrupted" if f.get("kv_checksum") == "mismatch" else
+                   ": KV transfer between them does not work although both servers were healthy")
             out.append(f"the {what} between {component_name(p, names)} ({f.get('prefill_node', '?')}) and "
-                       f"{component_name(d, names)} ({f.get('decode_node', '?')}) failed after {f.get('seconds', '?')} s "
-                       f"(prefill HTTP {f.get('http_prefill', '?')}, decode HTTP {f.get('http_decode', '?')}): KV "
-                       "transfer between them does not work although both servers were healthy; the job "
-                       "stopped before the benchmark")
+                       f"{component_name(d, names)} ({f.get('decode_node', '?')}){ranks} failed after "
+                       f"{f.get('seconds', '?')} s (prefill HTTP {f.get('http_prefill', '?')}, decode HTTP "
+                       f"{f.get('http_decode', '?')}){why}; the job stopped before the benchmark")
         elif kind == "pd_canary":
             out.append(f"a 2-token generation through the router failed (HTTP {f.get('http', '?')}, curl "
                        f"{f.get('curl_rc', '?')}) after every pair's canary had passed: the router's PD path "

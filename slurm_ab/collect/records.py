@@ -9,12 +9,13 @@ import dataclasses
 import math
 import types
 import typing
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ..model.campaign import Campaign
 from ..model.experiment import instance_name
 from ..parse.diagnose import Finding
 from .pd import PdSummary
+from .sequential import SequentialRecord
 from .server_metrics import ServerMetrics
 
 VERDICTS = ("ok", "invalid", "failed", "cancelled", "timeout", "running")
@@ -228,9 +229,28 @@ class LaunchSummary:
     launch: int
     mode: str
     dir: str                            # relative to the run directory (launch<N>-<MODE>)
-    status: str                         # ok | failed | unfinished | not run (launch_end event)
+    status: str                         # ok | failed | unfinished | not run (launch_end event) |
+    #                                     skipped (time): after a block-boundary stop | skipped (sequential stop)
     failure: dict | None = None         # the first 'fail' event's fields
     passes: tuple[str, ...] = ()        # "<key>: <verdict>" (burn-ins marked discarded)
+
+    def to_dict(self) -> dict:
+        return _clean(asdict(self))
+
+
+@dataclass(frozen=True)
+class CampaignStop:
+    """A campaign the job ended at a block boundary (its time_stop event): the block it did not
+    start, why, and the design it ran instead of the one planned."""
+
+    reason: str                         # "time": the block could not finish in the time left
+    block: int                          # the block not started (1-based), of `blocks`
+    blocks: int
+    launches_run: int                   # launches 1..launches_run ran; the rest were skipped
+    launches_planned: int
+    need_s: int | None = None           # what the block needed (estimate, or the longest block run)
+    left_s: int | None = None           # what the job had left before its own early stop
+    design: str = ""                    # the design actually run, in words
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))
@@ -248,6 +268,15 @@ class CampaignSummary:
     running: bool = False               # Slurm says the job has not ended: nothing is final
     launches: tuple[LaunchSummary, ...] = ()
     passes: tuple[PassSummary, ...] = ()    # every timed pass (burn-ins left out)
+    sequential: SequentialRecord | None = None   # a sequential campaign's looks (collect.sequential)
+    stop: CampaignStop | None = None    # the job stopped the campaign at a block boundary
+
+    @property
+    def design(self) -> Campaign:
+        """The campaign as it ran: the planned one, or its launches up to a block-boundary stop."""
+        if self.stop is None:
+            return self.campaign
+        return replace(self.campaign, launches=self.campaign.launches[:self.stop.launches_run])
 
     @property
     def verdict(self) -> str:

@@ -4,12 +4,14 @@ Data, not presentation: the tables package prints them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Mapping, Sequence
 
 from ..ab_stats import METRICS, PRIMARY_DEFAULT, Aggregate, aggregate
 from ..ab_stats.family import Row
+from ..model.campaign import Campaign
 from .records import CampaignSummary, PassSummary
+from .sequential import SequentialRecord, primary_row
 
 # Verdicts whose pass has no numbers worth showing (the client's output, if any, is not final).
 NUMBERLESS = ("failed", "cancelled", "timeout", "running")
@@ -166,12 +168,21 @@ def pass_rows(cs: CampaignSummary) -> list[PassRow]:
 
 
 def comparisons(cs: CampaignSummary, rows: Sequence[PassRow] | None = None) -> tuple[Comparison, ...]:
-    """The first mode against each other mode, at each concurrency (none for one mode)."""
-    c = cs.campaign
-    rows = pass_rows(cs) if rows is None else rows
-    return tuple(Comparison(c.modes[0], b_mode, conc, tuple(comparison(
-        rows_of(rows, c.modes[0], conc), rows_of(rows, b_mode, conc), c.primary_metric)))
-        for b_mode in c.modes[1:] for conc in c.concurrencies)
+    """The first mode against each other mode, at each concurrency (none for one mode): one
+    family (their primaries Holm-adjusted together), the equivalence margin applied, and a
+    sequential campaign's primary row stated by its looks."""
+    return comparisons_of(cs.campaign, pass_rows(cs) if rows is None else rows, cs.sequential)
+
+
+def comparisons_of(c: Campaign, rows: Sequence[PassRow], seq: SequentialRecord | None = None) -> tuple[Comparison, ...]:
+    """comparisons() of a Campaign's pass rows (compare --margin restates a collected job)."""
+    keys = [(c.modes[0], b_mode, conc) for b_mode in c.modes[1:] for conc in c.concurrencies]
+    tables = family([(rows_of(rows, a, conc), rows_of(rows, b, conc)) for a, b, conc in keys],
+                    c.primary_metric, c.margin_pct or None)
+    out = tuple(Comparison(a, b, conc, tuple(t)) for (a, b, conc), t in zip(keys, tables))
+    if seq is not None and len(out) == 1 and out[0].rows:       # the looks' answer, not a fixed design's
+        out = (replace(out[0], rows=(primary_row(out[0].rows[0], seq),) + out[0].rows[1:]),)
+    return out
 
 
 SCHEMA = 2      # summary.json's "summary_schema": 2 = one CampaignSummary for every job
@@ -182,7 +193,7 @@ def summary_record(cs: CampaignSummary) -> dict:
     outside slurm-ab, its verdict, every pass's numeric row, the aggregates and comparisons."""
     rows = pass_rows(cs)
     return {"summary_schema": SCHEMA, **cs.to_dict(), "verdict": cs.verdict,
-            "variance": cs.campaign.variance, "rows": [r.to_dict() for r in rows],
+            "variance": cs.design.variance, "rows": [r.to_dict() for r in rows],
             "aggregates": [a.to_dict() for a in aggregates(rows)],
             "comparisons": [x.to_dict() for x in comparisons(cs, rows)]}
 
@@ -217,7 +228,10 @@ def columns(rows: Iterable[PassRow]) -> list[Mapping[str, object]]:
     return [r.columns for r in rows]
 
 
-def comparison(a_rows: Sequence[PassRow], b_rows: Sequence[PassRow], primary: str = PRIMARY_DEFAULT) -> list[Row]:
-    """Per printed row (ok passes only): ab_stats.family.Row, the primary first."""
-    from ..ab_stats.family import compare
-    return compare(columns(ok_rows(a_rows)), columns(ok_rows(b_rows)), primary)
+def family(pairs: Sequence[tuple[Sequence[PassRow], Sequence[PassRow]]], primary: str = PRIMARY_DEFAULT,
+           margin_pct: float | None = None, confound: str | None = None) -> list[list[Row]]:
+    """Per (A rows, B rows) of one family (ok passes only): ab_stats.family.Row of every printed
+    row, the primary first; the primaries Holm-adjusted together (ab_stats.family.compare_all)."""
+    from ..ab_stats.family import compare_all
+    return compare_all([(columns(ok_rows(a)), columns(ok_rows(b))) for a, b in pairs], primary,
+                       margin_pct=margin_pct, confound=confound)

@@ -35,9 +35,14 @@ def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
     if state in ACTIVE_STATES:
         return "running", [f"job is {raw} (Slurm)"]
     if state in CANCELLED_STATES:
-        return "cancelled", [f"job {raw} (Slurm)"]
+        asked = "cancelled" in {e.fields.get("kind") for e in events.failures()}
+        return "cancelled", [f"job {raw} (Slurm)"] + ([cancel_reason(events)] if asked else [])
     if state in TIMEOUT_STATES:
         return "timeout", [f"job hit its time limit ({raw})"]
+    if state in FAILED_STATES and state != "NODE_FAIL" and \
+            "cancelled" in {e.fields.get("kind") for e in events.failures()}:
+        # slurm-ab cancel: the script tore down on its request and could not cancel itself
+        return "cancelled", [cancel_reason(events)]
     if state in FAILED_STATES and state != "NODE_FAIL" and \
             "time_limit" in {e.fields.get("kind") for e in events.failures()}:
         # The job's own teardown on Slurm's USR1 (--signal=B:USR1@N) ran before the limit: Slurm
@@ -53,12 +58,21 @@ def state_verdict(job: JobInfo, events: EventLog, slurm_lines: Sequence[Finding]
             return "timeout", [time_limit_reason(events)]
         if "slurm_node_failure" in kinds:
             return "failed", ["job lost a node (DUE TO NODE FAILURE)"]
+        if "cancelled" in fails:
+            return "cancelled", [cancel_reason(events)]
         if "slurm_cancelled" in kinds or "signal" in fails:
             return "cancelled", ["job was cancelled (Slurm/job log)"]
         if events.job_rc() is None and not fails:
             return "running", [f"no Slurm state given and no job_end in {RELATIVE.events}: the job may "
                                "still be running"]
     return None, []
+
+
+def cancel_reason(events: EventLog) -> str:
+    fail = next(e for e in events.failures() if e.fields.get("kind") == "cancelled")
+    who = fail.fields.get("request", "")
+    return f"job cancelled by slurm-ab cancel ({who}): its script tore everything down" if who else \
+        "job cancelled by slurm-ab cancel: its script tore everything down"
 
 
 def time_limit_reason(events: EventLog) -> str:
@@ -331,11 +345,12 @@ def _held(field: str) -> str:
 
 
 def nccl_network_reasons(server_logs: Sequence, expected: str, node_lists: dict,
-                         root=None) -> list[str]:
+                         root=None, names: tuple[str, ...] = ()) -> list[str]:
     """Nodes whose NCCL ranks used another network than the site declares (cluster.nccl_network,
     e.g. Socket on an IB site: no usable HCA in the container): that replica's collectives crossed
     TCP, so the run measured the fallback, not the configuration ('invalid'). Reads NCCL's init
-    lines (parse.nccl); logs without any (NCCL_DEBUG not INFO) say nothing."""
+    lines (parse.nccl); NAMES are the family's ([nccl_networks]: IB is also IBext_v8, UCX, ...);
+    logs without any (NCCL_DEBUG not INFO) say nothing."""
     from ..parse.diagnose import server_log_identity
     from ..parse.nccl import nccl_network
 
@@ -345,7 +360,7 @@ def nccl_network_reasons(server_logs: Sequence, expected: str, node_lists: dict,
     for path in server_logs:
         got = nccl_network(path)
         ident = server_log_identity(path)
-        if got is None or ident is None or not got.other_than(expected):
+        if got is None or ident is None or not got.other_than(expected, names):
             continue
         g, r = ident
         hosts = node_lists.get(str(g)) or []

@@ -12,7 +12,8 @@ import re
 import time
 from dataclasses import dataclass
 
-from ..model.campaign import MAX_LAUNCHES, MAX_REPEATS, ORDERS, Campaign, parse_concurrencies, schedule
+from ..model.campaign import (LAUNCHES_PER_BLOCK, MAX_LAUNCHES, MAX_REPEATS, MIN_BLOCKS, ORDERS, Campaign,
+                              parse_concurrencies, schedule)
 from ..model.errors import ConfigError, ConfigErrors
 from ..model.experiment import Experiment
 from ..ab_stats.metrics import PRIMARY_CHOICES
@@ -31,6 +32,8 @@ class CampaignOptions:
     order: str | None = None
     burn_in: bool | None = None
     launches: int | None = None
+    sequential: bool | None = None
+    margin: str | None = None           # --margin: '3%' or '3'
 
 
 def _shape(exp: Experiment) -> tuple:
@@ -67,7 +70,10 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
     if order not in ORDERS:
         errors.append(ConfigError("--order" if opts.order is not None else "benchmark.order", order,
                                   "unknown order", ", ".join(ORDERS)))
-    launches = _launches(opts, bench, len(modes), order, errors)
+    sequential = opts.sequential if opts.sequential is not None else bench.sequential
+    sequential = bool(sequential) and len(modes) > 1
+    launches = _launches(opts, bench, len(modes), order, errors, sequential)
+    margin = _margin(opts, bench, errors)
     primary = bench.primary_metric
     if primary not in PRIMARY_CHOICES:
         errors.append(ConfigError("benchmark.primary_metric", primary, "not a metric a comparison can lead with",
@@ -92,18 +98,61 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
         errors.append(ConfigError("modes", list(modes), "modes of different shape cannot share one "
                                   f"allocation ({groups})", "modes whose components (role instances) "
                                   "have the same nodes and options; submit the others separately"))
+    if sequential:
+        errors += _sequential_checks(modes, order, concurrencies, launches, opts)
     if errors:
         raise ConfigErrors(errors)
     return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
-                    launches, primary)
+                    launches, primary, margin, sequential, bench.spending)
 
 
-def _launches(opts: CampaignOptions, bench, n_modes: int, order: str, errors: list) -> int:
-    """Launches per mode: --launches, else benchmark.launches (one mode) / compare_launches;
-    blocked order launches each mode once."""
+def _margin(opts: CampaignOptions, bench, errors: list) -> float:
+    """The equivalence margin in percent: --margin, else benchmark.margin_pct."""
+    if opts.margin is None:
+        return float(bench.margin_pct)
+    try:
+        value = float(str(opts.margin).strip().rstrip("%"))
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value < 50:
+        errors.append(ConfigError("--margin", opts.margin, "not an equivalence margin in percent",
+                                  "a number in [0, 50), e.g. 3% (0: no equivalence verdicts)"))
+        return 0.0
+    return value
+
+
+def _sequential_checks(modes, order, concurrencies, launches, opts) -> list[ConfigError]:
+    """A sequential campaign: two modes, counterbalanced blocks at one concurrency, 2+ blocks."""
+    errs = []
+    key = "--sequential" if opts.sequential else "benchmark.sequential"
+    if len(modes) != 2:
+        errs.append(ConfigError(key, list(modes), "a sequential campaign compares two modes",
+                                "two modes (A B), or --fixed for several"))
+    if order != "counterbalanced":
+        errs.append(ConfigError("--order" if opts.order else "benchmark.order", order,
+                                "a sequential campaign looks after counterbalanced blocks (A B B A)",
+                                "counterbalanced, or --fixed"))
+    if len(concurrencies) != 1:
+        errs.append(ConfigError("--concurrency", ",".join(map(str, concurrencies)),
+                                "a sequential campaign decides at one concurrency", "one concurrency, or --fixed"))
+    if launches % LAUNCHES_PER_BLOCK or launches < LAUNCHES_PER_BLOCK * MIN_BLOCKS:
+        errs.append(ConfigError("--launches" if opts.launches is not None else "benchmark.max_blocks", launches,
+                                "a sequential campaign runs whole blocks of two launches per mode, at least "
+                                f"{MIN_BLOCKS}", f"an even number of launches per mode >= "
+                                f"{LAUNCHES_PER_BLOCK * MIN_BLOCKS} (2 per block)"))
+    return errs
+
+
+def _launches(opts: CampaignOptions, bench, n_modes: int, order: str, errors: list, sequential: bool = False) -> int:
+    """Launches per mode: --launches, else benchmark.launches (one mode) / compare_launches, or
+    for a sequential campaign 2 x benchmark.max_blocks (at most: its blocks stop early); blocked
+    order launches each mode once."""
     key = "--launches" if opts.launches is not None else ("benchmark.launches" if n_modes == 1
+                                                          else "benchmark.max_blocks" if sequential
                                                           else "benchmark.compare_launches")
-    value = opts.launches if opts.launches is not None else (bench.launches if n_modes == 1 else bench.compare_launches)
+    value = opts.launches if opts.launches is not None else (
+        bench.launches if n_modes == 1 else LAUNCHES_PER_BLOCK * bench.max_blocks if sequential
+        else bench.compare_launches)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_LAUNCHES:
         errors.append(ConfigError(key, value, "not a number of launches per mode", f"1..{MAX_LAUNCHES}"))
         return 1
@@ -134,12 +183,32 @@ def campaign_summary(plan: JobPlan) -> str:
                      + ", ".join(f"{p.key} ({p.prompts} prompts)" for p in launch.passes))
     if len(c.passes) > 1:
         lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
+        lines.append("  equivalence margin: " + (f"±{c.margin_pct:g}% (an interval inside it that includes 0 reads "
+                                                 f"'equivalent within ±{c.margin_pct:g}%')" if c.margin_pct else
+                                                 "none (benchmark.margin_pct = 0)"))
+    if c.sequential:
+        lines += sequential_lines(c)
     for i in range(1, len(c.modes)):
         lines += mode_lines(plan, i)
     for mode, roles in zip(c.modes, cp.roles):
         for r, rc in roles:           # each role's command, its environment first
             lines.append(f"  {r} role of {mode}: " + " ".join(str(w) for w in rc.env + _words(rc)))
     return "\n".join(lines) + "\n"
+
+
+def sequential_lines(c: Campaign) -> list[str]:
+    """A sequential campaign's looks, as dry-run shows them: blocks, boundaries, what stops it."""
+    from ..ab_stats.sequential import critical_table
+
+    k = len(c.blocks)
+    b = critical_table(k, 1, name=c.spending)
+    return [f"  sequential: a look after each of at most {k} counterbalanced blocks (launches "
+            + "; ".join(",".join(map(str, blk)) for blk in c.blocks) + f"); alpha spending {c.spending} "
+            "(two-sided 5%; benchmark.spending); stops for better/worse when the look's interval excludes 0, for equivalence "
+            f"when it lies inside ±{c.margin_pct:g}%; never mid-block",
+            "  look boundaries |z| >= " + ", ".join(f"{z:.3f}" for z in b.z) + " (nominal two-sided levels "
+            + ", ".join(f"{p:.2g}" for p in b.nominal) + "; t critical values per degrees of freedom in the "
+            "script)"]
 
 
 def _words(cmd) -> tuple:

@@ -83,24 +83,53 @@ class JobPlan:
         wd = self.exp.watchdog
         if not (self.exp.server_metrics and wd.progress_metric):
             return 0
-        return wd.stall_s or max(60, int(3 * max(f.seconds for f in self.duration.request.values())))
+        return wd.stall_s or max(60, int(3 * max(f.seconds for f in self.request_figures.values())))
+
+    @property
+    def request_figures(self) -> dict:
+        """(mode, concurrency, prompts) -> seconds per request (duration.Figure) of every pass the
+        job runs: the watchdog's pass limits and stall time read the one time model's figures."""
+        model = self.duration.model
+        return {(p.mode, p.concurrency, p.prompts): model.figure(p.mode, p.prompts, p.concurrency)
+                for x in self.campaign.campaign.launches for p in x.passes}
+
+    @property
+    def time_reserve_s(self) -> int:
+        """What the job keeps back from squeue's time left: its own early stop and Slurm's early
+        warning (duration.SLURM_EARLY_SIGNAL_S)."""
+        from ..model.duration import SLURM_EARLY_SIGNAL_S
+        return int(self.exp.cluster.signal_before_limit_s) + SLURM_EARLY_SIGNAL_S
+
+    @property
+    def time_blocks(self) -> tuple[tuple[int, int], ...]:
+        """(first launch, expected seconds) of each block of a campaign: the job does not start a
+        block that cannot finish in the time it has left (duration.block_seconds)."""
+        from ..model.duration import block_seconds
+        return block_seconds(self)
 
     @property
     def guards(self) -> "Guards":
         """The site-survival values the job's static part reads (sbatch_templates/site.sh.j2)."""
         e = self.exp
         ct, wd = e.container, e.watchdog
-        cleanup = (f"pyxis_{ct.name}-$SLURM_JOB_ID" if self.container_name and ct.scope == "global"
-                   and ct.remove_command else "")
+        # pyxis names a container_scope=global container pyxis_<name> (pyxis_slurmstepd.c); the job's
+        # are pyxis_<container.name>-<job id>-<het group>: this prefix is what the job removes at its
+        # end and what the next job's preflight sweeps for ended jobs' leftovers
+        prefix = (f"pyxis_{ct.name}-" if self.container_name and ct.scope == "global" and ct.remove_command
+                  else "")
         kinds = dict.fromkeys(r.name for x in self.campaign.experiments for r in x.mode.roles)
-        return Guards(nccl_network=e.cluster.nccl_network, watch_every_s=e.metrics.interval_s,
+        return Guards(nccl_network=e.cluster.nccl_network, nccl_names=tuple(e.cluster.nccl_names),
+                      watch_every_s=e.metrics.interval_s,
                       watch_factor_pct=int(round(wd.pass_factor * 100)), progress_metric=wd.progress_metric,
-                      inflight_metrics=tuple((k, wd.inflight_of(k)) for k in kinds), cleanup_container=cleanup,
-                      remove_command=tuple(ct.remove_command), node_step_args=tuple(e.cluster.side_step_args))
+                      inflight_metrics=tuple((k, wd.inflight_of(k)) for k in kinds), container_prefix=prefix,
+                      remove_command=tuple(ct.remove_command), list_command=tuple(ct.list_command),
+                      sweep=e.cluster.sweep_stale, node_step_args=tuple(e.cluster.side_step_args))
 
     @property
     def container_name(self) -> str:
-        """The pyxis --container-name of every step on a node (per job), "" when none is used."""
+        """The pyxis --container-name of a het group's steps on a node without the group (the job
+        adds -<G>: one container per node, job and group, so two components sharing a node, or two
+        jobs, never race for one name), "" when none is used."""
         ct = self.exp.container
         return f"{ct.name}-${{SLURM_JOB_ID}}" if ct.image and ct.name else ""
 
@@ -149,8 +178,9 @@ class JobPlan:
     @property
     def files(self) -> tuple[tuple[str, str, str], ...]:
         """The run directory's file names the job script writes, as printf formats (rundir.Layout's
-        names: the script spells none itself); a PD job's pair files only with pd.sh."""
-        return job_formats(self.pd)
+        names: the script spells none itself); a PD job's pair files only with pd.sh, a
+        sequential campaign's stop-rule files only in its script."""
+        return job_formats(self.pd, self.campaign.campaign.sequential)
 
     @property
     def router_profile(self) -> str:
@@ -163,11 +193,14 @@ class JobPlan:
 
     @property
     def pd_variables(self) -> tuple[tuple[str, object], ...]:
-        """The settings of a job with prefill/decode roles (only such jobs' scripts have them)."""
+        """The settings of a job with prefill/decode roles (only such jobs' scripts have them): the
+        bootstrap port base, the canary's time, where each node's SGLANG_HOST_IP comes from ("":
+        SGLang's guess; else the preflight's file of that node)."""
         if not self.pd:
             return ()
         pd = next(e for e in self.campaign.experiments if e.mode.disaggregated).pd
-        return (("BOOTSTRAP_PORT_BASE", self.exp.ports.bootstrap), ("CANARY_TIMEOUT", pd.canary_timeout_s))
+        return (("BOOTSTRAP_PORT_BASE", self.exp.ports.bootstrap), ("CANARY_TIMEOUT", pd.canary_timeout_s),
+                ("HOST_IP_IFACE", pd.host_ip_interface))
 
     def sbatch_of(self, r: Replica) -> tuple[str, ...]:
         """#SBATCH options of one component (its own --nodes)."""
@@ -237,6 +270,11 @@ class CampaignPlan:
         return tuple(tuple(c.name for c in e.components) for e in self.experiments)
 
     @property
+    def group_dp(self) -> tuple[tuple[int, ...], ...]:
+        """Per mode: the DP workers of each het group's role (its PD canaries reach each one)."""
+        return tuple(tuple(e.dp_ranks(c.role) for c in e.components) for e in self.experiments)
+
+    @property
     def same_router(self) -> bool:
         """Every mode starts the same router (one router_command for the job)."""
         return len({r.lines for r in self.routers}) <= 1
@@ -276,12 +314,15 @@ class Guards:
     """What keeps a job honest on a real site: the network NCCL must use ("" = not checked), the
     pass watchdog's figures, the clean-up of each node's named container."""
     nccl_network: str
+    nccl_names: tuple[str, ...]          # the names NCCL may print for it (patterns, * any text)
     watch_every_s: int
     watch_factor_pct: int
     progress_metric: str
     inflight_metrics: tuple[tuple[str, tuple[str, ...]], ...]   # role kind -> its in-flight gauges
-    cleanup_container: str              # pyxis' name of the job's container, "" = none to remove
+    container_prefix: str               # pyxis_<container.name>-: the job's are <prefix><job id>-<G>; "" = none
     remove_command: tuple[str, ...]
+    list_command: tuple[str, ...]       # lists this user's containers on a node (enroot list)
+    sweep: bool                         # the preflight removes ended jobs' containers and caches
     node_step_args: tuple[str, ...]     # srun options of the steps that run once per node
 
 
@@ -314,6 +355,8 @@ class Preflight:
     tokenizer_command: tuple[str, ...] = ()     # + the client's tokenizer, on ROUTER_HOST
     tokenizer: str = ""
     pd_ib: str = ""                             # PD: RDMA devices of pd.ib_device, each ACTIVE
+    gpudirect_command: tuple[str, ...] = ()     # PD on an RDMA backend: GPUDirect RDMA on every node
+    host_ip_interface: str = ""                 # PD: each node's SGLANG_HOST_IP from this interface
     client_import_command: tuple[str, ...] = ()  # by the client's Python, when not import_command's
 
 
@@ -385,12 +428,12 @@ def container_flags_for(exps, run_dir: str) -> tuple:
     if not ct.image:
         return ()
     flags = [f"--container-image={ct.image}", f"--container-mounts={','.join(_mounts(exps, run_dir))}"]
-    if ct.name:
-        # One container per node and job (pyxis_slurmstepd.c: a named container's root file
-        # system is reused by the node's later steps, "pyxis: reusing existing container
-        # filesystem"; an unnamed one is unpacked again for every step). The job id in the name:
-        # pyxis' default container_scope=global would otherwise hand an old job's container on.
-        flags.append(Var(f"--container-name={ct.name}-${{SLURM_JOB_ID}}"))
+    # With container.name, the job adds --container-name=<name>-<job id>-<het group> to each step
+    # (CONTAINER_NAME, container_flags in the job): one container per node, job and group
+    # (pyxis_slurmstepd.c: a named container's root file system is reused by the node's later
+    # steps, "pyxis: reusing existing container filesystem"; an unnamed one is unpacked again for
+    # every step). The job id: pyxis' default container_scope=global would otherwise hand an old
+    # job's container on; the group: two components sharing a node would race to create one.
     flags.append("--container-mount-home" if ct.mount_home else "--no-container-mount-home")
     if ct.workdir:
         flags.append(f"--container-workdir={ct.workdir}")
@@ -447,6 +490,8 @@ def role_command(exp: Experiment, role: str) -> Command:
                   ("--disaggregation-transfer-backend", exp.pd.transfer_backend)]
         if exp.pd.ib_device:
             lines.append(("--disaggregation-ib-device", exp.pd.ib_device))
+        if exp.pd.kv_checksum:
+            lines.append(("--disaggregation-enable-kv-checksum",))
     lines += [tuple(w) for w in flag_words(exp.role_flags(role))]
     return Command(_env(env + r.env), tuple(lines))
 
@@ -535,8 +580,10 @@ def _server_step(exp: Experiment) -> tuple[str, ...]:
 
 
 def _side_step(exp: Experiment) -> tuple[str, ...]:
-    """Router and client: one task on ROUTER_HOST, overlapping the server step there."""
-    return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args)
+    """Router and client: one task on ROUTER_HOST, overlapping the server step there, not bound to
+    one core (cluster.side_cpu_bind)."""
+    bind = (f"--cpu-bind={exp.cluster.side_cpu_bind}",) if exp.cluster.side_cpu_bind else ()
+    return ("--nodes=1", "--ntasks=1", "--overlap", *exp.cluster.side_step_args, *bind)
 
 
 def client_python(check: tuple[str, ...], client_command: tuple[str, ...]) -> tuple[str, ...]:
@@ -570,13 +617,15 @@ def _preflight(exps: Sequence[Experiment]) -> Preflight | None:
         import_command=pf.import_command, gpu_command=pf.gpu_command,
         client_import_command=() if client_import == pf.import_command else client_import,
         gpus=exp.cluster.gpus_per_node, port_command=pf.port_command,
-        address_command=pf.address_command if interface else (),
+        address_command=pf.address_command if interface or (pd and pd.host_ip_interface) else (),
         interface=exp.cluster.address_interface if interface else "",
         paths=tuple(paths), client_paths=tuple(client_paths), timeout_s=pf.timeout_s,
         interfaces_command=pf.interfaces_command, hca_command=pf.hca_command,
         tokenizer_command=client_python(pf.tokenizer_command, exp.client.command),
         tokenizer=exp.paths.tokenizer,
-        pd_ib=pd.ib_device if pd and pd.transfer_backend != "mooncake_tcp" else "")
+        pd_ib=pd.ib_device if pd and pd.transfer_backend != "mooncake_tcp" else "",
+        gpudirect_command=pf.gpudirect_command if pd and pd.gpudirect_check and pd.rdma else (),
+        host_ip_interface=pd.host_ip_interface if pd else "")
 
 
 def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,

@@ -185,7 +185,8 @@ class Tracker:
         if "job_start" in names:
             return "preflight", None, False
         if base_state(state) in PENDING_STATES | {"CONFIGURING"}:
-            return "queued", None, False
+            why = state.split("(", 1)[1].rstrip(")") if "(" in (state or "") else ""
+            return "queued" + (f" ({why})" if why else ""), None, False
         return ("queued" if not state or state.startswith(("UNKNOWN", "PENDING")) else state.lower()), None, False
 
     def poll(self, state: str | None = None) -> Snapshot:
@@ -249,6 +250,10 @@ class Tracker:
         if ended or self._named("job_end"):
             phase = "collecting" if self._named("job_end") else \
                 f"{which} ended: {ended[0].fields.get('status', '?')}"
+        stop = self._named("time_stop")
+        if stop:                        # the job did not start a block it could not finish
+            phase = (f"stopped before block {stop[-1].fields.get('block', '?')} of {stop[-1].fields.get('blocks', '?')} "
+                     "(time)" + (", collecting" if self._named("job_end") else ""))
         js, je = self._named("job_start"), self._named("job_end")
         now = self.clock()
         start = js[0].epoch if js else (launches[0].epoch if launches else self.started_watching)

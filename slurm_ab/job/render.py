@@ -32,7 +32,25 @@ def _env():
 
 
 def render_script(plan: JobPlan, template: str = "hetjob.sbatch.j2") -> str:
-    return _env().get_template(template).render(p=sized(plan), version=__version__)
+    return _env().get_template(template).render(p=sized(plan), version=__version__, seq=sequential_parts(plan))
+
+
+def sequential_parts(plan: JobPlan) -> dict | None:
+    """A sequential campaign's part of the script: the launches that end a block (a look after
+    each), the client's Python, the spec (ab_stats.sequential.job_spec: boundaries computed here,
+    at render time) and the stop rule's program (ab_stats/looks.py, verbatim: stdlib only)."""
+    campaign = plan.campaign.campaign
+    if not campaign.sequential:
+        return None
+    import json
+
+    from ..ab_stats import looks
+    from ..ab_stats.sequential import job_spec
+
+    program = Path(looks.__file__).read_text()
+    python = plan.client.lines[0][0] if plan.client.lines and plan.client.lines[0] else "python3"
+    return {"look_after": [blk[-1] for blk in campaign.blocks], "python": python,
+            "spec": json.dumps(job_spec(campaign), indent=1, sort_keys=True), "program": program.rstrip("\n")}
 
 
 def summary(plan: JobPlan) -> str:
@@ -81,6 +99,11 @@ def summary(plan: JobPlan) -> str:
             checks.append("ports free on head nodes")
         if pf.interface:
             checks.append(f"address of {pf.interface}")
+        if pf.host_ip_interface:
+            checks.append(f"each PD node's SGLANG_HOST_IP: the address of {pf.host_ip_interface}")
+        if pf.gpudirect_command:
+            checks.append("GPUDirect RDMA on every node (nvidia_peermem or dma-buf: "
+                          f"{words(pf.gpudirect_command[:2])} ...)")
         lines.append(f"preflight (first step, every node, {pf.timeout_s} s at most): " + "; ".join(checks))
     else:
         lines.append("preflight: disabled")
@@ -127,6 +150,14 @@ def role_lines(e: Experiment) -> list[str]:
                    + (f" --disaggregation-ib-device {e.pd.ib_device}" if e.pd.ib_device else
                       " (IB devices: SGLang's auto discovery)")
                    + "; both roles' environment: " + (" ".join(f"{k}={v}" for k, v in e.pd.env) or "(none)"))
+        out.append("KV checksum: " + ("--disaggregation-enable-kv-checksum on both roles (pd.kv_checksum): the "
+                                      "decode verifies every request's KV, the benchmark's too (its cost is in the figures)" if e.pd.kv_checksum
+                                      else "off (pd.kv_checksum = false, SGLang's default): the canaries prove "
+                                      "that KV arrives, not that it arrives intact"))
+        out.append("SGLANG_HOST_IP (the address each rank advertises for KV): " + (
+            f"the IPv4 address of {e.pd.host_ip_interface} on each node (pd.host_ip_interface, read by the preflight)"
+            if e.pd.host_ip_interface else "unset: SGLang's guess (the route to 8.8.8.8), wrong on a node whose "
+            "default route is not the fabric's (pd.host_ip_interface)"))
     return out
 
 
@@ -160,10 +191,16 @@ def ready_lines(e: Experiment) -> list[str]:
     out.append("  roles: GET /server_info of every head: its disaggregation_mode is its role, page_size and "
                "kv_cache_dtype the same on all; then each prefill's GET $R<g>_ADDR:$R<g>_BOOT/route (-1 "
                "wildcards) answers 200 (every rank registered)")
+    roles = {c.group: c.role for c in e.components}
     for p, d in pairs(e):
         fields = f"bootstrap_host $R{p}_ADDR, bootstrap_port $R{p}_BOOT, a random bootstrap_room"
+        dpp, dpd = e.dp_ranks(roles[p]), e.dp_ranks(roles[d])
+        n = max(dpp, dpd)
+        each = (f"; {n} canaries, one per DP rank (canary k: routed_dp_rank k mod {dpp} on the prefill, "
+                f"a room of that rank; routed_dp_rank k mod {dpd} on the decode)" if n > 1 else "")
         out.append(f"  KV canary {names[p]} -> {names[d]}: POST /generate to both at once ({fields}) "
-                   f"{{4 tokens, max_new_tokens: 2}}; the decode returns 2 tokens within {e.pd.canary_timeout_s} s")
+                   f"{{4 tokens, max_new_tokens: 2}}; the decode returns 2 tokens within {e.pd.canary_timeout_s} s"
+                   + each)
         out.append(f"  warm-up {names[p]} -> {names[d]}: the same with {{input_ids: {e.warmup.input_len} x "
                    f"{e.warmup.token_id}, max_new_tokens: {e.warmup.output_len}}}")
     return out
@@ -195,7 +232,8 @@ def site_lines(plan: JobPlan) -> list[str]:
            + (" (cluster.mpi: no PMIx set-up per step)" if e.cluster.mpi else "")]
     if e.container.image:
         name = plan.container_name
-        how = (f"one container per node and job: --container-name={name.replace('${SLURM_JOB_ID}', '$SLURM_JOB_ID')}, "
+        how = (f"one container per node, job and het group: --container-name="
+               f"{name.replace('${SLURM_JOB_ID}', '$SLURM_JOB_ID')}-<G>, "
                "created by each node's first step (the preflight) and reused by its later steps"
                + (f", removed at the end ({' '.join(e.container.remove_command)} on every node)"
                   if e.container.scope == "global" and e.container.remove_command else
@@ -205,20 +243,36 @@ def site_lines(plan: JobPlan) -> list[str]:
         mounts = next((str(f).split("=", 1)[1] for f in plan.container_flags
                        if str(f).startswith("--container-mounts=")), "")
         out.append(f"  mounts: {mounts.replace(',', ', ')}")
+    g = plan.guards
+    if g.sweep and (g.container_prefix or (plan.cache and plan.cache.per_job)):
+        what = " and ".join(x for x in (f"containers {g.container_prefix}<id>-<G>" if g.container_prefix else "",
+                                         f"cache directories {plan.cache.base}/slurm-ab-<id>"
+                                         if plan.cache and plan.cache.per_job else "") if x)
+        out.append(f"sweep (cluster.sweep_stale): before the preflight, every node removes this user's {what} "
+                   "of jobs Slurm no longer lists (what a cancelled or failed job could not remove)")
     if plan.cache:
         where = f"{plan.cache.base}/slurm-ab-$SLURM_JOB_ID" if plan.cache.per_job else plan.cache.base
         out.append(f"cache directory {where} on every node (preflight: created and written; "
                    f"{'removed at the end' if plan.cache.per_job else 'kept'}); every step runs with "
                    + " ".join(v.text.replace("${CACHE_DIR}", "$CACHE_DIR") for v in plan.cache.env))
     if e.cluster.nccl_network:
-        out.append(f"fabric: every rank's NCCL must use network {e.cluster.nccl_network} (cluster.nccl_network); "
-                   "the job checks NCCL's 'Using network' lines once the servers are ready")
+        out.append(f"fabric: every rank's NCCL must use network {e.cluster.nccl_network} (cluster.nccl_network: "
+                   f"{', '.join(e.cluster.nccl_names)}); the job checks NCCL's 'Using network' lines once "
+                   "the servers are ready")
     d = plan.duration
     given = parse_time(_time(plan))
     short = " -- SHORTER than the estimate (estimate.enforce = false): Slurm may stop the job part-way" \
         if given is not None and given < d.limit_s else ""
     out.append(f"duration estimate: {d.text}; time limit {_time(plan)}{short}"
                + (f" ({d.limit_note})" if d.limit_note else ""))
+    blocks = plan.time_blocks
+    if blocks:
+        ends = [b[0] - 1 for b in blocks[1:]] + [len(plan.campaign.launches)]
+        out.append("blocks: " + ", ".join(f"launches {first}-{end} ~{secs} s" for (first, secs), end in
+                                          zip(blocks, ends))
+                   + f"; a block starts only when the time left (squeue, less {plan.time_reserve_s} s for the "
+                   "early stops) covers it, and its launches at the pace of the slowest block run so far: a "
+                   "campaign out of time stops at a block boundary")
     wd = e.watchdog
     out.append(f"watchdog: a pass fails when it runs longer than {wd.pass_factor:g} x its estimate"
                + (f", or when a server finishes no request for {plan.watch_stall_s} s while requests are in "

@@ -9,6 +9,7 @@ import os
 import platform
 import socket
 import subprocess
+from contextlib import contextmanager
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -116,6 +117,32 @@ def check_secrets(plan: JobPlan) -> None:
                           f"not set in your environment: {', '.join(missing)}", "export them before submitting")
 
 
+def write_secrets(plan: JobPlan, run_dir: Path) -> None:
+    """cluster.secret_env's values for the job, in a file only the user can read (created 0600,
+    never rewritten): the job reads it into its batch shell, whose srun steps inherit them, and
+    removes it. Never in the script, on a command line or in sbatch's environment (the job's
+    environment record: AccountingStoreFlags=job_env keeps it in slurmdbd)."""
+    import shlex
+
+    if not plan.secret_env:
+        return
+    text = "".join(f"export {n}={shlex.quote(os.environ[n])}\n" for n in plan.secret_env)
+    fd = os.open(Layout(run_dir).secrets, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+@contextmanager
+def _without(names):
+    """os.environ without the secret names while sbatch runs (it exports the submitter's
+    environment into the job's record)."""
+    saved = {n: os.environ.pop(n) for n in names if n in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def prepare(plan: JobPlan) -> tuple[Path, str, Manifest]:
     """Create the run directory with the exact script and a manifest, ready for `sbatch job.sbatch`
     (Slurm opens the job's output file there before the script runs)."""
@@ -132,28 +159,68 @@ def submit(plan: JobPlan, *, collector: bool = True) -> Submitted:
     from .hetjob import HetSlurmExecutor
 
     check_secrets(plan)
+    if collector:
+        check_collector(plan.exp)
     run_dir, script, m = prepare(plan)
     lay = Layout(run_dir)
+    write_secrets(plan, run_dir)
     executor = HetSlurmExecutor(folder=lay.submitit)
-    try:
-        job = executor.submit_script(script)
-    except Exception as e:  # sbatch refused: keep the directory as evidence, say why
-        msg = str(e).strip().splitlines()
-        lay.submit_error.write_text(str(e) + "\n")
-        raise UsageError(f"sbatch refused the job: {msg[-1] if msg else e} (details in {lay.submit_error})") from None
-    collector_id = submit_collector(plan, job.job_id, run_dir) if collector else None
+    with _without(plan.secret_env):
+        try:
+            job = executor.submit_script(script)
+        except Exception as e:  # sbatch refused: keep the directory as evidence, say why
+            lay.secrets.unlink(missing_ok=True)
+            msg = str(e).strip().splitlines()
+            lay.submit_error.write_text(str(e) + "\n")
+            raise UsageError(f"sbatch refused the job: {msg[-1] if msg else e} (details in {lay.submit_error})") from None
+        collector_id = submit_collector(plan, job.job_id, run_dir) if collector else None
     m = replace(m, job_id=str(job.job_id), collector_job_id=collector_id,
-                extra={**m.extra, "collector_python": collector_python() if collector_id else None})
+                extra={**m.extra, "collector_python": collector_python(plan.exp) if collector_id else None})
     rundir.write_manifest(run_dir, m)
     write_launch_manifests(plan, run_dir, m)
     return Submitted(job.job_id, run_dir, collector_id)
 
 
-def collector_python() -> str:
-    """The submitter's own Python, by absolute path (not realpath: a virtualenv's interpreter is a
-    link whose location selects its site-packages): the chained job runs this slurm-ab, not
-    whatever an image or $PATH on the node has."""
+def collector_python(exp=None) -> str:
+    """collector.python, else the submitter's own Python, by absolute path (not realpath: a
+    virtualenv's interpreter is a link whose location selects its site-packages): the chained job
+    runs this slurm-ab, not whatever an image or $PATH on the node has."""
+    if exp is not None and exp.collector.python:
+        return exp.collector.python
     return os.path.abspath(sys.executable)
+
+
+def collector_partition(exp) -> str:
+    """collector.partition, else Slurm's default partition (not the GPU one, where one CPU task may
+    take a whole exclusive node), else cluster.partition."""
+    from ..model.slurm import default_partition
+
+    return exp.collector.partition or default_partition() or exp.cluster.partition
+
+
+def check_collector(exp) -> list[str]:
+    """The collector's Python must run on its partition's nodes: the submitting Python (collector.python
+    = "") on nodes of another architecture is refused (ConfigError, exit 2). Returns dry-run notes."""
+    from ..model.slurm import partition_archs, partition_fields
+
+    part = collector_partition(exp)
+    notes = []
+    if (partition_fields(part) or {}).get("OverSubscribe", "").startswith("EXCLUSIVE"):
+        notes.append(f"collector: partition {part} is OverSubscribe=EXCLUSIVE: the collector's one CPU task takes "
+                     "a whole node (collector.partition)")
+    if exp.collector.python:
+        return notes + [f"collector: {exp.collector.python} on partition {part} (collector.python)"]
+    archs = partition_archs(part)
+    here = platform.machine()
+    if archs is None:
+        return notes + [f"collector: the submitting Python ({collector_python()}, {here}) on partition {part}; its "
+                        "nodes' architecture unknown (Slurm did not answer here): not checked"]
+    if archs != {here}:
+        raise ConfigError("collector.python", "", f"the submitting Python ({collector_python()}) is built for {here}, "
+                          f"partition {part}'s nodes are {', '.join(sorted(archs))}: the collector job could not run it",
+                          f"the absolute path of a Python with slurm-ab on those nodes, or collector.partition with "
+                          f"{here} nodes, or submit with --no-collector")
+    return notes + [f"collector: the submitting Python ({collector_python()}) on partition {part} ({here})"]
 
 
 def collector_request(plan: JobPlan, job_id: str, run_dir: Path) -> dict:
@@ -167,8 +234,8 @@ def collector_request(plan: JobPlan, job_id: str, run_dir: Path) -> dict:
     for opt in col.sbatch_extra:
         key, eq, value = opt[2:].partition("=")
         extra[key] = value if eq else True
-    params = dict(partition=col.partition or c.partition, time=col.time_min, nodes=1, ntasks_per_node=1,
-                  cpus_per_task=1, mem=col.mem, job_name=f"ab-collect-{plan.run_id}", use_srun=False,
+    params = dict(partition=collector_partition(plan.exp), time=col.time_min, nodes=1, ntasks_per_node=1,
+                  cpus_per_task=col.cpus, mem=col.mem, job_name=f"ab-collect-{plan.run_id}", use_srun=False,
                   additional_parameters=extra)
     if col.qos:
         params["qos"] = col.qos
@@ -186,7 +253,7 @@ def submit_collector(plan: JobPlan, job_id: str, run_dir: Path) -> str | None:
     from ..collect.chained import collect_after_job
 
     ex = submitit.SlurmExecutor(folder=Layout(run_dir).submitit, max_num_timeout=0,
-                                python=shlex.quote(collector_python()))
+                                python=shlex.quote(collector_python(plan.exp)))
     ex.update_parameters(**collector_request(plan, job_id, run_dir))
     try:
         return ex.submit(collect_after_job, str(run_dir), job_id).job_id

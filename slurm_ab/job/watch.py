@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..model.rundir import Layout
-from ..model.slurm import base_state, is_active, squeue_state
+from ..model.slurm import PENDING_STATES, base_state, is_active, pending_reason, pending_text, squeue_state
 
 
 def _events_file(run_dir: Path, job_id: str) -> Path:
@@ -54,7 +54,7 @@ def _settle(job_id: str, events: Path, timeout_s: float = 30.0) -> None:
 
 # Events worth a line of their own while following a job (the phase line or bar says the rest):
 # why it fails, which node Slurm lost, how a campaign's launch ended.
-NOTABLE = ("fail", "node_state", "launch_end")
+NOTABLE = ("fail", "node_state", "launch_end", "time_stop")
 
 
 def shown(line: str, verbose: bool) -> bool:
@@ -67,7 +67,7 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
            echo: Callable[[str], None] = print,
            on_poll: Callable[[str, Path], None] | None = None, verbose: bool = False) -> str:
     """Block until the job ends; echo new event lines (every one with verbose, else failures, lost
-    nodes and launch ends: a metrics_scrape every few seconds would bury the progress); return the
+    nodes, launch ends and a campaign's stop at a block boundary: a metrics_scrape every few seconds would bury the progress); return the
     final Slurm state.
 
     on_poll(state, directory the job writes) runs after every poll (live progress)."""
@@ -86,6 +86,9 @@ def follow(job_id: str, run_dir: Path, *, poll_s: float = 2.0, timeout_s: float 
                 parts = line.split(" ", 3)
                 echo("  " + (f"{parts[2]} {parts[3]}" if len(parts) == 4 else line))
         state = job.watcher.get_state(job_id, mode="force")
+        if base_state(state) in PENDING_STATES | {"UNKNOWN", None}:
+            reason = pending_reason(job_id)        # why it waits (squeue %r): the user may act on it
+            state = f"PENDING ({pending_text(reason)})" if reason else state
         if state != last_state:
             echo(f"job {job_id}: {state}")
             last_state = state

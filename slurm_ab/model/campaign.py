@@ -19,6 +19,28 @@ from dataclasses import dataclass, field
 ORDERS = ("counterbalanced", "interleaved", "blocked")
 MAX_REPEATS = 100
 MAX_LAUNCHES = 50
+# A block: two launches of every mode in counterbalanced order (A B B A). A campaign is balanced
+# after every block, so a sequential campaign looks, and a campaign out of time stops, only there.
+LAUNCHES_PER_BLOCK = 2          # per mode
+MIN_BLOCKS, MAX_BLOCKS = 2, MAX_LAUNCHES // LAUNCHES_PER_BLOCK
+# benchmark.spending: how a sequential campaign spends its 5 % over its looks (ab_stats/sequential.py)
+SPENDING_DEFAULT = "power-2"
+SPENDING_CHOICES = "obrien-fleming, or power-R with 1 <= R <= 5 (alpha x t^R; e.g. power-2)"
+
+
+def spending_power(name) -> float | None:
+    """R of 'power-R' (1 <= R <= 5), else None."""
+    if not isinstance(name, str) or not name.startswith("power-"):
+        return None
+    try:
+        rho = float(name[len("power-"):])
+    except ValueError:
+        return None
+    return rho if 1.0 <= rho <= 5.0 else None
+
+
+def valid_spending(name) -> bool:
+    return name == "obrien-fleming" or spending_power(name) is not None
 
 
 @dataclass(frozen=True)
@@ -78,6 +100,17 @@ class Campaign:
     launches: tuple[Launch, ...] = field(default=())
     launches_per_mode: int = 1
     primary_metric: str = "output_tps"      # benchmark.primary_metric: the headline verdict
+    margin_pct: float = 0.0                 # equivalence margin (benchmark.margin_pct, --margin)
+    sequential: bool = False                # a look after every block, stop when the answer is clear
+    spending: str = SPENDING_DEFAULT        # benchmark.spending: its alpha-spending function
+
+    @property
+    def blocks(self) -> tuple[tuple[int, ...], ...]:
+        """The launch indices of each complete block (2 x modes consecutive launches, every mode
+        twice); launches after the last complete block belong to none."""
+        size = LAUNCHES_PER_BLOCK * len(self.modes)
+        idx = [x.index for x in self.launches]
+        return tuple(tuple(idx[i:i + size]) for i in range(0, len(idx) - size + 1, size))
 
     @property
     def passes(self) -> tuple[Pass, ...]:
@@ -106,7 +139,9 @@ class Campaign:
         return {"modes": list(self.modes), "repeats": self.repeats,
                 "concurrencies": list(self.concurrencies), "order": self.order,
                 "burn_in": self.burn_in, "launches_per_mode": self.launches_per_mode,
-                "primary_metric": self.primary_metric, "launches": [x.to_dict() for x in self.launches]}
+                "primary_metric": self.primary_metric, "margin_pct": self.margin_pct,
+                "sequential": self.sequential, "spending": self.spending,
+                "launches": [x.to_dict() for x in self.launches]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Campaign":
@@ -114,7 +149,19 @@ class Campaign:
         per_mode = max((sum(1 for x in launches if x.mode == m) for m in d["modes"]), default=1)
         return cls(tuple(d["modes"]), int(d["repeats"]), tuple(int(c) for c in d["concurrencies"]),
                    str(d["order"]), bool(d.get("burn_in", False)), launches,
-                   int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")))
+                   int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")),
+                   float(d.get("margin_pct") or 0.0), bool(d.get("sequential", False)),
+                   str(d.get("spending") or SPENDING_DEFAULT))
+
+
+def time_blocks(campaign: Campaign) -> tuple[tuple[int, ...], ...]:
+    """The units a campaign that runs out of time stops between (the job starts one only when it
+    can finish): its complete blocks, then the launches after the last one as one more unit (every
+    mode at most once more), or the whole campaign when it has no complete block."""
+    blocks = campaign.blocks
+    done = {i for b in blocks for i in b}
+    rest = tuple(x.index for x in campaign.launches if x.index not in done)
+    return blocks + ((rest,) if rest else ())
 
 
 def prompts_for(concurrency: int, num_prompts: int, prompts_per_concurrency: int) -> int:
@@ -138,7 +185,8 @@ def launch_order(modes: tuple[str, ...], launches: int, order: str) -> list[str]
 
 def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...], order: str,
              burn_in: bool, num_prompts: int, prompts_per_concurrency: int = 0, launches: int = 1,
-             primary_metric: str = "output_tps") -> Campaign:
+             primary_metric: str = "output_tps", margin_pct: float = 0.0, sequential: bool = False,
+             spending: str = SPENDING_DEFAULT) -> Campaign:
     """The launches and passes of a campaign (arguments already validated): `launches` server
     launches per mode, `repeats` timed passes per concurrency in each."""
     out: list[Launch] = []
@@ -156,7 +204,7 @@ def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...
                 passes.append(Pass(index, mode, c, r, prompts_for(c, num_prompts, prompts_per_concurrency)))
         out.append(Launch(index, mode, tuple(passes)))
     return Campaign(tuple(modes), repeats, tuple(concurrencies), order, burn_in, tuple(out), launches,
-                    primary_metric)
+                    primary_metric, margin_pct, sequential, spending)
 
 
 def parse_concurrencies(text: str) -> tuple[int, ...]:

@@ -28,7 +28,7 @@ Tree = dict[str, Any]
 
 # Tables whose keys are the user's own (flag names, variable names, mode and dataset names).
 FREE_TABLES = ("server.args", "server.env", "router.args", "env", "cache.env", "pd.env", "modes", "datasets",
-               "router_profiles", "client_profiles")
+               "router_profiles", "client_profiles", "nccl_networks")
 MODE_KEYS = {"description": str, "tp": int, "pp": int, "ep": int, "args": dict, "roles": dict, "router": dict}
 # A PD mode's roles ([modes.<M>.roles.prefill|decode]) and its router's per-role policies.
 ROLE_NAMES = PD_KINDS
@@ -208,6 +208,13 @@ def _check_free(full: str, key: str, value: Any, table: str) -> list[ConfigError
             return [ConfigError(full, value, "not a valid environment variable name")]
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             return [ConfigError(full, value, "environment value must be a string or number")]
+        return []
+    if table == "nccl_networks":
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", key):
+            return [ConfigError(full, value, "not an NCCL network family name", "letters, digits, '_', '.', '-'")]
+        if not (isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value)):
+            return [ConfigError(full, value, "must be a non-empty list of network names",
+                                'names NCCL prints in "Using network NAME", * for any text, e.g. ["IB", "IBext_v*"]')]
         return []
     if table in NAMED_TABLES:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", key):

@@ -1,13 +1,17 @@
 """How long a job will run, so its time limit fits it: the one time model of --time auto (the
-default), of the refusal of a limit too short and of the planner (`slurm-ab plan`).
+default), of the refusal of a limit too short, of the planner (`slurm-ab plan`) and of the job's
+own stop at a block boundary (block_seconds: the job does not start a block that cannot finish).
 
 A job is its preflight, then per server launch the model load and the direct warm-ups (plus the
 teardown grace), then per pass ceil(prompts / concurrency) "rounds" of one request each plus the
 client's own start-up. Each figure is the site's [estimate] value unless earlier runs under
-paths.results measured it: the model load of the same model on as many nodes (events.log: first
-server_launch -> last ready), the seconds per request of the same model and mode at the same
-lengths (bench_start -> bench_end of a pass that ended well). The largest measured value counts:
-an estimate that is too short kills the job part-way, with an unbalanced A/B.
+paths.results measured it: the model load of the same model on as many nodes at the same lengths
+(events.log: first server_launch -> last ready; a launch that never became ready took at least
+its ready timeout, so it counts with that), the seconds per request of the same model and mode at
+the same lengths, concurrency and prompts (bench_start -> bench_end of a pass that ended well).
+The largest measured value counts: an estimate that is too short kills the job part-way, with an
+unbalanced A/B. The site's default model load is conservative for the same reason (30 min:
+a 1T-parameter model on 8 nodes loads in 10-30 min).
 
 Slurm may send the job's warning signal (--signal=B:USR1@<s>) up to 60 s early (sbatch(1),
 --signal), and the job stops itself then, so the limit needs the estimate plus both. With
@@ -79,10 +83,20 @@ def _schedule(plan) -> Schedule:
 
 # ---- measured figures of earlier runs -----------------------------------------------------------
 
+PassKey = tuple  # (mode, concurrency, prompts): what a pass's seconds per request are measured at
+
+
 @dataclass(frozen=True)
 class History:
     loads: tuple[tuple[float, str], ...] = ()             # (seconds, run id)
-    requests: tuple[tuple[str, float, str], ...] = ()     # (mode, seconds per request, run id)
+    requests: tuple[tuple[str, int, int, float, str], ...] = ()   # (mode, concurrency, prompts,
+    #                                                               seconds per request, run id)
+    not_ready: tuple[str, ...] = ()                       # run ids of loads that never became ready
+
+    def request_samples(self, key: PassKey) -> list[tuple[float, str]]:
+        """(seconds per request, run id) measured at exactly this mode, concurrency and prompts."""
+        return [(secs, run_id) for mode, conc, prompts, secs, run_id in self.requests
+                if (mode, conc, prompts) == tuple(key)]
 
 
 def _run_dirs(results: Path) -> list[Path]:
@@ -95,8 +109,8 @@ def _run_dirs(results: Path) -> list[Path]:
     return sorted(dirs, key=lambda d: Layout(d).manifest.stat().st_mtime, reverse=True)[:HISTORY_RUNS]
 
 
-def _launch_figures(events_path: Path, mode: str, bench, run_id: str, pass_overhead_s: float,
-                    loads: list, requests: list) -> None:
+def _launch_figures(events_path: Path, mode: str, cfg, run_id: str, pass_overhead_s: float,
+                    loads: list, requests: list, not_ready: list) -> None:
     from ..parse.events import read_events
 
     ev = read_events(events_path)
@@ -104,6 +118,16 @@ def _launch_figures(events_path: Path, mode: str, bench, run_id: str, pass_overh
     ready = ev.named("ready")
     if launched and len(ready) >= len(launched):
         loads.append((max(e.epoch for e in ready) - min(e.epoch for e in launched), run_id))
+    elif launched:
+        # A launch that never became ready (fail kind=not_ready) took at least its ready timeout:
+        # leaving it out would keep the estimate at the loads that were fast enough.
+        fail = next((e for e in ev.failures() if e.fields.get("kind") == "not_ready"), None)
+        timeout = getattr(getattr(cfg, "cluster", None), "ready_timeout_s", None)
+        if fail is not None:
+            took = fail.epoch - min(e.epoch for e in launched)
+            loads.append((max(took, float(timeout) if isinstance(timeout, (int, float)) else 0.0), run_id))
+            not_ready.append(run_id)
+    bench = cfg.benchmark
     starts = ev.named("bench_start")
     ends = {e.fields.get("pass", ""): e for e in ev.named("bench_end")}
     for s in starts:
@@ -115,16 +139,18 @@ def _launch_figures(events_path: Path, mode: str, bench, run_id: str, pass_overh
         if not isinstance(prompts, int) or not isinstance(conc, int):
             continue
         per = max(0.0, e.epoch - s.epoch - pass_overhead_s) / rounds(prompts, conc)
-        requests.append((mode, per, run_id))
+        requests.append((mode, conc, prompts, per, run_id))
 
 
 def read_history(exp: Experiment) -> History:
     """Measured loads and seconds per request of earlier runs of this model on as many nodes at
-    the same input/output lengths, from the run directories under paths.results (newest first)."""
+    the same input/output lengths, from the run directories under paths.results (newest first);
+    each request figure keeps the concurrency and prompts it was measured at."""
     from .rundir import open_run, read_manifest
 
     loads: list = []
     requests: list = []
+    not_ready: list = []
     b = exp.benchmark
     for d in _run_dirs(Path(exp.paths.results)):
         m = read_manifest(d)
@@ -138,17 +164,18 @@ def read_history(exp: Experiment) -> History:
         for launch in run.campaign.launches:
             lay = run.launch_layout(launch)
             if lay.events.is_file():
-                _launch_figures(lay.events, launch.mode, cfg.benchmark, run_id,
-                                exp.estimate.pass_overhead_s, loads, requests)
-    return History(tuple(loads), tuple(requests))
+                _launch_figures(lay.events, launch.mode, cfg, run_id,
+                                exp.estimate.pass_overhead_s, loads, requests, not_ready)
+    return History(tuple(loads), tuple(requests), tuple(not_ready))
 
 
-def _measured(samples, default: float, what: str) -> Figure:
+def _measured(samples, default: float, what: str, not_ready: tuple = ()) -> Figure:
     if not samples:
         return Figure(float(default), f"site default [estimate] {what}")
     value, run_id = max(samples)
-    return Figure(value, f"measured: the longest of {len(samples)} earlier launch(es)/pass(es), "
-                         f"run {run_id}")
+    slow = sum(1 for _, r in samples if r in not_ready)
+    return Figure(value, f"measured: the longest of {len(samples)} earlier launch(es)/pass(es), run {run_id}"
+                         + (f"; {slow} never became ready, counted at their ready timeout" if slow else ""))
 
 
 # ---- the one time model ------------------------------------------------------------------------
@@ -156,32 +183,42 @@ def _measured(samples, default: float, what: str) -> Figure:
 @dataclass(frozen=True)
 class TimeModel:
     """What the job itself, each server launch and each pass cost: the one time model of --time
-    auto, of the refusal of a short limit and of the planner (`slurm-ab plan` prices a design with
-    `estimate` of its schedule, so its wall time is what dry-run --time auto asks for it)."""
+    auto, of the refusal of a short limit, of the planner (`slurm-ab plan` prices a design with
+    `estimate` of its schedule, so its wall time is what dry-run --time auto asks for it) and of
+    the job's block-boundary stop (block_seconds)."""
 
     load: Figure
     warmup: Figure
-    requests: tuple              # (mode, Figure): seconds per round of `concurrency` requests
+    requests: tuple              # ((mode, concurrency, prompts), Figure): seconds per request measured there
     teardown_s: float
     pass_overhead_s: float
     job_overhead_s: float
     margin: float
     signal_before_limit_s: int   # the job's own early stop (cluster.signal_before_limit_s)
     pass_s: Figure | None = None  # a stated pass duration (plan --pass-min), client start-up included
+    default_request: Figure = Figure(60.0, "site default [estimate] request_s")
 
-    @property
-    def request(self) -> dict:
-        return dict(self.requests)
+    def figure(self, mode: str, prompts: int, concurrency: int) -> Figure:
+        """Seconds per request of a pass: measured at this mode, concurrency and prompts, else the
+        site's default."""
+        return dict(self.requests).get((mode, concurrency, prompts), self.default_request)
 
     def pass_seconds(self, mode: str, prompts: int, concurrency: int) -> float:
         """Expected duration of one pass (client start-up included)."""
         if self.pass_s is not None:
             return self.pass_s.seconds
-        return rounds(prompts, concurrency) * self.request[mode].seconds + self.pass_overhead_s
+        return rounds(prompts, concurrency) * self.figure(mode, prompts, concurrency).seconds + self.pass_overhead_s
 
     @property
     def launch_s(self) -> float:
         return self.load.seconds + self.warmup.seconds + self.teardown_s
+
+    def launch_seconds(self, mode: str, passes) -> float:
+        """One server launch of the schedule with its passes [(prompts, C), ...]: its expected
+        duration without the margin, which the time limit keeps as slack (a block, the sum of its
+        launches, is started when the time left covers this; with the margin the first block of a
+        job whose preflight took longer than estimated would never start)."""
+        return self.launch_s + sum(self.pass_seconds(mode, p, c) for p, c in passes)
 
     def estimate(self, sched: Schedule) -> "Estimate":
         """The job's expected duration and the --time it needs, for [(mode, [(prompts, C), ...])
@@ -191,16 +228,18 @@ class TimeModel:
         total = base * (1 + self.margin)
         limit = int(math.ceil(total)) + self.signal_before_limit_s + SLURM_EARLY_SIGNAL_S
         npasses = sum(len(passes) for _, passes in sched)
-        return Estimate(total, limit, len(sched), npasses, self, self._text(len(sched), npasses, total, limit))
+        return Estimate(total, limit, len(sched), npasses, self, self._text(sched, npasses, total, limit))
 
-    def _text(self, launches: int, npasses: int, total: float, limit: int) -> str:
+    def _text(self, sched: Schedule, npasses: int, total: float, limit: int) -> str:
         if self.pass_s is not None:
             passes = f"{npasses} pass(es) of {self.pass_s.seconds:.0f} s ({self.pass_s.source}) each"
         else:
-            req = ", ".join(f"{m} {f.seconds:.1f} s ({f.source})" for m, f in self.requests)
+            keys = dict.fromkeys((m, c, p) for m, ps in sched for p, c in ps)
+            req = ", ".join(f"{m} C={c} x {p} prompts {self.figure(m, p, c).seconds:.1f} s "
+                            f"({self.figure(m, p, c).source})" for m, c, p in keys)
             passes = (f"{npasses} pass(es) of ceil(prompts / C) requests at {req} + "
                       f"{self.pass_overhead_s:.0f} s each")
-        return (f"{launches} server launch(es) x (model load {self.load.seconds:.0f} s ({self.load.source}) + "
+        return (f"{len(sched)} server launch(es) x (model load {self.load.seconds:.0f} s ({self.load.source}) + "
                 f"warm-ups {self.warmup.seconds:.0f} s + teardown {self.teardown_s:g} s) + {passes} + "
                 f"{self.job_overhead_s:.0f} s preflight and clean-up, +{self.margin:.0%} = "
                 f"{format_time(total)}; with the job's early stop ({self.signal_before_limit_s} s) and "
@@ -220,10 +259,6 @@ class Estimate:
     limit_note: str = ""         # how the time limit was chosen (fit_time_limit), for dry-run
 
     @property
-    def request(self) -> dict:
-        return self.model.request
-
-    @property
     def load(self) -> Figure:
         return self.model.load
 
@@ -236,22 +271,49 @@ class Estimate:
 
 
 def time_model(exp: Experiment, modes, history: History = History(), load: Figure | None = None,
-               pass_s: Figure | None = None) -> TimeModel:
+               pass_s: Figure | None = None, sched: Schedule | None = None) -> TimeModel:
     """The [estimate] figures, each replaced by what earlier runs measured (history), and by a
-    stated model load or pass duration (the planner's --load-min, --pass-min) when given."""
+    stated model load or pass duration (the planner's --load-min, --pass-min) when given. The
+    seconds per request of each (mode, concurrency, prompts) of `sched` (default: the benchmark's
+    concurrency and prompts for each of `modes`) are the longest measured there."""
     est = exp.estimate
-    load = load or _measured(history.loads, est.model_load_s, "model_load_s")
-    request = tuple((mode, _measured([(s, r) for m, s, r in history.requests if m == mode], est.request_s,
-                                     "request_s")) for mode in dict.fromkeys(modes))
+    load = load or _measured(history.loads, est.model_load_s, "model_load_s", history.not_ready)
+    b = exp.benchmark
+    wanted = [(m, c, p) for m, ps in sched for p, c in ps] if sched is not None \
+        else [(m, b.concurrency, b.num_prompts) for m in modes]
+    names = {k[0] for k in wanted}
+    keys = dict.fromkeys(wanted + [(m, c, p) for m, c, p, _, _ in history.requests if m in names])
+    default = Figure(float(est.request_s), "site default [estimate] request_s")
+    request = tuple((k, _measured(history.request_samples(k), est.request_s, "request_s")) for k in keys)
     return TimeModel(load, Figure(float(est.warmup_s), "site default [estimate] warmup_s"), request,
                      float(exp.cluster.teardown_grace_s), float(est.pass_overhead_s), float(est.job_overhead_s),
-                     float(est.margin), int(exp.cluster.signal_before_limit_s), pass_s)
+                     float(est.margin), int(exp.cluster.signal_before_limit_s), pass_s, default)
 
 
 def estimate(plan, history: History = History()) -> Estimate:
     """The plan's expected duration from the [estimate] figures and the measured history."""
     sched = _schedule(plan)
-    return time_model(plan.exp, [m for m, _ in sched], history).estimate(sched)
+    return time_model(plan.exp, [m for m, _ in sched], history, sched=sched).estimate(sched)
+
+
+def block_seconds(plan) -> tuple[tuple[int, int], ...]:
+    """(first launch index, seconds) of every block of a campaign's launches (model.campaign's
+    time_blocks), each the time model's expected duration of its launches (no margin): the
+    job starts a block only when the time it has left covers this (and its launches at the pace of
+    the slowest block it has already run). () for a job of one launch: no boundary to stop at (its
+    time limit's teardown ends it, as any job's)."""
+    cp = plan.campaign
+    if len(cp.campaign.launches) < 2:
+        return ()
+    from .campaign import time_blocks
+    est = plan.duration
+    launches = {x.index: x for x in cp.campaign.launches}
+    out = []
+    for block in time_blocks(cp.campaign):
+        secs = sum(est.model.launch_seconds(launches[i].mode, [(p.prompts, p.concurrency)
+                                                               for p in launches[i].passes]) for i in block)
+        out.append((block[0], int(math.ceil(secs))))
+    return tuple(out)
 
 
 def history_for(exp: Experiment) -> History:
@@ -261,10 +323,12 @@ def history_for(exp: Experiment) -> History:
 
 @dataclass(frozen=True)
 class PartitionLimit:
-    """The MaxTime of the partition the job goes to, as Slurm answered at submit/dry-run time."""
+    """The limits of the partition the job goes to, as Slurm answered at submit/dry-run time."""
 
     partition: str
     max_time: str | None         # scontrol's MaxTime ('UNLIMITED', '2-00:00:00'); None: no answer
+    max_nodes: int | None = None     # MaxNodes per job (a het job: per component); None: UNLIMITED/unknown
+    total_nodes: int | None = None   # TotalNodes; None: unknown
 
     @property
     def seconds(self) -> int | None:
@@ -273,9 +337,11 @@ class PartitionLimit:
 
     def text(self) -> str:
         if self.max_time is None:
-            return (f"partition {self.partition}'s MaxTime unknown (Slurm did not answer here): a --time "
-                    "above it leaves the job pending (PartitionTimeLimit) or refused (EnforcePartLimits)")
-        return f"partition {self.partition} allows {self.max_time}"
+            return (f"partition {self.partition}'s MaxTime and MaxNodes unknown (Slurm did not answer here): "
+                    "a --time or node count above them leaves the job pending (PartitionTimeLimit, "
+                    "PartitionNodeLimit) or refused (EnforcePartLimits); not checked")
+        nodes = "" if self.max_nodes is None else f", {self.max_nodes} nodes a job"
+        return f"partition {self.partition} allows {self.max_time}{nodes}"
 
 
 def partition_limit(exp: Experiment) -> PartitionLimit:
@@ -283,14 +349,44 @@ def partition_limit(exp: Experiment) -> PartitionLimit:
     the script's #SBATCH --partition, sbatch(1)); of a list, the longest (the job may start in any)."""
     import os
 
-    from .slurm import partition_max_time
+    from .slurm import partition_fields
 
     name = os.environ.get("SBATCH_PARTITION") or exp.cluster.partition
-    answers = [partition_max_time(p) for p in name.split(",") if p]
-    if not answers or None in answers:
+    fields = [partition_fields(p) for p in name.split(",") if p]
+    answers = [f.get("MaxTime") for f in fields if f]
+    if not fields or None in fields or None in answers:
         return PartitionLimit(name, None)
     unlimited = [a for a in answers if parse_time(a) is None]
-    return PartitionLimit(name, unlimited[0] if unlimited else max(answers, key=parse_time))
+
+    def most(key):          # of a list, the largest (the job may start in any); None: unlimited
+        vals = [f.get(key, "") for f in fields]
+        return None if not all(v.isdigit() for v in vals) else max(int(v) for v in vals)
+    return PartitionLimit(name, unlimited[0] if unlimited else max(answers, key=parse_time),
+                          most("MaxNodes"), most("TotalNodes"))
+
+
+def check_partition_nodes(plan, partition: PartitionLimit | None) -> None:
+    """A job whose component asks more nodes than the partition's MaxNodes, or more nodes in all
+    than the partition has, never starts (with Slurm's default EnforcePartLimits=NO it pends as
+    PartitionNodeLimit): refused before anything is submitted (ConfigErrors, exit 2)."""
+    if partition is None or partition.max_time is None:
+        return
+    comps = [r.nodes for r in plan.replicas]
+    need = sum(comps) if plan.exp.cluster.exclusive else max(comps)
+    errs = []
+    if partition.max_nodes is not None and max(comps) > partition.max_nodes:
+        errs.append(ConfigError(
+            "cluster.partition", partition.partition,
+            f"a component of this job needs {max(comps)} nodes, more than the partition allows a job "
+            f"(MaxNodes={partition.max_nodes}; each het component counts as a job)",
+            "a partition with a larger MaxNodes, or fewer nodes per replica/role"))
+    if partition.total_nodes is not None and need > partition.total_nodes:
+        errs.append(ConfigError(
+            "cluster.partition", partition.partition,
+            f"the job needs {need} nodes at once, the partition has {partition.total_nodes} (TotalNodes)",
+            "a larger partition, or fewer or smaller replicas"))
+    if errs:
+        raise ConfigErrors(errs)
 
 
 def limit_bound(exp: Experiment, partition: PartitionLimit | None) -> int | None:
@@ -316,6 +412,7 @@ def fit_time_limit(plan, history: History | None = None, partition: PartitionLim
     job needs, or an estimate above the partition's MaxTime, is refused (ConfigErrors: exit 2,
     nothing written or submitted) unless estimate.enforce is off."""
     exp = plan.exp
+    check_partition_nodes(plan, partition)
     est = estimate(plan, history_for(exp) if history is None else history)
     limit = exp.cluster.time_limit
     where = f"; {partition.text()}" if partition is not None else ""
@@ -346,6 +443,7 @@ def sized(plan):
     return replace(plan, sbatch_component=comp, estimate=est)
 
 
-__all__ = ["AUTO", "Estimate", "Figure", "History", "PartitionLimit", "TimeModel", "campaign_schedule",
-           "estimate", "fit_time_limit", "format_time", "history_for", "limit_bound", "parse_time",
+__all__ = ["AUTO", "Estimate", "Figure", "History", "PartitionLimit", "TimeModel", "block_seconds",
+           "campaign_schedule", "check_partition_nodes", "estimate", "fit_time_limit", "format_time", "history_for",
+           "limit_bound", "parse_time",
            "partition_limit", "read_history", "rounds", "sized", "time_model"]

@@ -129,6 +129,10 @@ class Benchmark:
     slo: Pairs = ()                # goodput SLOs: (("ttft_ms", 500.0), ("tpot_ms", 0.0), ...); 0 = not set
     steady_concurrency_ratio: float = 0.5   # the steady state's minimum concurrency / peak
     slo_target_pct: float = 90.0   # a pass meets the SLOs when this % of its requests meet every SLO
+    margin_pct: float = 3.0        # equivalence margin (percent; 0: none)
+    sequential: bool = False       # group-sequential comparisons by default
+    max_blocks: int = 8            # a sequential campaign's most counterbalanced blocks
+    spending: str = "power-2"      # its alpha-spending function (model.campaign.SPENDING_CHOICES)
 
     @property
     def slo_ms(self) -> Pairs:
@@ -210,6 +214,9 @@ class Cluster:
     prologue: str
     mpi: str = "none"                # srun --mpi of every step ("" = the site's MpiDefault)
     nccl_network: str = ""           # NCCL network every rank must use: "IB", "Socket", "" (unchecked)
+    nccl_names: tuple[str, ...] = ()  # the names NCCL may print for it ([nccl_networks]; * any text)
+    side_cpu_bind: str = "none"      # srun --cpu-bind of the router and client steps ("" = the site's)
+    sweep_stale: bool = True         # the preflight removes ended jobs' containers and caches
 
 
 @dataclass(frozen=True)
@@ -221,6 +228,8 @@ class Container:
     name: str = ""                   # pyxis --container-name prefix ("<name>-<job id>"); "": per step
     scope: str = "global"            # the site's pyxis container_scope
     remove_command: tuple[str, ...] = ()
+    list_command: tuple[str, ...] = ()   # this user's containers on a node (enroot list)
+    enroot_dir: str = ""             # node-local home of enroot's paths when they would be under HOME
 
 
 @dataclass(frozen=True)
@@ -236,7 +245,7 @@ class Cache:
 class Estimate:
     """Default figures of a job's duration ([estimate]; duration.py replaces them by measured ones)."""
 
-    model_load_s: float = 900
+    model_load_s: float = 1800
     warmup_s: float = 60
     request_s: float = 60
     pass_overhead_s: float = 30
@@ -270,6 +279,8 @@ class Collector:
     mem: str = "4G"
     time_min: int = 15
     sbatch_extra: tuple[str, ...] = ()
+    cpus: int = 1
+    python: str = ""                 # "" = the submitting Python (same architecture, checked)
 
 
 @dataclass(frozen=True)
@@ -299,6 +310,7 @@ class Preflight:
     hca_command: tuple[str, ...] = ()
     tokenizer_command: tuple[str, ...] = ()
     client_import: bool = True       # also import the client profile's module on ROUTER_HOST
+    gpudirect_command: tuple[str, ...] = ()   # prints "peermem yes|no", "dmabuf yes|no|unknown"
 
 
 @dataclass(frozen=True)
@@ -318,6 +330,18 @@ class Pd:
     transfer_module: str = ""
     canary_timeout_s: int = 60
     env: Pairs = ()                  # both roles' servers
+    kv_checksum: bool = False        # --disaggregation-enable-kv-checksum on both roles
+    host_ip_interface: str = ""      # SGLANG_HOST_IP of every PD node: this interface's address there
+    gpudirect_check: bool = False    # the preflight checks GPUDirect RDMA on an RDMA backend
+
+    @property
+    def rdma(self) -> bool:
+        """The backend moves KV over RDMA (GPU memory registered with the HCAs): mooncake unless its
+        protocol is tcp (MOONCAKE_PROTOCOL, MC_FORCE_TCP in [pd.env]), nixl (UCX), mori."""
+        env = dict(self.env)
+        if self.transfer_backend == "mooncake":
+            return env.get("MOONCAKE_PROTOCOL", "rdma") == "rdma" and env.get("MC_FORCE_TCP") != "1"
+        return self.transfer_backend in ("nixl", "mori")
 
 
 @dataclass(frozen=True)
@@ -379,6 +403,17 @@ class Experiment:
             return sum(c.nodes for c in comps) * self.cluster.gpus_per_node if comps else None
         except TypeError:
             return None
+
+    def dp_ranks(self, role: str) -> int:
+        """The DP workers of one role's instance a request can be routed to (routed_dp_rank):
+        --attn-dp-size, or --dp-size (with DP attention its attention-DP ranks, without it data
+        parallel replicas of the TP group); 1 when neither is set."""
+        f = dict(self.role_flags(role))
+        for k in ("attn-dp-size", "dp-size"):
+            v = f.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+                return v
+        return 1
 
     def role_flags(self, role: str) -> Pairs:
         """The SGLang flags of one role: [server.args], each key the mode's args also set taking
@@ -488,7 +523,8 @@ def build(tree: dict, mode_name: str) -> Experiment:
         server_env=_build_pairs(tree["server"]["env"]),
         env=_build_pairs(tree["env"]),
         router=_router(tree),
-        cluster=_build(Cluster, tree["cluster"]),
+        cluster=_build(Cluster, tree["cluster"], nccl_names=tuple(
+            (tree.get("nccl_networks") or {}).get(tree["cluster"]["nccl_network"], ()))),
         container=_build(Container, tree["container"]),
         paths=_build(Paths, tree["paths"]),
         commands=_build(Commands, tree["commands"]),

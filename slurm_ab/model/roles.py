@@ -31,6 +31,8 @@ RESERVED_FLAGS = {
     "disaggregation-bootstrap-port": "ports.bootstrap (each prefill instance's own port)",
     "disaggregation-transfer-backend": "pd.transfer_backend",
     "disaggregation-ib-device": "pd.ib_device",
+    "disaggregation-enable-kv-checksum": "pd.kv_checksum (both roles: its --help says \"Enable on both prefill and "
+                                         "decode engines\")",
 }
 # Spellings SGLang 0.5.23's argparse takes for something else than they seem to mean (parser-checked:
 # argparse prefixes; 0.5.23 split the CUDA-graph flags per phase).
@@ -55,7 +57,6 @@ SAME_ON_BOTH = {
     "context-length": "a decode with a longer context accepts prompts its prefill refuses; those requests "
                       "wait for KV that never comes (InferenceX server_sglang.sh)",
     "disaggregation-decode-allocation-policy": 'its --help: "Set the same policy on both roles"',
-    "disaggregation-enable-kv-checksum": 'its --help: "Enable on both prefill and decode engines"',
     "speculative-algorithm": "speculative decoding runs on both roles or neither: the decode receives the "
                              'draft state with the KV ("state component count mismatch", mori/conn.py; '
                              "InferenceX server_sglang.sh)",

@@ -35,14 +35,22 @@ FILES = {
     "logs": "logs",
     "preflight_log": "logs/preflight-r{g}-n{rank}.log",
     "cleanup_log": "logs/cleanup-r{g}-n{rank}.log",     # the nodes' clean-up step at the job's end
+    "sweep_script": "preflight/sweep-node.sh",   # removes ended jobs' leftovers, before the preflight
+    "sweep_log": "logs/sweep-r{g}-n{rank}.log",  # what it removed on each node
+    "cancel_request": "cancel-requested",        # `slurm-ab cancel` asked the job to tear down (who, when)
+    "secrets": "secrets.env",                    # cluster.secret_env values, mode 0600, read and removed by the job
     "preflight": "preflight",
     "preflight_script": "preflight/check.sh",
     "preflight_report": "preflight/{node}.json",
     "preflight_partial": "preflight/{node}.json.tmp",   # being written (renamed to .json)
     "preflight_problems": "preflight/{node}.problems",
     "preflight_address": "preflight/{node}.addr",
+    "preflight_host_ip": "preflight/{node}.hostip",      # PD: the node's SGLANG_HOST_IP (pd.host_ip_interface)
     "preflight_tokenizer": "preflight/{node}.tokenizer",   # the client's tokenizer load, on ROUTER_HOST
     "launch_dir": "launch{index}-{mode}",        # one server launch, its files below
+    "sequential_spec": "sequential.json",        # a sequential campaign's looks: launches, boundaries (render)
+    "stop_rule": "stoprule.py",                  # its stop rule (ab_stats/looks.py), run after each block
+    "stop_rule_log": "logs/stoprule.log",        # the stop rule's stderr
     "submitit": "submitit",                      # submitit's own files (collector job)
     "submit_error": "submit-error.txt",          # why sbatch refused
     "summary": "summary.{ext}",                  # the collector's files (json, csv, md)
@@ -58,6 +66,8 @@ FILES = {
     # peer r{peer}), and the canary through the router
     "pd_canary": "logs/canary-r{g}-with-r{peer}.json",
     "pd_canary_http": "logs/canary-r{g}-with-r{peer}.json.http",
+    "pd_canary_dp": "logs/canary-r{g}-with-r{peer}-dp{dp}.json",      # the pair's K-th DP canary (K >= 1)
+    "pd_canary_dp_http": "logs/canary-r{g}-with-r{peer}-dp{dp}.json.http",
     "pd_warmup": "logs/warmup-r{g}-with-r{peer}.json",
     "pd_warmup_http": "logs/warmup-r{g}-with-r{peer}.json.http",
     "router_canary": "logs/canary-router.json",
@@ -115,6 +125,10 @@ class Layout:
     submit_error = property(lambda self: self._file("submit_error"))
     report_html = property(lambda self: self._file("report_html"))
     plots = property(lambda self: self._file("plots"))
+    # a sequential campaign: the spec and program of its stop rule (written by the job at its start)
+    sequential_spec = property(lambda self: self._file("sequential_spec"))
+    stop_rule = property(lambda self: self._file("stop_rule"))
+    stop_rule_log = property(lambda self: self._file("stop_rule_log"))
 
     def slurm_out(self, job_id: str | int) -> Path:
         """The batch script's stdout+stderr (#SBATCH --output; '%j': Slurm's own placeholder)."""
@@ -139,6 +153,10 @@ class Layout:
     def preflight_partial(self, node: str) -> Path:
         return self._file("preflight_partial", node=node)
 
+    def preflight_host_ip(self, node: str) -> Path:
+        """PD: the node's SGLANG_HOST_IP, the address of pd.host_ip_interface there."""
+        return self._file("preflight_host_ip", node=node)
+
     def preflight_tokenizer(self, node: str) -> Path:
         return self._file("preflight_tokenizer", node=node)
 
@@ -147,6 +165,13 @@ class Layout:
 
     def cleanup_log(self, replica: int, rank: int) -> Path:
         return self._file("cleanup_log", g=replica, rank=rank)
+
+    sweep_script = property(lambda self: self._file("sweep_script"))
+    cancel_request = property(lambda self: self._file("cancel_request"))
+    secrets = property(lambda self: self._file("secrets"))
+
+    def sweep_log(self, replica: int, rank: int) -> Path:
+        return self._file("sweep_log", g=replica, rank=rank)
 
     def summary(self, fmt: str) -> Path:
         """summary.<fmt> (SUMMARY_FORMATS), the collector's only output besides the report."""
@@ -198,11 +223,15 @@ class Layout:
     def warmup_http(self, replica: int) -> Path:
         return self._file("warmup_http", g=replica)
 
-    def pd_canary(self, replica: int, peer: int) -> Path:
-        return self._file("pd_canary", g=replica, peer=peer)
+    def pd_canary(self, replica: int, peer: int, dp: int | str = 0) -> Path:
+        """The answer of replica to the pair's KV canary with peer; dp > 0: its dp-th canary (one
+        per attention-DP rank of the pair's larger DP)."""
+        return self._file("pd_canary_dp", g=replica, peer=peer, dp=dp) if dp else \
+            self._file("pd_canary", g=replica, peer=peer)
 
-    def pd_canary_http(self, replica: int, peer: int) -> Path:
-        return self._file("pd_canary_http", g=replica, peer=peer)
+    def pd_canary_http(self, replica: int, peer: int, dp: int | str = 0) -> Path:
+        return self._file("pd_canary_dp_http", g=replica, peer=peer, dp=dp) if dp else \
+            self._file("pd_canary_http", g=replica, peer=peer)
 
     def pd_warmup(self, replica: int, peer: int) -> Path:
         return self._file("pd_warmup", g=replica, peer=peer)
@@ -286,26 +315,32 @@ class OldRunLayout(Layout):
 RELATIVE = Layout(Path())
 
 
-def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
+def job_formats(pd: bool = True, sequential: bool = True) -> tuple[tuple[str, str, str], ...]:
     """(F_<NAME>, printf format, its arguments in words) of every file the job script writes: the
     Layout's own names with '%s' for what only the job knows. The script's only way to name a
     run-directory file (F_RESUBMITTED: where a script submitted again writes). pd=False: without
-    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups)."""
+    the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups, the PD nodes'
+    SGLANG_HOST_IP); sequential=False: without a sequential campaign's stop-rule files."""
     f, lay = "%s", RELATIVE
     files = (
         ("JOB_SCRIPT", lay.job_script, ""), ("EVENTS", lay.events, ""), ("SLURM_OUT", lay.slurm_out(f), "job id"),
         ("LOGS", lay.logs, ""), ("PREFLIGHT_LOG", lay.preflight_log(f, f), "replica, node rank"),
         ("CLEANUP_LOG", lay.cleanup_log(f, f), "replica, node rank"), ("PREFLIGHT", lay.preflight, ""),
+        ("SWEEP_SCRIPT", lay.sweep_script, ""), ("SWEEP_LOG", lay.sweep_log(f, f), "replica, node rank"),
+        ("CANCEL_REQUEST", lay.cancel_request, ""), ("SECRETS", lay.secrets, ""),
         ("PREFLIGHT_SCRIPT", lay.preflight_script, ""), ("PREFLIGHT_REPORT", lay.preflight_report(f), "node"),
         ("PREFLIGHT_PARTIAL", lay.preflight_partial(f), "node"),
         ("PREFLIGHT_PROBLEMS", lay.preflight_problems(f), "node"),
         ("PREFLIGHT_ADDRESS", lay.preflight_address(f), "node"),
+        ("PREFLIGHT_HOST_IP", lay.preflight_host_ip(f), "node"),
         ("PREFLIGHT_TOKENIZER", lay.preflight_tokenizer(f), "node"),
         ("SERVER_LOG", lay.server_log(f, f), "replica, node rank"), ("ROUTER_LOG", lay.router_log, ""),
         ("WARMUP_REQUEST", lay.warmup_request, ""), ("WARMUP_RESPONSE", lay.warmup_response(f), "replica"),
         ("WARMUP_HTTP", lay.warmup_http(f), "replica"),
         ("PD_CANARY", lay.pd_canary(f, f), "replica, peer replica"),
         ("PD_CANARY_HTTP", lay.pd_canary_http(f, f), "replica, peer replica"),
+        ("PD_CANARY_DP", lay.pd_canary(f, f, f), "replica, peer replica, DP canary (>= 1)"),
+        ("PD_CANARY_DP_HTTP", lay.pd_canary_http(f, f, f), "replica, peer replica, DP canary (>= 1)"),
         ("PD_WARMUP", lay.pd_warmup(f, f), "replica, peer replica"),
         ("PD_WARMUP_HTTP", lay.pd_warmup_http(f, f), "replica, peer replica"),
         ("ROUTER_CANARY", lay.router_canary, ""), ("ROUTER_CANARY_HTTP", lay.router_canary_http, ""),
@@ -314,9 +349,14 @@ def job_formats(pd: bool = True) -> tuple[tuple[str, str, str], ...]:
         ("SCRAPE_PARTIAL", lay.scrape_partial(f, f), "scrape target, time stamp"),
         ("SCRAPE_CURL", lay.scrape_curl(f, f), "scrape target, time stamp"),
         ("RESUBMITTED", Layout(Path(f)).resubmitted(f), "run directory, job id"),
+        ("SEQ_SPEC", lay.sequential_spec, ""), ("STOP_RULE", lay.stop_rule, ""),
+        ("STOP_RULE_LOG", lay.stop_rule_log, ""),
     )
-    pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP", "ROUTER_CANARY", "ROUTER_CANARY_HTTP"}
-    return tuple((f"F_{name}", str(path), args) for name, path, args in files if pd or name not in pd_only)
+    pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_CANARY_DP", "PD_CANARY_DP_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP",
+               "ROUTER_CANARY", "ROUTER_CANARY_HTTP", "PREFLIGHT_HOST_IP"}
+    sequential_only = {"SEQ_SPEC", "STOP_RULE", "STOP_RULE_LOG"}
+    return tuple((f"F_{name}", str(path), args) for name, path, args in files
+                 if (pd or name not in pd_only) and (sequential or name not in sequential_only))
 
 
 def launch_dirname(launch: Launch) -> str:

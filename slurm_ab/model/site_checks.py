@@ -23,6 +23,7 @@ SQUASHFS = (".sqsh", ".squashfs", ".sqfs")
 # which a prefill server refuses ("Prefill server does not support 'fake' as the transfer backend",
 # pd_disaggregation_hook.py) and which moves no KV.
 TRANSFER_BACKENDS = ("mooncake", "nixl", "mori", "ascend", "mooncake_tcp")
+IFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")          # a Linux interface name (IFNAMSIZ - 1)
 IB_DEVICES = re.compile(r"[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*")
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 SCOPES = ("global", "job")
@@ -63,6 +64,9 @@ def check(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("container.scope", ct["scope"], "unknown pyxis container_scope", ", ".join(SCOPES)))
     if any(not w for w in ct["remove_command"]):
         errs.append(ConfigError("container.remove_command", ct["remove_command"], "must not contain empty strings"))
+    if tree["container"]["enroot_dir"] and not MOUNT_PATH.fullmatch(tree["container"]["enroot_dir"]):
+        errs.append(ConfigError("container.enroot_dir", tree["container"]["enroot_dir"], "not an absolute path",
+                                "a node-local directory such as /tmp or /raid, or \"\" to leave enroot's paths"))
     if cache["dir"] and not MOUNT_PATH.fullmatch(cache["dir"]):
         errs.append(ConfigError("cache.dir", cache["dir"], "not an absolute path that can be mounted",
                                 "e.g. /scratch/slurm-ab-cache (letters, digits and _ . + @ = / -)"))
@@ -72,9 +76,10 @@ def check(tree: Tree) -> list[ConfigError]:
                                     "a relative path such as .cache/huggingface, or \".\""))
     if c["mpi"] and not WORD.fullmatch(c["mpi"]):
         errs.append(ConfigError("cluster.mpi", c["mpi"], "not an srun --mpi type", "none, pmix, pmi2, or \"\""))
-    if c["nccl_network"] and not WORD.fullmatch(c["nccl_network"]):
-        errs.append(ConfigError("cluster.nccl_network", c["nccl_network"], "not an NCCL network name",
-                                "IB, Socket, or \"\" (not checked)"))
+    nets = tree.get("nccl_networks") or {}
+    if c["nccl_network"] and c["nccl_network"] not in nets:
+        errs.append(ConfigError("cluster.nccl_network", c["nccl_network"], "not a family of [nccl_networks]",
+                                ", ".join(sorted(nets)) + ', or "" (not checked)'))
     est = tree["estimate"]
     for k in ("model_load_s", "warmup_s", "request_s", "pass_overhead_s", "job_overhead_s"):
         if est[k] < 0:
@@ -99,6 +104,11 @@ def check(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("collector.mem", col["mem"], "not an sbatch --mem size", "e.g. 4G"))
     if col["time_min"] < 1:
         errs.append(ConfigError("collector.time_min", col["time_min"], "must be >= 1 (minutes)"))
+    if col["cpus"] < 1:
+        errs.append(ConfigError("collector.cpus", col["cpus"], "must be >= 1"))
+    if col["python"] and not MOUNT_PATH.fullmatch(col["python"]):
+        errs.append(ConfigError("collector.python", col["python"], "not an absolute path",
+                                "e.g. /shared/venvs/slurm-ab/bin/python3, or \"\" for the submitting Python"))
     for i, opt in enumerate(col["sbatch_extra"]):
         if not SBATCH_OPTION.fullmatch(opt):
             errs.append(ConfigError(f"collector.sbatch_extra[{i}]", opt, "not a single sbatch option",
@@ -125,6 +135,16 @@ def pd_checks(tree: Tree) -> list[ConfigError]:
                                 'e.g. mooncake.engine, nixl._api, or "" to skip the preflight\'s import'))
     if pd["canary_timeout_s"] < 1:
         errs.append(ConfigError("pd.canary_timeout_s", pd["canary_timeout_s"], "must be >= 1 (seconds)"))
+    iface, pf = pd["host_ip_interface"], tree["preflight"]
+    if iface and not IFACE.fullmatch(iface):
+        errs.append(ConfigError("pd.host_ip_interface", iface, "not a network interface name",
+                                'the interface of the KV fabric on every node, e.g. "ib0", or "" for SGLang\'s guess'))
+    elif iface and not (pf["enabled"] and pf["address_command"]):
+        errs.append(ConfigError("pd.host_ip_interface", iface, "each node's address is read by the preflight",
+                                'preflight.enabled = true and preflight.address_command, or "" for SGLang\'s guess'))
+    if pd["gpudirect_check"] and any(not w for w in pf["gpudirect_command"]):
+        errs.append(ConfigError("preflight.gpudirect_command", pf["gpudirect_command"],
+                                "must not contain empty strings", "a command as a list, or [] to skip"))
     for k, v in pd["env"].items():
         if k in tree["server"]["env"]:
             errs.append(ConfigError(f"pd.env.{k}", v, "also set in [server.env]", "set it in one place"))

@@ -60,16 +60,74 @@ def squeue_state(job_id: str) -> str | None:
     return states[0] if states else None
 
 
-def partition_max_time(partition: str) -> str | None:
-    """A partition's MaxTime as scontrol prints it ('UNLIMITED', '2-00:00:00'); None when Slurm
-    does not answer (no scontrol, no controller, no such partition)."""
+def partition_fields(partition: str) -> dict[str, str] | None:
+    """A partition's settings as `scontrol show partition -o` prints them (MaxTime, MaxNodes,
+    TotalNodes, OverSubscribe, ...); None when Slurm does not answer (no scontrol, no controller, no
+    such partition)."""
     out = _run(["scontrol", "show", "partition", "-o", partition])
     fields = dict(f.split("=", 1) for f in (out or "").split() if "=" in f)
-    return fields.get("MaxTime") or None
+    return fields or None
 
 
-def scancel(job_id: str, signal: str | None = None) -> bool:
-    cmd = ["scancel"] + ([f"--signal={signal}"] if signal else []) + [str(job_id)]
+def default_partition() -> str | None:
+    """Slurm's default partition (Default=YES); None when there is none or Slurm does not answer."""
+    out = _run(["scontrol", "show", "partition", "-o"]) or ""
+    for line in out.splitlines():
+        f = dict(x.split("=", 1) for x in line.split() if "=" in x)
+        if f.get("Default") == "YES":
+            return f.get("PartitionName")
+    return None
+
+
+def partition_archs(partition: str) -> set[str] | None:
+    """The architectures (scontrol show node Arch=) of a partition's nodes; None when unknown."""
+    nodes = _run(["sinfo", "-h", "-p", partition, "-o", "%N"])
+    if not nodes or not nodes.strip():
+        return None
+    out = _run(["scontrol", "show", "node", "-o", ",".join(nodes.split())]) or ""
+    archs = {f.split("=", 1)[1] for line in out.splitlines() for f in line.split() if f.startswith("Arch=")}
+    archs.discard("(null)")
+    return archs or None
+
+
+# Why a job pends (squeue %r), in words, for the reasons that mean "this will not start by itself"
+# or that the user can act on (squeue(1) JOB REASON CODES).
+PENDING_WORDS = {
+    "PartitionTimeLimit": "its time limit is above the partition's MaxTime: it will not start",
+    "PartitionNodeLimit": "it asks for more nodes than the partition allows (MaxNodes/MinNodes): it will not start",
+    "PartitionDown": "the partition is down",
+    "PartitionInactive": "the partition is inactive",
+    "ReqNodeNotAvail": "a requested node is unavailable (down, drained or reserved)",
+    "Resources": "waiting for free nodes",
+    "Priority": "jobs of higher priority go first",
+    "Dependency": "waiting for another job",
+    "DependencyNeverSatisfied": "its dependency can never be satisfied: it will not start",
+    "QOSMaxJobsPerUserLimit": "the QOS limit of jobs per user is reached (a het job counts each component)",
+    "AssocMaxJobsLimit": "the association's job limit is reached",
+    "JobHeldUser": "held by the user (scontrol release)",
+    "JobHeldAdmin": "held by an administrator",
+    "BeginTime": "its start time is in the future",
+}
+
+
+def pending_reason(job_id: str) -> str | None:
+    """Why a pending job waits (squeue's %r, e.g. Resources, PartitionTimeLimit); None when Slurm
+    does not answer or the job no longer pends."""
+    out = _run(["squeue", "-h", "-j", str(job_id), "-t", "PENDING", "-o", "%r"])
+    reasons = [r.strip() for r in (out or "").splitlines() if r.strip() and r.strip() != "None"]
+    return reasons[0] if reasons else None
+
+
+def pending_text(reason: str) -> str:
+    """'PartitionTimeLimit' -> 'PartitionTimeLimit: its time limit is above ...'."""
+    words = PENDING_WORDS.get(reason.split("(")[0].strip())
+    return f"{reason}: {words}" if words else reason
+
+
+def scancel(job_id: str, signal: str | None = None, batch: bool = False) -> bool:
+    """scancel [--batch] [--signal=SIG] JOB; batch: the signal goes to the batch script alone
+    ("Children of the batch step are not signaled", scancel(1) -b)."""
+    cmd = ["scancel"] + (["--batch"] if batch else []) + ([f"--signal={signal}"] if signal else []) + [str(job_id)]
     return _run(cmd) is not None
 
 

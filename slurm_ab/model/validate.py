@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 
+from .campaign import MAX_BLOCKS, MIN_BLOCKS, SPENDING_CHOICES, valid_spending
 from .config import Tree, lookup, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
 from . import roles, site_checks
@@ -20,6 +21,7 @@ PATH_SAFE = re.compile(r"[A-Za-z0-9_.+,@:=/-]+")  # run directory: used in #SBAT
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 ADDRESS_MODES = ("name", "nodeaddr", "interface")
 MEM = re.compile(r"\d+[KMGT]?")
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE_KEY", re.IGNORECASE)
 CPU_BIND = re.compile(r"[A-Za-z0-9_,:.=]*")
 IFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -103,8 +105,9 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
             errs.append(ConfigError(f"cluster.srun_extra[{i}]", opt, "not an srun option", "starts with -"))
     if c["mem"] and not MEM.fullmatch(c["mem"]):
         errs.append(ConfigError("cluster.mem", c["mem"], "not an sbatch --mem size", "\"0\" (all of each node), e.g. \"500G\", or \"\" for the site default"))
-    if not CPU_BIND.fullmatch(c["server_cpu_bind"]):
-        errs.append(ConfigError("cluster.server_cpu_bind", c["server_cpu_bind"], "not an srun --cpu-bind value", "e.g. none, cores, or \"\" for the site default"))
+    for key in ("server_cpu_bind", "side_cpu_bind"):
+        if not CPU_BIND.fullmatch(c[key]):
+            errs.append(ConfigError(f"cluster.{key}", c[key], "not an srun --cpu-bind value", "e.g. none, cores, or \"\" for the site default"))
     for i, opt in enumerate(c["side_step_args"]):
         if not SBATCH_OPTION.fullmatch(opt):
             errs.append(ConfigError(f"cluster.side_step_args[{i}]", opt, "not a single srun option", "--name or --name=value, no spaces or quotes"))
@@ -124,6 +127,14 @@ def _site_checks(tree: Tree) -> list[ConfigError]:
             errs.append(ConfigError(f"cluster.secret_env[{i}]", name, "not a valid environment variable name"))
         elif name in tree["env"] or name in tree["server"]["env"]:
             errs.append(ConfigError(f"cluster.secret_env[{i}]", name, "also given a value in [env]; a secret's value must come from the submitter's environment"))
+    # A value in [env] is written into the job script and onto every srun command line (sacct
+    # SubmitLine from Slurm 23.02): a name that says it holds a secret belongs in secret_env.
+    for table, names in (("env", tree["env"]), ("server.env", tree["server"]["env"]), ("pd.env", tree["pd"]["env"])):
+        for name in names:
+            if SECRET_NAME.search(name):
+                errs.append(ConfigError(f"{table}.{name}", "<not shown>", "looks like a secret: its value would be "
+                                        "written into the job script and onto every srun command line",
+                                        f"cluster.secret_env = [\"{name}\"] and export it before submitting"))
     if not PATH_SAFE.fullmatch(tree["paths"]["results"]):
         errs.append(ConfigError("paths.results", tree["paths"]["results"], "run directories are named on #SBATCH lines",
                                 "letters, digits and _ . + , @ : = / - (no spaces, quotes or %)"))
@@ -194,6 +205,16 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
         errs.append(ConfigError("benchmark.steady_concurrency_ratio", r, "not a share of the peak concurrency",
                                 "a number in (0, 1], e.g. 0.5 (SGLang's --steady-state-concurrency-ratio)"))
+    mg = b["margin_pct"]
+    if isinstance(mg, bool) or not isinstance(mg, (int, float)) or not 0 <= mg < 50:
+        errs.append(ConfigError("benchmark.margin_pct", mg, "not an equivalence margin in percent",
+                                "a number in [0, 50), e.g. 3 (0: no equivalence verdicts)"))
+    k = b["max_blocks"]
+    if isinstance(k, bool) or not isinstance(k, int) or not MIN_BLOCKS <= k <= MAX_BLOCKS:
+        errs.append(ConfigError("benchmark.max_blocks", k, "not a number of counterbalanced blocks",
+                                f"an integer in {MIN_BLOCKS}..{MAX_BLOCKS} (a block: two launches per mode)"))
+    if not valid_spending(b["spending"]):
+        errs.append(ConfigError("benchmark.spending", b["spending"], "not an alpha-spending function", SPENDING_CHOICES))
     prof, perrs = _profile("client", "benchmark.client", b["client"], tree["client_profiles"],
                            ("command", "module"), "sglang.bench_serving")
     errs += perrs

@@ -57,6 +57,11 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
      rb"|NIXL_ERR_BACKEND|Mooncake memory registration failed|No available RNIC"),
     ("pd_mismatch", "prefill and decode disagree on the KV layout",
      rb"Page size mismatch: prefill server has|KV cache dtype mismatch|should be equal to prefill pp size"),
+    # No GPUDirect RDMA (nvidia_peermem not loaded, no dma-buf): Mooncake's own (glog) error for each
+    # GPU buffer it cannot register; SGLang 0.5.23 logs batch_register's failure at debug level only
+    # and starts, then every KV transfer from or to the node fails (NVIDIA/srt-slurm#429).
+    ("pd_gpudirect", "GPU memory not registered for RDMA: no GPUDirect RDMA (nvidia_peermem or dma-buf)",
+     rb"rdma_context\.cpp:\d+\] Failed to register memory|DMA BUF supported required for GPU RDMA"),
     ("scheduler_exception", "Scheduler hit an exception", rb"Scheduler hit an exception"),
     ("init_failed", "Initialization failed", rb"Initialization failed"),
     ("health_check_failed", "Health check failed", rb"Health check failed"),
@@ -72,6 +77,9 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
      rb"timed out after [0-9.]+s in KVPoll\.Bootstrapping"),
     ("pd_waiting_timeout", "the KV never arrived at the decode",
      rb"timed out after [0-9.]+s in KVPoll\.WaitingForInput"),
+    # --disaggregation-enable-kv-checksum: the decode's digest of the KV it received differs from the
+    # prefill's (decode.py _verify_kv_checksums): hardware or transport corrupted it.
+    ("pd_kv_checksum", "KV checksum mismatch: the KV arrived corrupted", rb"KV checksum mismatch req="),
     ("pd_transfer_failed", "KV transfer failed", rb"(?:Prefill|Decode) transfer failed for request"),
     ("pd_kv_too_small", "a prompt exceeds the decode's KV pool",
      rb"exceeds the maximum number of tokens: \d+ > \d+"),
@@ -105,10 +113,10 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
 # Kinds that explain a failure by themselves, most specific first. 'connection_refused',
 # 'kv_pressure' and 'kv_capped' are left out: they also occur in healthy runs (start-up retries,
 # load peaks, a max_total_tokens above what fits).
-ROOT_CAUSE_KINDS = ("oom", "cuda_error", "nccl", "gloo", "pd_transfer_engine", "pd_mismatch",
+ROOT_CAUSE_KINDS = ("oom", "cuda_error", "nccl", "gloo", "pd_transfer_engine", "pd_mismatch", "pd_gpudirect",
                     "scheduler_exception", "init_failed", "health_check_failed", "child_failed",
                     "router", "pd_prefill_lost", "pd_handshake", "pd_bootstrap_timeout",
-                    "pd_waiting_timeout", "pd_transfer_failed", "pd_kv_too_small", "tokenizer",
+                    "pd_waiting_timeout", "pd_kv_checksum", "pd_transfer_failed", "pd_kv_too_small", "tokenizer",
                     "bad_args", "dist_init", "loopback_only")
 
 _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
@@ -121,7 +129,7 @@ ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ai
            b"profiled value", b"Dist", b"Uvicorn running on http://", b"No device found",
            b"Using network Socket", b"libibverbs", b"Please install", b"NIXL_ERR", b"No available RNIC",
            b"mismatch", b"pp size", b"Lost connection with prefill", b"Could not fetch prefill", b"KVPoll",
-           b"transfer failed for request", b"exceeds the maximum number of tokens")
+           b"transfer failed for request", b"exceeds the maximum number of tokens", b"DMA BUF")
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
 _FAILED_NODE = re.compile(r"Node failure on (\S+)")
 _PROFILED = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")

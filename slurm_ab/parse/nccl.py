@@ -13,6 +13,7 @@ Streams the file in blocks and looks only at lines holding one of the anchors (C
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from .text import BLOCK, decode, iter_blocks
@@ -30,8 +31,15 @@ class NcclNetwork:
     cause: str | None = None           # the first line saying why IB was not used, if any
     cause_line: int | None = None
 
-    def other_than(self, expected: str) -> tuple[str, ...]:
-        return tuple(n for n in self.networks if n != expected)
+    def other_than(self, expected: str, names: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The networks outside the expected family: NAMES are its patterns ([nccl_networks]; a run
+        recorded before them: the family's own name only)."""
+        return tuple(n for n in self.networks if not in_family(n, names or (expected,)))
+
+
+def in_family(name: str, patterns) -> bool:
+    """NAME is one of a family's names ([nccl_networks]: shell-style patterns, * for any text)."""
+    return any(fnmatchcase(name, p) for p in patterns)
 
 
 def _excerpt(text: str, width: int = 240) -> str:
@@ -68,7 +76,8 @@ def nccl_network(path: str | Path, block: int = BLOCK) -> NcclNetwork | None:
             counted = ls
             text = decode(buf[ls:le])
             if anchor is _USING:
-                name = text.split("Using network ", 1)[1].split()[0] if "Using network " in text else ""
+                # the rest of the line: a plugin's name may hold a space ("AWS Libfabric")
+                name = " ".join(text.split("Using network ", 1)[1].split()) if "Using network " in text else ""
                 if name and name not in nets:
                     nets.append(name)
                 if first is None:
@@ -82,4 +91,4 @@ def nccl_network(path: str | Path, block: int = BLOCK) -> NcclNetwork | None:
                        cause[0] if cause else None)
 
 
-__all__ = ["NcclNetwork", "nccl_network"]
+__all__ = ["NcclNetwork", "in_family", "nccl_network"]

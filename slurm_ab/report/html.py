@@ -440,12 +440,13 @@ def campaigns_table(camps, base: Path) -> str:
 
 
 def forest_rows(a_rows: list[PassRow], b_rows: list[PassRow], primary: str | None = None) -> list[dict]:
-    """The comparison's rows (ab_stats.family: the primary first, the secondaries Holm-adjusted),
-    with intervals when both sides have repeats."""
+    """The comparison's rows of two jobs (ab_stats.family: the primary first, the secondaries
+    Holm-adjusted, verdicts '(separate jobs)'), with intervals when both sides have repeats."""
     from ..ab_stats.metrics import PRIMARY_DEFAULT
-    from ..collect.rows import comparison
-    return [dict(r.to_dict(), label=r.label) for r in comparison(a_rows, b_rows, primary or PRIMARY_DEFAULT)
-            if r.delta.change_pct is not None]
+    from ..ab_stats.verdicts import ACROSS_JOBS
+    from ..collect.rows import family
+    (rows,) = family([(a_rows, b_rows)], primary or PRIMARY_DEFAULT, confound=ACROSS_JOBS)
+    return [dict(r.to_dict(), label=r.label) for r in rows if r.delta.change_pct is not None]
 
 
 def percentiles_html(curves: list[dict], at: str = "") -> str:
@@ -479,7 +480,7 @@ def _passes(n: int) -> str:
 
 def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
                    forest: list[dict] | None = None, sweep: list[dict] | None = None,
-                   forests: dict | None = None) -> str:
+                   forests: dict | None = None, answers: list | None = None) -> str:
     """Paired comparison of two runs or one-mode campaigns: the compare table, the settings side
     by side, latency and TPOT/ITL CDFs of both at each concurrency both ran (a campaign side: its
     ok passes at that C pooled), throughput per GPU against interactivity, the forest plot of %
@@ -494,7 +495,10 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
     base = Path(base_dir)
     title = f"slurm-ab compare: {sa.run_id} vs {sb.run_id}"
     primary = sa.job.campaign.primary_metric if sa.job else None
-    body = [answer_html(pair_answers(sa.run_id, sa.rows(), sb.run_id, sb.rows(), primary)),
+    if answers is None:                 # `compare A B --html` gives the ones it printed
+        answers = pair_answers(sa.run_id, sa.rows(), sb.run_id, sb.rows(), primary,
+                               sa.job.campaign.margin_pct if sa.job else None)
+    body = [answer_html(answers),
             f"<h1>{esc(title)}</h1>\n",
             f"<p>A: <code>{esc(sa.run_id)}</code> ({esc(', '.join(sa.modes))}, {_passes(sa.passes)}) "
             f"{verdict_badge(sa.verdict)} &nbsp; B: <code>{esc(sb.run_id)}</code> "

@@ -91,17 +91,21 @@ def comparison_answer(a: str, b: str, concurrency, rows: Sequence, order: str | 
 
 
 def pair_answers(a_id: str, a_rows: Sequence[PassRow], b_id: str, b_rows: Sequence[PassRow],
-                 primary: str | None = None) -> list[Answer]:
-    """B's job against A's (two jobs: separate launches): one answer per concurrency both ran,
-    the sides named by their run ids; their ok passes compared (collect.rows.comparison)."""
+                 primary: str | None = None, margin_pct: float | None = None,
+                 confound: str | None = verdicts.ACROSS_JOBS) -> list[Answer]:
+    """B's job against A's (two jobs: separate launches, job and mode confounded unless
+    `confound` is None: --trust-jobs): one answer per concurrency both ran, the sides named by
+    their run ids; their ok passes compared as one family (collect.rows.family), as `compare A B`
+    prints them."""
     from ..ab_stats.metrics import PRIMARY_DEFAULT
-    from ..collect.rows import comparison
+    from ..collect.rows import family
 
     def at(rows, c):
         return [r for r in rows if r.concurrency == c]
     common = sorted({r.concurrency for r in a_rows} & {r.concurrency for r in b_rows})
-    return [comparison_answer(a_id, b_id, c, comparison(at(a_rows, c), at(b_rows, c), primary or PRIMARY_DEFAULT),
-                              separate=True) for c in common]
+    tables = family([(at(a_rows, c), at(b_rows, c)) for c in common], primary or PRIMARY_DEFAULT,
+                    margin_pct=margin_pct or None, confound=confound)
+    return [comparison_answer(a_id, b_id, c, rows, separate=True) for c, rows in zip(common, tables)]
 
 
 def d_level(row) -> str:

@@ -12,8 +12,12 @@ import json
 import math
 from typing import Sequence
 
-from ..ab_stats import INCONCLUSIVE, METRIC_BY_NAME, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
+from ..ab_stats import DESCRIPTIVE, INCONCLUSIVE, METRIC_BY_NAME, NO_SPREAD, PRIMARY_DEFAULT, Aggregate, aggregate
+from ..ab_stats.family import Row
+from ..ab_stats.verdicts import ACROSS_JOBS
 from ..collect.records import CampaignSummary, PassSummary
+from ..collect.sequential import SequentialRecord
+from ..model.rundir import RELATIVE
 from ..collect.rows import Comparison, PassRow, aggregates, columns, comparisons, ok_rows, pass_rows, rows_of
 from .table import DASH, Table, notes, wrap
 
@@ -162,29 +166,37 @@ def _shared_qualifier(verdicts: Sequence[str]) -> str | None:
 
 
 def comparison_table(a_name: str, b_name: str, a_rows: Sequence[PassRow], b_rows: Sequence[PassRow],
-                     variance: str | None = None, primary: str = PRIMARY_DEFAULT, width: int | None = None) -> str:
+                     variance: str | None = None, primary: str = PRIMARY_DEFAULT, *,
+                     rows: Sequence[Row] | None = None, margin_pct: float | None = None,
+                     confound: str | None = None, sequential: SequentialRecord | None = None,
+                     width: int | None = None) -> str:
     """The primary metric's row first, then the secondary rows: A, B (mean ± half-width), % change,
-    its 95% CI, the p-value (Holm-adjusted for secondaries) and the verdict; notes say which
-    variance the intervals hold, which throughput is primary, and how noisy the percentiles are.
-    `width`: for a terminal: the verdict beside the change (a qualifier every row shares said once
-    below), folded to fit."""
+    its interval, the p-value (Holm-adjusted in a family) and the verdict; notes say which variance
+    the intervals hold, which throughput is primary, how the family is corrected, what the margin
+    is, and why percentiles are descriptive. `rows`: the comparison's rows as the collector states
+    them (collect.rows.comparisons: a job's family, a sequential campaign's answer); else they are
+    computed from the pass rows alone. `width`: for a terminal: the verdict beside the change (a
+    qualifier every row shares said once below), folded to fit."""
     from ..ab_stats.family import compare, primary_note
-    from ..ab_stats.percentiles import percentile_noise
+    from ..ab_stats.percentiles import percentile_noise, percentile_note
 
     a_ok, b_ok = ok_rows(a_rows), ok_rows(b_rows)
-    rows = compare(columns(a_ok), columns(b_ok), primary)
+    rows = list(rows) if rows is not None else \
+        compare(columns(a_ok), columns(b_ok), primary, margin_pct=margin_pct, confound=confound)
     body = []
     for row in rows:
         d = row.delta
         by_launch = d.variance_levels == ("launch", "pass")
         ci = DASH if d.ci_low_pct is None else f"[{d.ci_low_pct:+.2f}%, {d.ci_high_pct:+.2f}%]"
-        p = d.p_value if row.role == "primary" else row.p_holm
+        if d.ci_low_pct is not None and abs(d.confidence - 0.95) > 1e-9:
+            ci += f" ({d.confidence:.2%})"
+        p = row.p_holm if row.p_holm is not None else d.p_value
         label = f"**{row.label}** (primary)" if row.role == "primary" else row.label
         body.append([label, _side_value(a_ok, d.metric, by_launch), _side_value(b_ok, d.metric, by_launch),
                      _pct(d.change_pct), ci, DASH if p is None else f"{p:.3f}", row.verdict or DASH])
     first = rows[0].delta
     headers = ["metric", f"{a_name} (n={len(a_ok)}, {first.launches_a} launch(es))",
-               f"{b_name} (n={len(b_ok)}, {first.launches_b} launch(es))", "change", "95% CI",
+               f"{b_name} (n={len(b_ok)}, {first.launches_b} launch(es))", "change", "interval",
                "p (Holm)", "verdict"]
     align = ("left", "right", "right", "right", "right", "right", "left")
     lines = []
@@ -204,13 +216,24 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[PassRow], b_rows
                      "given; the change is one run against one run (use --repeats and --launches)")
     else:
         lines.append(_design_note(rows[0]))
-        lines.append("change: B mean / A mean - 1; 95% CI: Welch's t on log values; the primary row is "
-                     "tested alone at 5%, the secondary rows' p-values are Holm-adjusted together "
-                     "(family-wise 5%; their intervals are unadjusted) (docs/statistics.md)")
+        lines.append(_family_note(rows))
+    margin = first.margin_pct
+    if margin:
+        lines.append(f"equivalence margin ±{margin:g}% (benchmark.margin_pct, --margin): an interval that "
+                     f"includes 0 and lies inside it reads 'equivalent within ±{margin:g}%' (two one-sided "
+                     "tests at the interval's level); 'no significant difference' is what is neither")
+    if sequential is not None:
+        lines.append(_sequential_note(sequential))
+    if first.qualifier == ACROSS_JOBS:
+        lines.append("separate jobs: A and B ran in different jobs, so job and mode are confounded (a "
+                     "job-to-job difference reads as the modes'); verdicts say '(separate jobs)'; run both "
+                     "modes in one campaign for a verdict on the modes")
     if any((r.verdict or "").startswith(NO_SPREAD) for r in rows):
-        lines.append(f"{NO_SPREAD}: the values of each side are identical to the printed precision, so "
-                     "the noise cannot be estimated; no interval is given (a zero-width one would claim "
-                     "an exact difference)")
+        lines.append(f"{NO_SPREAD}: the values of each side are identical to the printed precision (or lie "
+                     "on the fitted drift exactly), so the noise cannot be estimated; no interval is given "
+                     "(a zero-width one would claim an exact difference)")
+    if any(r.verdict == DESCRIPTIVE for r in rows):
+        lines.append(percentile_note([columns(a_ok), columns(b_ok)]))
     lines += [w.text() for w in percentile_noise([columns(a_ok), columns(b_ok)]) if w.warn]
     if variance:
         lines.append(f"variance included: {variance}")
@@ -219,6 +242,30 @@ def comparison_table(a_name: str, b_name: str, a_rows: Sequence[PassRow], b_rows
         if bad:
             lines.append(f"{side}: {bad} pass(es) not ok left out")
     return text + notes(lines, width=width) + "\n"
+
+
+def _sequential_note(seq: SequentialRecord) -> str:
+    """What a sequential campaign's primary row says and how it was checked."""
+    where = (f"stopped at look {seq.stopped_at} of {seq.blocks}" if seq.stopped_at
+             else f"ran to look {len(seq.looks)} of {seq.blocks}")
+    agree = "the collector's recomputation of every look from the raw files equals the job's" if seq.agree \
+        else f"a look recomputed from the raw files DIFFERS from the job's (see {RELATIVE.summary('json')} 'sequential')"
+    return (f"sequential: {where} ({seq.decision}); the primary row is that look's decision on the "
+            "clients' own figures, its interval the repeated confidence interval at the look's level "
+            f"({seq.spending or 'alpha'} spending, two-sided 5% over all looks); {agree}")
+
+
+def _family_note(rows: Sequence[Row]) -> str:
+    """How the rows' tests are corrected (the intervals are stated at those levels)."""
+    head = rows[0]
+    secondary = next((r.family for r in rows[1:] if r.p_holm is not None), 0)
+    text = ("interval: t on log values (launch means when launches are the units); the primary row is "
+            + (f"one of {head.family} comparisons of this campaign (B modes x concurrencies) whose primaries "
+               "are Holm-adjusted together" if head.family > 1 else "tested alone at 5%"))
+    if secondary:
+        text += (f"; the {secondary} tested secondary rows are Holm-adjusted together (family-wise 5%)")
+    return text + ("; an adjusted row's interval is stated at the level of its Holm step (shown beside it), "
+                   "so it excludes 0 exactly when its adjusted p is below 0.05 (docs/statistics.md)")
 
 
 def the_pass(cs: CampaignSummary) -> PassSummary | None:
@@ -260,6 +307,11 @@ def campaign_md(cs: CampaignSummary, passes: bool = False, width: int | None = N
                  f"{', '.join(map(str, c.concurrencies))}, order {c.order}"
                  + (", burn-in pass per launch" if c.burn_in else "")
                  + f"; job {cs.job_id or '?'} ({cs.job.state_raw or cs.job.state or 'state unknown'})", width), ""]
+    if cs.stop is not None:
+        st = cs.stop
+        out += [wrap(f"Stopped at a block boundary ({st.reason}): block {st.block} of {st.blocks} was not started, "
+                     f"it needed ~{st.need_s} s and the job had {st.left_s} s left before its own early stop; "
+                     f"design run: {st.design}", width), ""]
     for la in cs.launches:
         why = f" ({la.failure.get('kind')})" if la.failure else ""
         out.append(wrap(f"- launch {la.launch} {la.mode}: {la.status}{why} -- " + ", ".join(la.passes), width, "    "))
@@ -284,7 +336,8 @@ def comparison_section(cs: CampaignSummary, cmp: Comparison, rows: Sequence[Pass
     c = cmp.concurrency
     return (f"## {cmp.b} vs {cmp.a} at concurrency {c}\n\n"
             + comparison_table(cmp.a, cmp.b, rows_of(rows, cmp.a, c), rows_of(rows, cmp.b, c),
-                               cs.campaign.variance, cs.campaign.primary_metric, width))
+                               cs.campaign.variance, cs.campaign.primary_metric, rows=cmp.rows,
+                               sequential=cs.sequential, width=width))
 
 
 def comparison_json(cs: CampaignSummary) -> str:

@@ -38,9 +38,10 @@ def transfer_line(pd) -> str:
     t = pd.transfer
     if t is None or not t.requests:
         return "KV transfer: no transfer observed on the prefills in the window"
-    return (f"KV transfer (prefills' sglang:kv_transfer_*): {t.requests:g} requests, {num(t.total_mb, '.1f')} MB, "
-            f"{num(t.mb_per_request, '.3f')} MB per request, {_ms(t.latency_ms)} per request, "
-            f"mean speed {num(t.speed_gb_s, '.3f')} GB/s")
+    return (f"KV transfer (prefills' sglang:kv_transfer_*, what each prefill's TP0 rank sent): {t.requests:g} "
+            f"requests, {num(t.total_mb, '.1f')} MB, {num(t.mb_per_request, '.3f')} MB per request, "
+            f"{_ms(t.latency_ms)} per request" + (f" ({t.latency_label})" if t.latency_label else "")
+            + f", mean speed {num(t.speed_gb_s, '.3f')} GB/s")
 
 
 def pd_md(s) -> str:

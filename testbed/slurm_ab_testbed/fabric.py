@@ -7,8 +7,13 @@ lines (emulator/nccl.py), so both see the same node.
 ``SLURM_AB_EMU_IB_FAULT``     ``port_down``: the ports are DOWN (sysfs and NCCL agree: NCCL skips
                               them); ``no_ibverbs``: sysfs shows ACTIVE ports but the container has
                               no libibverbs, so NCCL cannot open them (the preflight cannot see it)
-``SLURM_AB_EMU_FAULT_NODES``  limits the fault to these Slurm nodes (SLURMD_NODENAME), as for the
-                              emulator's faults
+``SLURM_AB_EMU_GPUDIRECT``    how the node's GPU memory reaches the HCAs (GPUDirect RDMA):
+                              ``peermem`` (the default: nvidia_peermem loaded), ``dmabuf`` (no
+                              peermem, the driver and kernel support dma-buf) or ``none`` (neither:
+                              Mooncake and UCX cannot register GPU memory, every KV transfer from
+                              or to the node fails; NVIDIA/srt-slurm#429's first failure)
+``SLURM_AB_EMU_FAULT_NODES``  limits the fault (and a GPUDirect setting other than peermem) to these
+                              Slurm nodes (SLURMD_NODENAME), as for the emulator's faults
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import struct
 from typing import Mapping
 
 FAULTS = ("port_down", "no_ibverbs")
+GPUDIRECT = ("peermem", "dmabuf", "none")
 ACTIVE, DOWN = "4: ACTIVE", "1: DOWN"
 
 
@@ -30,6 +36,17 @@ def fault(env: Mapping[str, str] = os.environ) -> str:
     only = [n.strip() for n in env.get("SLURM_AB_EMU_FAULT_NODES", "").split(",") if n.strip()]
     if only and env.get("SLURMD_NODENAME", "") not in only:
         return ""
+    return name
+
+
+def gpudirect(env: Mapping[str, str] = os.environ) -> str:
+    """How this node's GPU memory is registered for RDMA: peermem, dmabuf or none."""
+    name = env.get("SLURM_AB_EMU_GPUDIRECT", "").strip() or "peermem"
+    if name not in GPUDIRECT:
+        raise ValueError(f"SLURM_AB_EMU_GPUDIRECT={name!r}: choose one of {', '.join(GPUDIRECT)}")
+    only = [n.strip() for n in env.get("SLURM_AB_EMU_FAULT_NODES", "").split(",") if n.strip()]
+    if only and env.get("SLURMD_NODENAME", "") not in only:
+        return "peermem"
     return name
 
 

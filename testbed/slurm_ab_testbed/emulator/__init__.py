@@ -88,12 +88,13 @@ flags and rules, pd_args.py): the prefill leader runs the bootstrap server on
 ``bootstrap_host/port/room`` (in /generate and the OpenAI bodies) pair a request's two halves; the
 decode fetches the prefill's layout (page size and KV dtype must match), reserves KV, announces its
 destination; the prefill computes the prompt and the first token and pushes
-``[pd] kv_transfer_bytes_per_token`` x prompt tokens over TCP to the decode (really across the
+the model's KV for the prompt (``[pd]``, pd_kv: every node pair, a fraction on the wire) to the decode (really across the
 nodes' link: a tbf-limited link slows TTFT), answers once acknowledged; the decode streams that
 first token and decodes the rest (speculative decoding included). Both roles print SGLang's PD
 fields in their batch lines (version-aware), export its PD metrics (``engine_type`` label) and stay
-healthy while transfers fail (/health and the warm-up use the fake bootstrap host). Only node rank 0
-of each role takes part in the transfer. Module docstrings of pd*.py name the SGLang sources.
+healthy while transfers fail (/health and the warm-up use the fake bootstrap host). Every node of
+both roles takes part in the transfer (each prefill node pushes its ranks' KV to its decode node).
+Module docstrings of pd*.py name the SGLang sources.
 
 Logs: SGLang-logger lines on stderr as ``[YYYY-mm-dd HH:MM:SS{.mmm}{ ranks}] msg`` with ranks
 `` DPd PPk TPt EPe`` as in SGLang; uvicorn access lines on stdout. Startup lines are printed for every

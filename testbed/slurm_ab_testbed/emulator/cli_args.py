@@ -112,6 +112,7 @@ class ServerArgs:
     disaggregation_decode_enable_radix_cache: bool = False
     disaggregation_decode_extra_slots: Optional[int] = None
     disaggregation_decode_host_receive_threshold: float = 1.0
+    disaggregation_enable_kv_checksum: bool = False
     num_reserved_decode_tokens: int = 512
     optimistic_prefill_attempts: int = 0
     page_size: Optional[int] = None

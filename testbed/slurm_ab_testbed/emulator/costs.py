@@ -89,7 +89,10 @@ class Memory:
 
 @dataclass(frozen=True)
 class Pd:
-    kv_transfer_bytes_per_token: float
+    kv_wire_fraction: float
+    mla_model_types: tuple
+    mla_kv_lora_rank: int
+    mla_rope_head_dim: int
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,9 @@ def _build(cls, section: str, data: dict):
         value = data[f.name]
         if f.type in ("float", "int") and not isinstance(value, (int, float)):
             raise CostConfigError(f"{section}.{f.name} must be a number, got {value!r}")
+        if isinstance(value, list):
+            kwargs[f.name] = tuple(value)
+            continue
         kwargs[f.name] = int(value) if f.type == "int" else (dict(value) if isinstance(value, dict) else float(value))
     return cls(**kwargs)
 

@@ -40,6 +40,16 @@ PD disaggregation (pd.py; each prints what SGLang 0.5.23 prints for the real fai
                             decode's transfer queue (SGLang 0.5.23 counts it in neither num_running_reqs
                             nor num_queue_reqs) until the decode's SGLANG_DISAGGREGATION_WAITING_TIMEOUT
                             fails it ("... in KVPoll.WaitingForInput"); nothing is logged when it hangs
+- ``pd_transfer_fail_prob=P`` (on a prefill) each request's KV transfer fails with probability P, as
+                            a flaky fabric's does (a Mooncake batch transfer returning an error:
+                            "Session ... failed.", "Failed to send kv chunk of R to HOST:PORT"); the
+                            decode session is blacklisted until the next probe
+                            (SGLANG_FAILED_SESSION_PROBE_INTERVAL_S), so one failure fails that
+                            decode's transfers for up to that long
+
+GPUDirect RDMA missing on a node: SLURM_AB_EMU_GPUDIRECT=none (slurm_ab_testbed.fabric), not a fault
+item: the preflight's stand-in reads it too. SGLang's own SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB
+(with --disaggregation-enable-kv-checksum on the decode) corrupts received KV as SGLang's test hook does.
 
 A decode that loses its prefill is ``die_after_requests=N`` on the prefill's nodes.
 
@@ -69,6 +79,7 @@ class Faults:
     pd_bootstrap_timeout: bool = False
     kv_pool_tokens: Optional[int] = None
     pd_transfer_hang_after: Optional[int] = None
+    pd_transfer_fail_prob: Optional[float] = None
     divergence: Optional[int] = None
     empty_output: bool = False
 
@@ -91,10 +102,19 @@ def parse_faults(spec: Optional[str]) -> Faults:
             kw[name] = int(value)
         elif name == "pd_role" and value.strip() in ("null", "prefill", "decode"):
             kw[name] = value.strip()
+        elif name == "pd_transfer_fail_prob" and _probability(value):
+            kw[name] = float(value)
         else:
             raise FaultSpecError(f"unknown SLURM_AB_EMU_FAULT item {item!r} (expected hang_startup, "
                                  "die_after_requests=N, crash_rank=R, oom_first_prefill, bind_loopback, "
                                  "pd_role=null|prefill|decode, pd_engine_init_fail, pd_no_transfer_module, "
-                                 "pd_bootstrap_timeout, pd_transfer_hang_after=N, kv_pool_tokens=N, "
-                                 "hang_after_requests=N, divergence=K or empty_output)")
+                                 "pd_bootstrap_timeout, pd_transfer_hang_after=N, pd_transfer_fail_prob=P, "
+                                 "kv_pool_tokens=N, hang_after_requests=N, divergence=K or empty_output)")
     return Faults(**kw)
+
+
+def _probability(text: str) -> bool:
+    try:
+        return 0.0 <= float(text) <= 1.0
+    except ValueError:
+        return False

@@ -107,8 +107,9 @@ class App:
         if self.pd is None:
             self.engine.submit(req)
         else:
-            from .pd import Bootstrap
-            self.pd.submit(req, Bootstrap.from_body(body, self.args.disaggregation_bootstrap_port))
+            from .pd import Bootstrap, routed_dp_rank
+            self.pd.submit(req, Bootstrap.from_body(body, self.args.disaggregation_bootstrap_port),
+                           routed_dp_rank(body, self.args))
 
     # ---- info bodies ---------------------------------------------------------------------------
     def get_model_info(self) -> dict:

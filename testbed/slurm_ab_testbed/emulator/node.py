@@ -94,7 +94,8 @@ class Node:
         self._serving = False
         self._draining = False
         self.pd = None           # the PD role of a prefill/decode leader (pd_prefill, pd_decode)
-        self.pd_servers: list = []   # its bootstrap server / side channel (pd_node)
+        self.pd_servers: list = []   # its bootstrap server / side channel / KV listener (pd_node)
+        self.kv_endpoints: dict = {}  # a decode leader's: node rank -> that node's KV listener
         self.activity = gpu_activity.ActivityLog(gpu_activity.activity_path(), gpu_activity.publishing())
 
     # ---- logging helpers -----------------------------------------------------------------------
@@ -394,7 +395,9 @@ class Node:
             core.metrics.listener = lambda values: hub.broadcast({"t": "gauges", "v": values})
 
     def _on_head_message(self, rank: int, msg: dict) -> None:
-        pass  # phases are tracked by the hub itself
+        if msg.get("t") == "kv_endpoint":    # a decode node's KV listener (pd_node.start_kv_receiver)
+            self.kv_endpoints[rank] = str(msg.get("endpoint"))
+        # phases are tracked by the hub itself
 
     def _warmup(self) -> bool:
         """SGLang's _execute_server_warmup: GET /get_model_info, then an 8-token /generate."""
@@ -447,7 +450,8 @@ class Node:
         if not self._load():
             return 0
         self._log_scheduler_ready()
-        self.pd_servers = [x for x in [pd_node.register_worker(self)] if x is not None]
+        self.pd_servers = [x for x in [pd_node.register_worker(self), pd_node.start_kv_receiver(self)]
+                           if x is not None]
         self.link.send({"t": "phase", "phase": "loaded"})
         while not self.ready.wait(0.2):
             if self.stop.is_set():

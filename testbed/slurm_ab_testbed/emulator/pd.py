@@ -6,7 +6,7 @@ random ``bootstrap_room``, in /generate and in the OpenAI bodies alike). The dec
 prefill's bootstrap server (pd_bootstrap) for the prefill's layout and rank endpoint, reserves KV,
 and sends its destination over the side channel (pd_transfer); the prefill, which waited for that
 before computing (optimistic_prefill_attempts = 0), runs the prompt, samples the first token, pushes
-the KV (kv_transfer_bytes_per_token x prompt tokens, over TCP between the nodes) and answers the
+the KV (the model's KV bytes for the prompt, on every node pair at once: pd_kv) and answers the
 router once the decode acknowledged it; the decode streams the first token and decodes the rest.
 Requests with the fake host ``2.2.2.2`` (SGLang's own warm-up and /health) touch no peer, which is
 why both roles report healthy while P<->D transfer is broken.
@@ -89,6 +89,7 @@ class RoleContext:
     sink: object                           # logfmt.LogSink
     ranks: list                            # [(tp_rank, log prefix)] of this node's GPU ranks
     fatal: Callable[[str], None]           # "Scheduler hit an exception: <traceback>" and exit
+    model_config: dict = field(default_factory=dict)   # the model's config.json (its KV size: pd_kv)
     env: PdEnv = field(default_factory=PdEnv.from_env)
     metrics: PdMetrics = field(default_factory=PdMetrics)
     warn_once: "Once" = field(default_factory=lambda: Once())
@@ -101,6 +102,21 @@ class RoleContext:
         """The same event logged by every local GPU rank's scheduler (each with its tp_rank)."""
         for tp_rank, prefix in self.ranks:
             self.sink.log(message(tp_rank), prefix)
+
+
+def routed_dp_rank(body: dict, args) -> Optional[int]:
+    """The DP worker a request names (GenerateReqInput.routed_dp_rank, or its deprecated alias
+    data_parallel_rank that sgl-model-gateway's dp-aware mode injects), within the server's DP
+    ranks; None: the server's own load balancing."""
+    v = body.get("routed_dp_rank", body.get("data_parallel_rank"))
+    dp = args.dp_size if args.enable_dp_attention else 1
+    if isinstance(v, list):
+        v = v[0] if v else None
+    try:
+        rank = int(v) if v is not None else None
+    except (TypeError, ValueError):
+        return None
+    return rank if rank is not None and 0 <= rank < dp else None
 
 
 def kv_error(room, reason: str) -> str:

@@ -143,6 +143,12 @@ class BootstrapServer(ThreadingHTTPServer):
     def start(self) -> None:
         self._thread.start()
 
+    def close(self) -> None:
+        """Stop serving and release the port (the node's shutdown closes every PD server)."""
+        if self._thread.is_alive():
+            self.shutdown()
+        self.server_close()
+
 
 def register_ranks(url: str, payloads: list[dict], log: Callable[[str], None], stop: threading.Event) -> bool:
     """register_to_bootstrap for each rank: 5 attempts with 1, 2, 4, 8 s backoff (x 0.75-1), then an error."""

@@ -22,8 +22,24 @@ RETRACT_DECODE_STEPS = 20
 
 
 class PrefillCore(SchedulerCore):
-    """``pd`` is the PrefillRole (pd_prefill): it holds prefilled requests and reports its queues."""
+    """``pd`` is the PrefillRole (pd_prefill): it holds prefilled requests and reports its queues.
+    Requests whose KV transfer is done wait in ``done`` until the next loop iteration concludes them
+    (process_disagg_prefill_inflight_queue runs after each forward: a transfer that completes during
+    a forward is concluded, and its metrics stamped, after it)."""
     pd = None
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.done: list[Req] = []
+
+    def has_work(self) -> bool:
+        return super().has_work() or bool(self.done)
+
+    def plan(self, now: float):
+        done, self.done = self.done, []
+        for req in done:
+            self.pd.on_completed(req, now)
+        return super().plan(now)
 
     def _plan_prefill(self, now: float):
         fwd = super()._plan_prefill(now)
@@ -84,6 +100,8 @@ class DecodeCore(SchedulerCore):
         """Transferred requests join the running batch; their first token (the prefill's) is sent now."""
         while self.waiting:
             req = self.waiting.popleft()
+            if self.pd is not None and not self.pd.checksum_ok(req):
+                continue                     # KV checksum mismatch: aborted, its KV released
             req.prefilled = req.input_len
             if not req.output_ids:           # fake transfer (warm-up, health check): the token is made up
                 req.output_ids.extend(self.sample_ids(req.rng, 1))

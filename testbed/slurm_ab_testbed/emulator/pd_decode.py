@@ -11,10 +11,21 @@ waits in the transfer queue for the KV (SGLANG_DISAGGREGATION_WAITING_TIMEOUT: "
 KVPoll.WaitingForInput"). A heartbeat thread GETs each known bootstrap server's /health every
 SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL (>= 2 s); after HEARTBEAT_MAX_FAILURE misses the prefill
 is declared lost and its requests fail ("Lost connection with prefill instance ...").
+
+Every node of the decode receives its share of a request's KV (its own KV listener; the leader
+announces all of them in its metadata, with the request's attention-DP rank: ``routed_dp_rank``
+when the request names one, else round robin); the prefill leader's status message concludes the
+transfer ("Failed to get kvcache from prefill instance, it might be dead" when it failed). With
+--disaggregation-enable-kv-checksum the status carries the prefill's checksum, verified as the
+request enters its first batch (SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB flips it as SGLang's
+test hook does): a mismatch is logged ("KV checksum mismatch req=... bootstrap_room=... expected=...
+got=..."), the request aborted with HTTP 500 "KV checksum mismatch" and counted as a failed transfer.
 """
 from __future__ import annotations
 
 import json
+import os
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -26,6 +37,7 @@ from .pd_bootstrap import ROUTE_ALL, http
 from .pd_transfer import LineServer, ack, receive_kv, send_message
 from .scheduler import Req
 
+DEFAULT_PREFILL_FAILURE_REASON = "Failed to get kvcache from prefill instance, it might be dead"
 MAX_ENSURE_RETRIES = 15
 ENSURE_RETRY_INTERVAL = 1.0
 WAITING_TIMEOUT_WARNING = (
@@ -45,6 +57,8 @@ class Receiver:
     transfer_entry: Optional[float] = None
     received: Optional[float] = None
     tokens: int = 0                          # KV reserved for it while in transfer
+    dp_rank: int = 0                         # the attention-DP rank it runs on
+    checksum: Optional[int] = None           # the prefill's KV checksum (kv checksum on)
 
     @property
     def room(self):
@@ -54,7 +68,8 @@ class Receiver:
 class DecodeRole:
     mode = "decode"
 
-    def __init__(self, ctx: RoleContext, ip: str, max_total_num_tokens: int, slots: int):
+    def __init__(self, ctx: RoleContext, ip: str, max_total_num_tokens: int, slots: int,
+                 node_endpoints: Optional[dict] = None):
         self.ctx = ctx
         self.engine = None
         self.pool = max_total_num_tokens
@@ -71,14 +86,23 @@ class DecodeRole:
         self.stop = threading.Event()
         self.kv = LineServer("0.0.0.0", self._on_kv, "pd-kv")
         self.endpoint = f"{ip}:{self.kv.port}"
+        self.nodes = node_endpoints if node_endpoints is not None else {}    # node rank -> KV endpoint
+        a = ctx.args
+        self.dp = a.dp_size if a.enable_dp_attention else 1
+        self.next_dp = 0
+        self.mismatch_prob = _env_float("SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB", 0.0)
+        self.mismatch_rng = random.Random(hash((a.random_seed or 0, 0)))
         for target, name in ((self._loop, "pd-decode"), (self._heartbeat, "HeartbeatChecker")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
     # ---- intake --------------------------------------------------------------------------------
-    def submit(self, req: Req, boot: Bootstrap) -> None:
+    def submit(self, req: Req, boot: Bootstrap, dp_rank: Optional[int] = None) -> None:
         now = time.time()
         req.arrival = now
         r = Receiver(req, boot, now)
+        if dp_rank is None:                  # round_robin over the DP workers (the decode's auto)
+            dp_rank, self.next_dp = self.next_dp, (self.next_dp + 1) % self.dp
+        r.dp_rank = dp_rank
         req.pd = r
         if boot.fake:                        # FakeKVReceiver: "transferred" at once, first token made up
             r.transfer_entry = r.received = now
@@ -210,7 +234,11 @@ class DecodeRole:
             if side is None:
                 self._fail(r, "transfer", f"Could not fetch prefill parallel info from bootstrap_addr: {r.boot.addr}")
             elif not self.ctx.knobs.faults.pd_bootstrap_timeout:
-                if send_message(side, {"t": "meta", "room": r.room, "endpoint": self.endpoint}) is not None:
+                a = self.ctx.args
+                meta = {"t": "meta", "room": r.room, "endpoint": self.endpoint, "dp_rank": r.dp_rank,
+                        "nodes": {str(k): v for k, v in sorted({0: self.endpoint, **self.nodes}.items())},
+                        "tp": a.tp_size, "dp": self.dp, "gpus_per_node": self.ctx.knobs.gpus_per_node}
+                if send_message(side, meta) is not None:
                     self._fail(r, "transfer", f"send_metadata to prefill {side} failed")
 
     def _check_waiting_timeouts(self) -> None:
@@ -227,16 +255,23 @@ class DecodeRole:
 
     # ---- KV arrives ----------------------------------------------------------------------------
     def _on_kv(self, header: dict, conn, rfile) -> None:
+        if not header.get("final"):          # this node's share of a request's KV
+            receive_share(header, conn, rfile)
+            return
         room = header.get("room")
         with self.cv:
             r = self.transfer.get(room)
-        if r is None or not receive_kv(header, conn, rfile):
-            return                           # no ack: the prefill's transfer fails
+        ack(conn)
+        if r is None:
+            return
+        if header.get("status") != "ok":     # the prefill concluded the transfer Failed
+            self._fail(r, "transfer", DEFAULT_PREFILL_FAILURE_REASON)
+            return
         with self.cv:
             if self.transfer.pop(room, None) is not r:
                 return                       # failed meanwhile (timeout, lost prefill)
-        ack(conn)
         r.received = time.time()
+        r.checksum = header.get("checksum")
         self.ctx.metrics.stage("decode_transferred", r.received - r.transfer_entry)
         r.req.output_ids = [int(t) for t in header.get("first_ids", [])][:1]
         def hand_over(core) -> None:         # the reservation becomes the engine's, atomically
@@ -299,6 +334,24 @@ class DecodeRole:
     def reserved_tokens(self) -> int:
         return self.reserved
 
+    def checksum_ok(self, req: Req) -> bool:
+        """_verify_kv_checksums as the request enters its first batch (kv checksum on, both roles)."""
+        r: Receiver = req.pd
+        if r is None or r.checksum is None or not self.ctx.args.disaggregation_enable_kv_checksum:
+            return True
+        got = r.checksum
+        if self.mismatch_prob > 0 and self.mismatch_rng.random() < self.mismatch_prob:
+            got ^= 1
+        if got == r.checksum:
+            return True
+        msg = (f"KV checksum mismatch req={req.rid} bootstrap_room={r.room} expected={r.checksum:#x} "
+               f"got={got:#x}")
+        self.ctx.log(msg)
+        self.ctx.metrics.inc("sglang:num_transfer_failed_reqs_total")
+        if req.listener is not None and hasattr(req.listener, "on_abort"):
+            req.listener.on_abort("KV checksum mismatch", 500, time.time())
+        return False
+
     def on_admitted(self, req: Req, now: float) -> None:
         r: Receiver = req.pd
         self.ctx.metrics.stage("decode_waiting", now - (r.received or now))
@@ -328,3 +381,20 @@ class DecodeRole:
     def close(self) -> None:
         self.stop.set()
         self.kv.close()
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+def receive_share(header: dict, conn, rfile) -> None:
+    """A decode node receives its share of a request's KV and acknowledges it; a node whose GPU
+    memory cannot be registered for RDMA (GPUDirect missing) takes none: the prefill's write fails."""
+    from ..fabric import gpudirect
+    if gpudirect() == "none":
+        return
+    if receive_kv(header, conn, rfile):
+        ack(conn)

@@ -4,10 +4,15 @@
   bootstrap server): the decode sends one JSON line per message, as ``CommonKVReceiver`` pushes its
   destination metadata over ZMQ to the prefill rank: ``{"t": "meta", "room": R, "endpoint": "ip:port"}``
   once it has reserved KV for the request, ``{"t": "abort", "room": R}`` when it gives up.
-- KV data (decode listens at the endpoint it announced): the prefill connects, sends a JSON header
-  line ``{"room": R, "bytes": N, "first_ids": [...]}``, then N bytes, and waits for ``ok``. The bytes
+- KV data (every decode node listens at the endpoint its leader announced): a prefill node connects,
+  sends a JSON header line ``{"room": R, "bytes": N}``, then N bytes, and waits for ``ok``. The bytes
   really cross the nodes' link, so a slow or rate-limited link slows the transfer, as RDMA over a
-  slow fabric does; the first output token travels with it, as SGLang's metadata buffer carries it.
+  slow fabric does. Once every node pair's share arrived the prefill leader sends the decode leader
+  the transfer's status, ``{"room": R, "bytes": 0, "final": 1, "status": "ok"|"failed", "first_ids":
+  [...], "checksum": C}`` (SGLang's status message and metadata buffer: the first output token, the
+  KV checksum).
+- push command (a prefill node's side channel, from its leader): ``{"t": "push", "endpoint": E,
+  "header": {...}, "bytes": N}``; the node pushes its share to E and answers ``ok`` or ``err TEXT``.
 """
 from __future__ import annotations
 
@@ -113,3 +118,24 @@ def ack(conn: socket.socket) -> None:
         conn.sendall(b"ok\n")
     except OSError:
         pass
+
+
+def request_push(worker: str, endpoint: str, header: dict, nbytes: int) -> Optional[str]:
+    """Tell another prefill node (its side channel) to push its share; its error or None."""
+    try:
+        with socket.create_connection(_split(worker), timeout=CONNECT_TIMEOUT) as s:
+            s.settimeout(IO_TIMEOUT + CONNECT_TIMEOUT)
+            s.sendall((json.dumps({"t": "push", "endpoint": endpoint, "header": header, "bytes": nbytes})
+                       + "\n").encode())
+            answer = s.makefile("rb").readline().decode(errors="replace").strip()
+    except OSError as e:
+        return str(e) or type(e).__name__
+    if answer == "ok":
+        return None
+    return answer[4:] if answer.startswith("err ") else (answer or "the prefill node closed the connection")
+
+
+def send_final(endpoint: str, header: dict) -> Optional[str]:
+    """The transfer's status to the decode leader (no KV bytes); its error or None."""
+    err, _ = push_kv(endpoint, dict(header, final=1), 0)
+    return err

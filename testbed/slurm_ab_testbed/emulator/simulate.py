@@ -37,6 +37,11 @@ class Result:
     accept_len: Optional[float]
     per_replica: tuple[int, ...]
     decode_log_accept_len: Optional[float]
+    # per request in the client's order: (start, first token, last token, replica), s since the
+    # benchmark began; and each replica's launch x pass speed factor at the end (1.0 without
+    # noise): what the statistics calibration needs to measure a throughput estimator
+    timings: tuple[tuple[float, float, float, int], ...] = ()
+    factors: tuple[float, ...] = ()
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -161,7 +166,9 @@ def simulate(sglang_argv: list[str], replicas: int = 2, num_prompts: int = 40, c
         mean_tpot_ms=1000 * sum(tpot) / len(tpot), p95_tpot_ms=1000 * _pct(tpot, 95),
         mean_e2e_ms=1000 * sum(e2e) / len(e2e), p95_e2e_ms=1000 * _pct(e2e, 95),
         accept_len=acc[0] if rep.model.spec else None, per_replica=tuple(per_replica),
-        decode_log_accept_len=sum(accepts) / len(accepts) if accepts else None)
+        decode_log_accept_len=sum(accepts) / len(accepts) if accepts else None,
+        timings=tuple((s - start, t.first - start, t.done - start, i) for s, t, i in tracks),
+        factors=tuple(n.launch * n.pass_factor if n is not None else 1.0 for n in noises))
 
 
 def _nnodes(argv: list[str], gpus_per_node: int) -> int:
