@@ -48,16 +48,24 @@ class BenchSpec:
     request_rate: str | None = None
     slo_ms: tuple[tuple[str, float], ...] = ()   # benchmark.slo as ((client key, ms), ...): ("ttft", 500.0), ...
     steady_ratio: float = 0.5           # benchmark.steady_concurrency_ratio
+    slo_target_pct: float = 90.0        # benchmark.slo_target_pct: a pass meets the SLOs at this attainment
 
 
 @dataclass(frozen=True)
 class Latency:
-    """One metric in milliseconds."""
+    """One metric in milliseconds: its mean and percentiles (the client's own figures hold only
+    these four); from the per-request details also p90, min, max, the sample standard deviation
+    and how many values they rest on (a p95 of 2 values is their larger one, interpolated)."""
 
     mean: float | None = None
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
+    p90: float | None = None
+    min: float | None = None
+    max: float | None = None
+    std: float | None = None
+    n: int | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,7 @@ class BenchResult:
     ttft: Latency | None = None
     tpot: Latency | None = None
     e2e: Latency | None = None
+    itl: Latency | None = None          # every inter-token gap (from the per-request details only)
     source: str | None = None           # jsonl | stdout: where totals came from
     latency_source: str | None = None   # details | record | stdout (| mixed: see notes)
     disagreements: tuple[str, ...] = ()     # details vs the client's own values, beyond tolerance

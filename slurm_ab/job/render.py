@@ -69,7 +69,10 @@ def summary(plan: JobPlan) -> str:
         *role_lines(e),
         f"benchmark: {e.benchmark.dataset} ({e.benchmark.dataset_config}) {e.benchmark.input_len} -> {e.benchmark.output_len}, "
         f"C={e.benchmark.concurrency}, {e.benchmark.num_prompts} prompts; warm-up {e.warmup.input_len} -> {e.warmup.output_len} per "
-        + ("prefill/decode pair" if m.disaggregated else "replica"),
+        + ("prefill/decode pair" if m.disaggregated else "replica")
+        + (f"; SLOs {', '.join(f'{k} <= {v:g} ms' for k, v in e.benchmark.slo_ms)} (goodput; a pass meets them "
+           f"when {e.benchmark.slo_target_pct:g}% of its requests do: benchmark.slo_target_pct)"
+           if e.benchmark.slo_ms else ""),
         f"ports (slot = job id % {e.ports.job_slots}):",
     ]
     for r in plan.replicas:

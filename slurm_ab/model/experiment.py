@@ -128,6 +128,7 @@ class Benchmark:
     client: str = "sglang_0_5_23"  # a key of [client_profiles]
     slo: Pairs = ()                # goodput SLOs: (("ttft_ms", 500.0), ("tpot_ms", 0.0), ...); 0 = not set
     steady_concurrency_ratio: float = 0.5   # the steady state's minimum concurrency / peak
+    slo_target_pct: float = 90.0   # a pass meets the SLOs when this % of its requests meet every SLO
     margin_pct: float = 3.0        # equivalence margin (percent; 0: none)
     sequential: bool = False       # group-sequential comparisons by default
     max_blocks: int = 8            # a sequential campaign's most counterbalanced blocks

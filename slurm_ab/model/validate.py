@@ -198,6 +198,10 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 100:
         errs.append(ConfigError("router.max_retry_pct", m, "not a percentage of a pass's requests",
                                 "a number in [0, 100], e.g. 5 (0: any retry makes the pass invalid)"))
+    t = b["slo_target_pct"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 100:
+        errs.append(ConfigError("benchmark.slo_target_pct", t, "not a percentage of a pass's requests",
+                                "a number in (0, 100], e.g. 90 (a pass meets the SLOs when 90% of its requests do)"))
     r = b["steady_concurrency_ratio"]
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
         errs.append(ConfigError("benchmark.steady_concurrency_ratio", r, "not a share of the peak concurrency",
