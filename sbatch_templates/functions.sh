@@ -1,6 +1,7 @@
 {% raw %}
 # ---- helpers (static) ------------------------------------------------------------------------
 declare -A STEP_PIDS=()   # step name -> srun pid; all are critical: if one exits, the job fails
+SAMPLER_PIDS=()           # telemetry samplers (telemetry.sh): not critical, ended by the teardown
 PF_PIDS=()                # preflight steps (one per component)
 TORN_DOWN=0
 CANCELLED=0               # slurm-ab cancel asked this job to stop (on_time_limit)
@@ -733,7 +734,7 @@ teardown() {
   event teardown "reason=$reason"
   local -a pids=()
   [[ -n "${CLIENT_PID:-}" ]] && pids+=("$CLIENT_PID")
-  for pid in "${STEP_PIDS[@]}"; do pids+=("$pid"); done
+  for pid in "${STEP_PIDS[@]}" "${SAMPLER_PIDS[@]}"; do pids+=("$pid"); done
   for pid in "${PF_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && pids+=("$pid"); done   # a preflight running
   # Nothing of this shell runs any more (a launch tore its own steps down): steps Slurm still lists
   # are completing; give them 3 s (a deadline, not a count of squeue calls that may each take 10 s

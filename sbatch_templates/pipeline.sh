@@ -140,6 +140,7 @@ start_servers() {
     ref="SERVER_CMD_${MODE_INDEX}_${GROUP_ROLES[g]}[@]"
     cmd=("${!ref}")
     [[ ${GROUP_ROLES[g]} == prefill ]] && cmd+=(--disaggregation-bootstrap-port "${BOOT_PORTS[g]}")
+    if declare -F nsys_wrap >/dev/null; then nsys_wrap "$g"; fi       # profile.nsys (profile.sh)
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
     event server_launch "replica=$g" "role=${GROUP_ROLES[g]}"
     container_flags "$g"
@@ -173,12 +174,13 @@ start_router() {
 # PASS_BENCH, PASS_CLIENT_LOG and PASS_RATE set; the files relative to the launch directory;
 # PASS_RATE "inf": closed loop at PASS_C, else requests per second).
 run_pass() {
-  local rc
+  local rc at
   client_command
   log "pass $PASS_KEY of $MODE: ${CLIENT_CMD[*]}"
   event bench_start "pass=$PASS_KEY" "mode=$MODE" "launch=$LAUNCH" "concurrency=$PASS_C" "repeat=$PASS_REPEAT" "prompts=$PASS_PROMPTS" \
     "rate=$PASS_RATE"
   scrape_metrics start
+  [[ -n ${PASS_PROFILE:-} ]] && profile_request start      # a profiled pass (profile.sh)
   container_flags 0
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$PASS_CLIENT_LOG" \
     "${CT[@]}" "${SRUN_EXTRA[@]}" "${IMAGE_EXEC[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
@@ -187,8 +189,11 @@ run_pass() {
   watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE" "$PASS_RATE")"
   rc=$?
   CLIENT_PID=""
-  event bench_end "pass=$PASS_KEY" "rc=$rc"
+  # when the client wrote its result (the end of the benchmark it measured; telemetry's window)
+  at=$(date -r "$RUN_DIR/$PASS_BENCH" +%s.%3N 2>/dev/null)
+  event bench_end "pass=$PASS_KEY" "rc=$rc" ${at:+"output_at=$at"}
   scrape_metrics end
+  [[ -n ${PASS_PROFILE:-} ]] && profile_request stop
   if (( rc != 0 )); then
     tail_log "$RUN_DIR/$PASS_CLIENT_LOG"
     fatal client_failed "pass=$PASS_KEY" "rc=$rc" "benchmark client of pass $PASS_KEY exited with status $rc"
@@ -212,6 +217,7 @@ run_launch() {
   METRICS_SERVERS=${MODE_METRICS[LAUNCH_SERVER[i]]}
   use_mode_software
   STEP_PIDS=()
+  SAMPLER_PIDS=()
   CLIENT_PID=""
   METRICS_LOOP_PID=""
   TORN_DOWN=0
@@ -223,6 +229,7 @@ run_launch() {
   event job_start "job_id=$SLURM_JOB_ID" "run_id=$RUN_ID" "mode=$MODE" "launch=$LAUNCH" "batch_host=$(hostname)"
   record_hosts
   start_servers
+  if declare -F start_samplers >/dev/null; then start_samplers; fi     # telemetry (telemetry.sh)
   wait_servers_ready
   check_nccl_network
   make_warmup_body
@@ -233,7 +240,7 @@ run_launch() {
   correctness_canary
   read -ra specs <<<"${LAUNCH_PASSES[i]}"
   for spec in "${specs[@]}"; do
-    IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG PASS_RATE <<<"$spec"
+    IFS=: read -r PASS_C PASS_REPEAT PASS_PROMPTS PASS_KEY PASS_BENCH PASS_CLIENT_LOG PASS_RATE PASS_PROFILE <<<"$spec"
     PASS_RATE=${PASS_RATE:-inf}
     if [[ $PASS_RATE == search ]]; then capacity_rate || break; fi
     run_pass
@@ -343,18 +350,19 @@ block_fits() {
 }
 
 # The job's schedule in its events, first thing: a launch_plan line per launch (its mode, directory
-# and passes as CONCURRENCY:REPEAT:PROMPTS), so the job's own record says what it was to run (a
+# and passes as CONCURRENCY:REPEAT:PROMPTS[:RATE][:profile]), so the job's own record says what it was to run (a
 # script submitted again writes a directory without manifest).
 record_schedule() {
-  local i spec c r n q plan
+  local i spec c r n q prof plan
   local -a specs
   for i in "${!LAUNCH_DIRS[@]}"; do
     plan=""
     read -ra specs <<<"${LAUNCH_PASSES[i]}"
     for spec in "${specs[@]}"; do
-      IFS=: read -r c r n _ _ _ q <<<"$spec"
+      IFS=: read -r c r n _ _ _ q prof <<<"$spec"
       plan+="${plan:+,}$c:$r:$n"
       [[ ${q:-inf} == inf ]] || plan+=":$q"
+      plan+="${prof:+:$prof}"
     done
     event launch_plan "launch=$(( i + 1 ))" "mode=${LAUNCH_MODES[i]}" "dir=${LAUNCH_DIRS[i]}" "passes=$plan"
   done

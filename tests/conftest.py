@@ -92,7 +92,7 @@ def procs(tmp_path):
 # The longest files first (measured on 2 cores, 2026-12-01: seconds of one worker): with `make test`'s
 # --dist loadfile each worker takes whole files, two at a start, so a long file started last would
 # keep one worker busy while the others idle. The order of the rest is pytest's.
-LONG_FILES = ("test_network_faults.py", "test_campaign_e2e.py", "test_e2e.py", "test_pd_cluster.py",
+LONG_FILES = ("test_network_faults.py", "test_campaign_e2e.py", "test_e2e.py", "test_pd_cluster.py", "test_telemetry_cluster.py",
               "test_faults.py", "test_site_faults.py", "test_preflight.py", "test_progress_cluster.py",
               "test_emulator_pd.py", "test_secrets_and_stub.py", "test_report_browser.py", "test_guards.py")
 

@@ -77,7 +77,9 @@ def test_aggregate_and_passes_tables():
     assert rec.metrics["output_tps"].n == 3 and rec.metrics["output_tps"].cov > 0
     assert rec.to_dict()["metrics"]["output_tps"]["n"] == 3
     passes = ct.passes_table(rows)
-    assert "failed: replica 0: OOM" in passes and passes.count("\n") == 2 + len(rows)
+    # the verdict word in the table, the reason below it
+    assert "| failed " in passes and passes.count("\n") == 2 + len(rows) + 2
+    assert passes.splitlines()[-1] == "- tp32-dflash 8 (launch 2): failed: replica 0: OOM"
 
 
 def test_comparison_table_says_change_interval_verdict_and_variance():

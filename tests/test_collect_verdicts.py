@@ -41,7 +41,8 @@ def test_oom_run_names_replica_node_phase_and_fraction(tmp_path):
         assert oom.details["replica"] == 1 and oom.details["node_rank"] == 2
         assert oom.details["mem_fraction_static"] == 0.86
     row = main_row(s)
-    assert row["Verdict"].startswith("failed: replica 1 node rank 2 (node07): CUDA out of memory")
+    assert row["Verdict"] == "failed"                    # the word; the reason below the table
+    assert runs_text([s]).count(f"- {s.run_id}: failed: replica 1 node rank 2 (node07): CUDA out of memory") == 1
     assert row["Input TPS"] == "-" and row["TTFT mean / p95"] == "-"
     assert write_summary(collect(run), run)       # failed runs are final: summaries are written
 
@@ -188,7 +189,8 @@ def test_request_errors_make_the_run_invalid(tmp_path):
     assert s.reasons[:2] == ("only 38/40 requests succeeded",
                              "2 request(s) failed: Internal Server Error")
     assert main_row(s)["Requests ok/total"] == "38/40"
-    assert main_row(s)["Verdict"] == "invalid: only 38/40 requests succeeded"
+    assert main_row(s)["Verdict"] == "invalid"
+    assert f"- {s.run_id}: invalid: only 38/40 requests succeeded (+1 more in its summary)" in runs_text([s])
 
 
 def test_client_failure_and_missing_everything(tmp_path):

@@ -139,7 +139,7 @@ def test_a_file_without_a_dot_in_its_name_is_grepped_as_a_file():
     files = {**FILES, "cancel_requested": "cancel-requested"}
     assert "cancel_requested" in file_names(files) and "cancel-requested" not in directories(files)
     assert file_names(files)["cancel_requested"].search('p = run / "cancel-requested"')
-    assert sorted(_DIRS) == ["logs", "metrics", "plots", "preflight", "submitit"]
+    assert sorted(_DIRS) == ["logs", "metrics", "plots", "preflight", "profiles", "submitit", "telemetry"]
 
 
 def test_the_grep_sees_a_file_spelled_in_bash_and_not_in_comments(tmp_path):
@@ -177,7 +177,8 @@ def test_the_job_script_spells_no_path_and_gets_layouts_formats(sets):
     for text in (render("tp32-dflash", sets=sets), _campaign_text()):
         assert spelled_paths(text) == set()
         formats = dict(re.findall(r"^(F_[A-Z_]+)=(\S+)", text, re.M))
-        assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, sequential=False, capacity=False)}
+        assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, sequential=False, capacity=False,
+                                                                     profile=False)}
         assert formats["F_EVENTS"] == str(RELATIVE.events)
 
 
@@ -189,7 +190,8 @@ def test_a_sequential_campaigns_files_are_generated_formats():
     text = render_script(plan)
     assert spelled_paths(text) == set()
     formats = dict(re.findall(r"^(F_[A-Z_]+)=(\S+)", text, re.M))
-    assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, sequential=True, capacity=False)}
+    assert formats == {name: fmt for name, fmt, _ in job_formats(pd=False, sequential=True, capacity=False,
+                                                                 profile=False)}
     assert (formats["F_SEQ_SPEC"], formats["F_STOP_RULE"], formats["F_STOP_RULE_LOG"]) == \
         (str(RELATIVE.sequential_spec), str(RELATIVE.stop_rule), str(RELATIVE.stop_rule_log))
     spec = json.loads(re.search(r"<<'SLURM_AB_SEQUENTIAL_SPEC'\n(.*?)\nSLURM_AB_SEQUENTIAL_SPEC\n", text, re.S).group(1))
@@ -204,7 +206,7 @@ def test_a_sequential_campaigns_files_are_generated_formats():
 def test_the_formats_give_layouts_names_in_bash(tmp_path):
     """bash's printf of every F_* format names the file Layout names, placeholders in order."""
     args = {"g": "1", "rank": "3", "peer": "2", "dp": "1", "node": "node07", "target": "r1n0", "stamp": "20261130-1.5",
-            "job": "42", "run_dir": "/r/x", "mode": "v0524", "prompt": "3", "key": "probe2"}
+            "job": "42", "run_dir": "/r/x", "mode": "v0524", "prompt": "3", "key": "probe2", "what": "start"}
     by_format = {re.sub(r"\{[a-z_]+\}", "%s", v): v for v in [*FILES.values(), RESUBMITTED]}
     for name, fmt, _ in job_formats():
         pattern = by_format[fmt]

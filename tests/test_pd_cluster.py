@@ -263,7 +263,10 @@ def test_a_slow_link_shows_as_kv_transfer_share_of_ttft(job, dp2_vs_pd):
     slow = j.summary()["pd"]["breakdown"]
     kv = {x["key"]: x for x in slow["chain"]}["kv_transfer"]
     assert kv["mean_ms"] > 10 * next(x.mean_ms for x in base.chain if x.key == "kv_transfer")
-    assert slow["kv_share"] > 5 * base.kv_share, (slow["kv_share"], base.kv_share)
+    # a share is at most 1: compare odds (0.18 -> 0.66 is 0.22 -> 1.94), and the slow link's transfer
+    # must be a large part of TTFT
+    odds = lambda share: share / (1 - share)                               # noqa: E731
+    assert slow["kv_share"] > 0.4 and odds(slow["kv_share"]) > 5 * odds(base.kv_share), (slow["kv_share"], base.kv_share)
     measure("PD: 8 Mbit/s on the prefill's head, benchmark", j.summary()["bench"]["duration_s"],
             f"KV transfer {kv['mean_ms']:.0f} ms = {slow['kv_share'] * 100:.1f} % of TTFT "
             f"(unlimited: {next(x.mean_ms for x in base.chain if x.key == 'kv_transfer'):.0f} ms = "
@@ -449,7 +452,7 @@ def test_random_transfer_failures_fail_the_pass(job):
                     r"to [\d.]+:\d+ \[launch1-pd-1p1d/logs/server-r0-n0\.log:\d+\]$", r), s["reasons"]
     assert any(x.startswith("decode 0 node rank 0 (") and "Failed to get kvcache from prefill instance" in x
                for x in s["reasons"]), s["reasons"]
-    log = (j.run_dir / "logs" / "server-r0-n0.log").read_text()
+    log = j.launch().server_log(0, 0).read_text()
     assert re.search(r"Session \S+:\d+ failed\.", log) and "remote mooncake session" in log
     j.assert_nothing_left()
     measure("PD: flaky KV transfers (pd_transfer_fail_prob=0.2)", _took(j, "bench_start"), r)

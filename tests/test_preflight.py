@@ -44,7 +44,9 @@ def _preflight_settings(script: str) -> str:
 
 def write_check(run_dir: Path, *sets: str) -> Path:
     """Render the local site's tp32 script and let its own functions write preflight/check.sh."""
-    script = render("tp32", site="local", sets=sets)
+    # the test's own cache directory: the local site's (/tmp/slurm-ab-cache) is the cluster's, where
+    # a slurm-ab-1 made here would be an "ended job's" cache to test_cancel_phases running beside
+    script = render("tp32", site="local", sets=(f'cache.dir="{run_dir}/cache"', *sets))
     Layout(run_dir).logs.mkdir(parents=True, exist_ok=True)
     harness = run_dir / "harness.sh"
     harness.write_text(_preflight_settings(script) + f"RUN_DIR={run_dir}\n" + _functions(script)

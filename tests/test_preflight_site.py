@@ -24,7 +24,8 @@ def ifaces() -> str:
 def write_check(run_dir: Path, *sets: str, job_id: int = 77) -> Path:
     """Render the local site's tp32 script (with SETS) and let its own functions and settings
     write preflight/check.sh, as the job's first step does."""
-    script = render("tp32", site="local", sets=sets)
+    # the test's own cache directory unless SETS name one: the local site's is the cluster's
+    script = render("tp32", site="local", sets=(f'cache.dir="{run_dir}/cache"', *sets))
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     harness = run_dir / "harness.sh"
     harness.write_text(f"SLURM_JOB_ID={job_id}\n" + generated(script) + static(script)

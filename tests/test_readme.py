@@ -83,17 +83,22 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "slurm-ab render pp8": (r"^wrote \S*results/x/job\.sbatch \(run x\); submit with: sbatch \S*results/x/job\.sbatch$",),
     "slurm-ab watch RUN_ID": (r"ended: CANCELLED", r"^verdict: cancelled"),
     "slurm-ab cancel RUN_ID": (r"^cancelled job \d+; evidence stays in \S+",),
-    "slurm-ab collect JOBID": (r"^\| Run +\| Mode +\| +Input TPS +\| +Output TPS", r"^\| tp32-stored +\| tp32 ",
+    # the answer line first; a run's row as a terminal shows one row (transposed)
+    "slurm-ab collect JOBID": (r"\Atp32-stored \(tp32, C=8\): ok: Output TPS \(steady state\) \d+\.\d\d; rests on ",
+                               r"^\| Run +\| +tp32-stored \|", r"^\| Mode +\| +tp32 \|", r"^\| Output TPS +\| +\d+\.\d\d \|",
                                r"^verdict: ok$"),
-    "slurm-ab report": (r"^\| Run +\| Mode ", r"^\| dev-tp32 +\| tp32 ", r"^\| dev-tp32-dflash +\| tp32-dflash ",
-                        r"^\| tp32-stored +\| tp32 "),
+    # the history, oldest first, folded to 120 columns: run, date, workload, mode, verdict first
+    "slurm-ab report": (r"^\| Run +\| Submitted +\| Workload +\| Mode +\| Verdict ",
+                        r"^\| dev-tp32 +\| \d{4}-\d\d-\d\d \d\d:\d\d \| random-ids 16384->512, C=8, 40 prompts \| tp32 +\| ok ",
+                        r"^\| dev-tp32-dflash +\| .* \| tp32-dflash +\| ok ", r"^\| tp32-stored +\| .* \| tp32 +\| ok ",
+                        r"^\| Run +\| +Output TPS"),
     "slurm-ab compare RUN_A RUN_B": (r"^\| metric +\| +tp32 +\| +tp32-dflash +\| +change", r"^\| Input / Output TPS .*%"),
     "slurm-ab compare CAMPAIGN": (r"^## tp32-dflash vs tp32", r"\| +interval +\|", r"\| verdict ",
                                   r"^\| \*\*Output TPS \(steady state\)\*\* \(primary\) .*%"),
     "make dry-run": (*SCRIPT, r"python3 -m slurm_ab_testbed\.emulator"),
     "make submit": (r"^submitted job \d+ \(tp32: 1 timed pass, run \S+\)$", r"^run directory: \S+"),
     "make ab": (r"^submitted job \d+ \(tp32, tp32-dflash: \d+ timed passes, run \S+\)$", r"^run directory: \S+"),
-    "make collect": (r"^\| tp32-stored +\| tp32 ", r"^verdict: ok$"),
+    "make collect": (r"^\| Run +\| +tp32-stored \|", r"^verdict: ok$"),
     "make setup": (),                                  # and nothing installed (test_line)
     "make cluster-status": (r"^slurmctld +up ", r"^slurmd node\d+ +up ", r"^network "),
     "make cluster-up": (r"cluster\.sh up$",),            # make -n

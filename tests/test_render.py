@@ -81,9 +81,10 @@ def test_structure(mode):
     assert re.search(r"--tp-size \d+\n  --pp-size \d+\n  --ep-size 4\n", text)
     assert not re.search(r"--pp(\s|=)", text), "--pp is ambiguous in SGLang"
     # router and client pinned to component 0's first node, router waits for both workers
-    # the router, the client, a capacity search's decision and (sequential campaigns) the stop rule
-    # (functions of every script), not bound to one core by the site's autobind (cluster.side_cpu_bind)
-    assert text.count('side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}"') == 4
+    # the router, the client, a capacity search's decision, (sequential campaigns) the stop rule and
+    # the host sampler (telemetry.sh: the example site samples its GPUs) (functions of every script),
+    # not bound to one core by the site's autobind (cluster.side_cpu_bind)
+    assert text.count('side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}"') == 5
     assert "SIDE_STEP=(--nodes=1 --ntasks=1 --overlap --gres=none --mem=0 --cpu-bind=none)\n" in text
     assert "ROUTER_HOST=${HEADS[0]}" in text and "ROUTER_ADDR=${ADDRS[0]}" in text
     assert '--worker-urls "http://${R0_ADDR}:${R0_PORT}" "http://${R1_ADDR}:${R1_PORT}"' in text

@@ -51,7 +51,9 @@ def test_campaign_page_plots_and_tables(camps):
                   if ln.startswith("|") and not set(ln) <= set("|-: ")]
                  for block in Layout(d).summary("md").read_text().split("\n\n") if block.startswith("|")]
     assert tables(text)[:2] == md_tables and len(md_tables) == 2
-    assert tables(text)[2][0] == ["setting", "tp32", "tp32-dflash"]       # then the settings table
+    # then the latency percentiles per (mode, C), the ok passes pooled, and the settings table
+    assert tables(text)[2][0] == ["Run", "Metric", "n", "mean", "p50", "p90", "p95", "p99", "min", "max", "std"]
+    assert tables(text)[3][0] == ["setting", "tp32", "tp32-dflash"]
 
 
 def test_forest_of_the_campaign_holds_the_comparison_intervals(camps):
@@ -74,8 +76,10 @@ def test_sweep_points_are_the_aggregates_with_their_intervals(camps):
     assert sorted(p["concurrency"] for p in pts) == sorted(s["campaign"]["concurrencies"])
     for p in pts:
         agg = next(a for a in s["aggregates"] if a["concurrency"] == p["concurrency"])["metrics"]
-        assert p["output_tps"] == agg["output_tps"]["mean"]
-        assert (p["output_tps_lo"], p["output_tps_hi"]) == (agg["output_tps"]["ci_low"], agg["output_tps"]["ci_high"])
+        # the primary (steady-state output tok/s: every ok pass has it) first, the makespan beside it
+        assert p["primary"] == "output tok/s, steady state" and p["makespan_tps"] == agg["output_tps"]["mean"]
+        st = agg["steady_output_tps"]
+        assert p["output_tps"] == st["mean"] and (p["output_tps_lo"], p["output_tps_hi"]) == (st["ci_low"], st["ci_high"])
         assert p["tpot_ms"] == agg["tpot_mean_ms"]["mean"]
     from slurm_ab.report import write_run_report
     write_run_report(camps["camp-sweep"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import statistics
 from datetime import timedelta
 
 import pytest
@@ -140,6 +141,8 @@ def test_metrics_over_time_from_the_collected_series():
     assert list(lines["kv-1"].get_ydata()) == pytest.approx([0.0, 0.4])
     req_axes = [ax for ax in fig.axes if any((ln.get_gid() or "").startswith("running") for ln in ax.lines)]
     assert req_axes[0].get_ylim() == req_axes[1].get_ylim()
+    # a gauge holds its value until the next scrape: steps, not ramps (issue 32: 0 -> 4 drawn as a slope)
+    assert {lines[g].get_drawstyle() for g in ("in_flight-0", "running-0", "queued-1", "kv-0")} == {"steps-post"}
 
 
 # ---- throughput per GPU against interactivity ---------------------------------------------------
@@ -267,3 +270,251 @@ def test_a_runs_page_draws_its_goodput(tmp_path):
     names = [n for n, _, _ in html.run_plots(rundata.load(d))]
     assert "goodput.png" in names
     assert "goodput.png" not in [n for n, _, _ in html.run_plots(rundata.load(FIX / "dev-tp32"))]
+
+
+def test_diagnosis_leads_with_what_is_abnormal_for_this_run(tmp_path):
+    """A run without client output: its Diagnosis no longer leads with NCCL's routine 'No device
+    found' or the teardown's CANCELLED lines (issue 32); they are listed as routine. An OOM run
+    still leads with its OOM, its teardown's cancellation routine."""
+    from helpers.rundir_builder import without_client_output
+    from slurm_ab.collect import collect_and_write
+    from slurm_ab.report.html import diagnosis, rank_findings
+
+    run_dir = without_client_output(FIX / "dev-tp32", tmp_path / "no-client")
+    collect_and_write(run_dir, report=False)
+    run = rundata.load(run_dir)
+    assert run.verdict == "failed" and {f.kind for f in run.summary.findings} >= {"nccl_net", "slurm_cancelled"}
+    abnormal, routine = rank_findings(run.summary.findings, run.reasons, run.verdict)
+    assert abnormal == [] and {f.kind for f in routine} == {f.kind for f in run.summary.findings}
+    html = diagnosis(run, run_dir)
+    assert "No line of the logs explains the verdict" in html and "<h3>nccl_net" not in html
+    assert html.index("Routine lines") < html.index("No device found")
+    oom = rundata.load(FIX / "dev-oom")
+    abnormal, routine = rank_findings(oom.summary.findings, oom.reasons, oom.verdict)
+    assert abnormal[0].kind == "oom" and f"[{abnormal[0].file}:{abnormal[0].line}]" in oom.reasons[0]
+    assert "slurm_cancelled" in {f.kind for f in routine} and "oom" not in {f.kind for f in routine}
+
+
+# ---- issue 32: charts that do not mislead, and the views the peers show ---------------------------
+
+def _labels(ax) -> dict:
+    """'C=8' -> [(x, y) of each label's anchor plus its offset in points] of a panel's annotations."""
+    out: dict = {}
+    for t in ax.texts:
+        if hasattr(t, "xyann"):
+            out.setdefault(t.get_text(), []).append((t.xy, t.xyann))
+    return out
+
+
+def test_points_that_fall_together_stay_visible_and_their_labels_do_not_pile():
+    """Run-vs-sweep compare: A's C=8 point sat under B's with the two 'C=8' labels on top of each
+    other. Series differ by marker and size (A larger), stacked labels, TTFT and E2E panels share
+    the y axis, and a row that cannot be placed is named on the panel."""
+    rows = [{"label": "A tp32", "concurrency": 8, "gpus": 32, "output_tps": 1535.6, "tpot_ms": 4.18,
+             "ttft_s": 0.48, "e2e_s": 2.62, "steady_tps": 1558.3},
+            {"label": "B tp32", "concurrency": 8, "gpus": 32, "output_tps": 1582.5, "tpot_ms": 3.95,
+             "ttft_s": 0.56, "e2e_s": 2.58, "steady_tps": 1586.7},
+            {"label": "B tp32", "concurrency": 1, "gpus": 32, "output_tps": 300.0, "tpot_ms": 3.3,
+             "ttft_s": 0.1, "e2e_s": 1.7, "steady_tps": 310.0},
+            {"label": "B tp32", "concurrency": 4, "gpus": 32, "output_tps": 900.0, "tpot_ms": None}]
+    pts = series.interactivity_points(rows)
+    assert [p.primary for p in pts] == ["steady-state output tok/s"] * 3            # the primary's figure
+    assert pts[0].tok_s_gpu == pytest.approx(1558.3 / 32) and pts[0].makespan_gpu == pytest.approx(1535.6 / 32)
+    assert series.left_out(rows) == ["B tp32 C=4 (no TPOT)"]
+    fig = plots.fig_interactivity(pts, left_out=tuple(series.left_out(rows)))
+    tpot, ttft, e2e = fig.axes[:3]
+    lines = {ln.get_gid(): ln for ln in tpot.lines if ln.get_gid()}
+    a, b = lines["mode-A tp32"], lines["mode-B tp32"]
+    assert a.get_marker() != b.get_marker() and a.get_markersize() > b.get_markersize()
+    assert list(lines["makespan-A tp32"].get_ydata()) == pytest.approx([1535.6 / 32])       # hollow, beside
+    assert list(ttft.lines[0].get_xdata()) == [0.48] and ttft.get_xlabel() == "TTFT mean (s)"
+    assert e2e.get_xlabel().startswith("E2E") and ttft.get_ylim() == tpot.get_ylim()
+    assert [ln.get_gid() for ln in ttft.lines if ln.get_gid() and "pareto" in ln.get_gid()] == ["pareto-ttft_s"]
+    # the two C=8 labels: one above the other, never at one spot
+    (first, second) = _labels(tpot)["C=8"]
+    assert first[1] != second[1]
+    assert any(t.get_gid() == "left-out" and "B tp32 C=4 (no TPOT)" in t.get_text() for t in tpot.texts)
+    # a history's runs are points alone: no line joins separate runs of one mode
+    hist = series.interactivity_points([dict(r, line=None) for r in rows[:2]])
+    fig = plots.fig_interactivity(hist)
+    assert all(ln.get_linestyle() == "None" for ln in fig.axes[0].lines
+               if (ln.get_gid() or "").startswith("points-"))
+    assert not [ln for ln in fig.axes[0].lines if (ln.get_gid() or "").startswith("mode-") and len(ln.get_xdata())]
+
+
+def test_goodput_chart_labels_clear_the_markers_and_titles_are_short():
+    """'LO attainment' was clipped, '70 % (28/40)' sat on the markers, the goodput bar had no value."""
+    g = Goodput(slo_ms={"ttft": 500.0, "tpot": 50.0}, requests=40, good=28, goodput_rps=1.5,
+                attainment=0.7, attainment_by_metric={"ttft": 0.9, "tpot": 0.95})
+    fig = plots.fig_goodput(series.goodput_rows([("tp32 C=8", g)]), target_pct=90.0)
+    ax, axr = fig.axes[:2]
+    assert ax.get_title() == "SLO attainment" and axr.get_title() == "Goodput"
+    assert "TTFT <= 500 ms" in ax.get_xlabel() or "ttft" in ax.get_xlabel().lower()
+    label = next(t for t in ax.texts if t.get_gid() == "attainment-label-0")
+    assert label.get_text() == "70% (28/40)" and label.get_position()[0] > 95.0          # right of every marker
+    assert next(t for t in axr.texts if t.get_gid() == "goodput-label-0").get_text() == " 1.50/s"
+    assert [ln.get_xdata()[0] for ln in ax.lines if ln.get_gid() == "slo-target"] == [90.0]
+    fig.canvas.draw()                                   # nothing drawn outside the figure
+    r = fig.canvas.get_renderer()
+    fb = fig.bbox
+    for t in (ax.title, axr.title, label):
+        bb = t.get_window_extent(r)
+        assert fb.x0 <= bb.x0 and bb.x1 <= fb.x1 and bb.y1 <= fb.y1, t.get_text()
+
+
+def _row(mode, c, verdict="ok", total=40, ok=40, att=None, rps=None, repeat=1):
+    from slurm_ab.collect.rows import PassRow
+    return PassRow.of({"mode": mode, "concurrency": c, "repeat": repeat, "verdict": verdict,
+                       "requests_total": total, "requests_ok": ok, "slo_attainment": att, "goodput_rps": rps})
+
+
+def test_errors_and_goodput_against_concurrency():
+    """The peers' 'highest C that meets the SLOs', errors against load: per (mode, C) of a job's
+    passes; a pass that failed outright counts as a failed pass, not as requests."""
+    rows = [_row("tp32", 1, att=1.0, rps=0.9), _row("tp32", 1, att=0.95, rps=0.8, repeat=2),
+            _row("tp32", 8, ok=36, att=0.9, rps=2.5), _row("tp32", 8, "failed", total=None, ok=None, repeat=2),
+            _row("tp32", 32, ok=20, att=0.4, rps=1.0), _row("pp8", 1, att=0.5, rps=0.4)]
+    pts = {(p.mode, p.concurrency): p for p in series.load_points(rows)}
+    assert pts[("tp32", 8)].error_pct == pytest.approx(10.0) and pts[("tp32", 8)].passes_ok == 1
+    assert pts[("tp32", 1)].attainment == pytest.approx(0.975) and pts[("tp32", 32)].error_pct == 50.0
+    assert series.highest_meeting(list(pts.values()), 90.0) == {"pp8": None, "tp32": 8}
+    fig = plots.fig_load(list(pts.values()), target_pct=90.0)
+    err, att, good = fig.axes[:3]
+    lines = {ln.get_gid(): ln for ax in fig.axes for ln in ax.lines if ln.get_gid()}
+    assert list(lines["error_pct-tp32"].get_ydata()) == pytest.approx([0.0, 10.0, 50.0])
+    assert list(lines["failed-passes-tp32"].get_xdata()) == [8]                          # ringed red
+    assert list(lines["meets-tp32"].get_xdata()) == [8] and "meets-pp8" not in lines     # starred
+    assert list(lines["goodput_rps-tp32"].get_ydata()) == pytest.approx([0.85, 2.5, 1.0])
+    assert att.get_title() == "SLO attainment against load"
+    fig = plots.fig_load(series.load_points([_row("tp32", 1), _row("tp32", 8)]))          # no SLOs: said
+    assert [ax.get_title() for ax in fig.axes] == ["Errors against load", ""]
+    assert [t.get_gid() for t in fig.axes[1].texts] == ["no-slo"]
+
+
+def test_latency_of_each_request_over_time():
+    """Per-request TTFT/E2E/TPOT at each request's start (drift, throttling): the run's timeline's
+    bars and the client's TPOT; a launch's passes on its time axis."""
+    run = rundata.load(FIX / "dev-tp32")
+    tl = series.timeline(run)
+    lat = series.timeline_latencies(tl, run.record)
+    assert len(lat) == len(tl.requests) == run.record["completed"]
+    assert sorted(p.ttft_ms for p in lat) == pytest.approx(sorted(x * 1000 for x in run.record["ttfts"]), abs=1e-6)
+    # TPOT as bench_serving defines it: (E2E - TTFT) / (output tokens - 1)
+    tp = [(lat_ - tt) / (n - 1) * 1000 for lat_, tt, n in
+          zip(run.record["e2e_latencies"] if "e2e_latencies" in run.record else [], run.record["ttfts"],
+              run.record["output_lens"]) if n > 1]
+    got = sorted(p.tpot_ms for p in lat if p.tpot_ms is not None)
+    if tp:
+        assert got == pytest.approx(sorted(tp), rel=1e-3)
+    assert statistics.mean(got) == pytest.approx(run.record["mean_tpot_ms"], rel=1e-3)
+    fig = plots.fig_timeline(series.shift_timeline(tl, series.clock(run, tl)), latency=lat)
+    gids = {ln.get_gid() for ax in fig.axes for ln in ax.lines}
+    assert {"latency-e2e", "latency-ttft", "latency-tpot", "latency-e2e-median"} <= gids
+    # a launch of a campaign: every pass's requests, each pass aligned on its first access line
+    from slurm_ab.model.rundir import open_run
+    from slurm_ab.parse.bench import read_last_record
+    camp = open_run(CAMP / "camp-sweep")
+    launch = camp.launch(1)
+    recs = [(p.key, read_last_record(camp.launch_layout(launch).bench(p.key)).record) for p in launch.passes]
+    files = rundata.load(CAMP / "camp-sweep", 1)
+    pts = series.pass_latencies(files, recs)
+    assert len(recs) == 4 and len(pts) == sum(r["completed"] for _, r in recs)
+    assert [p.label for p in sorted(pts, key=lambda p: p.t)] == [k for k, r in recs for _ in range(r["completed"])]
+    win = series.windows(files)["benchmark"]
+    for (s0, e0), (key, _) in zip(win, recs):      # each pass's requests inside its client step
+        mine = [p.t for p in pts if p.label == key]
+        assert s0 <= min(mine) and max(mine) <= e0
+
+
+def test_pass_bands_are_named_on_phases_and_decode():
+    """Which band is C=1? Each benchmark bar and client-step band is named by its pass."""
+    lanes = [("replica 0", [("loading", -20.0, -5.0), ("benchmark", 0.0, 10.0), ("benchmark", 11.0, 40.0)])]
+    fig = plots.fig_phases(lanes, labels=("C=1 r1", "C=8 r1"))
+    texts = {t.get_gid(): t.get_text() for t in fig.axes[0].texts if t.get_gid()}
+    assert texts == {"pass-label-0": "C=1 r1", "pass-label-1": "C=8 r1"}
+    run = rundata.load(FIX / "dev-tp32-dflash")
+    fig = plots.fig_decode(series.decode_series(run), series.windows(run), labels=("C=8 r1",))
+    assert [t.get_text() for t in fig.axes[0].texts if t.get_gid() == "pass-label-0"] == ["C=8 r1"]
+
+
+def test_percentile_table_per_metric():
+    """p50/p90/p95/p99/min/max/std per metric, from the per-request values (AIPerf's console):
+    the run's p50/p95/p99 are the summary's; a p99 of 40 requests is marked, it has no value above it."""
+    from slurm_ab.report.sides import run_curve
+    from slurm_ab.tables.percentiles import percentile_rows, percentile_table
+
+    run = rundata.load(FIX / "dev-tp32")
+    c = run_curve(run)
+    groups = [(c["label"], {k: c[k][0] for k in ("ttft", "tpot", "itl", "e2e")})]
+    rows = {m: d for _, m, d in percentile_rows(groups)}
+    assert list(rows) == ["TTFT (ms)", "TPOT (ms)", "ITL (ms)", "E2E (s)"]
+    b = run.summary.bench
+    for metric, lat in (("TTFT (ms)", b.ttft), ("E2E (s)", b.e2e)):
+        d = rows[metric]
+        assert (d.mean, d.p50, d.p95, d.p99) == pytest.approx((lat.mean, lat.p50, lat.p95, lat.p99), rel=1e-6)
+        assert d.n == b.completed and d.min <= d.p50 <= d.p90 <= d.p95 <= d.max
+        assert d.std == pytest.approx(statistics.stdev(c[metric.split()[0].lower()][0]), rel=1e-9)
+    text = percentile_table(groups)
+    head = text.splitlines()[0]
+    assert [x.strip() for x in head.strip("|").split("|")] == ["Run", "Metric", "n", "mean", "p50", "p90", "p95",
+                                                               "p99", "min", "max", "std"]
+    e2e = next(ln for ln in text.splitlines() if "E2E (s)" in ln)
+    cells = [x.strip() for x in e2e.strip("|").split("|")]
+    assert cells[2] == "40" and cells[7].endswith("*") and not cells[6].endswith("*")   # p99 thin, p95 not
+    assert cells[3] == f"{rows['E2E (s)'].mean / 1000:.2f}"                           # seconds
+    assert "* p99 of fewer than 100 values" in text
+    assert percentile_table([("none", {})]) == ""
+
+
+def test_the_running_median_never_joins_two_passes():
+    pts = [series.LatencyPoint(float(k), 100.0, 1000.0 + k, 5.0, "c1-r1" if k < 10 else "c8-r1") for k in range(20)]
+    from matplotlib.figure import Figure
+    ax = Figure().subplots()
+    plots.draw_latencies(ax, pts)
+    med = next(ln for ln in ax.lines if ln.get_gid() == "latency-e2e-median")
+    xs = list(med.get_xdata())
+    assert sum(math.isnan(x) for x in xs) == 2 and math.isnan(xs[10])       # broken after the first pass
+
+
+def test_goodput_in_tables_and_terminal():
+    """Goodput was in CSV/JSON only: the campaign tables (aggregates, curve, passes), the runs table
+    and a job's answer line carry it when benchmark.slo is set, and not otherwise."""
+    from slurm_ab.tables.answer import goodput_phrase
+    from slurm_ab.tables.campaign import aggregate_table, curve_table, passes_table
+    from slurm_ab.tables.runs import runs_table
+
+    rows = [_row("tp32", 1, att=1.0, rps=0.9), _row("tp32", 1, att=0.95, rps=0.8, repeat=2),
+            _row("tp32", 8, ok=36, att=0.9, rps=2.5)]
+    for text in (aggregate_table(rows), curve_table(rows), passes_table(rows)):
+        head = [h.strip() for h in text.splitlines()[0].strip("|").split("|")]
+        assert "SLOs met" in head and "Goodput (req/s)" in head, head
+    line = aggregate_table(rows).splitlines()[2]                          # tp32 at C=1
+    assert line.startswith("| tp32   |   1 |") and line.endswith("|      97.5% |              0.85 |")
+    assert "SLOs met" not in aggregate_table([_row("tp32", 1), _row("tp32", 1, repeat=2)])
+    assert goodput_phrase(rows[:2], 90.0) == "97.5% of requests met the SLOs (target 90%), goodput 0.85 req/s"
+    run = rundata.load(FIX / "dev-tp32")
+    g = Goodput(slo_ms={"ttft": 500.0}, requests=40, good=30, goodput_rps=2.2, attainment=0.75,
+                attainment_by_metric={"ttft": 0.75})
+    s = replace(run.summary, bench=replace(run.summary.bench, goodput=g))
+    table = runs_table([s])
+    assert table.headers[-2] == "SLOs met / goodput" and table.rows[0][-2] == "75.0% / 2.20 req/s"
+    assert "SLOs met / goodput" not in runs_table([run.summary]).headers
+
+
+def test_percentiles_of_too_few_requests_are_marked():
+    """p95 values from 2 requests carried no warning: such cells are marked '*' in the campaign
+    tables, with the note below saying what they rest on."""
+    from slurm_ab.collect.rows import PassRow
+    from slurm_ab.tables.campaign import aggregate_table, thin_notes
+
+    def row(c, n, repeat):
+        return PassRow.of({"mode": "tp32", "concurrency": c, "repeat": repeat, "verdict": "ok", "requests_ok": n,
+                           "requests_total": n, "ttft_p95_s": 1.0, "ttft_mean_s": 0.5, "output_tps": 100.0})
+    rows = [row(1, 2, 1), row(1, 2, 2), row(8, 40, 1), row(8, 40, 2)]
+    lines = aggregate_table(rows).splitlines()
+    head = [h.strip() for h in lines[0].strip("|").split("|")]
+    p95 = head.index("TTFT p95 (s)")
+    c1, c8 = ([x.strip() for x in ln.strip("|").split("|")] for ln in lines[2:4])
+    assert c1[p95].endswith("*") and not c8[p95].endswith("*") and not c1[head.index("TTFT mean (s)")].endswith("*")
+    (note,) = thin_notes([rows[:2], rows[2:]])
+    assert note.startswith("* p95 from 2 request(s) per pass, fewer than 20")

@@ -35,25 +35,28 @@ def results(tmp_path, monkeypatch):
 
 
 def _runs(out: str) -> list[str]:
-    return [ln.split("|")[1].strip() for ln in out.splitlines()[2:] if ln.startswith("|")]
+    """The runs of the table printed (--format md: whole)."""
+    first = out.split("\n\n")[0].splitlines()
+    return [ln.split("|")[1].strip() for ln in first[2:] if ln.startswith("|")]
 
 
 def test_report_filters(cli, results):
-    code, out, _ = cli("report")
-    assert code == 0 and _runs(out) == ["dev-oom", "dev-pp8", "dev-tp32", "dev-tp32-dflash"]
+    code, out, _ = cli("report", "--format", "md")
+    # the history: oldest first (dev-tp32 was submitted at 14:57:29, dev-pp8 at 14:58)
+    assert code == 0 and _runs(out) == ["dev-oom", "dev-tp32", "dev-pp8", "dev-tp32-dflash"]
     # a table draws no page (listing a history stays fast); collect and --html do
     assert not list(results.glob("*/report.html")) and not list(results.glob("*/plots"))
-    assert _runs(cli("report", "--verdict", "failed")[1]) == ["dev-oom"]
-    assert _runs(cli("report", "--mode", "tp32-dflash")[1]) == ["dev-oom", "dev-tp32-dflash"]
-    assert _runs(cli("report", "--mode", "tp32-dflash", "--verdict", "ok")[1]) == ["dev-tp32-dflash"]
-    assert "dev-oom" not in _runs(cli("report", "--since", "2026-11-30")[1])
-    assert _runs(cli("report", "--since", "2026-11-29T09:00:00+00:00", "--mode", "tp32-dflash",
+    assert _runs(cli("report", "--format", "md", "--verdict", "failed")[1]) == ["dev-oom"]
+    assert _runs(cli("report", "--format", "md", "--mode", "tp32-dflash")[1]) == ["dev-oom", "dev-tp32-dflash"]
+    assert _runs(cli("report", "--format", "md", "--mode", "tp32-dflash", "--verdict", "ok")[1]) == ["dev-tp32-dflash"]
+    assert "dev-oom" not in _runs(cli("report", "--format", "md", "--since", "2026-11-30")[1])
+    assert _runs(cli("report", "--format", "md", "--since", "2026-11-29T09:00:00+00:00", "--mode", "tp32-dflash",
                      "--verdict", "failed")[1]) == ["dev-oom"]
-    code, _, err = cli("report", "--since", "2099-01-01")
+    code, _, err = cli("report", "--format", "md", "--since", "2099-01-01")
     assert code == 2 and "no runs matching the filters" in err
-    code, _, err = cli("report", "--since", "last tuesday")
+    code, _, err = cli("report", "--format", "md", "--since", "last tuesday")
     assert code == 2 and "--since 'last tuesday': not a date" in err
-    code, _, err = cli("report", "--verdict", "great")
+    code, _, err = cli("report", "--format", "md", "--verdict", "great")
     assert code == 2 and "great" in err
 
 
@@ -93,12 +96,12 @@ def test_report_and_compare_html(cli, results, tmp_path):
     assert "dev-tp32-dflash" in text and "dev-oom" not in text
     assert 'href="../results/dev-tp32/logs/server-r0-n0.log"' in text
     cmp = tmp_path / "out" / "cmp.html"
-    code, out, err = cli("compare", "dev-tp32", "dev-tp32-dflash", "--html", str(cmp))
+    code, out, err = cli("compare", "dev-tp32", "dev-tp32-dflash", "--html", str(cmp), "--format", "md")
     assert code == 0 and "Input / Output TPS" in out
     text = cmp.read_text()
     # the compare table's cells are the printed markdown's cells
-    for line in out.splitlines()[2:]:
-        if line.startswith("|"):
+    for line in out.splitlines()[4:]:
+        if line.startswith("|") and not set(line) <= set("|-: "):
             for cell in line.strip("|").split("|"):
                 assert f">{cell.strip()}<" in text, cell
     import re
@@ -172,3 +175,63 @@ def test_compare_never_pools_different_concurrencies(cli, results):
     code, out, err = cli("compare", "dev-tp32", "camp-sweep")
     assert code == 2, out + err
     assert "dev-tp32 ran concurrency 3 and camp-sweep ran 1, 8" in err
+
+
+def test_terminal_output_fits_120_columns_and_answers_first(cli, results, monkeypatch):
+    """With COLUMNS=120 nothing printed is wider than 120 (issue 32: `report` was 593 columns,
+    the slow-node collect 565, run-vs-sweep compare 335, campaign 263, sweep 211); the answer line
+    (tables.answer: primary metric, change, interval, verdict, what it rests on) is the first
+    line of every compare and campaign output."""
+    from slurm_ab.cli import campaign as campaign_cli
+    from slurm_ab.collect import collect
+    from slurm_ab.tables.campaign import answers
+    from slurm_ab.tables.table import widest
+
+    for d in (ROOT / "tests" / "fixtures" / "report-campaign").iterdir():
+        shutil.copytree(d, results / d.name)
+    shutil.copytree(ROOT / "tests" / "fixtures" / "runs" / "slow-node", results / "slow-node", symlinks=True)
+    monkeypatch.setenv("COLUMNS", "120")
+    outs = {}
+    for name in ("dev-tp32", "slow-node", "camp-ab", "camp-sweep"):
+        outs[f"collect {name}"] = cli("collect", name, "--no-report")
+    outs["report"] = cli("report")
+    for args in (("dev-tp32", "dev-tp32-dflash"), ("dev-tp32", "camp-sweep"), ("camp-ab",)):
+        outs["compare " + " ".join(args)] = cli("compare", *args)
+    for what, (code, out, err) in outs.items():
+        assert code == 0, (what, err)
+        assert out.strip() and widest(out) <= 120, (what, widest(out))
+    # --format keeps machine-readable output whole (a json line is as wide as it is)
+    code, out, _ = cli("compare", "dev-tp32", "camp-sweep", "--format", "json")
+    assert code == 0 and json.loads(out)["by_concurrency"][0]["concurrency"] == 8
+
+    def first(what):
+        return outs[what][1].splitlines()[0]
+    for name in ("camp-ab", "camp-sweep"):                      # a campaign's collect and compare
+        expected = answers(collect(results / name)).pop(0).text(120).splitlines()[0]
+        assert first(f"collect {name}") == expected
+    assert first("compare camp-ab") == first("collect camp-ab")
+    assert first("collect camp-ab").startswith("tp32-dflash vs tp32 at C=8: worse (within-launch only): "
+                                               "Output TPS (steady state) -15.44%, 95% interval [-26.14%,")
+    sides = campaign_cli.pair(["dev-tp32", "camp-sweep"], lambda r: results / r)
+    (ans,) = campaign_cli.pair_answers(sides)
+    assert first("compare dev-tp32 camp-sweep") == ans.text(120).splitlines()[0]
+    assert ans.subject.startswith("camp-sweep-") and ans.subject.endswith(" vs dev-tp32 at C=8")   # run ids
+    assert first("compare dev-tp32 dev-tp32-dflash").startswith("dev-tp32-dflash")
+    assert " vs dev-tp32" in first("compare dev-tp32 dev-tp32-dflash")
+
+
+def test_the_answers_verdict_is_coloured_by_its_kind_in_a_terminal(results, monkeypatch):
+    """In a terminal the verdict word takes its kind's colour (ab_stats.verdicts: red for any form
+    of 'worse'); piped, click strips the colour and the line is the plain answer."""
+    import click
+
+    from slurm_ab.cli.main import _paint
+    from slurm_ab.collect import collect
+    from slurm_ab.tables.campaign import answers
+
+    shutil.copytree(ROOT / "tests" / "fixtures" / "report-campaign" / "camp-ab", results / "camp-ab")
+    (ans,) = answers(collect(results / "camp-ab"))
+    assert ans.verdict == "worse (within-launch only)" and ans.kind == "worse"
+    painted = ans.text(120, _paint)
+    assert click.style("worse (within-launch only)", fg="red", bold=True) in painted
+    assert click.unstyle(painted) == ans.text(120)

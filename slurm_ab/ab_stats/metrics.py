@@ -33,6 +33,8 @@ METRICS = (
     Metric("accept_len", "Accept length", HIGHER),
     Metric("accept_rate", "Accept rate", HIGHER),
     Metric("steady_output_tps", "Output TPS (steady state)", HIGHER),
+    # GPU energy per output token over the measured benchmark (telemetry; docs/metrics.md)
+    Metric("energy_j_per_token", "Energy (J/token)", LOWER),
 )
 METRIC_BY_NAME = {m.name: m for m in METRICS}
 

@@ -112,6 +112,26 @@ def percentile_noise(sides: Sequence[Sequence[Mapping]]) -> list[PercentileNoise
     return out
 
 
+# ---- percentiles of few requests -------------------------------------------------------------------
+
+def tail_requests(q: float) -> int:
+    """The fewest values with one of them above the q-quantile: 1 / (1 - q) (p95: 20, p99: 100).
+    With fewer, the 'percentile' is the largest values interpolated, not a tail."""
+    return int(math.ceil(1.0 / (1.0 - q) - 1e-9))
+
+
+def thin(q: float, n: Optional[int]) -> bool:
+    """A q-percentile of n values that no value lies above (n < 1 / (1 - q))."""
+    return isinstance(n, int) and 0 < n < tail_requests(q)
+
+
+def thin_note(q: float, n: int, what: str = "per pass") -> str:
+    """The warning under a table whose percentile cells are marked '*'."""
+    return (f"* p{round(q * 100)} from {n} request(s) {what}, fewer than {tail_requests(q)}: no request lies "
+            "above it, so it is the largest values interpolated, not a tail (more requests per pass: "
+            "benchmark.num_prompts, or prompts_per_concurrency x C)")
+
+
 def min_requests(q: float, confidence: float = 0.99) -> int:
     """The fewest requests that can support a q-percentile claim at `confidence`: with n requests
     and none above a limit, the share above it is below 1 - q with that confidence once

@@ -168,7 +168,7 @@ def job_spec(campaign, critical_df: int = 0) -> dict:
                           "dir": launch_dirname(la),
                           "passes": [{"key": p.key, "bench": str(RELATIVE.bench(p.key)),
                                       "client_log": str(RELATIVE.client_log(p.key))}
-                                     for p in la.passes if not p.burn_in]}
+                                     for p in la.passes if not p.discarded]}
                          for la in campaign.launches],
             "spending": b.spending, "z": list(b.z), "nominal": list(b.nominal),
             "critical": [list(r) for r in b.critical]}

@@ -24,6 +24,12 @@ def _remember(ctx, param, value):
 
 
 def campaign_options(f):
+    f = click.option("--profile", "profile", default=None, metavar="extra|PASS", expose_value=False,
+                     callback=_remember,
+                     help="Profile a pass (profile.target): 'extra' adds a profiled pass after the timed "
+                          "ones of each mode's first launch, PASS (e.g. c8-r2) profiles that pass; "
+                          "SGLang's traces of every GPU rank go to the launch's profile directory, the pass "
+                          "is left out of every statistic.")(f)
     f = click.option("--margin", default=None, metavar="PCT", expose_value=False, callback=_remember,
                      help="Equivalence margin: an interval inside ±PCT that includes 0 reads 'equivalent "
                           "within ±PCT' (default: benchmark.margin_pct = 3; 0: none).")(f)
@@ -74,8 +80,13 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in, launches_over
     launches, repeats and order from the planner."""
     from ..job.campaign_plan import CampaignOptions, plan_job
 
+    import dataclasses
+    import json
+
     extra = _meta()
     launches = extra.get("launches") if launches_override is None else launches_override
+    if extra.get("profile") is not None:
+        src = dataclasses.replace(src, sets=(*src.sets, f"profile.target={json.dumps(extra['profile'])}"))
     if extra.get("plan_from"):
         if launches is not None or repeats is not None:
             raise UsageError("--plan chooses --launches and --repeats: give one or the other")
@@ -133,8 +144,9 @@ def shown_as_campaign(run_dir: Path) -> bool:
     return len(open_run(run_dir).campaign.passes) > 1
 
 
-def report(run_dir: Path, passes: bool, fmt: str) -> str:
-    """`report CAMPAIGN [--passes]`: the aggregate table (or every pass) in md, csv or json."""
+def report(run_dir: Path, passes: bool, fmt: str, width: int | None = None) -> str:
+    """`report CAMPAIGN [--passes]`: the aggregate table (or every pass) in md, csv or json (md
+    fitted to `width` columns when given)."""
     import json
 
     from ..collect import collect_and_write
@@ -144,7 +156,7 @@ def report(run_dir: Path, passes: bool, fmt: str) -> str:
 
     cs, _ = collect_and_write(run_dir, report=False)   # --html draws its own page
     if fmt == "md":
-        return campaign_md(cs, passes=passes)
+        return campaign_md(cs, passes=passes, width=width)
     rows = pass_rows(cs)
     if fmt == "csv":
         if passes:
@@ -157,9 +169,9 @@ def report(run_dir: Path, passes: bool, fmt: str) -> str:
     return json.dumps(out, indent=2, default=str) + "\n"
 
 
-def _side(ref: str, find) -> tuple[str, list, str | None, float]:
-    """(name, pass rows, variance, equivalence margin) of one side of a comparison: a job of one
-    mode (a job of one pass says no variance: no interval comes from it)."""
+def _side(ref: str, find) -> tuple[str, list, str | None, float, str]:
+    """(name, pass rows, variance, equivalence margin, run id) of one side of a comparison: a job
+    of one mode (a job of one pass says no variance: no interval comes from it)."""
     from ..collect import collect_and_write
     from ..collect.rows import pass_rows
 
@@ -168,13 +180,16 @@ def _side(ref: str, find) -> tuple[str, list, str | None, float]:
     if len(modes) != 1:
         raise UsageError(f"{ref} is a campaign of {len(modes)} modes: compare it alone "
                          f"(slurm-ab compare {ref}) or name campaigns of one mode each")
-    return modes[0], pass_rows(cs), cs.campaign.variance if len(cs.passes) > 1 else None, cs.campaign.margin_pct
+    return (modes[0], pass_rows(cs), cs.campaign.variance if len(cs.passes) > 1 else None, cs.campaign.margin_pct,
+            cs.run_id)
 
 
-def compare(refs: list[str], fmt: str, find, margin: str | None = None, trust_jobs: bool = False) -> str:
+def compare(refs: list[str], fmt: str, find, margin: str | None = None, trust_jobs: bool = False,
+            width: int | None = None, paint=None) -> str:
     """`compare CAMPAIGN` (its first mode against each other, per concurrency) or
-    `compare A B` (runs or one-mode campaigns; runs count as one pass each). --margin restates
-    the comparisons with another equivalence margin."""
+    `compare A B` (runs or one-mode campaigns; runs count as one pass each): the answer lines
+    first, then each comparison's table (md: fitted to `width` columns when given). --margin
+    restates the comparisons with another equivalence margin."""
     from dataclasses import replace
 
     from ..collect import collect_and_write
@@ -191,8 +206,10 @@ def compare(refs: list[str], fmt: str, find, margin: str | None = None, trust_jo
         found = comparisons(cs, rows)
         if not found:
             raise UsageError(f"{refs[0]} has one mode: nothing to compare inside it")
-        return "\n".join(comparison_section(cs, cmp, rows) for cmp in found)
-    return pair_text(pair(refs, find, margin, trust_jobs), fmt)
+        from ..tables.campaign import answers
+        head = "".join(a.text(width, paint) + "\n" for a in answers(cs, rows)) + "\n"
+        return head + "\n".join(comparison_section(cs, cmp, rows, width) for cmp in found)
+    return pair_text(pair(refs, find, margin, trust_jobs), fmt, width, paint=paint)
 
 
 def _concurrencies(rows: list) -> list[int]:
@@ -219,12 +236,12 @@ def pair(refs: list[str], find, margin: str | None = None, trust_jobs: bool = Fa
     concurrencies are never pooled: a sweep side is cut to the concurrencies both sides ran (each
     compared on its own by pair_text); none in common is a usage error naming them (exit 2). Two
     jobs: job and mode are confounded, so verdicts are qualified '(separate jobs)' unless
-    `trust_jobs` (--trust-jobs) says the jobs are alike."""
+    `trust_jobs` (--trust-jobs) says the jobs are alike. Sides of one mode are named by run id."""
     from ..ab_stats.verdicts import ACROSS_JOBS
 
-    (na, ra, va, ma), (nb, rb, vb, _) = _side(refs[0], find), _side(refs[1], find)
-    if na == nb:
-        na, nb = f"A: {refs[0]}", f"B: {refs[1]}"
+    (na, ra, va, ma, ida), (nb, rb, vb, _, idb) = _side(refs[0], find), _side(refs[1], find)
+    if na == nb:                    # one mode on both sides: the sides are their runs
+        na, nb = (f"A: {ida}", f"B: {idb}") if ida != idb else (f"A: {refs[0]}", f"B: {refs[1]}")
     ca, cb = _concurrencies(ra), _concurrencies(rb)
     common = sorted(set(ca) & set(cb))
     if not common:
@@ -268,8 +285,20 @@ def pair_records(sides: tuple) -> list[dict]:
     return [{"concurrency": c, "metrics": [r.to_dict() for r in rows]} for c, rows in pair_comparisons(sides)]
 
 
-def pair_text(sides: tuple, fmt: str) -> str:
-    """A pair's comparison as the table (md) or per-metric records (json), one per concurrency."""
+def pair_answers(sides: tuple) -> list:
+    """The answer line of each concurrency both sides ran (two jobs: separate launches), the
+    sides named by their run ids: the primary row of the table printed below it (pair_comparisons)."""
+    from ..tables.answer import comparison_answer
+
+    ra, rb = sides[1], sides[3]
+    return [comparison_answer(ra[0].columns["run_id"], rb[0].columns["run_id"], c, rows, separate=True)
+            for c, rows in pair_comparisons(sides)]
+
+
+def pair_text(sides: tuple, fmt: str, width: int | None = None, head: bool = True, paint=None) -> str:
+    """A pair's comparison: its answer lines (unless `head` is false: a page draws them itself),
+    then the table (md; fitted to `width` columns when given) or per-metric records (json), one
+    per concurrency."""
     import json
 
     from ..tables.campaign import comparison_table
@@ -279,9 +308,12 @@ def pair_text(sides: tuple, fmt: str) -> str:
         out = pair_records(sides)
         return json.dumps({"variance": variance, "metrics": out[0]["metrics"] if len(out) == 1 else [],
                            "by_concurrency": out}, indent=2) + "\n"
+    head = "".join(a.text(width, paint) + "\n" for a in pair_answers(sides)) + "\n" if head else ""
     per_c = by_concurrency(sides)
     stated = dict(pair_comparisons(sides))
     if len(per_c) == 1:
-        return comparison_table(na, nb, per_c[0][1], per_c[0][2], variance, rows=stated[per_c[0][0]])
-    return "\n".join(f"### Concurrency {c}\n\n" + comparison_table(na, nb, ra, rb, variance, rows=stated[c])
-                     for c, ra, rb in per_c)
+        return head + comparison_table(na, nb, per_c[0][1], per_c[0][2], variance, rows=stated[per_c[0][0]],
+                                       width=width)
+    return head + "\n".join(f"### Concurrency {c}\n\n" + comparison_table(na, nb, ra, rb, variance, rows=stated[c],
+                                                                          width=width)
+                             for c, ra, rb in per_c)

@@ -308,12 +308,27 @@ def _follow_and_collect(job_id: str, run_dir: Path, verbose: bool = False, repor
         sys.exit(1)
 
 
+def _width() -> int:
+    """The terminal's width: $COLUMNS, else the terminal's own, else 120 (output to a pipe)."""
+    import shutil
+
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+def _paint(text: str, colour: str) -> str:
+    """An answer's verdict in the terminal's nearest colour (click strips it when not a tty)."""
+    from ..tables.answer import TERMINAL
+
+    name = TERMINAL.get(colour)
+    return click.style(text, fg=name, bold=True) if name else click.style(text, bold=True)
+
+
 def _collect_and_print(run_dir: Path, **kw):
     from ..collect import collect_and_write
     from ..tables import collect_text
 
     cs, written = collect_and_write(run_dir, **{k: v for k, v in kw.items() if k != "passes"})
-    click.echo(collect_text(cs, passes=kw.get("passes", False)).rstrip("\n"))
+    click.echo(collect_text(cs, passes=kw.get("passes", False), width=_width(), paint=_paint).rstrip("\n"))
     return cs, written
 
 
@@ -350,7 +365,10 @@ def collect(run, all_samples, no_report):
     if cs.verdict == "running":
         click.echo(f"{run_dir}: the job is still running; nothing final written")
     else:
-        click.echo(f"wrote {', '.join(p.name for p in written)}" if written else "summary files unchanged")
+        from ..tables.table import wrap
+
+        click.echo(wrap(f"wrote {', '.join(p.name for p in written)}", _width(), "    ") if written
+                   else "summary files unchanged")
 
 
 def _summaries(dirs: list[Path]):
@@ -380,7 +398,8 @@ def _html_option(f):
 @click.option("--passes", is_flag=True, expose_value=False,
               callback=lambda ctx, _p, v: ctx.meta.__setitem__("passes", v),
               help="For a campaign: every pass instead of the per-(mode, concurrency) aggregates.")
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default=None,
+              help="Whole tables as markdown, CSV or JSON (default: text fitted to $COLUMNS, else 120 columns).")
 @click.option("--since", default=None, metavar="DATE",
               help="Only runs submitted since DATE (YYYY-mm-dd[ HH:MM], local time) or an age (12h, 7d).")
 @click.option("--mode", "modes", multiple=True, metavar="M", help="Only runs of mode M (repeatable).")
@@ -394,17 +413,19 @@ def report(runs, fmt, since, modes, verdicts, html_out):
     from ..model import rundir
     from ..tables.runs import runs_text
 
+    width = None if fmt else _width()
+    fmt = fmt or "md"
     if len(runs) == 1 and campaign_cli.shown_as_campaign(_find_run(runs[0])):
         passes = click.get_current_context().meta.get("passes", False)
-        click.echo(campaign_cli.report(_find_run(runs[0]), passes, fmt), nl=False)
+        click.echo(campaign_cli.report(_find_run(runs[0]), passes, fmt, width), nl=False)
         if html_out:
             from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(runs[0]), base_dir=Path(html_out).parent))
         return
-    from ..report.select import by_verdict, parse_since, select
+    from ..report.select import by_verdict, parse_since, select, submitted
 
     dirs = [_find_run(r) for r in runs] if runs else rundir.all_runs(_results_dir())
-    if since or modes:
+    if since or modes or not runs:              # the history: oldest first
         dirs = select(dirs, since=parse_since(since) if since else None, modes=modes)
     campaigns = [d for d in dirs if campaign_cli.shown_as_campaign(d)]   # their own tables
     if campaigns:
@@ -416,12 +437,13 @@ def report(runs, fmt, since, modes, verdicts, html_out):
         filt = " matching the filters" if since or modes or verdicts else ""
         raise UsageError(f"no runs{filt} under {_results_dir()}" if not runs else f"no runs{filt}")
     summaries = [s for _, s in pairs]
-    click.echo(runs_text(summaries, fmt))
+    dates = [submitted(d) for d, _ in pairs]
+    click.echo(runs_text(summaries, fmt, width, dates).rstrip("\n"))
     if html_out:
         from ..report import render_runs_html
 
         _draw_missing_pages(pairs)
-        _write_page(html_out, render_runs_html([d for d, _ in pairs], runs_text(summaries, "md"),
+        _write_page(html_out, render_runs_html([d for d, _ in pairs], runs_text(summaries, "md", dates=dates),
                                                base_dir=Path(html_out).parent, campaigns=campaigns))
 
 
@@ -434,7 +456,8 @@ def _write_page(path: str, text: str) -> None:
 @main.command()
 @click.argument("run_a")
 @click.argument("run_b", required=False)
-@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default=None,
+              help="Whole tables as markdown, CSV or JSON (default: text fitted to $COLUMNS, else 120 columns).")
 @click.option("--margin", default=None, metavar="PCT",
               help="Equivalence margin (default: the campaign's / A's benchmark.margin_pct; 0: none).")
 @click.option("--trust-jobs", is_flag=True,
@@ -446,18 +469,20 @@ def compare(run_a, run_b, fmt, margin, trust_jobs, html_out):
     campaign of several modes, or two campaigns/runs) per metric the change, its 95% interval
     and a verdict."""
     from . import campaign as campaign_cli
-    from ..tables.paired import paired_text
+    from ..tables.paired import paired_answer, paired_text
 
+    width = None if fmt else _width()
+    fmt = fmt or "md"
     refs = [r for r in (run_a, run_b) if r]
     if len(refs) == 1:
-        click.echo(campaign_cli.compare(refs, fmt, _find_run, margin, trust_jobs), nl=False)
+        click.echo(campaign_cli.compare(refs, fmt, _find_run, margin, trust_jobs, width, _paint), nl=False)
         if html_out:                                # the campaign's page holds its comparisons
             from ..report.campaign import render_campaign
             _write_page(html_out, render_campaign(_find_run(refs[0]), base_dir=Path(html_out).parent))
         return
     if any(campaign_cli.shown_as_campaign(_find_run(r)) for r in refs):
         sides = campaign_cli.pair(refs, _find_run, margin, trust_jobs)   # collected once for every output
-        click.echo(campaign_cli.pair_text(sides, fmt), nl=False)
+        click.echo(campaign_cli.pair_text(sides, fmt, width, paint=_paint), nl=False)
         if html_out:
             from ..ab_stats import METRIC_BY_NAME
             from ..report import render_compare_html
@@ -465,8 +490,8 @@ def compare(run_a, run_b, fmt, margin, trust_jobs, html_out):
                            if r.delta.change_pct is not None and r.metric in METRIC_BY_NAME]
                        for c, rows in campaign_cli.pair_comparisons(sides)}
             _write_page(html_out, render_compare_html(
-                _find_run(refs[0]), _find_run(refs[1]), campaign_cli.pair_text(sides, "md"),
-                base_dir=Path(html_out).parent, forests=forests))
+                _find_run(refs[0]), _find_run(refs[1]), campaign_cli.pair_text(sides, "md", head=False),
+                base_dir=Path(html_out).parent, forests=forests, answers=campaign_cli.pair_answers(sides)))
         return
 
     a, b = _summaries([_find_run(run_a), _find_run(run_b)])
@@ -476,15 +501,49 @@ def compare(run_a, run_b, fmt, margin, trust_jobs, html_out):
         from ..collect.rows import numeric_row
 
         metrics = [d.to_dict() for d in deltas([numeric_row(a)], [numeric_row(b)])]
-    click.echo(paired_text(a, b, fmt, metrics).rstrip("\n"))
+    answer = paired_answer(a, b)
     if fmt == "md":
-        click.echo("> inconclusive (n=1): one run per side, no interval can be given; a campaign "
-                   "with --repeats gives 95% intervals and verdicts")
+        click.echo(answer.text(width, _paint) + "\n")
+    click.echo(paired_text(a, b, fmt, metrics, width).rstrip("\n"))
+    if fmt == "md":
+        from ..tables.table import notes
+        click.echo(notes(["inconclusive (n=1): one run per side, no interval can be given; a campaign "
+                          "with --repeats gives 95% intervals and verdicts"], width=width).lstrip("\n"))
     if html_out:
         from ..report import render_compare_html
 
         _write_page(html_out, render_compare_html(_find_run(run_a), _find_run(run_b), paired_text(a, b, "md"),
                                                   base_dir=Path(html_out).parent))
+
+
+@main.command()
+@click.option("--mode", "modes", multiple=True, metavar="M", help="Only mode M (repeatable).")
+@click.option("--workload", default="", metavar="TEXT",
+              help="Only workloads containing TEXT, e.g. 'C=8' or '16384->512'.")
+@click.option("--since", default=None, metavar="DATE", help="Only runs submitted since DATE (YYYY-mm-dd[ HH:MM]) or an age (30d).")
+@click.option("--metric", default=None, metavar="NAME",
+              help="The metric of the trends (history.metric; default: steady-state output TPS where every run "
+                   "of a series has it, else output TPS).")
+@click.option("--rebuild", is_flag=True, help="Rebuild the index from the collected run directories under results/ (their summaries).")
+@click.option("--index", "index_path", default=None, type=click.Path(dir_okay=False),
+              help="The index file (history.index; default: ~/.cache/slurm-ab, one per results directory).")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md", show_default=True)
+@_html_option
+@_config_options
+def history(modes, workload, since, metric, rebuild, index_path, fmt, html_out, site, configs, sets):
+    """Trends of every collected run and campaign per mode, configuration and workload over dates,
+    with the regressions and improvements a change-point detector marks at the run where they began.
+
+    The index (SQLite, off results/) is brought up to date from the run directories first; it is
+    derived, never the source of truth (docs/history.md)."""
+    from . import history as history_cli
+
+    text, page = history_cli.run(_sources(site, configs, sets), _results_dir(), modes=modes, workload=workload,
+                                 since=since, metric=metric, rebuild=rebuild, index=index_path, fmt=fmt,
+                                 html=bool(html_out))
+    click.echo(text, nl=False)
+    if html_out:
+        _write_page(html_out, page)
 
 
 @main.command()

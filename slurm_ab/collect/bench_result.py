@@ -38,6 +38,8 @@ STEADY_BELOW_MAKESPAN_TOL = 0.03
 # benchmark.steady_concurrency_ratio of a manifest written before it existed: the ratio the
 # sglang_0_5_23 profile passed its client then.
 STEADY_RATIO = 0.5
+# benchmark.slo_target_pct of a manifest written before it existed: its default.
+SLO_TARGET_PCT = 90.0
 
 
 def _num(d: Mapping | None, key: str):
@@ -107,15 +109,15 @@ def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
            for m in ("ttft", "tpot", "e2e_latency")}
     if stats is not None and stats.ttft is not None:
         def lat(d):
-            return Latency(d.mean, d.p50, d.p95, d.p99) if d else None
-        ttft, tpot, e2e = lat(stats.ttft), lat(stats.tpot), lat(stats.e2e)
+            return Latency(d.mean, d.p50, d.p95, d.p99, d.p90, d.min, d.max, d.std, d.n) if d else None
+        ttft, tpot, e2e, itl = lat(stats.ttft), lat(stats.tpot), lat(stats.e2e), lat(stats.itl)
         lsource = "details"
         disagreements = tuple(str(d) for d in agreement(rec, stats))
         if disagreements:
             notes.append("per-request details disagree with the client's summary: "
                          + "; ".join(disagreements))
     else:
-        ttft, tpot, e2e = own["ttft"], own["tpot"], own["e2e_latency"]
+        ttft, tpot, e2e, itl = own["ttft"], own["tpot"], own["e2e_latency"], None
         lsource = "record" if rec is not None and _latency_from(rec, "ttft") else \
             ("stdout" if blk and _latency_from(blk, "ttft") else None)
         disagreements = ()
@@ -132,7 +134,7 @@ def bench_result(read: RecordRead, block: ResultBlock | None, spec: BenchSpec
         failed=int(failed) if failed is not None else None,
         input_tokens=int(tin) if tin is not None else None,
         output_tokens=int(tout) if tout is not None else None,
-        input_tps=in_tps, output_tps=out_tps, ttft=ttft, tpot=tpot, e2e=e2e,
+        input_tps=in_tps, output_tps=out_tps, ttft=ttft, tpot=tpot, e2e=e2e, itl=itl,
         source=source, latency_source=lsource, disagreements=disagreements,
         errors=errors, accept_length=_accept_length(rec, blk),
         prompt_tokens=prompt_tokens, steady=steady, goodput=good), notes
@@ -294,7 +296,8 @@ def bench_spec(rec: Mapping | None, block: ResultBlock | None, benchmark: Mappin
         max_concurrency=_int(conc),
         request_rate=None if rate is None else str(rate),
         slo_ms=slo_ms(bm.get("slo")),
-        steady_ratio=float(bm.get("steady_concurrency_ratio") or STEADY_RATIO))
+        steady_ratio=float(bm.get("steady_concurrency_ratio") or STEADY_RATIO),
+        slo_target_pct=float(bm.get("slo_target_pct") or SLO_TARGET_PCT))
 
 
 def _int(v) -> int | None:

@@ -28,6 +28,8 @@ from .pd import role_names
 from .passes import PassInputs, collect_pass
 from .records import CampaignStop, CampaignSummary, LaunchSummary, PassRef, PassSummary
 from .replicas import scan_launch
+from .profiles import profile_record
+from .telemetry import read_launch
 from .sequential import recompute
 
 SKIPPED_TIME = "skipped (time)"
@@ -51,7 +53,7 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     job_events = read_events(root.events)
     status = launch_status(job_events)
     outputs = tuple(root.slurm_outs())
-    launches, passes = [], []
+    launches, passes, profiles = [], [], []
     checked = _correctness(run, manifest)
     stop = time_stop(job_events, run.campaign)
     seq = next(iter(job_events.named("sequential_stop")), None)
@@ -79,6 +81,10 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
             if p.burn_in:
                 verdicts.append(f"{p.key}: {s.verdict} (burn-in, discarded)")
                 continue
+            if p.profile:
+                verdicts.append(f"{p.key}: {s.verdict} (profiled, left out of the statistics)")
+                profiles.append(profile_record(run_dir, lay, launch, p, s, lman))
+                continue
             passes.append(s)
             verdicts.append(f"{p.key}: {s.verdict}")
         fail = next(iter(events.failures()), None)
@@ -92,7 +98,7 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     job = job_info(sacct, job_events, who.job_id)
     running = job.source == "sacct" and is_active(str(job.state_raw or ""))      # this job's state only
     return CampaignSummary(who.run_id, manifest.job_id or who.job_id, run.campaign, job, running,
-                           tuple(launches), tuple(passes),
+                           tuple(launches), tuple(passes), tuple(profiles),
                            recompute(run_dir, run.campaign, job_events), stop)
 
 
@@ -178,6 +184,7 @@ def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manife
         replica_ids |= set(range(manifest.replicas))
     logs = scan_launch(run_dir, lay, events, windows, replica_ids, all_samples=all_samples,
                        workers=workers)
+    telemetry = read_launch(run_dir, lay, manifest.config)
     out = []
     for p in launch.passes:
         view, rc = views[p.key]
@@ -190,7 +197,7 @@ def _collect_launch(run_dir: Path, lay: Layout, launch: Launch, manifest: Manife
             events=view if view is not None else events,
             window_name=p.key if p.key in names else WHOLE_LAUNCH, logs=logs,
             sacct=dict(sacct) if sacct else None, all_samples=all_samples, job_outputs=outputs,
-            completed=rc == 0))
+            completed=rc == 0, telemetry=telemetry))
         if view is None and s.verdict not in ("cancelled", "timeout", "running"):
             why = (f"pass {p.key} never started: launch {launch.index} ({launch.mode}) ended first"
                    if started else f"launch {launch.index} ({launch.mode}) never started")

@@ -26,6 +26,7 @@ from .records import PassRef, PassSummary
 from .replicas import LaunchLogs, PassWindow, pooled_acceptance, summarise_replicas
 from .server_metrics import collect_server_metrics
 from .speed import speed_findings
+from .telemetry import LaunchTelemetry, pass_telemetry
 from .leftovers import leftovers
 from .verdict import (diagnosis_reasons, nccl_network_reasons, outcome_reasons, router_retries, router_retry_reasons, short_of_requests,
                       state_verdict, validity_reasons)
@@ -51,6 +52,7 @@ class PassInputs:
     all_samples: bool = False
     job_outputs: tuple = ()         # the job's slurm-<id>.out files (run directory)
     completed: bool = False         # its client ended with status 0: judged whatever befell the job later
+    telemetry: LaunchTelemetry | None = None    # the launch's samplers' files, read once
 
 
 def _pass_benchmark(benchmark, ref: PassRef) -> dict:
@@ -122,6 +124,9 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         notes += pd.notes
 
     load = _open_loop(inp, lay, read.record, names, window, notes) if inp.ref.rate else None
+    telemetry = pass_telemetry(inp.telemetry, events, manifest.config, bench.duration_s, bench.output_tokens,
+                               job.node_lists) if has_result else None
+    notes += list(telemetry.notes) if telemetry else []
 
     # ---- verdict -----------------------------------------------------------------------
     # A completed pass's numbers were final when it ended: Slurm's later word on the job (a
@@ -182,6 +187,10 @@ def collect_pass(inp: PassInputs) -> PassSummary:
             reasons = diag + [r for r in reasons if r not in diag]
     elif verdict == "ok" and problems:
         notes += problems
+    if telemetry is not None and verdict in ("ok", "invalid"):
+        # named nodes, an energy figure that cannot be given, a saturated client: flags, the
+        # verdict stays what the benchmark's own evidence says
+        reasons = list(reasons) + [f for f in telemetry.flags if f not in reasons]
 
     return PassSummary(
         run_id=inp.run_id, mode=inp.mode, label=manifest.mode_description,
@@ -190,7 +199,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
                      for t in (window or (None, None))),
         all_samples=inp.all_samples, verdict=verdict, reasons=tuple(reasons),
         findings=tuple(findings), notes=tuple(notes),
-        server_metrics=server_metrics, ref=inp.ref, pd=pd, load=load)
+        server_metrics=server_metrics, ref=inp.ref, pd=pd, load=load, telemetry=telemetry)
 
 
 def _open_loop(inp: PassInputs, lay: Layout, record, names, window, notes: list) -> "LoadCheck | None":

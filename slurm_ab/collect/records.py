@@ -18,8 +18,10 @@ from .capacity import CapacitySummary
 from .correctness import CorrectnessSummary
 from .load import LoadCheck
 from .pd import PdSummary
+from .profiles import ProfileRecord
 from .sequential import SequentialRecord
 from .server_metrics import ServerMetrics
+from .telemetry import TelemetrySummary
 
 VERDICTS = ("ok", "invalid", "failed", "cancelled", "timeout", "running")
 
@@ -49,16 +51,24 @@ class BenchSpec:
     request_rate: str | None = None
     slo_ms: tuple[tuple[str, float], ...] = ()   # benchmark.slo as ((client key, ms), ...): ("ttft", 500.0), ...
     steady_ratio: float = 0.5           # benchmark.steady_concurrency_ratio
+    slo_target_pct: float = 90.0        # benchmark.slo_target_pct: a pass meets the SLOs at this attainment
 
 
 @dataclass(frozen=True)
 class Latency:
-    """One metric in milliseconds."""
+    """One metric in milliseconds: its mean and percentiles (the client's own figures hold only
+    these four); from the per-request details also p90, min, max, the sample standard deviation
+    and how many values they rest on (a p95 of 2 values is their larger one, interpolated)."""
 
     mean: float | None = None
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
+    p90: float | None = None
+    min: float | None = None
+    max: float | None = None
+    std: float | None = None
+    n: int | None = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +137,7 @@ class BenchResult:
     ttft: Latency | None = None
     tpot: Latency | None = None
     e2e: Latency | None = None
+    itl: Latency | None = None          # every inter-token gap (from the per-request details only)
     source: str | None = None           # jsonl | stdout: where totals came from
     latency_source: str | None = None   # details | record | stdout (| mixed: see notes)
     disagreements: tuple[str, ...] = ()     # details vs the client's own values, beyond tolerance
@@ -213,6 +224,7 @@ class PassSummary:
     ref: PassRef = PassRef()
     pd: PdSummary | None = None         # a prefill/decode pass's TTFT breakdown, transfer, roles
     load: LoadCheck | None = None       # an open-loop pass: achieved vs offered rate, saturation
+    telemetry: TelemetrySummary | None = None   # GPU and host samplers over the pass (issue 34)
 
     def to_dict(self) -> dict:
         return _clean(asdict(self))
@@ -265,7 +277,8 @@ class CampaignSummary:
     job: JobInfo = JobInfo()
     running: bool = False               # Slurm says the job has not ended: nothing is final
     launches: tuple[LaunchSummary, ...] = ()
-    passes: tuple[PassSummary, ...] = ()    # every timed pass (burn-ins left out)
+    passes: tuple[PassSummary, ...] = ()    # every timed pass (burn-ins and profiled passes left out)
+    profiles: tuple[ProfileRecord, ...] = ()    # the profiled passes' traces (issue 34)
     sequential: SequentialRecord | None = None   # a sequential campaign's looks (collect.sequential)
     stop: CampaignStop | None = None    # the job stopped the campaign at a block boundary
 

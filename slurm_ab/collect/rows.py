@@ -40,7 +40,15 @@ def numeric_row(s: PassSummary) -> dict:
         "client_accept_length": s.bench.accept_length,
         **bench_columns(b, numbers),
         **metrics_columns(s),
+        **telemetry_columns(s.telemetry if numbers else None),
     }
+
+
+def telemetry_columns(t) -> dict:
+    """The pass's energy figures (issue 34): J per output token, mean power per GPU, the energy
+    and the GPUs it is over (None without telemetry, or when a sample gap makes it unknown)."""
+    return {"energy_j_per_token": t.j_per_token if t else None, "gpu_power_w": t.power_w if t else None,
+            "energy_j": t.energy_j if t else None, "telemetry_gpus": t.gpus if t else None}
 
 
 def bench_columns(b, numbers: bool = True) -> dict:

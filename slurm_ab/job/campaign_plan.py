@@ -120,6 +120,10 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
                                   "have the same nodes and options; submit the others separately"))
     if opts.capacity:
         spec = _capacity_spec(exps[0], errors)
+        if exps[0].profile.target:
+            errors.append(ConfigError("profile.target", exps[0].profile.target, "a capacity search's probes "
+                                      "are all it runs (their rates decided in the job): none is profiled",
+                                      "\"\" (profile a campaign's pass instead)"))
         if errors:
             raise ConfigErrors(errors)
         return capacity_schedule(modes, exps[0].capacity.prompts or bench.num_prompts, spec, primary)
@@ -127,8 +131,17 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
         errors += _sequential_checks(modes, order, concurrencies, launches, opts)
     if errors:
         raise ConfigErrors(errors)
-    return schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
-                    launches, primary, margin, sequential, bench.spending, rates)
+    target = exps[0].profile.target
+    out = schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
+                   launches, primary, margin, sequential, bench.spending, rates, target)
+    if target and not out.profiled:
+        keys = sorted({p.key for p in out.passes}, key=lambda k: (len(k), k))
+        raise ConfigErrors([ConfigError("profile.target", target, "no pass of this job has that key",
+                                        "\"extra\" or one of " + ", ".join(keys[:8]))])
+    if any(p.burn_in for p in out.profiled):
+        raise ConfigErrors([ConfigError("profile.target", target, "a burn-in pass is discarded already",
+                                        "\"extra\" or a timed pass's key")])
+    return out
 
 
 def _capacity_spec(exp: Experiment, errors: list) -> dict:
@@ -237,7 +250,8 @@ def campaign_summary(plan: JobPlan) -> str:
                  f"{width:.3g} req/s"]
     for launch in cp.launches:
         lines.append(f"  launch {launch.index} ({launch.mode}) -> {launch.dir}/: "
-                     + ", ".join(f"{p.key} ({p.prompts} prompts)" for p in launch.passes))
+                     + ", ".join(f"{p.key} ({p.prompts} prompts{', profiled' if p.profile else ''})"
+                                 for p in launch.passes))
     if len(c.passes) > 1 and not c.capacity:
         lines.append(f"  intervals will include variance {c.variance.split(':')[0]}")
         lines.append("  equivalence margin: " + (f"±{c.margin_pct:g}% (an interval inside it that includes 0 reads "

@@ -68,6 +68,8 @@ class JobPlan:
     srun_extra: tuple[str, ...] = ()
     cache: "Cache | None" = None           # None: no cache directory (the image's HOME)
     estimate: Estimate | None = None       # once the time limit is fitted (duration.fit_time_limit)
+    telemetry: "TelemetryPlan | None" = None   # None: telemetry.source = "none"
+    profile: "ProfilePlan | None" = None       # None: no pass profiled, no nsys
 
     @property
     def duration(self) -> Estimate:
@@ -191,8 +193,9 @@ class JobPlan:
         """The run directory's file names the job script writes, as printf formats (rundir.Layout's
         names: the script spells none itself); a PD job's pair files only with pd.sh, a
         sequential campaign's stop-rule files only in its script, a capacity search's files only in
-        its job."""
-        return job_formats(self.pd, self.campaign.campaign.sequential, self.capacity is not None)
+        its job, the samplers' and the profiles' only with telemetry.sh and profile.sh."""
+        return job_formats(self.pd, self.campaign.campaign.sequential, self.capacity is not None,
+                           self.telemetry is not None, self.profile is not None)
 
     @property
     def capacity(self) -> "CapacityPlan | None":
@@ -269,13 +272,15 @@ class PassStep:
     bench: str
     client_log: str
     rate: str = "inf"                      # --request-rate: "inf" (closed loop) or requests per second
+    profile: bool = False                  # profiled: /start_profile to every head as it starts
 
     @property
     def spec(self) -> str:
-        """CONCURRENCY:REPEAT:PROMPTS:KEY:BENCH:CLIENT_LOG[:RATE], as LAUNCH_PASSES lists it (no
-        RATE: closed loop, --request-rate inf)."""
+        """CONCURRENCY:REPEAT:PROMPTS:KEY:BENCH:CLIENT_LOG[:RATE[:profile]], as LAUNCH_PASSES lists
+        it (no RATE: closed loop, --request-rate inf; a profiled pass spells RATE, inf too)."""
+        tail = (self.rate, "profile") if self.profile else (self.rate,) if self.rate != "inf" else ()
         return ":".join(str(x) for x in (self.concurrency, self.repeat, self.prompts, self.key,
-                                         self.bench, self.client_log) + ((self.rate,) if self.rate != "inf" else ()))
+                                         self.bench, self.client_log) + tail)
 
 
 @dataclass(frozen=True)
@@ -387,7 +392,7 @@ def campaign_plan(exps: tuple[Experiment, ...], campaign: Campaign, run_dir: str
     for launch in campaign.launches:
         passes = tuple(PassStep(p.concurrency, p.repeat, p.prompts, p.key, str(RELATIVE.bench(p.key)),
                                 str(RELATIVE.client_log(p.key)),
-                                "search" if p.probe else (rate_text(p.rate) if p.rate else "inf"))
+                                "search" if p.probe else (rate_text(p.rate) if p.rate else "inf"), p.profile)
                        for p in launch.passes)
         steps.append(LaunchStep(launch.index, launch.mode, modes.index(launch.mode),
                                 launch_dirname(launch), passes))
@@ -427,6 +432,61 @@ def image_exec(exps, run_dir: str, exp: Experiment) -> tuple[str, ...]:
     mounts = _mounts(exps, run_dir, exp)
     return (*ct.exec_command, *((ct.exec_mount_flag, ",".join(mounts)) if ct.exec_mount_flag and mounts else ()),
             ct.image)
+
+
+@dataclass(frozen=True)
+class TelemetryPlan:
+    """The samplers of every launch ([telemetry]): each node's GPU sampler (its command complete,
+    a DCGM exporter it starts first) and ROUTER_HOST's host sampler."""
+
+    source: str
+    gpu_command: tuple[str, ...]
+    exporter: tuple[str, ...]              # () : the site runs its exporter (or nvidia-smi)
+    host_command: tuple[str, ...]          # () : no host sampler
+    step: tuple[str, ...]                  # srun options of the GPU samplers
+
+
+@dataclass(frozen=True)
+class ProfilePlan:
+    """What the profiled passes ask of SGLang: per mode, per role, /start_profile's body (the job
+    adds output_dir, profile_id and profile_prefix); nsys around the server steps."""
+
+    bodies: tuple[tuple[tuple[str, str], ...], ...]   # per mode: ((role, JSON body), ...)
+    nsys: tuple[str, ...] = ()                        # () : no nsys
+
+
+def telemetry_plan(exp: Experiment) -> TelemetryPlan | None:
+    t = exp.telemetry
+    if not t.enabled:
+        return None
+    if t.source == "nvidia-smi":
+        gpu = (*t.nvidia_smi.command, f"--query-gpu={','.join(t.nvidia_smi.fields)}", "--format=csv,nounits",
+               "-lms", str(t.interval_ms))
+        exporter: tuple[str, ...] = ()
+    else:
+        gpu = (*t.dcgm.scrape_command, t.dcgm.url, f"{t.interval_s:g}")
+        exporter = tuple(t.dcgm.exporter_command)
+    host = (*t.host_command, f"{t.host_interval_ms / 1000:g}") if t.host else ()
+    return TelemetryPlan(t.source, gpu, exporter, host, ("--overlap", *t.step_args))
+
+
+def profile_body(exp: Experiment, role: str) -> str:
+    """/start_profile's JSON of one role (SGLang 0.5.23's ProfileReq: num_steps, start_step when
+    set, activities, profile_by_stage)."""
+    import json
+    p = exp.profile
+    w = p.window(role)
+    body = {"num_steps": w.num_steps, **({"start_step": w.start_step} if w.start_step else {}),
+            "activities": list(p.activities), **({"profile_by_stage": True} if p.profile_by_stage else {})}
+    return json.dumps(body)
+
+
+def profile_plan(exps: Sequence[Experiment], campaign: Campaign) -> ProfilePlan | None:
+    p = exps[0].profile
+    if not campaign.profiled and not p.nsys:
+        return None
+    bodies = tuple(tuple((r.name, profile_body(e, r.name)) for r in e.mode.roles) for e in exps)
+    return ProfilePlan(bodies, tuple(p.nsys_command) if p.nsys else ())
 
 
 @dataclass(frozen=True)
@@ -789,4 +849,6 @@ def make_plan(exp: Experiment | Sequence[Experiment], run_id: str, run_dir: str,
         campaign=campaign_plan(exps, campaign, run_dir),
         srun_extra=srun_extra(exp),
         cache=cache_plan(exp),
+        telemetry=telemetry_plan(exp),
+        profile=profile_plan(exps, campaign),
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 from .. import __version__
 from ..model.duration import parse_time, sized
 from ..model.experiment import Experiment, kind_of
+from ..model.rundir import Layout
 from .plan import JobPlan, Replica, pairs
 from .shell import word, words
 from ..model.rundir import RELATIVE
@@ -69,7 +70,10 @@ def summary(plan: JobPlan) -> str:
         *role_lines(e),
         f"benchmark: {e.benchmark.dataset} ({e.benchmark.dataset_config}) {e.benchmark.input_len} -> {e.benchmark.output_len}, "
         f"C={e.benchmark.concurrency}, {e.benchmark.num_prompts} prompts; warm-up {e.warmup.input_len} -> {e.warmup.output_len} per "
-        + ("prefill/decode pair" if m.disaggregated else "replica"),
+        + ("prefill/decode pair" if m.disaggregated else "replica")
+        + (f"; SLOs {', '.join(f'{k} <= {v:g} ms' for k, v in e.benchmark.slo_ms)} (goodput; a pass meets them "
+           f"when {e.benchmark.slo_target_pct:g}% of its requests do: benchmark.slo_target_pct)"
+           if e.benchmark.slo_ms else ""),
         f"ports (slot = job id % {e.ports.job_slots}):",
     ]
     for r in plan.replicas:
@@ -173,7 +177,9 @@ def instance_command(plan: JobPlan, mode_index: int, r: Replica) -> str:
     """A role instance's command as the job runs it (its role's environment first; a prefill's
     bootstrap port)."""
     cmd = plan.campaign.role_command(mode_index, r.role)
-    text = words(list(cmd.env) + [w for line in cmd.lines for w in line])
+    nsys = [*plan.profile.nsys, "-o", f"<launch>/{Layout(Path()).nsys_report(r.index, '%q{SLURM_NODEID}')}"] \
+        if plan.profile is not None and plan.profile.nsys else []
+    text = words(list(cmd.env) + nsys + [w for line in cmd.lines for w in line])
     return text + (f' --disaggregation-bootstrap-port "$R{r.index}_BOOT"' if kind_of(r.role).bootstrap else "")
 
 
@@ -320,10 +326,49 @@ def site_lines(plan: JobPlan) -> list[str]:
                    + f"; a block starts only when the time left (squeue, less {plan.time_reserve_s} s for the "
                    "early stops) covers it, and its launches at the pace of the slowest block run so far: a "
                    "campaign out of time stops at a block boundary")
+    out += observe_lines(plan)
     wd = e.watchdog
     out.append(f"watchdog: a pass fails when it runs longer than {wd.pass_factor:g} x its estimate"
                + (f", or when a server finishes no request for {plan.watch_stall_s} s while requests are in "
                   f"flight ({wd.progress_metric} in its /metrics; in flight: "
                   + "; ".join(f"{k} {' + '.join(v) or 'nothing'}" for k, v in plan.guards.inflight_metrics) + ")"
                   if plan.watch_stall_s else ""))
+    return out
+
+
+def observe_lines(plan: JobPlan) -> list[str]:
+    """Dry-run lines of the telemetry samplers and the profiles (issue 34)."""
+    from ..model.rundir import RELATIVE
+
+    t, e = plan.telemetry, plan.exp
+    tc = e.telemetry
+    if t is None:
+        out = ["telemetry: none (telemetry.source = \"none\": no energy, clocks or host figures)"]
+    else:
+        out = [f"telemetry ({t.source}, every {tc.interval_ms} ms): a step on every node of each launch "
+               f"(srun {' '.join(t.step)}), from its servers' start to its teardown: {words(t.gpu_command)}"
+               + (f"; it starts the exporter {words(t.exporter)} first" if t.exporter else "")
+               + f" -> <launch>/{RELATIVE.gpu_samples('<G>', '<R>')}",
+               (f"  host sampler on ROUTER_HOST every {tc.host_interval_ms} ms -> <launch>/" + str(RELATIVE.host_samples) + ": "
+                + (words(t.host_command[:2]) + " ... " + t.host_command[-1] if t.host_command else ""))
+               if t.host_command else "  host sampler: off (telemetry.host = false)",
+               f"  rules: a pass's energy is invalid when a node's samples are more than {tc.max_gap_s:g} s apart; "
+               f"a node {tc.low_clock_pct:g} % below its peers' busy SM clock or {tc.low_power_pct:g} % below their "
+               f"busy power per GPU is named; a client process wanting {tc.client_busy_pct:g} % of a core is flagged"]
+    pp = plan.profile
+    if pp is None:
+        return out
+    for launch in plan.campaign.launches:
+        for ps in launch.passes:
+            if not ps.profile:
+                continue
+            bodies = dict(pp.bodies[launch.server])
+            out.append(f"profile: pass {ps.key} of launch {launch.index} ({launch.mode}), left out of every statistic: "
+                       "POST /start_profile to every head as it starts ("
+                       + "; ".join(f"{r}: {b}" for r, b in bodies.items())
+                       + f", with output_dir {launch.dir}/{RELATIVE.profile_dir(ps.key)}, profile_id {ps.key}, "
+                       "profile_prefix r<G>), /stop_profile when it ends")
+    if pp.nsys:
+        out.append(f"nsys around every server step: {words(pp.nsys)} -o <launch>/{RELATIVE.nsys_report('<G>', '%q{SLURM_NODEID}')} "
+                   "(needs nsys on every node; the local testbed has none, so this runs only on a real site)")
     return out

@@ -14,11 +14,13 @@ launches (launch j of a mode runs repeats (j-1) x repeats + 1 ...), so a pass's 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 ORDERS = ("counterbalanced", "interleaved", "blocked")
 MAX_REPEATS = 100
 MAX_LAUNCHES = 50
+PROFILE_REPEAT = -1        # Pass.repeat of a dedicated profiled pass (profile.target = "extra")
+PROFILE_EXTRA = "extra"
 # A block: two launches of every mode in counterbalanced order (A B B A). A campaign is balanced
 # after every block, so a sequential campaign looks, and a campaign out of time stops, only there.
 LAUNCHES_PER_BLOCK = 2          # per mode
@@ -52,23 +54,31 @@ class Pass:
     launch: int            # 1-based index of the server launch it runs in
     mode: str
     concurrency: int
-    repeat: int            # 1..repeats; 0 = the discarded burn-in pass of its launch
+    repeat: int            # 1..repeats; 0 = the discarded burn-in pass of its launch; -1 = a
+    #                        dedicated profiled pass after the timed ones (PROFILE_REPEAT)
     prompts: int
     rate: float | None = None   # requests per second offered (None: closed loop, --request-rate inf)
     probe: bool = False         # a capacity search's probe: its rate is decided in the job
+    profile: bool = False       # profiled (traces of every GPU rank): left out of every statistic
 
     @property
     def burn_in(self) -> bool:
         return self.repeat == 0
 
     @property
+    def discarded(self) -> bool:
+        """Not a timed pass of the statistics: a burn-in or a profiled pass."""
+        return self.burn_in or self.profile
+
+    @property
     def key(self) -> str:
         """Names the pass's files and events: bench-<key>.jsonl, logs/client-<key>.log
-        (c<C>-r<k>; an open-loop pass q<RATE>-r<k>)."""
+        (c<C>-r<k>; an open-loop pass q<RATE>-r<k>; burnin / profile in place of r<k>)."""
         if self.probe:
             return f"probe{self.repeat}"
         load = f"c{self.concurrency}" if self.rate is None else f"q{rate_text(self.rate)}"
-        return f"{load}-{'burnin' if self.burn_in else f'r{self.repeat}'}"
+        tag = "burnin" if self.burn_in else "profile" if self.repeat == PROFILE_REPEAT else f"r{self.repeat}"
+        return f"{load}-{tag}"
 
     @property
     def load(self) -> str:
@@ -79,14 +89,16 @@ class Pass:
 
     @property
     def spec(self) -> str:
-        """How the job script lists it: CONCURRENCY:REPEAT:PROMPTS[:RATE]."""
+        """How the job script lists it: CONCURRENCY:REPEAT:PROMPTS[:RATE][:profile]."""
         rate = "search" if self.probe else (rate_text(self.rate) if self.rate else "")
-        return f"{self.concurrency}:{self.repeat}:{self.prompts}" + (f":{rate}" if rate else "")
+        return (f"{self.concurrency}:{self.repeat}:{self.prompts}" + (f":{rate}" if rate else "")
+                + (":profile" if self.profile else ""))
 
     def to_dict(self) -> dict:
         return {"launch": self.launch, "mode": self.mode, "concurrency": self.concurrency,
                 "repeat": self.repeat, "prompts": self.prompts, "key": self.key,
-                **({"rate": self.rate} if self.rate is not None else {}), **({"probe": True} if self.probe else {})}
+                **({"rate": self.rate} if self.rate is not None else {}), **({"probe": True} if self.probe else {}),
+                **({"profile": True} if self.profile else {})}
 
 
 def rate_text(rate: float) -> str:
@@ -109,7 +121,8 @@ class Launch:
     def from_dict(cls, d: dict) -> "Launch":
         return cls(int(d["index"]), str(d["mode"]), tuple(
             Pass(int(p["launch"]), str(p["mode"]), int(p["concurrency"]), int(p["repeat"]),
-                 int(p["prompts"]), float(p["rate"]) if p.get("rate") is not None else None, bool(p.get("probe")))
+                 int(p["prompts"]), float(p["rate"]) if p.get("rate") is not None else None, bool(p.get("probe")),
+                 bool(p.get("profile", False)))
             for p in d.get("passes", ())))
 
 
@@ -140,8 +153,13 @@ class Campaign:
 
     @property
     def passes(self) -> tuple[Pass, ...]:
-        """Every timed pass (burn-ins left out), in the order they run."""
-        return tuple(p for launch in self.launches for p in launch.passes if not p.burn_in)
+        """Every timed pass (burn-ins and profiled passes left out), in the order they run."""
+        return tuple(p for launch in self.launches for p in launch.passes if not p.discarded)
+
+    @property
+    def profiled(self) -> tuple[Pass, ...]:
+        """The profiled passes (profile.target), in the order they run."""
+        return tuple(p for launch in self.launches for p in launch.passes if p.profile)
 
     @property
     def variance_levels(self) -> tuple[str, ...]:
@@ -215,7 +233,7 @@ def launch_order(modes: tuple[str, ...], launches: int, order: str) -> list[str]
 def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...], order: str,
              burn_in: bool, num_prompts: int, prompts_per_concurrency: int = 0, launches: int = 1,
              primary_metric: str = "output_tps", margin_pct: float = 0.0, sequential: bool = False,
-             spending: str = SPENDING_DEFAULT, rates: tuple[float, ...] = ()) -> Campaign:
+             spending: str = SPENDING_DEFAULT, rates: tuple[float, ...] = (), profile: str = "") -> Campaign:
     """The launches and passes of a campaign (arguments already validated): `launches` server
     launches per mode, `repeats` timed passes per concurrency in each, then per request rate (open
     loop: num_prompts each, sent at that rate; the prompts are their cap on concurrency)."""
@@ -238,6 +256,11 @@ def schedule(modes: tuple[str, ...], repeats: int, concurrencies: tuple[int, ...
             for r in range(j * repeats + 1, (j + 1) * repeats + 1):
                 passes.append(Pass(index, mode, num_prompts, r, num_prompts, q))
         out.append(Launch(index, mode, tuple(passes)))
+    if concurrencies:       # "extra": at the first concurrency, else (open loop only) the first rate
+        out = with_profile(out, profile, concurrencies[0], prompts_for(concurrencies[0], num_prompts,
+                                                                      prompts_per_concurrency))
+    elif rates:
+        out = with_profile(out, profile, num_prompts, num_prompts, rates[0])
     return Campaign(tuple(modes), repeats, tuple(concurrencies), order, burn_in, tuple(out), launches,
                     primary_metric, margin_pct, sequential, spending, tuple(rates))
 
@@ -270,6 +293,25 @@ def parse_rates(text: str) -> tuple[float, ...]:
     if not out:
         raise ValueError("no request rate given")
     return tuple(out)
+
+
+def with_profile(launches: list[Launch], target: str, concurrency: int, prompts: int,
+                 rate: float | None = None) -> list[Launch]:
+    """profile.target applied: "extra" adds a profiled pass after the timed ones of each mode's
+    first launch (at the first concurrency, or at `rate`: an open-loop campaign's first); a pass
+    key profiles that pass of every mode that has it; "" changes nothing."""
+    if not target:
+        return launches
+    out, seen = [], set()
+    for la in launches:
+        passes = list(la.passes)
+        if target == PROFILE_EXTRA and la.mode not in seen:
+            passes.append(Pass(la.index, la.mode, concurrency, PROFILE_REPEAT, prompts, rate, profile=True))
+        elif target != PROFILE_EXTRA:
+            passes = [replace(p, profile=True) if p.key == target else p for p in passes]
+        seen.add(la.mode)
+        out.append(Launch(la.index, la.mode, tuple(passes)))
+    return out
 
 
 def parse_concurrencies(text: str) -> tuple[int, ...]:

@@ -130,6 +130,7 @@ class Benchmark:
     steady_concurrency_ratio: float = 0.5   # the steady state's minimum concurrency / peak
     request_rates: str = ""        # open-loop passes' rates, "2,4,8" (campaign_plan.resolve_options)
     saturation_growth: float = 0.1  # backlog growth / arrival rate above which a pass is saturated
+    slo_target_pct: float = 90.0   # a pass meets the SLOs when this % of its requests meet every SLO
     margin_pct: float = 3.0        # equivalence margin (percent; 0: none)
     sequential: bool = False       # group-sequential comparisons by default
     max_blocks: int = 8            # a sequential campaign's most counterbalanced blocks
@@ -367,6 +368,90 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class NvidiaSmi:
+    """nvidia-smi in query mode: the command and its --query-gpu fields, in order."""
+
+    command: tuple[str, ...] = ("nvidia-smi",)
+    fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Dcgm:
+    """A DCGM exporter's /metrics: its URL, the exporter a sampler starts (none: the site runs
+    one), the scrape loop (+ URL INTERVAL_S)."""
+
+    url: str = ""
+    exporter_command: tuple[str, ...] = ()
+    scrape_command: tuple[str, ...] = ()
+
+
+TELEMETRY_SOURCES = ("nvidia-smi", "dcgm", "none")
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """GPU and host samplers per node over every pass ([telemetry]; docs/telemetry.md)."""
+
+    source: str = "none"
+    interval_ms: int = 1000
+    host: bool = True
+    host_interval_ms: int = 1000
+    step_args: tuple[str, ...] = ()
+    max_gap_s: float = 3.0
+    low_clock_pct: float = 10.0
+    low_power_pct: float = 20.0
+    client_busy_pct: float = 90.0
+    host_command: tuple[str, ...] = ()
+    nvidia_smi: NvidiaSmi = NvidiaSmi()
+    dcgm: Dcgm = Dcgm()
+
+    @property
+    def enabled(self) -> bool:
+        return self.source in ("nvidia-smi", "dcgm")
+
+    @property
+    def interval_s(self) -> float:
+        return self.interval_ms / 1000.0
+
+
+@dataclass(frozen=True)
+class ProfileWindow:
+    """One role's profile window: SGLang's ProfileReq start_step (0: from the next forward) and
+    num_steps."""
+
+    start_step: int = 0
+    num_steps: int = 5
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Profiles on demand ([profile]): which pass, what SGLang records, each role's step window,
+    and nsys around the server steps."""
+
+    target: str = ""                 # "": none; "extra": a dedicated pass; or a pass key
+    activities: tuple[str, ...] = ("CPU", "GPU")
+    profile_by_stage: bool = False
+    nsys: bool = False
+    nsys_command: tuple[str, ...] = ()
+    roles: tuple[tuple[str, ProfileWindow], ...] = ()
+
+    def window(self, role: str) -> ProfileWindow:
+        return dict(self.roles).get(role, ProfileWindow())
+
+
+@dataclass(frozen=True)
+class History:
+    """The index of collected runs and its change-point detector ([history]; docs/history.md)."""
+
+    index: str = ""
+    metric: str = ""
+    alpha: float = 0.01
+    permutations: int = 499
+    min_segment: int = 4
+    min_change_pct: float = 2.0
+
+
+@dataclass(frozen=True)
 class Pd:
     """The site's KV transfer for PD modes ([pd])."""
 
@@ -431,6 +516,9 @@ class Experiment:
     pd: Pd = Pd()
     correctness: Correctness = Correctness()
     capacity: Capacity = Capacity()
+    telemetry: Telemetry = Telemetry()
+    profile: Profile = Profile()
+    history: History = History()
 
     @property
     def components(self) -> tuple[Component, ...]:
@@ -518,7 +606,10 @@ def _convert(tp, v) -> Any:
     if dataclasses.is_dataclass(origin) and isinstance(v, dict):
         return _from_dict(origin, v)
     if isinstance(v, (list, tuple)):
-        item = (typing.get_args(tp) or (Any,))[0] if origin is tuple else Any
+        args = typing.get_args(tp) if origin is tuple else ()
+        if len(args) > 1 and args[-1] is not Ellipsis and len(args) == len(v):     # a fixed pair
+            return tuple(_convert(a, x) for a, x in zip(args, v))
+        item = (args or (Any,))[0]
         return tuple(_convert(item, x) for x in v)
     return v
 
@@ -586,7 +677,23 @@ def build(tree: dict, mode_name: str) -> Experiment:
         pd=_build(Pd, tree["pd"]),
         correctness=_build(Correctness, tree["correctness"]),
         capacity=_build(Capacity, tree["capacity"]),
+        telemetry=_telemetry(tree["telemetry"]),
+        profile=_profile(tree["profile"]),
+        history=_build(History, tree["history"]),
     )
+
+
+def history_of(tree: dict) -> History:
+    """[history] of a merged tree (`slurm-ab history` needs no mode)."""
+    return _build(History, tree["history"])
+
+
+def _telemetry(t: dict) -> Telemetry:
+    return _build(Telemetry, t, nvidia_smi=_build(NvidiaSmi, t["nvidia_smi"]), dcgm=_build(Dcgm, t["dcgm"]))
+
+
+def _profile(p: dict) -> Profile:
+    return _build(Profile, p, roles=tuple((k, _build(ProfileWindow, v)) for k, v in p["roles"].items()))
 
 
 def mode_of(tree: dict, name: str) -> Mode:

@@ -88,6 +88,17 @@ FILES = {
     "capacity_log": "logs/capacity-{key}.log",   # the capacity search's decision before probe {key}
     "client_log": "logs/client-{key}.log",       # bench_serving's stdout+stderr of one pass
     "bench": "bench-{key}.jsonl",                # bench_serving --output-file of one pass
+    # telemetry (issue 34): each node's GPU sampler (a header line, then nvidia-smi's CSV or the
+    # DCGM scrapes) and ROUTER_HOST's host sampler, from the launch's start to its teardown
+    "telemetry": "telemetry",
+    "gpu_samples": "telemetry/gpu-r{g}-n{rank}.log",
+    "host_samples": "telemetry/host.log",
+    # profiles: every GPU rank's trace of a profiled pass (SGLang names the files), the heads'
+    # answers to /start_profile and /stop_profile, nsys' report per node
+    "profiles": "profiles",
+    "profile_dir": "profiles/{key}",
+    "profile_answer": "profiles/{key}/{what}-r{g}.txt",
+    "nsys_report": "profiles/nsys-r{g}-n{rank}",
 }
 # A script submitted again (plain sbatch of job.sbatch) finds its run directory used and writes
 # beside it: <run dir>-job<JOBID> (the job script's prepare_run_dir; find_run_dirs).
@@ -296,6 +307,38 @@ class Layout:
         """The client's stdout+stderr of pass `key`."""
         return self._file("client_log", key=key)
 
+    # ---- a launch's telemetry and profiles ------------------------------------------------------
+    telemetry = property(lambda self: self._file("telemetry"))
+    host_samples = property(lambda self: self._file("host_samples"))
+    profiles = property(lambda self: self._file("profiles"))
+
+    def gpu_samples(self, replica: int, rank: int) -> Path:
+        """One node's GPU sampler output (node rank `rank` of het group `replica`)."""
+        return self._file("gpu_samples", g=replica, rank=rank)
+
+    def gpu_sample_map(self) -> dict[tuple[int, int], Path]:
+        """(het group, node rank) -> its GPU sampler's file, of every file present."""
+        pat = re.compile(re.escape(FILES["gpu_samples"].rsplit("/", 1)[1]).replace(r"\{g\}", r"(\d+)")
+                         .replace(r"\{rank\}", r"(\d+)") + "$")
+        out = {}
+        for p in sorted(self.root.glob(_glob("gpu_samples"))):
+            m = pat.search(p.name)
+            if m:
+                out[(int(m.group(1)), int(m.group(2)))] = p
+        return out
+
+    def profile_dir(self, key: str) -> Path:
+        """The traces of profiled pass `key` (SGLang's output_dir)."""
+        return self._file("profile_dir", key=key)
+
+    def profile_answer(self, key: str, what: str, replica: int) -> Path:
+        """A head's answer to /start_profile (what="start") or /stop_profile ("stop")."""
+        return self._file("profile_answer", key=key, what=what, g=replica)
+
+    def nsys_report(self, replica: int, rank: int) -> Path:
+        """nsys' -o of one node (nsys adds .nsys-rep)."""
+        return self._file("nsys_report", g=replica, rank=rank)
+
     def pass_files(self) -> list[Path]:
         """Every pass's client output and log present."""
         return sorted(self.root.glob(_glob("bench"))) + sorted(self.root.glob(_glob("client_log")))
@@ -345,13 +388,15 @@ class OldRunLayout(Layout):
 RELATIVE = Layout(Path())
 
 
-def job_formats(pd: bool = True, sequential: bool = True, capacity: bool = True) -> tuple[tuple[str, str, str], ...]:
+def job_formats(pd: bool = True, sequential: bool = True, capacity: bool = True, telemetry: bool = True,
+                profile: bool = True) -> tuple[tuple[str, str, str], ...]:
     """(F_<NAME>, printf format, its arguments in words) of every file the job script writes: the
     Layout's own names with '%s' for what only the job knows. The script's only way to name a
     run-directory file (F_RESUBMITTED: where a script submitted again writes). pd=False: without
     the files only prefill/decode launches write (pd.sh's canaries and pair warm-ups, the PD nodes'
     SGLANG_HOST_IP); sequential=False: without a sequential campaign's stop-rule files;
-    capacity=False: without a capacity search's."""
+    capacity=False: without a capacity search's; telemetry, profile=False: without the samplers'
+    and the profiles' files."""
     f, lay = "%s", RELATIVE
     files = (
         ("JOB_SCRIPT", lay.job_script, ""), ("EVENTS", lay.events, ""), ("SLURM_OUT", lay.slurm_out(f), "job id"),
@@ -383,19 +428,30 @@ def job_formats(pd: bool = True, sequential: bool = True, capacity: bool = True)
         ("SCRAPE_ERROR", lay.scrape_error(f, f), "scrape target, time stamp"),
         ("SCRAPE_PARTIAL", lay.scrape_partial(f, f), "scrape target, time stamp"),
         ("SCRAPE_CURL", lay.scrape_curl(f, f), "scrape target, time stamp"),
+        ("TELEMETRY", lay.telemetry, ""), ("GPU_SAMPLES", lay.gpu_samples(f, f), "replica, node rank"),
+        ("HOST_SAMPLES", lay.host_samples, ""), ("PROFILES", lay.profiles, ""),
+        ("PROFILE_DIR", lay.profile_dir(f), "pass key"),
+        ("PROFILE_ANSWER", lay.profile_answer(f, f, f), "pass key, start|stop, replica"),
+        ("NSYS_REPORT", lay.nsys_report(f, f), "replica, node rank"),
         ("RESUBMITTED", Layout(Path(f)).resubmitted(f), "run directory, job id"),
         ("CAPACITY_SPEC", lay.capacity_spec, ""), ("CAPACITY_PROGRAM", lay.capacity_program, ""),
         ("CAPACITY_LOG", lay.capacity_log(f), "pass key"),
         ("SEQ_SPEC", lay.sequential_spec, ""), ("STOP_RULE", lay.stop_rule, ""),
         ("STOP_RULE_LOG", lay.stop_rule_log, ""),
     )
-    pd_only = {"PD_CANARY", "PD_CANARY_HTTP", "PD_CANARY_DP", "PD_CANARY_DP_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP",
-               "ROUTER_CANARY", "ROUTER_CANARY_HTTP", "PREFLIGHT_HOST_IP"}
-    sequential_only = {"SEQ_SPEC", "STOP_RULE", "STOP_RULE_LOG"}
-    capacity_only = {"CAPACITY_SPEC", "CAPACITY_PROGRAM", "CAPACITY_LOG"}
-    return tuple((f"F_{name}", str(path), args) for name, path, args in files
-                 if (pd or name not in pd_only) and (sequential or name not in sequential_only)
-                 and (capacity or name not in capacity_only))
+    left_out = set()
+    if not pd:
+        left_out |= {"PD_CANARY", "PD_CANARY_HTTP", "PD_CANARY_DP", "PD_CANARY_DP_HTTP", "PD_WARMUP", "PD_WARMUP_HTTP",
+                     "ROUTER_CANARY", "ROUTER_CANARY_HTTP", "PREFLIGHT_HOST_IP"}
+    if not sequential:
+        left_out |= {"SEQ_SPEC", "STOP_RULE", "STOP_RULE_LOG"}
+    if not capacity:
+        left_out |= {"CAPACITY_SPEC", "CAPACITY_PROGRAM", "CAPACITY_LOG"}
+    if not telemetry:
+        left_out |= {"TELEMETRY", "GPU_SAMPLES", "HOST_SAMPLES"}
+    if not profile:
+        left_out |= {"PROFILES", "PROFILE_DIR", "PROFILE_ANSWER", "NSYS_REPORT"}
+    return tuple((f"F_{name}", str(path), args) for name, path, args in files if name not in left_out)
 
 
 def launch_dirname(launch: Launch) -> str:
@@ -489,7 +545,8 @@ def _typed(reader, value):
 
 
 def _count(v) -> int:
-    return int(v) if isinstance(v, str) and v.isdigit() else 0
+    """A recorded number (a dedicated profiled pass's repeat is -1: campaign.PROFILE_REPEAT)."""
+    return int(v) if isinstance(v, str) and v.lstrip("-").isdigit() else 0
 
 
 def _text(v) -> str | None:
@@ -577,22 +634,23 @@ def _recorded_campaign(lay: Layout) -> Campaign | None:
         index, mode = e.get_int("launch"), e.fields.get("mode")
         if index is None or not mode:
             continue
-        if "passes" in e.fields:      # C:REPEAT:PROMPTS[:RATE]
-            specs = [x.split(":") for x in e.fields["passes"].split(",") if x.count(":") in (2, 3)]
+        if "passes" in e.fields:      # C:REPEAT:PROMPTS[:RATE][:profile]
+            specs = [x.split(":") for x in e.fields["passes"].split(",") if x.count(":") in (2, 3, 4)]
         else:
             specs = [(b.fields.get("concurrency"), b.fields.get("repeat"), b.fields.get("prompts"),
                       b.fields.get("rate", "inf"))
                      for b in read_events(lay.launch(Launch(index, mode, ())).events).named("bench_start")]
         launches.append(Launch(index, mode, tuple(Pass(index, mode, *(_count(x) for x in spec[:3]),
-                                                       _rate(spec[3] if len(spec) > 3 else None),
-                                                       len(spec) > 3 and spec[3] == "search")
+                                                       _rate(spec[3] if len(spec) > 3 and spec[3] != "profile" else None),
+                                                       len(spec) > 3 and spec[3] == "search",
+                                                       profile="profile" in spec[3:])
                                                   for spec in specs)))
     if not launches:
         return None
     passes = [p for la in launches for p in la.passes]
     modes = tuple(dict.fromkeys(la.mode for la in launches))
     concs = tuple(dict.fromkeys(p.concurrency for p in passes)) or (0,)
-    repeats = max((sum(1 for p in la.passes if p.concurrency == c and not p.burn_in)
+    repeats = max((sum(1 for p in la.passes if p.concurrency == c and not p.discarded)
                    for la in launches for c in concs), default=1)
     return Campaign(modes, max(repeats, 1), concs, "recorded", any(p.burn_in for p in passes),
                     tuple(launches), max(sum(1 for la in launches if la.mode == x) for x in modes))

@@ -11,7 +11,7 @@ import re
 from .campaign import MAX_BLOCKS, MIN_BLOCKS, SPENDING_CHOICES, valid_spending
 from .config import Tree, lookup, mode_settings, referenced_keys, resolve_refs
 from .errors import ConfigError, ConfigErrors
-from . import roles, site_checks
+from . import roles, site_checks, telemetry_checks
 from .site_checks import SBATCH_OPTION, SBATCH_VALUE
 from .experiment import Experiment, build
 
@@ -60,6 +60,7 @@ def resolve(tree: Tree, mode: str) -> Experiment:
     errors += _preflight_checks(resolved)
     errors += _correctness_checks(resolved)
     errors += site_checks.check(resolved)
+    errors += telemetry_checks.check(resolved)
     if errors:
         raise ConfigErrors(errors)
     site_checks.resolve_image(resolved)
@@ -200,6 +201,10 @@ def _client_checks(tree: Tree) -> list[ConfigError]:
     if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m <= 100:
         errs.append(ConfigError("router.max_retry_pct", m, "not a percentage of a pass's requests",
                                 "a number in [0, 100], e.g. 5 (0: any retry makes the pass invalid)"))
+    t = b["slo_target_pct"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 100:
+        errs.append(ConfigError("benchmark.slo_target_pct", t, "not a percentage of a pass's requests",
+                                "a number in (0, 100], e.g. 90 (a pass meets the SLOs when 90% of its requests do)"))
     r = b["steady_concurrency_ratio"]
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r <= 1:
         errs.append(ConfigError("benchmark.steady_concurrency_ratio", r, "not a share of the peak concurrency",

@@ -264,6 +264,7 @@ class LatencyStats:
     tpot: Dist | None
     e2e: Dist | None
     errors: tuple[str, ...] = ()     # distinct error texts (first 200 chars), in order
+    itl: Dist | None = None          # every inter-token gap of the successful requests
 
 
 def latency_stats(record: Mapping | None, reqs: Sequence[Request] | None = None) -> LatencyStats | None:
@@ -285,7 +286,9 @@ def latency_stats(record: Mapping | None, reqs: Sequence[Request] | None = None)
     ok = [r for r in reqs if r.ok]
     return LatencyStats(len(reqs), len(ok), Dist.of(r.ttft * 1000.0 for r in ok),
                         Dist.of(r.tpot * 1000.0 for r in ok if r.output_len > 1),
-                        Dist.of(r.e2e * 1000.0 for r in ok), tuple(errors))
+                        Dist.of(r.e2e * 1000.0 for r in ok), tuple(errors),
+                        Dist.of(x * 1000.0 for r in ok if not (len(r.itls) == 1 and r.output_len > 2)
+                                for x in r.itls))
 
 
 # ---- the steady state: the longest window with >= ceil(ratio x peak) requests in flight ----------

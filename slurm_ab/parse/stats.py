@@ -28,14 +28,20 @@ class Dist:
     p50: float
     p95: float
     p99: float
+    p90: float | None = None
+    min: float | None = None
+    max: float | None = None
+    std: float | None = None        # sample standard deviation (n - 1); None for one value
 
     @classmethod
     def of(cls, values: Iterable[float]) -> "Dist | None":
         xs = sorted(values)
         if not xs:
             return None
-        return cls(len(xs), math.fsum(xs) / len(xs), percentile(xs, 50), percentile(xs, 95),
-                   percentile(xs, 99))
+        m = math.fsum(xs) / len(xs)
+        sd = math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else None
+        return cls(len(xs), m, percentile(xs, 50), percentile(xs, 95), percentile(xs, 99),
+                   percentile(xs, 90), xs[0], xs[-1], sd)
 
 
 def mean(values: Sequence[float]) -> float | None:

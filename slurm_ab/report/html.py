@@ -27,7 +27,9 @@ th,td{border:1px solid #d0d0d0;padding:3px 7px;vertical-align:top} th{background
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap} code,pre{font:12px ui-monospace,Menlo,Consolas,monospace}
 pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:8px;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
 .verdict{display:inline-block;padding:2px 10px;border-radius:4px;font-weight:600;color:#fff;background:#757575}
-.v-ok{background:#2e7d32} .v-invalid{background:#ef6c00} .v-failed,.v-timeout{background:#c62828} .v-cancelled{background:#6d4c41} .v-running{background:#1565c0}
+section.answers{margin:0 0 14px} .answer{border-left:6px solid #757575;background:#fafafa;padding:6px 10px;margin:4px 0;font-size:15px}
+.answer .word{display:inline-block;padding:1px 8px;border-radius:4px;font-weight:600;color:#fff;margin-right:4px}
+.answer .basis{color:#555;font-size:13px}
 img.plot{max-width:100%;border:1px solid #e5e5e5;margin:6px 0} .muted{color:#666;font-size:12.5px} p.warn{color:#8a4b00}
 dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:13px} dl.prov dt{color:#555} dl.prov dd{margin:0}
 ul.files{columns:3;font-size:12.5px} .hl{background:#ffebee}
@@ -47,10 +49,35 @@ def img(png_bytes: bytes, alt: str, name: str = "") -> str:
             f'src="{data_uri(png_bytes)}"><figcaption class="muted">{esc(alt)}</figcaption></figure>\n')
 
 
+def _run_css() -> str:
+    """The verdict badges' colours: a job's verdict, as the answer lines have them."""
+    from ..tables.answer import RUN_COLOURS
+    return "".join(f".v-{v}{{background:{c}}} " for v, c in RUN_COLOURS.items()) + "\n"
+
+
 def page(title: str, body: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{esc(title)}</title>"
-            f"<style>{CSS}</style></head>\n<body>\n{body}</body></html>\n")
+            f"<style>{CSS}{_run_css()}</style></head>\n<body>\n{body}</body></html>\n")
+
+
+def answer_html(answers) -> str:
+    """The answer lines (tables.answer.Answer) as the first thing of a page: the verdict coloured by
+    its kind (a comparison's: better, worse, equivalent, ...; a job's: ok, failed, ...), the
+    statement, what it rests on."""
+    if not answers:
+        return ""
+    items = "".join(
+        f'<div class="answer" data-kind="{esc(a.kind)}" style="border-left-color:{esc(a.colour)}">'
+        f'<span class="word" style="background:{esc(a.colour)}">{esc(a.verdict)}</span> '
+        f"<strong>{esc(a.subject)}</strong>: {esc(a.statement)}; "
+        f'<span class="basis">rests on {esc(a.basis)}</span></div>\n' for a in answers)
+    return f'<section class="answers">\n{items}</section>\n'
+
+
+def job_note(note: str | None) -> str:
+    """The collector's note on the job's Slurm record (sacct answered for another job: ignored)."""
+    return f'<p class="warn">note: {esc(note)}</p>\n' if note else ""
 
 
 def verdict_badge(v: str) -> str:
@@ -155,30 +182,68 @@ def _context(run_dir: Path, rel: str, line: int, around: int = 3) -> str:
 WITH_CONTEXT = 3
 
 
+# Kinds that healthy runs log too: evidence when a reason cites them, never a cause by themselves
+# (NCCL's "NET/IB : No device found" on a site without InfiniBand, the steps Slurm cancels when
+# the job tears down, a start-up retry, a capped or full KV pool).
+ROUTINE_KINDS = ("nccl_net", "slurm_cancelled", "srun_error", "connection_refused", "kv_capped", "kv_pressure")
+
+
+def rank_findings(findings, reasons, verdict: str) -> tuple[list, list]:
+    """(abnormal, routine): the findings the verdict's reasons cite first (in the reasons'
+    order), then root causes (parse.diagnose.ROOT_CAUSE_KINDS' order), then the other signatures,
+    by time; routine lines (ROUTINE_KINDS: also in healthy runs) apart, unless a reason cites
+    them or the verdict is Slurm's cancellation they explain."""
+    from ..parse.diagnose import ROOT_CAUSE_KINDS
+
+    def cited(f):
+        tag = f"[{f.file}:{f.line}]"
+        return next((i for i, r in enumerate(reasons) if tag in r), None)
+
+    def routine(f):
+        if cited(f) is not None:
+            return False
+        if f.kind == "slurm_cancelled":
+            return verdict != "cancelled"
+        return f.kind in ROUTINE_KINDS
+
+    def key(f):
+        c = cited(f)
+        root = ROOT_CAUSE_KINDS.index(f.kind) if f.kind in ROOT_CAUSE_KINDS else len(ROOT_CAUSE_KINDS)
+        return (c if c is not None else len(reasons), root, f.ts.timestamp() if f.ts else float("inf"))
+    abnormal = sorted((f for f in findings if not routine(f)), key=key)
+    return abnormal, sorted((f for f in findings if routine(f)), key=key)
+
+
 def diagnosis(run: RunFiles, base_dir: Path) -> str:
+    """The findings of a run's logs, what is abnormal for this run first (rank_findings): the first
+    ones with their log lines, the others listed; the routine lines last, said to be routine."""
     findings = run.summary.findings if run.summary is not None else ()
     if not findings:
         return ""
-    reasons = run.reasons
-
-    def cited(f):   # findings that the verdict's reasons cite come first, in the reasons' order
-        tag = f"[{f.file}:{f.line}]"
-        return next((i for i, r in enumerate(reasons) if tag in r), len(reasons))
-    findings = sorted(findings, key=cited)
+    abnormal, routine = rank_findings(findings, run.reasons, run.verdict)
     parts = ["<h2>Diagnosis</h2>\n"]
+    if not abnormal:
+        parts.append('<p class="muted">No line of the logs explains the verdict; the lines below are '
+                     "routine (healthy runs log them too).</p>\n")
     rest = []
-    for k, f in enumerate(findings):
+
+    def where(f):
         rel, line = str(f.file or ""), f.line or 0
         href = _rel(run.run_dir / rel, base_dir) if rel else ""
-        where = f'<a href="{esc(href)}">{esc(rel)}</a>:{esc(line)}'
+        return f'<a href="{esc(href)}">{esc(rel)}</a>:{esc(line)}'
+    for k, f in enumerate(abnormal):
         if k >= WITH_CONTEXT:     # the first findings with their log lines, the others listed
-            rest.append(f"<li>{esc(f.kind)}: {where} {esc(f.excerpt or '')}</li>")
+            rest.append(f"<li>{esc(f.kind)}: {where(f)} {esc(f.excerpt or '')}</li>")
             continue
-        parts.append(f"<h3>{esc(f.kind)}: {where}</h3>\n<p>{esc(f.excerpt or '')}</p>\n")
-        if rel and line > 0:
-            parts.append(_context(run.run_dir, rel, line))
+        parts.append(f"<h3>{esc(f.kind)}: {where(f)}</h3>\n<p>{esc(f.excerpt or '')}</p>\n")
+        if f.file and (f.line or 0) > 0:
+            parts.append(_context(run.run_dir, str(f.file), f.line))
     if rest:
         parts.append("<h3>Other findings</h3>\n<ul>" + "".join(rest) + "</ul>\n")
+    if routine:
+        parts.append('<h3 class="routine">Routine lines (healthy runs log them too: not a cause here)</h3>\n'
+                     '<ul class="routine">' + "".join(f"<li>{esc(f.kind)}: {where(f)} {esc(f.excerpt or '')}</li>"
+                                                       for f in routine) + "</ul>\n")
     return "".join(parts)
 
 
@@ -206,29 +271,35 @@ def run_plots(run: RunFiles) -> list[tuple[str, str, bytes]]:
                     plots.png(plots.fig_cdfs([curve], plots.DECODE_PANELS, context=ctx))))
     good = series.goodput_rows([(run.mode, run.summary.bench.goodput if run.summary else None)])
     if good:
+        target = run.summary.spec.slo_target_pct if run.summary else None
         out.append(("goodput.png", "Requests meeting benchmark.slo (all SLOs, and each alone) and good "
-                    "requests per second (sglang's --goodput definitions, from the per-request details)",
-                    plots.png(plots.fig_goodput(good, context=ctx))))
+                    "requests per second (sglang's --goodput definitions, from the per-request details)"
+                    + (f"; dotted: benchmark.slo_target_pct = {target:g}%" if target else ""),
+                    plots.png(plots.fig_goodput(good, target_pct=target, context=ctx))))
     tl = series.timeline(run)
     clk = series.clock(run, tl)
     win = series.shift_windows(series.windows(run), clk)
     span = series.bench_span(run, clk)
     stl = series.shift_timeline(tl, clk)
     if tl.requests:
+        lat = series.timeline_latencies(stl, run.record) if tl.concurrency else None
         cap = (f"Request timeline ({len(tl.requests)} requests; {tl.method}"
                + (f"; largest start residual {tl.residual_ms:.0f} ms" if tl.residual_ms is not None else "")
-               + "). Black ticks: arrival at the server. Below: requests in flight.")
+               + "). Black ticks: arrival at the server (each request's own access line). Below: requests "
+               "in flight" + ("; then each request's TTFT, E2E and TPOT at its start (drift, throttling)" if lat
+                              else "") + ".")
         out.append(("request-timeline.png", cap,
                     plots.png(plots.fig_timeline(stl, title=f"Request timeline: {run.run_id}",
                                                  windows={"benchmark": win["benchmark"], "failed": win["failed"]},
                                                  bench=span, xlabel=clk.label, context=ctx,
                                                  server_flight=series.server_in_flight(run, clk)
-                                                 if not tl.concurrency else None))))
+                                                 if not tl.concurrency else None, latency=lat))))
     mt = series.metrics_over_time(run, clk)
     if mt:
         out.append(("server-metrics.png", "Per replica over the benchmark, from its /metrics scrapes: "
                     "requests in flight (HTTP), running and queued, and the fullest stage's KV-cache "
-                    "usage (docs/metrics.md)",
+                    "usage (docs/metrics.md); each value drawn as a step held until the next scrape (markers: "
+                    "the scrapes)",
                     plots.png(plots.fig_metrics_time(mt, windows={"benchmark": win["benchmark"],
                                                                   "failed": win["failed"]},
                                                      bench=span, failure=stl.failure, xlabel=clk.label,
@@ -265,24 +336,31 @@ def render_run(run_dir: str | Path, *, base_dir: str | Path | None = None,
                plots_out: list | None = None) -> str:
     """The page of one run; base_dir is where the page will live (for relative links).
     plots_out, if given, receives the (name, caption, png) list for writing PNG files."""
+    from ..collect.write import read_summary
+    from .telemetry import profiles_html, telemetry_plots
+
     run = load(run_dir)
     base = Path(base_dir) if base_dir is not None else run.run_dir
-    pl = run_plots(run)
+    job = read_summary(run.run_dir)
+    pl = run_plots(run) + telemetry_plots(run.run_dir, job)
     if plots_out is not None:
         plots_out.extend(pl)
     body = [f"<h1>{esc(run.run_id)} <span class=\"muted\">({esc(run.mode)})</span></h1>\n",
             f"<p>Verdict: {verdict_badge(run.verdict)}</p>\n"]
     if run.reasons:
         body.append("<ul class=\"reasons\">" + "".join(f"<li>{esc(r)}</li>" for r in run.reasons) + "</ul>\n")
+    body.append(job_note(run.summary.job.note if run.summary else None))
     body.append("<h2>Results</h2>\n")
     body.append(markdown.to_html(_without_reasons(run.summary_md)) if run.summary_md
                 else f"<p class=\"muted\">not collected yet (no {RELATIVE.summary('md')})</p>\n")
+    body.append(percentiles_html([cdf_curve(run)]))
     body.append("<h2>Provenance</h2>\n" + provenance(run))
     body.append(diagnosis(run, base))
     body.append("<h2>Plots</h2>\n")
     body.extend(img(b, cap, name) for name, cap, b in pl)
     if not pl:
         body.append("<p class=\"muted\">nothing to plot (no client details, access lines or events)</p>\n")
+    body.append(profiles_html(run.run_dir, job, base, links_of))
     body.append("<h2>Raw files</h2>\n" + links(run, base))
     return page(f"slurm-ab: {run.run_id}", "".join(body))
 
@@ -327,16 +405,18 @@ def render_runs(run_dirs, table_md: str, *, base_dir: str | Path = ".", title: s
         body.append("<h2>Latency distributions</h2>\n")
         body.append(img(plots.png(plots.fig_cdfs(curves)), "Per-request TTFT and E2E CDFs, one line per run; "
                         "markers at each run's p50 (circle) and p95 (diamond)", "latency-cdf"))
-    rows = [dict(row, label=r.mode) for r in runs if r.verdict == "ok"
+    rows = [dict(row, label=r.mode, line=None) for r in runs if r.verdict == "ok"     # runs: points alone
             for row in load_side(r.run_dir).interactivity_rows(gpus_of(r.run_dir))]
     rows += [dict(row, label=f"{row['label']} ({c.run_id})") for c in camps      # a line per campaign
              for row in c.interactivity_rows(gpus_of(c.run_dir))]
     pts = series.interactivity_points(rows)
     if pts:
-        body.append("<h2>Throughput per GPU vs interactivity</h2>\n")
-        body.append(img(plots.png(plots.fig_interactivity(pts)), "Output tok/s per GPU against output "
-                        "tok/s per user (1000 / TPOT mean): every ok run (by mode) and every campaign's "
-                        "(mode, concurrency) means; Pareto front dashed", "interactivity"))
+        body.append("<h2>Throughput per GPU vs interactivity, TTFT and E2E</h2>\n")
+        body.append(img(plots.png(plots.fig_interactivity(pts, left_out=tuple(series.left_out(rows)))),
+                        f"{pts[0].primary.capitalize()} per GPU against output tok/s per user (1000 / TPOT "
+                        "mean), TTFT and E2E means: every ok run (by mode; separate runs are points, never "
+                        "joined) and every campaign's (mode, concurrency) means (a line per campaign and "
+                        "mode); Pareto fronts dashed" + makespan_note(pts), "interactivity"))
     for r in runs:
         body.append(f"<h2>{esc(r.run_id)} ({esc(r.mode)}) {verdict_badge(r.verdict)}</h2>\n")
         if r.reasons:
@@ -364,11 +444,39 @@ def campaigns_table(camps, base: Path) -> str:
             + "".join(rows) + "</tbody></table>\n")
 
 
-def forest_rows(a_rows: list[PassRow], b_rows: list[PassRow]) -> list[dict]:
-    """ab_stats deltas per metric (with intervals when both sides have repeats)."""
-    from ..ab_stats import METRIC_BY_NAME, deltas
-    return [dict(d.to_dict(), label=METRIC_BY_NAME[d.metric].label)
-            for d in deltas(columns(a_rows), columns(b_rows)) if d.change_pct is not None]
+def forest_rows(a_rows: list[PassRow], b_rows: list[PassRow], primary: str | None = None) -> list[dict]:
+    """The comparison's rows of two jobs (ab_stats.family: the primary first, the secondaries
+    Holm-adjusted, verdicts '(separate jobs)'), with intervals when both sides have repeats."""
+    from ..ab_stats.metrics import PRIMARY_DEFAULT
+    from ..ab_stats.verdicts import ACROSS_JOBS
+    from ..collect.rows import family
+    (rows,) = family([(a_rows, b_rows)], primary or PRIMARY_DEFAULT, confound=ACROSS_JOBS)
+    return [dict(r.to_dict(), label=r.label) for r in rows if r.delta.change_pct is not None]
+
+
+def percentiles_html(curves: list[dict], at: str = "") -> str:
+    """The percentile table per metric (tables.percentiles) of per-request CDF curves (sides.run_curve,
+    pooled_curves): n, mean, p50/p90/p95/p99, min, max, std of TTFT, TPOT, ITL and E2E."""
+    from ..tables.percentiles import percentile_table
+
+    md = percentile_table([(c["label"], {k: (c.get(k) or ([], []))[0] for k in ("ttft", "tpot", "itl", "e2e")})
+                           for c in curves])
+    return f"<h2>Latency percentiles{esc(at)}</h2>\n" + markdown.to_html(md) if md else ""
+
+
+def makespan_note(pts) -> str:
+    """The throughput charts' words on the primary and the makespan figure beside it."""
+    if any(p.makespan_gpu is not None for p in pts):
+        return ("; y: the steady-state output tok/s, the comparison's primary metric; hollow markers: the "
+                "makespan output tok/s (ramp-up and drain included) of the same points")
+    return ""
+
+
+def verdict_legend() -> str:
+    """'green: B is better, red: B is worse, ...': the forest plot's colours (ab_stats.verdicts)."""
+    from ..ab_stats.verdicts import KINDS
+    names = {"#2e7d32": "green", "#c62828": "red", "#1565c0": "blue", "#616161": "dark grey", "#9e9e9e": "grey"}
+    return "; ".join(f"{names.get(c, c)}: {what}" for what, c in KINDS.values())
 
 
 def _passes(n: int) -> str:
@@ -377,7 +485,7 @@ def _passes(n: int) -> str:
 
 def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
                    forest: list[dict] | None = None, sweep: list[dict] | None = None,
-                   forests: dict | None = None) -> str:
+                   forests: dict | None = None, answers: list | None = None) -> str:
     """Paired comparison of two runs or one-mode campaigns: the compare table, the settings side
     by side, latency and TPOT/ITL CDFs of both at each concurrency both ran (a campaign side: its
     ok passes at that C pooled), throughput per GPU against interactivity, the forest plot of %
@@ -386,10 +494,17 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
     from . import plots
     from .sides import gpus_of, load_side, mode_settings, settings_table
 
+    from ..tables.answer import pair_answers
+
     sa, sb = load_side(run_a), load_side(run_b)
     base = Path(base_dir)
     title = f"slurm-ab compare: {sa.run_id} vs {sb.run_id}"
-    body = [f"<h1>{esc(title)}</h1>\n",
+    primary = sa.job.campaign.primary_metric if sa.job else None
+    if answers is None:                 # `compare A B --html` gives the ones it printed
+        answers = pair_answers(sa.run_id, sa.rows(), sb.run_id, sb.rows(), primary,
+                               sa.job.campaign.margin_pct if sa.job else None)
+    body = [answer_html(answers),
+            f"<h1>{esc(title)}</h1>\n",
             f"<p>A: <code>{esc(sa.run_id)}</code> ({esc(', '.join(sa.modes))}, {_passes(sa.passes)}) "
             f"{verdict_badge(sa.verdict)} &nbsp; B: <code>{esc(sb.run_id)}</code> "
             f"({esc(', '.join(sb.modes))}, {_passes(sb.passes)}) {verdict_badge(sb.verdict)}</p>\n",
@@ -405,6 +520,7 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
         if not curves:
             continue
         at = f" at concurrency {c}" if c is not None else ""
+        body.append(percentiles_html(curves, at))
         body.append(img(plots.png(plots.fig_cdfs(curves)), f"Per-request TTFT and E2E CDFs of A and B{at}; "
                         "markers at p50 (circle) and p95 (diamond)", f"latency-cdf{'' if len(common) == 1 else f'-c{c}'}"))
         if all(x.get("tpot") and x["tpot"][0] for x in curves):
@@ -415,15 +531,16 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
     if good:
         body.append(img(plots.png(plots.fig_goodput(good)), "Requests meeting benchmark.slo and good "
                         "requests per second, A and B", "goodput"))
-    pts = series.interactivity_points(
-        [dict(r, label=f"A {r['label']}") for r in sa.interactivity_rows(gpus_of(sa.run_dir))]
-        + [dict(r, label=f"B {r['label']}") for r in sb.interactivity_rows(gpus_of(sb.run_dir))])
+    rows = ([dict(r, label=f"A {r['label']}") for r in sa.interactivity_rows(gpus_of(sa.run_dir))]
+            + [dict(r, label=f"B {r['label']}") for r in sb.interactivity_rows(gpus_of(sb.run_dir))])
+    pts = series.interactivity_points(rows)
     if pts:
-        body.append(img(plots.png(plots.fig_interactivity(pts)), "Throughput per GPU against "
-                        "interactivity (1000 / TPOT mean) of A and B, per concurrency; Pareto front dashed",
-                        "interactivity"))
+        body.append(img(plots.png(plots.fig_interactivity(pts, left_out=tuple(series.left_out(rows)))),
+                        f"{pts[0].primary.capitalize()} per GPU against interactivity (1000 / TPOT mean), "
+                        "TTFT and E2E of A and B, per concurrency (A's markers larger: a point under B's "
+                        "stays visible); Pareto fronts dashed" + makespan_note(pts), "interactivity"))
     if forests is None:
-        rows = forest if forest is not None else forest_rows(sa.ok_rows(), sb.ok_rows())
+        rows = forest if forest is not None else forest_rows(sa.ok_rows(), sb.ok_rows(), primary)
         forests = {None: rows} if rows else {}
     for c, rows in forests.items():
         if not rows:
@@ -433,7 +550,8 @@ def render_compare(run_a, run_b, compare_md: str, *, base_dir: str | Path = ".",
         body.append(f"<h2>Change per metric{esc(at)}</h2>\n")
         body.append(img(plots.png(plots.fig_forest(rows, title=f"B against A{at}")),
                         "% change of B against A" + (" with 95% intervals (Welch, log scale)" if has_ci
-                                                      else "; one pass per side, so no interval (inconclusive)"),
+                                                      else "; one pass per side, so no interval (inconclusive)")
+                        + f"; the primary metric first; {verdict_legend()}",
                         "forest" if c is None else f"forest-c{c}"))
         body.append(markdown.table_html(["metric", "change", "95% interval", "verdict"], [
             [str(r.get("label") or r["metric"]), f"{r['change_pct']:+.2f}%",

@@ -16,7 +16,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ..model.rundir import RELATIVE
-from .figstyle import (DPI, FAILED, PHASE_COLORS, fig_axes as _fig, legend_beside,  # noqa: F401
+from .figstyle import (DPI, FAILED, PHASE_COLORS, fig_axes as _fig, left_out_note, legend_beside,  # noqa: F401
                        nan_gaps as _nan, png, replica_color, series_color, shade as _shade, styled,
                        window_handles as _window_handles)
 
@@ -65,6 +65,9 @@ def fig_cdfs(curves: list[dict], panels=LATENCY_PANELS) -> Figure:
         if not tails:
             ax.text(0.5, 0.5, "no data: not in the client's stored per-request details", ha="center",
                     va="center", transform=ax.transAxes, color="#555555", wrap=True)
+        else:                               # a curve without this panel's data is named, not dropped
+            left_out_note(ax, [c["label"] for c in curves if not (c.get(key) and c.get(key)[0])],
+                          "no data (not in the stored per-request details) for", top=True)
         if tails and all(x[0] > 0 for x in tails) and \
                 max(x[-1] / x[len(x) // 2] for x in tails if x[len(x) // 2] > 0) > LOG_TAIL:
             ax.set_xscale("log")
@@ -79,18 +82,64 @@ def fig_cdfs(curves: list[dict], panels=LATENCY_PANELS) -> Figure:
     return fig
 
 
+# ---- per-request latency over time --------------------------------------------------------------
+
+def draw_latencies(ax, points) -> list:
+    """series.LatencyPoint on one panel: TTFT and E2E (s, left axis) and TPOT (ms, right axis) of
+    each request at its start, E2E's running median over 9 requests of its pass as a line (broken
+    between passes); returns the legend handles."""
+    pts = sorted(points, key=lambda p: p.t)
+    ax.plot([p.t for p in pts], [p.e2e_ms / 1000 for p in pts], ls="none", marker="o", ms=3.5, color="#1f77b4",
+            alpha=0.75, gid="latency-e2e")
+    ax.plot([p.t for p in pts], [p.ttft_ms / 1000 for p in pts], ls="none", marker="^", ms=3.5, color="#ff7f0e",
+            alpha=0.75, gid="latency-ttft")
+    if len(pts) >= 9:                  # per pass: a line never joins two passes
+        import statistics
+        xs: list = []
+        ys: list = []
+        for lab in dict.fromkeys(p.label for p in pts):
+            mine = [p for p in pts if p.label == lab]
+            xs += [p.t for p in mine] + [float("nan")]
+            ys += [statistics.median(p.e2e_ms for p in mine[max(0, k - 4):k + 5]) / 1000
+                   for k in range(len(mine))] + [float("nan")]
+        ax.plot(xs, ys, color="#1f77b4", lw=1.2, gid="latency-e2e-median")
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("latency (s)")
+    tp = [p for p in pts if p.tpot_ms is not None]
+    handles = [Line2D([], [], ls="none", marker="o", color="#1f77b4", label="E2E per request"),
+               Line2D([], [], ls="none", marker="^", color="#ff7f0e", label="TTFT per request")]
+    if tp:
+        tw = ax.twinx()
+        tw.plot([p.t for p in tp], [p.tpot_ms for p in tp], ls="none", marker="s", ms=3, color="#2ca02c", alpha=0.75,
+                gid="latency-tpot")
+        tw.set_ylim(bottom=0)
+        tw.set_ylabel("TPOT (ms)", color="#2ca02c")
+        tw.spines["right"].set_visible(True)
+        handles.append(Line2D([], [], ls="none", marker="s", color="#2ca02c", label="TPOT per request (ms)"))
+    if len(pts) >= 9:
+        handles.append(Line2D([], [], color="#1f77b4", lw=1.2, label="E2E running median (9)"))
+    if not pts:
+        ax.text(0.5, 0.5, "no per-request details from the client", ha="center", va="center", transform=ax.transAxes,
+                color="#555555")
+    ax.grid(alpha=0.3)
+    return handles
+
+
 # ---- request timeline ---------------------------------------------------------------------------
 
 @styled
 def fig_timeline(tl, *, title: str = "", windows: dict | None = None, bench: tuple | None = None,
-                 xlabel: str = "seconds since the first request", server_flight: list | None = None) -> Figure:
+                 xlabel: str = "seconds since the first request", server_flight: list | None = None,
+                 latency: list | None = None) -> Figure:
     """One bar per request (start -> first token light, first token -> end solid), coloured by
     replica (grey: not known), arrival ticks from the access lines; requests in flight below (the
-    client's; without its details the servers' HTTP in-flight gauge, else a note)."""
+    client's; without its details the servers' HTTP in-flight gauge, else a note); each request's
+    latency at its start at the bottom (`latency`: series.LatencyPoint; drift and throttling)."""
     n = len(tl.requests)
-    fig, (ax, axc) = _fig(3.6 + min(n, 160) * 0.055, 2, sharex=True,
-                          gridspec_kw={"height_ratios": [3, 1]})
-    for a in (ax, axc):
+    fig, axes = _fig(3.6 + min(n, 160) * 0.055 + (1.6 if latency else 0), 3 if latency else 2, sharex=True,
+                     gridspec_kw={"height_ratios": [3, 1, 1.5] if latency else [3, 1]})
+    ax, axc = axes[0], axes[1]
+    for a in axes:
         _shade(a, windows, bench)
     for y, r in enumerate(tl.requests):
         col = replica_color(r.replica)
@@ -121,16 +170,18 @@ def fig_timeline(tl, *, title: str = "", windows: dict | None = None, bench: tup
                  color="black", lw=1.4, gid="concurrency")
     elif server_flight:
         axc.plot([t for t, _ in server_flight], [n for _, n in server_flight], color="#9e9e9e", lw=2,
-                 marker="s", ms=4, gid="server-in-flight")
+                 marker="s", ms=4, drawstyle="steps-post", gid="server-in-flight")
         handles.append(Line2D([], [], color="#9e9e9e", lw=2, marker="s", label="in flight (servers' /metrics)"))
     else:
         axc.text(0.5, 0.5, "requests in flight unknown: no client output (no request's end)",
                  ha="center", va="center", transform=axc.transAxes, color="#555555")
+    if latency:
+        handles += draw_latencies(axes[2], latency)
     legend_beside(fig, handles + _window_handles(windows, bench, tl.failure))
     axc.set_ylabel("in flight")
     axc.set_ylim(bottom=0)
     axc.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
-    axc.set_xlabel(xlabel)
+    axes[-1].set_xlabel(xlabel)
     axc.grid(alpha=0.3)
     return fig
 
@@ -139,7 +190,8 @@ def fig_timeline(tl, *, title: str = "", windows: dict | None = None, bench: tup
 
 @styled
 def fig_decode(series: dict, windows: dict, *, failure: float | None = None, bench: tuple | None = None,
-               xlabel: str = "seconds since the first request") -> Figure:
+               xlabel: str = "seconds since the first request", labels: tuple = (),
+               latency: list | None = None) -> Figure:
     """Per replica: decode throughput (and accept length for speculative modes) over time, on one
     shared y scale per quantity (a slower replica shows as lower, not as an alike curve), lines
     broken where samples pause (prefill, between passes)."""
@@ -148,7 +200,8 @@ def fig_decode(series: dict, windows: dict, *, failure: float | None = None, ben
     spec = any(v is not None for s in series.values() for v in s["accept"])
     panels = [("gen", "decode tok/s")] + ([("accept", "accept len")] if spec else [])
     rows = max(len(series), 1) * len(panels)
-    fig, axes = _fig(1.75 * rows + 1.2, rows, sharex=True)
+    fig, axes = _fig(1.75 * rows + 1.2 + (2.0 if latency else 0), rows + (1 if latency else 0), sharex=True,
+                     gridspec_kw={"height_ratios": [1] * rows + ([1.25] if latency else [])})
     breaks = tuple(s for s, _ in (windows or {}).get("benchmark", ()) if s is not None)
     first: dict = {}
     i = 0
@@ -176,8 +229,17 @@ def fig_decode(series: dict, windows: dict, *, failure: float | None = None, ben
                      transform=axes[0].transAxes)
     handles = [Line2D([], [], color=replica_color(g), lw=1.4, marker=".", label=f"replica {g}")
                for g in sorted(series)]
+    if latency is not None:
+        _shade(axes[-1], windows, bench)
+        handles += draw_latencies(axes[-1], latency)
     legend_beside(fig, handles + _window_handles(windows, bench, failure))
-    axes[0].set_title("Decode samples of node rank 0 (same y scale for every replica)")
+    axes[0].set_title("Decode samples of node rank 0 (same y scale for every replica)"
+                      + ("\n" if labels else ""))
+    for k, (lab, (s, e)) in enumerate(zip(labels, (windows or {}).get("benchmark", ()))):
+        if s is not None:                       # which pass each client-step band is
+            axes[0].annotate(lab, ((s + (e if e is not None else s)) / 2, 1.0), xycoords=("data", "axes fraction"),
+                             ha="center", va="bottom", fontsize=8.5, xytext=(0, 1 + 9 * (k % 2)),
+                             textcoords="offset points", gid=f"pass-label-{k}")
     axes[-1].set_xlabel(xlabel)
     return fig
 
@@ -188,7 +250,9 @@ def fig_decode(series: dict, windows: dict, *, failure: float | None = None, ben
 def fig_metrics_time(per_replica: dict, *, windows: dict | None = None, bench: tuple | None = None,
                      failure: float | None = None, xlabel: str = "seconds since the first request") -> Figure:
     """Per replica, from its /metrics scrapes: requests in flight, running and queued (left axis,
-    one scale for all replicas) and KV-cache usage of the fullest stage (right axis)."""
+    one scale for all replicas) and KV-cache usage of the fullest stage (right axis), each held
+    from one scrape to the next (steps: what is known between two scrapes is the last value,
+    not a ramp)."""
     rows = max(len(per_replica), 1)
     fig, axes = _fig(1.9 * rows + 1.2, rows, sharex=True, sharey=True)
     kv_axes = []
@@ -196,15 +260,15 @@ def fig_metrics_time(per_replica: dict, *, windows: dict | None = None, bench: t
               ("queued", "queued", "#ff7f0e", 1.6, "^"))
     for ax, (g, d) in zip(axes, sorted(per_replica.items())):
         _shade(ax, windows, bench)
-        for key, _, col, lw, mk in styles:       # samples at the scrapes, joined (not held)
+        for key, _, col, lw, mk in styles:       # a gauge holds its value until the next scrape: steps
             pts = [(t, v) for t, v in zip(d["t"], d[key]) if t is not None and v is not None]
             ax.plot([t for t, _ in pts], [v for _, v in pts], color=col, lw=lw, marker=mk, ms=5,
-                    alpha=0.8 if key == "in_flight" else 1.0, gid=f"{key}-{g}")
+                    drawstyle="steps-post", alpha=0.8 if key == "in_flight" else 1.0, gid=f"{key}-{g}")
         kv = ax.twinx()
         kv_axes.append(kv)
         pts = [(t, v) for t, v in zip(d["t"], d["kv_usage"]) if t is not None and v is not None]
         kv.plot([t for t, _ in pts], [v for _, v in pts], color="#9467bd", ls="--", lw=1.3,
-                marker=".", ms=4, gid=f"kv-{g}")
+                marker=".", ms=4, drawstyle="steps-post", gid=f"kv-{g}")
         kv.set_ylabel("KV usage", color="#9467bd")
         kv.spines["right"].set_visible(True)
         if failure is not None:
@@ -273,19 +337,29 @@ def fig_replica_tpot(rows, client=None) -> Figure:
 @styled
 def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *,
                failure: float | None = None, end: float | None = None, failed: tuple = (),
-               xlabel: str = "seconds since the first request (negative: before it)") -> Figure:
+               xlabel: str = "seconds since the first request (negative: before it)",
+               labels: tuple = ()) -> Figure:
     """lanes: (name, [(phase, start, end|None)]); None = never finished (drawn to the job's end);
-    failed: (start, end) of failed passes, drawn red."""
+    failed: (start, end) of failed passes, drawn red; labels: each benchmark bar's pass ('C=1 r1'),
+    written on it (above it, alternating, when the bars are narrow)."""
     fig, (ax,) = _fig(0.9 + 0.5 * max(len(lanes), 1))
     stop = end if end is not None else max([e or s for _, ph in lanes for _, s, e in ph] + [0.0])
     bad = [(s, e) for s, e in failed if s is not None]
+    span = max(stop - min([s for _, ph in lanes for _, s, _ in ph] + [stop]), 1e-9)
     for y, (name, phases) in enumerate(lanes):
+        bench = 0
         for phase, s, e in phases:
             fails = phase == "benchmark" and any(abs(s - b[0]) < 1e-6 for b in bad)
-            ax.barh(y, (e if e is not None else stop) - s, left=s, height=0.6,
+            width = (e if e is not None else stop) - s
+            ax.barh(y, width, left=s, height=0.6,
                     color=FAILED if fails else PHASE_COLORS.get(phase, "#cccccc"),
                     hatch=None if e is not None else "//", edgecolor="#555555", lw=0.5,
                     gid="failed-pass" if fails else None)
+            if phase == "benchmark" and bench < len(labels):
+                wide = width / span > 0.011 * len(labels[bench])
+                ax.text(s + width / 2, y if wide else y - 0.42 - 0.28 * (bench % 2), labels[bench],
+                        ha="center", va="center" if wide else "bottom", fontsize=8.5, gid=f"pass-label-{bench}")
+                bench += 1
     ax.set_yticks(range(len(lanes)), [n for n, _ in lanes])
     ax.invert_yaxis()
     if failure is not None:
@@ -303,5 +377,5 @@ def fig_phases(lanes: list[tuple[str, list[tuple[str, float, float | None]]]], *
     return fig
 
 
-from .charts import (fig_forest, fig_goodput, fig_interactivity, fig_pass_strips,  # noqa: E402,F401
+from .charts import (fig_forest, fig_goodput, fig_interactivity, fig_load, fig_pass_strips,  # noqa: E402,F401
                      fig_sweep, pareto_front)

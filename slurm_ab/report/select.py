@@ -47,6 +47,11 @@ def run_time(run_dir: Path) -> datetime:
     return datetime.fromtimestamp(run_dir.stat().st_mtime, timezone.utc)
 
 
+def submitted(run_dir: Path) -> str:
+    """When a run was submitted, local time to the minute (run_time)."""
+    return run_time(run_dir).astimezone().strftime("%Y-%m-%d %H:%M")
+
+
 def run_mode(run_dir: Path) -> str | None:
     return identify(run_dir).mode
 

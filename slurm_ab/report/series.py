@@ -156,13 +156,72 @@ def _tolerance(offsets: dict, singles: list[int], base: float) -> float:
     return min(1.0, max(TIE_S, 2.0 * dev[int(0.9 * (len(dev) - 1))]))
 
 
-def _evidence(s: float, access: list[tuple[float, int]], tol: float):
-    """(replica, arrival) when every access line within tol of s is one replica's, else None."""
-    near = [(abs(t - s), t, g) for t, g in access if abs(t - s) <= tol]
-    if not near or len({g for _, _, g in near}) != 1:
-        return None
-    _, t, g = min(near)
-    return g, t
+def _matching(cands: dict, forced: tuple | None = None) -> dict | None:
+    """A one-to-one matching of every request to one of its candidate lines (request -> line), or
+    None when there is none; `forced` (request, lines) restricts one request to those lines.
+    Augmenting paths (Kuhn), candidates tried nearest first."""
+    match: dict = {}                     # line -> request
+
+    def place(k, seen) -> bool:
+        js = forced[1] if forced and forced[0] == k else cands[k]
+        free = next((j for j in js if j not in match and j not in seen), None)
+        if free is not None:                # a free line first: earlier requests keep theirs
+            match[free] = k
+            return True
+        for j in js:
+            if j in seen:
+                continue
+            seen.add(j)
+            if place(match[j], seen):
+                match[j] = k
+                return True
+        return False
+    for k in cands:
+        if not place(k, set()):
+            return None
+    return {k: j for j, k in match.items()}
+
+
+def attribute(starts: list[float], access: list[tuple[float, int]], tol: float) -> list[tuple[int, float] | None]:
+    """Per request start (aligned): (replica, arrival) or None. Each access line is one request's,
+    so requests and the lines within tol of their starts are matched one to one; a request is a
+    replica's only when every such matching of its group (requests linked through shared lines)
+    gives it a line of that replica, and its arrival tick is its line in one matching (no line is
+    cited twice). A group with fewer lines than requests (some requests' own lines lie outside
+    the window) or lines of several replicas that could have gone either way stays grey."""
+    near = {k: sorted((j for j, (t, _) in enumerate(access) if abs(t - s) <= tol), key=lambda j: abs(access[j][0] - s))
+            for k, s in enumerate(starts)}
+    parent = list(range(len(starts)))
+
+    def root(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+    owner: dict = {}
+    for k, js in near.items():
+        for j in js:
+            if j in owner:
+                parent[root(k)] = root(owner[j])
+            else:
+                owner[j] = k
+    groups: dict = {}
+    for k in near:
+        groups.setdefault(root(k), []).append(k)
+    out: list = [None] * len(starts)
+    for members in groups.values():
+        cands = {k: near[k] for k in members}
+        if any(not js for js in cands.values()):
+            continue
+        one = _matching(cands)
+        if one is None:
+            continue
+        for k in members:
+            reps = {access[j][1] for j in cands[k]}
+            possible = [g for g in reps if _matching(cands, (k, [j for j in cands[k] if access[j][1] == g]))]
+            if possible == [access[one[k]][1]]:
+                out[k] = (possible[0], access[one[k]][0])
+    return out
 
 
 def timeline(run: RunFiles) -> Timeline:
@@ -192,17 +251,19 @@ def timeline(run: RunFiles) -> Timeline:
     else:
         base, residual = (access[0][0] if access else 0.0), None
     tol = _tolerance(offsets, [g[0] for g in groups if len(g) == 1], base)
+    found = attribute([base + rel[k] for k in order], access, tol)
     reqs = []
-    for k in order:
+    for k, ev in zip(order, found):
         s = base + rel[k]
-        g, arrival = _evidence(s, access, tol) or (None, None)
+        g, arrival = ev or (None, None)
         # base + (rel + e2e) is bit-identical to the start of the request that takes the freed slot
         reqs.append(Request(lat["index"][k], s, s + ttft_s[k], base + (rel[k] + e2e_s[k]), g, arrival))
     unknown = sum(1 for r in reqs if r.replica is None)
     method = ("starts replayed from the client's per-request latencies under its concurrency limit; "
-              f"replica where every access line within {tol * 1000:.0f} ms of a request's start is one "
-              "replica's" + (f"; {unknown} request(s) started beside lines of both replicas: which "
-                              "replica served them is not in the logs (grey)" if unknown else ""))
+              f"requests matched one to one with the access lines within {tol * 1000:.0f} ms of their starts, "
+              "a replica where every such matching agrees" + (
+                  f"; {unknown} request(s) could have been served by either replica or their lines fall "
+                  "outside the window: which replica served them is not in the logs (grey)" if unknown else ""))
     if len(access) != len(order):
         method += (f"; {len(access)} access lines for {len(order)} successful requests: "
                    f"{abs(len(access) - len(order))} left unpaired")
@@ -275,6 +336,17 @@ def windows(run: RunFiles) -> dict[str, list[tuple[float, float | None]]]:
         if (e is not None and e.get_int("rc") not in (0, None)) or failed:
             out["failed"].append((win[0], win[1] if win[1] is not None else
                                   (run.seconds(failed[0].local) if failed else None)))
+    return out
+
+
+def pass_labels(run: RunFiles) -> list[str]:
+    """Each pass's name ('C=1 r1'), in the order of windows()'s benchmark windows (bench_start)."""
+    out = []
+    for e in run.events.named("bench_start"):
+        if e.local is None:
+            continue
+        c, r = e.fields.get("concurrency"), e.fields.get("repeat")
+        out.append(f"C={c} r{r}" if c and r else e.fields.get("pass", "?"))
     return out
 
 
@@ -457,21 +529,45 @@ class Interactivity:
     label: str                  # mode (or run)
     concurrency: int | None
     tok_s_user: float           # 1000 / TPOT mean (ms): one user's decode speed
-    tok_s_gpu: float            # output tok/s over every GPU of the run
+    tok_s_gpu: float            # the primary output tok/s (steady state when there) over every GPU of the run
     verdict: str = "ok"
+    makespan_gpu: float | None = None   # the makespan output tok/s per GPU, when the primary is another
+    ttft_s: float | None = None         # TTFT mean
+    e2e_s: float | None = None          # E2E mean
+    line: str | None = None             # points of one line (a mode's concurrencies); None: a point alone
+    primary: str = "output tok/s"       # what tok_s_gpu is
 
 
 def interactivity_points(rows: list[dict]) -> list[Interactivity]:
-    """rows: {label, concurrency, output_tps, tpot_ms, gpus[, verdict]} -> the points of the
-    throughput-per-GPU against interactivity chart (InferenceX, srt-slurm, AIPerf): x = tok/s per
-    user = 1000 / TPOT, y = output tok/s / GPUs. Rows without TPOT or GPU count are left out."""
+    """rows: {label, concurrency, output_tps, tpot_ms, gpus[, verdict, steady_tps, ttft_s, e2e_s,
+    line]} -> the points of the throughput-per-GPU charts (InferenceX, srt-slurm, AIPerf): x = tok/s
+    per user = 1000 / TPOT (or TTFT, E2E), y = the primary output tok/s (the steady state when the
+    row has it, the makespan figure beside it) / GPUs. Rows without TPOT or GPU count are left out
+    (left_out says which). `line` (default: the label) joins a mode's concurrencies; a row with
+    line None (a run of a history) is a point alone."""
+    out = []
+    placed = [r for r in rows if r.get("tpot_ms") and r.get("output_tps") is not None and r.get("gpus")]
+    every = all(r.get("steady_tps") is not None for r in placed)     # one y quantity for every point
+    for r in placed:
+        tpot, tps, gpus = r.get("tpot_ms"), r.get("output_tps"), r.get("gpus")
+        steady = r.get("steady_tps") if every else None
+        y = float(steady if steady is not None else tps) / float(gpus)
+        out.append(Interactivity(str(r.get("label")), r.get("concurrency"), 1000.0 / float(tpot), y,
+                                 str(r.get("verdict") or "ok"),
+                                 float(tps) / float(gpus) if steady is not None else None,
+                                 r.get("ttft_s"), r.get("e2e_s"), r.get("line", str(r.get("label"))),
+                                 "steady-state output tok/s" if steady is not None else "output tok/s"))
+    return out
+
+
+def left_out(rows: list[dict]) -> list[str]:
+    """'<label> C=<c> (no TPOT)' of each row the throughput-per-GPU charts cannot place."""
     out = []
     for r in rows:
-        tpot, tps, gpus = r.get("tpot_ms"), r.get("output_tps"), r.get("gpus")
-        if not tpot or tps is None or not gpus:
-            continue
-        out.append(Interactivity(str(r.get("label")), r.get("concurrency"), 1000.0 / float(tpot),
-                                 float(tps) / float(gpus), str(r.get("verdict") or "ok")))
+        why = "no TPOT" if not r.get("tpot_ms") else "no output tok/s" if r.get("output_tps") is None \
+            else "GPU count unknown" if not r.get("gpus") else None
+        if why:
+            out.append(f"{r.get('label')}{'' if r.get('concurrency') is None else ' C=' + str(r['concurrency'])} ({why})")
     return out
 
 
@@ -492,6 +588,9 @@ def gpus_of(run: RunFiles) -> int | None:
 
 PASS_METRICS = (("output_tps", "output tok/s"), ("tpot_mean_ms", "TPOT mean (ms)"),
                 ("ttft_mean_s", "TTFT mean (s)"))
+# With the steady-state throughput as the primary metric: it first, the makespan figure beside it.
+STEADY_PASS_METRICS = (("steady_output_tps", "output tok/s, steady state\n(primary)"),
+                       ("output_tps", "output tok/s,\nmakespan")) + PASS_METRICS[1:]
 
 
 def pass_strips(passes: list[PassRow], metrics=PASS_METRICS) -> dict[str, list[dict]]:
@@ -574,3 +673,111 @@ def server_in_flight(run: RunFiles, c: Clock | None = None) -> list[tuple[float,
     rounds = [dict(zip(d["t"], d["in_flight"])) for d in per.values()]
     ts = sorted(set.intersection(*(set(r) for r in rounds)) - {None})
     return [(t, sum(r[t] for r in rounds)) for t in ts if all(r[t] is not None for r in rounds)]
+
+
+# ---- load: errors and goodput against concurrency --------------------------------------------------
+
+@dataclass(frozen=True)
+class LoadPoint:
+    mode: str
+    concurrency: int
+    requests: int               # requests sent by the passes that report a count
+    failed: int                 # of them, not successful
+    passes: int
+    passes_ok: int
+    attainment: float | None    # mean share of requests meeting every SLO, over the ok passes
+    goodput_rps: float | None   # mean good requests per second, over the ok passes
+
+    @property
+    def error_pct(self) -> float | None:
+        return 100.0 * self.failed / self.requests if self.requests else None
+
+
+def load_points(rows: list[PassRow]) -> list[LoadPoint]:
+    """Per (mode, concurrency) of a job's pass rows: the failed requests over every pass that
+    counted its requests (a pass that failed outright counts as a failed pass, not as requests),
+    and goodput over the ok passes."""
+    groups: dict = {}
+    for r in rows:
+        groups.setdefault((r.mode, r.concurrency), []).append(r)
+    out = []
+    for (mode, c), rs in sorted(groups.items()):
+        counted = [r for r in rs if (r.value("requests_total") or 0) > 0]
+        total = sum(int(r.value("requests_total")) for r in counted)
+        ok_req = sum(int(r.value("requests_ok") or 0) for r in counted)
+        ok = [r for r in rs if r.ok]
+
+        def mean(key):
+            vals = [r.value(key) for r in ok if r.value(key) is not None]
+            return sum(vals) / len(vals) if vals else None
+        out.append(LoadPoint(mode, c, total, total - ok_req, len(rs), len(ok), mean("slo_attainment"),
+                             mean("goodput_rps")))
+    return out
+
+
+def highest_meeting(points: list[LoadPoint], target_pct: float) -> dict[str, int | None]:
+    """mode -> the highest concurrency whose ok passes' mean attainment reaches target_pct."""
+    out: dict = {}
+    for p in points:
+        out.setdefault(p.mode, None)
+        if p.attainment is not None and 100.0 * p.attainment >= target_pct:
+            out[p.mode] = max(out[p.mode] or 0, p.concurrency)
+    return out
+
+
+# ---- per-request latency over time -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LatencyPoint:
+    t: float                    # the request's start, on the figure's time axis (s)
+    ttft_ms: float
+    e2e_ms: float
+    tpot_ms: float | None       # None: one output token
+    label: str = ""             # its pass (a launch's figure)
+
+
+def timeline_latencies(tl: Timeline, record: dict | None) -> list[LatencyPoint]:
+    """Each request of a run's timeline at its start: TTFT, E2E (its bars' lengths) and TPOT
+    (bench_serving's definition), so drift and throttling over the benchmark show."""
+    tpot = dict(zip(request_latencies(record)["index"], _tpots(record)))
+    return [LatencyPoint(r.start, (r.first_token - r.start) * 1000.0, (r.end - r.start) * 1000.0, tpot.get(r.index))
+            for r in tl.requests if r.first_token is not None and r.end is not None]
+
+
+def _tpots(record: dict | None) -> list[float | None]:
+    """Per successful request (request_latencies' order): its TPOT in ms, None for one token."""
+    out = []
+    if not record or not isinstance(record.get("ttfts"), list):
+        return out
+    itls, outs, errs = record.get("itls") or [], record.get("output_lens"), record.get("errors")
+    for i, ttft in enumerate(record["ttfts"]):
+        if (errs is not None and i < len(errs) and errs[i]) or (outs is not None and i < len(outs) and not outs[i]) \
+                or not isinstance(ttft, (int, float)):
+            continue
+        gaps = [x for x in (itls[i] if i < len(itls) and isinstance(itls[i], list) else []) if isinstance(x, (int, float))]
+        n = outs[i] if outs is not None and i < len(outs) and isinstance(outs[i], int) else len(gaps) + 1
+        out.append(math.fsum(gaps) / (n - 1) * 1000.0 if n > 1 and gaps else None)
+    return out
+
+
+def pass_latencies(run: RunFiles, passes: list[tuple[str, dict | None]]) -> list[LatencyPoint]:
+    """Every request of a launch's passes (key, client record) at its start on the launch's time
+    axis (seconds since its first benchmark started): the client's replayed starts (its FIFO
+    concurrency limit), each pass aligned on its first access line (else its bench_start)."""
+    starts = {e.fields.get("pass"): e for e in run.events.named("bench_start") if e.local is not None}
+    ends = {e.fields.get("pass"): e for e in run.events.named("bench_end") if e.local is not None}
+    times = sorted(t for ts in run.access.values() for t in ts)
+    out = []
+    for key, rec in passes:
+        s = starts.get(key)
+        lat = request_latencies(rec)
+        if s is None or not lat["index"]:
+            continue
+        e = ends.get(key)
+        first = next((t for t in times if t >= s.local and (e is None or t <= e.local)), s.local)
+        t0 = run.seconds(first)
+        conc = rec.get("max_concurrency") if isinstance(rec.get("max_concurrency"), int) else None
+        rel = replay_starts([x / 1000.0 for x in lat["e2e"]], conc)
+        for r, ttft, e2e, tpot in zip(rel, lat["ttft"], lat["e2e"], _tpots(rec)):
+            out.append(LatencyPoint(t0 + r, ttft, e2e, tpot, key or ""))
+    return out

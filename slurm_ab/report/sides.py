@@ -112,6 +112,10 @@ class Side:
         """benchmark.slo as its passes were judged ({} without)."""
         return next((p.bench.goodput.slo_ms for p in self.job.passes if p.bench.goodput), {}) if self.job else {}
 
+    def rows(self) -> list[PassRow]:
+        """The rows of its passes (collect.rows.pass_row)."""
+        return pass_rows(self.job) if self.job else []
+
     def ok_rows(self) -> list[PassRow]:
         """The rows of its ok passes."""
         return ok_rows(pass_rows(self.job)) if self.job else []
@@ -127,10 +131,33 @@ class Side:
 
     def interactivity_rows(self, gpus: int | None) -> list[dict]:
         """Rows for series.interactivity_points: each (mode, concurrency) aggregate."""
-        return [{"label": a.mode, "concurrency": a.concurrency, "gpus": gpus,
-                 "output_tps": a.metrics["output_tps"].mean, "tpot_ms": a.metrics["tpot_mean_ms"].mean,
-                 "verdict": "ok" if a.passes_ok == a.passes else "invalid"}
-                for a in aggregates(pass_rows(self.job))] if self.job else []
+        return throughput_rows(self.job, gpus) if self.job else []
+
+
+def steady_primary(job: CampaignSummary, rows: list[PassRow] | None = None) -> bool:
+    """The job's comparisons state the steady-state throughput (benchmark.primary_metric is
+    output_tps and every ok pass has one): its charts draw it first, the makespan beside it."""
+    from ..ab_stats.family import steady_available
+    from ..ab_stats.metrics import PRIMARY_DEFAULT
+
+    from ..collect.rows import columns
+
+    ok = ok_rows(pass_rows(job) if rows is None else rows)
+    return job.campaign.primary_metric == PRIMARY_DEFAULT and steady_available(columns(ok), [])
+
+
+def throughput_rows(job: CampaignSummary, gpus: int | None) -> list[dict]:
+    """Per (mode, concurrency) of a job, the means of its ok passes for the throughput-per-GPU
+    charts (series.interactivity_points): the primary throughput (the steady state when the job's
+    comparisons use it: every ok pass has it and benchmark.primary_metric is output_tps), the
+    makespan one, TPOT, TTFT and E2E."""
+    rows = pass_rows(job)
+    steady = steady_primary(job, rows)
+    return [{"label": a.mode, "concurrency": a.concurrency, "gpus": gpus,
+             "output_tps": a.metrics["output_tps"].mean, "tpot_ms": a.metrics["tpot_mean_ms"].mean,
+             "ttft_s": a.metrics["ttft_mean_s"].mean, "e2e_s": a.metrics["e2e_mean_s"].mean,
+             **({"steady_tps": a.metrics["steady_output_tps"].mean} if steady else {}),
+             "verdict": "ok" if a.passes_ok == a.passes else "invalid"} for a in aggregates(rows)]
 
 
 def run_curve(run, label: str | None = None) -> dict:

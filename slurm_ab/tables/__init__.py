@@ -10,12 +10,14 @@ reads a file or computes a statistic.
 """
 
 
-def collect_text(cs, passes: bool = False) -> str:
-    """What `collect`, `watch` and `submit --wait` print: a job of one pass's row, verdict and
-    reasons; a job of several its launches, aggregates (every pass with passes=True) and
-    comparisons."""
-    from .campaign import campaign_md, the_pass
+def collect_text(cs, passes: bool = False, width: int | None = None, paint=None) -> str:
+    """What `collect`, `watch` and `submit --wait` print, its answer line first: a job of one
+    pass's row, verdict and reasons; a job of several its launches, aggregates (every pass with
+    passes=True) and comparisons; `width`: fitted to a terminal of that many columns."""
+    from .campaign import answers, campaign_md, the_pass
     from .runs import run_text
 
     one = the_pass(cs)
-    return run_text(one) if one is not None else campaign_md(cs, passes=passes)
+    if one is None:
+        return campaign_md(cs, passes=passes, width=width, paint=paint)
+    return run_text(one, width, next(iter(answers(cs)), None), paint)

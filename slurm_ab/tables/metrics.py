@@ -87,7 +87,7 @@ def stage_md(sm: ServerMetrics) -> list[str]:
                       "running requests from"], rows).md(), ""]
 
 
-def metrics_report_md(summaries) -> str:
+def metrics_report_md(summaries, width: int | None = None) -> str:
     """One pooled server-metrics row per run, below the main table ('' when no run has any)."""
     have = [s for s in summaries if getattr(s, "server_metrics", None) is not None
             and s.server_metrics.available]
@@ -102,4 +102,4 @@ def metrics_report_md(summaries) -> str:
                      _g(p.running_peak), _g(p.queued_peak), _f(p.kv_usage_peak, ".3f"),
                      _g(p.retracted_peak)])
     return "\n" + Table.of(["Run", "Mode", "Accept len log / counters", "diff", "Running peak",
-                            "Queued peak", "KV usage peak", "Retracted peak"], rows).md() + "\n"
+                            "Queued peak", "KV usage peak", "Retracted peak"], rows).text(width) + "\n"

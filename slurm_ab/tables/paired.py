@@ -50,6 +50,9 @@ def compare_rows(a: PassSummary, b: PassSummary) -> tuple[list[list[str]], list[
     ca, cb = _counter_accept(a), _counter_accept(b)
     if ca is not None or cb is not None:
         rows.append(["Accept length (counters)", num(ca, ".2f"), num(cb, ".2f"), pct(ca, cb)])
+    ea, eb = (s.telemetry.j_per_token if s.telemetry else None for s in (a, b))
+    if ea is not None or eb is not None:          # telemetry (docs/telemetry.md)
+        rows.append(["Energy (J/token)", num(ea, ".3f"), num(eb, ".3f"), pct(ea, eb)])
     return rows, comparability(a, b)
 
 
@@ -80,6 +83,18 @@ def comparability(a: PassSummary, b: PassSummary) -> list[str]:
     return out
 
 
+def paired_answer(a: PassSummary, b: PassSummary):
+    """The answer line of two runs: the primary metric's change, no interval (one pass a side)."""
+    from ..ab_stats.family import compare
+    from ..ab_stats.metrics import PRIMARY_DEFAULT
+    from ..collect.rows import numeric_row, pass_row
+    from .answer import comparison_answer, pair_answers
+
+    found = pair_answers(a.run_id, [pass_row(a)], b.run_id, [pass_row(b)])
+    return found[0] if found else comparison_answer(a.run_id, b.run_id, None, compare(
+        [numeric_row(a)], [numeric_row(b)], PRIMARY_DEFAULT), separate=True)
+
+
 def paired_table(a: PassSummary, b: PassSummary) -> tuple[Table, list[str]]:
     """The seed's paired comparison of run A (baseline) and run B, and why they may not compare."""
     rows, warnings = compare_rows(a, b)
@@ -89,12 +104,14 @@ def paired_table(a: PassSummary, b: PassSummary) -> tuple[Table, list[str]]:
     return Table.of(headers, rows, ("left", "right", "right", "right")), warnings
 
 
-def paired_text(a: PassSummary, b: PassSummary, fmt: str = "md", metrics: list | None = None) -> str:
-    """`slurm-ab compare A B` of two runs: the table with warnings below (md), its cells (csv),
-    or {rows, warnings[, metrics]} (json; metrics: the per-metric records of ab_stats)."""
+def paired_text(a: PassSummary, b: PassSummary, fmt: str = "md", metrics: list | None = None,
+                width: int | None = None) -> str:
+    """`slurm-ab compare A B` of two runs: the table with warnings below (md; fitted to `width`
+    columns when given), its cells (csv), or {rows, warnings[, metrics]} (json; metrics: the
+    per-metric records of ab_stats)."""
     table, warnings = paired_table(a, b)
     if fmt == "md":
-        return table.md() + "\n" + notes(warnings, "> warning: ") + ("\n" if warnings else "")
+        return table.text(width) + "\n" + notes(warnings, "> warning: ", width) + ("\n" if warnings else "")
     if fmt == "csv":
         return table.csv()
     if fmt == "json":

@@ -11,7 +11,8 @@ from ..collect.records import Latency, PassSummary
 from ..collect.rows import NUMBERLESS, numeric_row
 from .metrics import metrics_md, metrics_report_md, tpot_cell
 from .pd import pd_lines, pd_md
-from .table import DASH, Table, num, numeric_frame
+from .telemetry import telemetry_lines, telemetry_md
+from .table import DASH, Table, num, numeric_frame, wrap
 
 MAIN_COLUMNS = ("Mode", "Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95",
                 "E2E mean / p95", "Duration", "Requests ok/total", "Accept len / rate",
@@ -24,15 +25,14 @@ def _pair(lat: Latency | None, unit: str, scale: float) -> str:
     return f"{num(lat.mean, '.2f', unit, scale)} / {num(lat.p95, '.2f', unit, scale)}"
 
 
-def _verdict_cell(s: PassSummary) -> str:
-    return s.verdict if not s.reasons else f"{s.verdict}: {s.reasons[0]}"
+GOODPUT = "SLOs met / goodput"
 
 
 def main_row(s: PassSummary) -> dict[str, str]:
-    """One run in the seed's layout; failed runs show the verdict and first reason instead."""
+    """One run in the seed's layout; the verdict as its word (its reasons go below the table)."""
     row = {c: DASH for c in MAIN_COLUMNS}
     row["Mode"] = s.mode or s.run_id
-    row["Verdict"] = _verdict_cell(s)
+    row["Verdict"] = s.verdict
     if s.verdict in NUMBERLESS:
         return row
     b = s.bench
@@ -50,6 +50,31 @@ def main_row(s: PassSummary) -> dict[str, str]:
     elif s.bench.accept_length:
         row["Accept len / rate"] = _client_accept(s, "")
     return row
+
+
+def goodput_cell(s: PassSummary) -> str:
+    """'92.5% / 2.85 req/s': the share of requests meeting every SLO of benchmark.slo and the good
+    requests per second ('-' without SLOs or numbers)."""
+    g = s.bench.goodput
+    if g is None or s.verdict in NUMBERLESS:
+        return DASH
+    return f"{g.attainment:.1%} / {num(g.goodput_rps, '.2f', ' req/s')}"
+
+
+def workload(s: PassSummary) -> str:
+    """'random-ids 16384->512, C=8, 40 prompts': what the run benchmarked."""
+    sp = s.spec
+    lens = f" {sp.input_len}->{sp.output_len}" if sp.input_len and sp.output_len else ""
+    return (f"{sp.dataset or '?'}{lens}, C={sp.max_concurrency if sp.max_concurrency is not None else '?'}, "
+            f"{sp.num_prompts if sp.num_prompts is not None else '?'} prompts")
+
+
+def reason_lines(summaries: Sequence[PassSummary], width: int | None = None) -> list[str]:
+    """Below a table of runs: each run's first reason, '- <run>: <verdict>: <reason>' (how many
+    more there are: its summary lists them)."""
+    return [wrap(f"- {s.run_id}: {s.verdict}: {s.reasons[0]}"
+                 + (f" (+{len(s.reasons) - 1} more in its summary)" if len(s.reasons) > 1 else ""), width, "    ")
+            for s in summaries if s.reasons]
 
 
 def _client_accept(s: PassSummary, sep: str) -> str:
@@ -75,19 +100,31 @@ def pooled_lines(s: PassSummary) -> list[str]:
     return lines
 
 
-def runs_table(summaries: Sequence[PassSummary]) -> Table:
-    """All runs in the seed's layout, one row each (the run id tells two runs of a mode apart)."""
+def runs_table(summaries: Sequence[PassSummary], dates: Sequence[str] | None = None) -> Table:
+    """All runs in the seed's layout, one row each (the run id tells two runs of a mode apart);
+    a history (`dates`: when each was submitted) adds its date and workload after the run; the
+    goodput column when any run has SLOs."""
     rows = [main_row(s) for s in summaries]
-    return Table.of(("Run",) + MAIN_COLUMNS, [[s.run_id] + [r[c] for c in MAIN_COLUMNS]
-                                              for s, r in zip(summaries, rows)],
-                    ("left", "left") + ("right",) * 8 + ("left",))
+    good = any(s.bench.goodput is not None for s in summaries)
+    head = ("Run",) + (("Submitted", "Workload") if dates is not None else ())
+    cols = MAIN_COLUMNS[:-1] + ((GOODPUT,) if good else ()) + MAIN_COLUMNS[-1:]
+    body = [[s.run_id] + ([d, workload(s)] if dates is not None else [])
+            + [r[c] for c in MAIN_COLUMNS[:-1]] + ([goodput_cell(s)] if good else []) + [r["Verdict"]]
+            for s, r, d in zip(summaries, rows, dates if dates is not None else [None] * len(rows))]
+    return Table.of(head + cols, body, ("left",) * (len(head) + 1) + ("right",) * (len(cols) - 2) + ("left",))
 
 
-def runs_text(summaries: Sequence[PassSummary], fmt: str = "md") -> str:
-    """`slurm-ab report`: the runs' table ('md', with the server-metrics rows below) or their
-    numeric rows ('csv', 'json')."""
+def runs_text(summaries: Sequence[PassSummary], fmt: str = "md", width: int | None = None,
+              dates: Sequence[str] | None = None) -> str:
+    """`slurm-ab report`: the runs' table with each run's reasons below and the server-metrics rows
+    ('md'; `width`: fitted to a terminal) or their numeric rows ('csv', 'json')."""
     if fmt == "md":
-        return runs_table(summaries).md() + "\n" + metrics_report_md(summaries)
+        reasons = reason_lines(summaries, width)
+        table = runs_table(summaries, dates)
+        if width is not None:                       # a terminal: the verdict beside the mode
+            table = table.moved("Verdict", "Mode")
+        return (table.text(width) + "\n" + ("\n" + "\n".join(reasons) + "\n" if reasons else "")
+                + metrics_report_md(summaries, width))
     return numeric_frame([numeric_row(s) for s in summaries], fmt)
 
 
@@ -102,7 +139,7 @@ def run_md(s: PassSummary) -> str:
     """A run's summary.md: verdict and reasons, its row, replicas, server metrics, notes."""
     lines = [f"# {s.run_id}", "", f"Verdict: **{s.verdict}**", ""]
     lines += [f"- {r}" for r in s.reasons] + ([""] if s.reasons else [])
-    lines += [runs_text([s]).rstrip("\n"), ""]
+    lines += [(runs_table([s]).md() + "\n" + metrics_report_md([s])).rstrip("\n"), ""]
     speed = _server_latency(s)
     rep = [[r.name, r.decode_samples, num(r.accept_len, ".2f"), num(r.accept_rate, ".3f"),
             num(r.gen_throughput, ".2f"), _per_request(r), *([speed[r.replica]] if speed else []),
@@ -123,6 +160,8 @@ def run_md(s: PassSummary) -> str:
     lines += [metrics] if metrics else []
     pd = pd_md(s)
     lines += [pd] if pd else []
+    tel = telemetry_md(s)
+    lines += [tel] if tel else []
     lines += [*pooled_lines(s),
               f"Benchmark window: {s.window[0] or '?'} .. {s.window[1] or '?'}"
               + (" (all samples counted)" if s.all_samples else ""),
@@ -145,16 +184,24 @@ def _server_latency(s: PassSummary) -> dict:
     return {r.replica: tpot_cell(by.get(r.replica)) for r in s.replicas}
 
 
-def run_text(summary: PassSummary) -> str:
-    """What the CLI prints after collecting: the run's row, its verdict and reasons, acceptance."""
-    lines = [runs_text([summary]), f"verdict: {summary.verdict}"]
-    lines += [f"  - {r}" for r in summary.reasons]
+def run_text(summary: PassSummary, width: int | None = None, answer=None, paint=None) -> str:
+    """What the CLI prints after collecting: the answer line (given), the run's row, the percentile
+    table per metric, its verdict and reasons, acceptance; `width`: fitted to a terminal."""
+    lines = [answer.text(width, paint)] if answer is not None else []
+    from .percentiles import dist_table, summary_rows
+
+    pct = dist_table(summary_rows(summary.mode or summary.run_id, summary.bench)
+                     if summary.verdict not in NUMBERLESS else [], width)
+    lines += [runs_table([summary]).text(width), metrics_report_md([summary], width).strip("\n"),
+              pct.strip("\n"), f"verdict: {summary.verdict}"]
+    lines = [x for x in lines if x]
+    lines += [wrap(f"  - {r}", width, "    ") for r in summary.reasons]
     if summary.job.note:
-        lines.append(f"note: {summary.job.note}")
+        lines.append(wrap(f"note: {summary.job.note}", width))
     if summary.accept and summary.accept.samples:
         who = "the decode instances" if summary.pd is not None else "both replicas"
-        lines.append(f"accept length {summary.accept.accept_len:.2f}, rate "
-                     f"{summary.accept.accept_rate or 0:.3f} over {summary.accept.samples} decode "
-                     f"samples of {who} "
-                     f"({'whole logs' if summary.all_samples else 'benchmark window only'})")
-    return "\n".join(lines + pd_lines(summary))
+        lines.append(wrap(f"accept length {summary.accept.accept_len:.2f}, rate "
+                          f"{summary.accept.accept_rate or 0:.3f} over {summary.accept.samples} decode "
+                          f"samples of {who} "
+                          f"({'whole logs' if summary.all_samples else 'benchmark window only'})", width))
+    return "\n".join(lines + [wrap(x, width) for x in pd_lines(summary) + telemetry_lines(summary)])
