@@ -274,9 +274,10 @@ capacity_rate() {
 }
 
 # sequential_look N: after launch N. When N ends a block (SEQ_LOOK_AFTER), the stop rule looks at
-# the blocks so far (a step on ROUTER_HOST with the client's Python, reading the clients' own pass
-# files); the look goes into events.log. Returns 0 when it decided: the campaign ends here, at a
-# block's end (sequential_stop), so the design stays balanced.
+# the blocks so far (a step on ROUTER_HOST with the client's Python, in the job's image as the other
+# side steps: pyxis' CT or the exec runtime's IMAGE_EXEC; reading the clients' own pass files); the
+# look goes into events.log. Returns 0 when it decided: the campaign ends here, at a block's end
+# (sequential_stop), so the design stays balanced.
 sequential_look() {
   local n=$1 k=0 j out decision=""
   local -a fields
@@ -286,7 +287,7 @@ sequential_look() {
   (( k )) || return 1
   container_flags 0
   out=$(side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" "${CT[@]}" "${SRUN_EXTRA[@]}" \
-    env LC_ALL=C "${COMMON_ENV[@]}" "${SEQ_PYTHON[@]}" "$RUN_DIR/$F_STOP_RULE" "$RUN_DIR/$F_SEQ_SPEC" "$k" "$RUN_DIR" \
+    "${IMAGE_EXEC[@]}" env LC_ALL=C "${COMMON_ENV[@]}" "${SEQ_PYTHON[@]}" "$RUN_DIR/$F_STOP_RULE" "$RUN_DIR/$F_SEQ_SPEC" "$k" "$RUN_DIR" \
     2>>"$RUN_DIR/$F_STOP_RULE_LOG")
   if [[ $out != look=* ]]; then
     event sequential_look "look=$k" decision=error "note=stop_rule_failed_see_$F_STOP_RULE_LOG"
