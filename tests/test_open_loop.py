@@ -112,3 +112,37 @@ def test_arrivals_are_read_from_the_access_lines_in_the_window(tmp_path):
         '[2026-12-03 12:00:02.000] INFO:     10.0.0.1:4 - "GET /metrics HTTP/1.1" 200 OK\n')
     got = arrival_times([log], (datetime(2026, 12, 3, 12, 0, 1), datetime(2026, 12, 3, 12, 0, 5)))
     assert [round(t - got[0], 3) for t in got] == [0.0, 0.5]
+
+
+def test_answers_and_charts_keep_each_rate_apart():
+    """Open-loop passes all run at concurrency num_prompts: the answer line, the pass strips and the
+    load chart (issue 32's, against concurrency) must not pool their rates as one 'C=40'."""
+    from slurm_ab.collect.rows import PassRow
+    from slurm_ab.report.series import load_points, pass_strips
+    from slurm_ab.tables.answer import mode_answer
+
+    def row(q, r, tps, att):
+        return PassRow("tp32", 40, r, 1, None, 40, "ok", "", {"output_tps": tps, "slo_attainment": att}, q)
+    rows = [row(2.0, 1, 100, 0.95), row(2.0, 2, 102, 0.96), row(4.0, 1, 190, 0.92), row(4.0, 2, 185, 0.91),
+            row(8.0, 1, 200, 0.5), row(8.0, 2, 210, 0.4)]
+    a = mode_answer("R", "tp32", rows, "output_tps", 90.0)
+    assert a.subject == "R (tp32, 2 req/s, 4 req/s, 8 req/s)"
+    text = a.text(400)
+    assert "highest request rate meeting the SLOs (>= 90% of requests): 4 req/s" in text
+    assert "peak Output TPS 205.00 at 8 req/s" in text and "per load" in text and "C=40" not in text
+    strips = pass_strips(rows, (("output_tps", "Output TPS"),))["output_tps"]
+    assert [(s["label"], len(s["values"])) for s in strips] == \
+        [("tp32 2 req/s", 2), ("tp32 4 req/s", 2), ("tp32 8 req/s", 2)]
+    assert load_points(rows) == []                  # the chart is against concurrency
+    closed = [PassRow("tp32", c, 1, 1, None, 40, "ok", "", {"output_tps": t, "slo_attainment": 1.0})
+              for c, t in ((1, 10), (8, 50))]
+    text = mode_answer("R", "tp32", closed, "output_tps", 90.0).text(400)
+    assert "R (tp32, C=1,8)" in text and "highest C meeting the SLOs (>= 90% of requests): 8" in text
+    from types import SimpleNamespace
+    from slurm_ab.tables.answer import comparison_answer, job_answers
+    delta = SimpleNamespace(change_pct=5.0, ci_low_pct=1.0, ci_high_pct=9.0, n_a=2, n_b=2, launches_a=1, launches_b=1)
+    head = SimpleNamespace(delta=delta, verdict="better", label="Output TPS")
+    assert comparison_answer("a", "b", 40, [head], rate=4.0).subject == "b vs a at 4 req/s"
+    cmp = SimpleNamespace(a="a", b="b", concurrency=40, rate=4.0, rows=[head])
+    cs = SimpleNamespace(campaign=SimpleNamespace(order="blocked"))
+    assert [x.subject for x in job_answers(cs, rows, [cmp])] == ["b vs a at 4 req/s"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..collect.records import CampaignSummary, LaunchSummary
-from ..collect.rows import aggregates, comparisons, ok_rows, pass_rows
+from ..collect.rows import aggregates, comparisons, load_label, ok_rows, pass_rows
 from ..collect.write import read_summary
 from ..model.rundir import Layout, open_run, read_manifest
 from . import markdown, series
@@ -64,14 +64,15 @@ def campaign_context(run_dir: Path, job: CampaignSummary) -> str:
 
 
 def goodput_rows(run_dir: Path, job: CampaignSummary) -> list[dict]:
-    """Per (mode, concurrency) the goodput of its ok passes (benchmark.slo), for fig_goodput."""
+    """Per (mode, load: concurrency or open-loop rate) the goodput of its ok passes (benchmark.slo),
+    for fig_goodput."""
     m = read_manifest(run_dir)
     slo = dict(getattr(getattr(m.config, "benchmark", None), "slo", ()) or ()) if m and m.config else {}
     groups: dict = {}
     for r in ok_rows(pass_rows(job)):
-        groups.setdefault((r.mode, r.concurrency), []).append(r)
-    return series.goodput_rows([(f"{mo} C={c}", series.goodput_of_rows(rows, slo))
-                                for (mo, c), rows in sorted(groups.items())])
+        groups.setdefault((r.mode, r.rate is not None, r.rate or 0.0, r.concurrency), []).append(r)
+    return series.goodput_rows([(f"{mo} {load_label(c, q if open_ else None)}", series.goodput_of_rows(rows, slo))
+                                for (mo, open_, q, c), rows in sorted(groups.items())])
 
 
 def campaign_plots(run_dir: Path, job: CampaignSummary) -> list[tuple[str, str, bytes]]:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..collect.records import Goodput
-from ..collect.rows import PassRow
+from ..collect.rows import PassRow, load_label
 from ..parse.bench import replay_starts  # the client's FIFO semaphore, replayed (see module doc)
 from .rundata import RunFiles
 
@@ -594,19 +594,22 @@ STEADY_PASS_METRICS = (("steady_output_tps", "output tok/s, steady state\n(prima
 
 
 def pass_strips(passes: list[PassRow], metrics=PASS_METRICS) -> dict[str, list[dict]]:
-    """metric -> per (mode, concurrency) group {label, values: [(repeat, value, ok)], mean}: every
-    timed pass of a campaign as a dot, the failed ones marked, the mean of the ok ones."""
+    """metric -> per (mode, load) group {label, values: [(repeat, value, ok)], mean}: every timed
+    pass of a campaign as a dot, the failed ones marked, the mean of the ok ones (a load: a
+    concurrency or an open-loop request rate, each its own group)."""
     out = {}
     groups: dict = {}
     for p in passes:
-        groups.setdefault((p.mode, p.concurrency), []).append(p)
-    multi_c = len({c for _, c in groups}) > 1
+        groups.setdefault((p.mode, p.rate is not None, p.rate or 0.0, p.concurrency), []).append(p)
+    multi_c = len({k[1:] for k in groups}) > 1
     for key, _ in metrics:
         rows = []
-        for (mode, c), ps in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+        for (mode, open_, q, c), ps in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), *kv[0][1:3],
+                                                                              kv[0][3] or 0)):
             vals = [(p.repeat, p.value(key), p.ok) for p in ps]
             ok = [v for _, v, good in vals if good and isinstance(v, (int, float))]
-            rows.append({"label": f"{mode} C={c}" if multi_c else str(mode), "values": vals,
+            rows.append({"label": f"{mode} {load_label(c, q if open_ else None)}" if multi_c else str(mode),
+                         "values": vals,
                          "mean": sum(ok) / len(ok) if ok else None})
         out[key] = rows
     return out
@@ -696,10 +699,12 @@ class LoadPoint:
 def load_points(rows: list[PassRow]) -> list[LoadPoint]:
     """Per (mode, concurrency) of a job's pass rows: the failed requests over every pass that
     counted its requests (a pass that failed outright counts as a failed pass, not as requests),
-    and goodput over the ok passes."""
+    and goodput over the ok passes. Closed-loop passes only: the chart is against concurrency (an
+    open-loop pass's load is its rate: tables.load's section)."""
     groups: dict = {}
     for r in rows:
-        groups.setdefault((r.mode, r.concurrency), []).append(r)
+        if r.rate is None:
+            groups.setdefault((r.mode, r.concurrency), []).append(r)
     out = []
     for (mode, c), rs in sorted(groups.items()):
         counted = [r for r in rs if (r.value("requests_total") or 0) > 0]

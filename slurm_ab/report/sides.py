@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..collect.records import CampaignSummary
-from ..collect.rows import PassRow, aggregates, ok_rows, pass_rows
+from ..collect.rows import PassRow, aggregates, load_label, ok_rows, pass_rows
 from ..collect.write import read_summary
 from ..model.rundir import open_run, read_manifest
 
@@ -201,7 +201,7 @@ def pooled_curves(run_dir: Path, job: CampaignSummary, *, concurrency: int | Non
             continue
         rec = read_last_record(run.launch_layout(launch).bench(r.key)).record
         lat, dec = series.request_latencies(rec), series.tpot_itl(rec)
-        g = groups.setdefault((r.mode, r.concurrency), {**{k: [] for k in keys}, "n": 0,
+        g = groups.setdefault((r.mode, r.concurrency, r.rate), {**{k: [] for k in keys}, "n": 0,
                                                         "slo": p.bench.goodput.slo_ms if p.bench.goodput else {}})
         for k in ("ttft", "e2e"):
             g[k] += lat[k]
@@ -209,10 +209,10 @@ def pooled_curves(run_dir: Path, job: CampaignSummary, *, concurrency: int | Non
             g[k] += dec[k]
         g["n"] += 1
     out = []
-    for (m, c), g in groups.items():
+    for (m, c, q), g in groups.items():        # an open-loop rate is a load of its own
         if not g["ttft"]:
             continue
-        curve = {"label": f"{m} C={c} ({g['n']} pass{'es' if g['n'] != 1 else ''})", "mode": m,
+        curve = {"label": f"{m} {load_label(c, q)} ({g['n']} pass{'es' if g['n'] != 1 else ''})", "mode": m,
                  "concurrency": c, "slo": g["slo"]}
         for key in keys:
             xs = sorted(g[key])

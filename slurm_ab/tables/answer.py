@@ -16,7 +16,7 @@ from typing import Sequence
 
 from ..ab_stats import verdicts
 from ..ab_stats.metrics import METRIC_BY_NAME, comparison_rows
-from ..collect.rows import PassRow
+from ..collect.rows import PassRow, load_label
 from .table import DASH, wrap
 
 # A job's verdict -> its colour (the pages' verdict badges use the same).
@@ -70,8 +70,9 @@ def _side(n: int, launches: int) -> str:
 
 
 def comparison_answer(a: str, b: str, concurrency, rows: Sequence, order: str | None = None,
-                      separate: bool = False) -> Answer:
-    """The answer of B against A from its family rows (ab_stats.family.Row, the primary first)."""
+                      separate: bool = False, rate: float | None = None) -> Answer:
+    """The answer of B against A from its family rows (ab_stats.family.Row, the primary first), at
+    a concurrency or (`rate`) an open-loop request rate."""
     head = rows[0]
     d = head.delta
     iv = (f", {d_level(head)} interval [{d.ci_low_pct:+.2f}%, {d.ci_high_pct:+.2f}%]"
@@ -85,7 +86,7 @@ def comparison_answer(a: str, b: str, concurrency, rows: Sequence, order: str | 
         basis += " (two separate jobs)"
     elif order:
         basis += f", {order} order"
-    at = f" at C={concurrency}" if concurrency is not None else ""
+    at = f" at {load_label(concurrency, rate)}" if concurrency is not None or rate is not None else ""
     return Answer(f"{b} vs {a}{at}", verdict, f"{head.label}{'' if d.change_pct is None else ' ' + _pct(d.change_pct)}{iv}",
                   basis)
 
@@ -145,7 +146,7 @@ def job_answers(cs, rows: Sequence[PassRow], comparisons: Sequence = (), target_
     mode: its one pass, its repeats, or its sweep."""
     c = cs.campaign
     if comparisons:
-        return [comparison_answer(x.a, x.b, x.concurrency, x.rows, c.order) for x in comparisons]
+        return [comparison_answer(x.a, x.b, x.concurrency, x.rows, c.order, rate=x.rate) for x in comparisons]
     out = []
     for mode in c.modes:
         mine = [r for r in rows if r.mode == mode]
@@ -157,18 +158,22 @@ def job_answers(cs, rows: Sequence[PassRow], comparisons: Sequence = (), target_
 def mode_answer(run_id: str, mode: str, rows: Sequence[PassRow], primary: str,
                 target_pct: float | None = None) -> Answer:
     """One mode of a job: its verdict, its primary figure (over a sweep: its peak and the highest
-    concurrency meeting the SLOs), what it rests on; its reasons are printed below it."""
+    concurrency meeting the SLOs; loads are concurrencies and open-loop request rates, each its
+    own), what it rests on; its reasons are printed below it."""
     from ..ab_stats import aggregate
 
     ok = [r for r in rows if r.ok]
     shown = [r for r in rows if r.verdict in ("ok", "invalid")]      # passes with numbers
-    cs_ = sorted({r.concurrency for r in rows})
+    cs_ = sorted({(r.rate is not None, r.rate or 0.0, r.concurrency) for r in rows})
+    cs_ = [(c, q if open_ else None) for open_, q, c in cs_]          # (concurrency, rate): closed loop first
     worst = next((v for v in ("running", "failed", "timeout", "cancelled", "invalid")
                   if any(r.verdict == v for r in rows)), "ok")
     launches = len({r.launch for r in rows})
     per_c = len(rows) // max(len(cs_), 1)
-    basis = f"{_side(per_c, launches)} per concurrency" if len(cs_) > 1 else _side(len(rows), launches)
-    subject = f"{run_id} ({mode}, C={','.join(map(str, cs_))})"
+    per = "concurrency" if all(q is None for _, q in cs_) else "load"
+    basis = f"{_side(per_c, launches)} per {per}" if len(cs_) > 1 else _side(len(rows), launches)
+    subject = (f"{run_id} ({mode}, C={','.join(str(c) for c, _ in cs_)})" if per == "concurrency" else
+               f"{run_id} ({mode}, {', '.join(load_label(c, q) for c, q in cs_)})")
     parts = [] if worst == "ok" else [f"{len(ok)} of {len(rows)} pass{'es' if len(rows) != 1 else ''} ok"]
     use = ok or shown
     if not use:
@@ -176,17 +181,22 @@ def mode_answer(run_id: str, mode: str, rows: Sequence[PassRow], primary: str,
     head = _head(use, primary)
     label = METRIC_BY_NAME[head].label
     if len(cs_) > 1:
-        by_c = {c: [r for r in use if r.concurrency == c] for c in cs_}
+        by_c = {c: [r for r in use if (r.concurrency, r.rate) == c] for c in cs_}
         means = {c: aggregate([r.value(head) for r in rs]).mean for c, rs in by_c.items() if rs}
         best = max((c for c in means if means[c] is not None), key=lambda c: means[c], default=None)
         if best is not None:
-            parts.append(f"peak {label} {_value(means[best], head)} at C={best}")
+            parts.append(f"peak {label} {_value(means[best], head)} at {load_label(*best)}")
         if any(_attainment(rs) is not None for rs in by_c.values() if rs):
             meets = [c for c, rs in by_c.items() if rs and _attainment(rs) is not None
                      and _attainment(rs) * 100 >= (target_pct or 100)]
-            parts.insert(len(parts) - 1 if best is not None else len(parts),
-                         f"highest C meeting the SLOs (>= {target_pct or 100:g}% of requests): "
-                         f"{max(meets) if meets else 'none'}")
+            closed = [c for c, q in meets if q is None]
+            rates = [q for _, q in meets if q is not None]
+            said = ([f"highest C meeting the SLOs (>= {target_pct or 100:g}% of requests): "
+                     f"{max(closed) if closed else 'none'}"] if any(q is None for _, q in cs_) else []) + \
+                ([f"highest request rate meeting the SLOs (>= {target_pct or 100:g}% of requests): "
+                  f"{load_label(None, max(rates)) if rates else 'none'}"] if any(q is not None for _, q in cs_) else [])
+            at = len(parts) - 1 if best is not None else len(parts)
+            parts[at:at] = said
     else:
         agg = aggregate([r.value(head) for r in use])
         hw = f" ± {_value(agg.half_width, head)} (95%)" if agg.half_width is not None else ""
