@@ -9,24 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT
-from helpers.scripts import layout_formats
+from helpers.scripts import layout_formats, template_lib
 from slurm_ab.model.rundir import Layout
 from slurm_ab.parse.events import read_events
 
-TEMPLATES = ROOT / "sbatch_templates"
-
-
-def _static(name: str) -> str:
-    text = (TEMPLATES / name).read_text().replace("{% raw %}", "").replace("{% endraw %}", "")
-    return text.split("\ntrap on_exit EXIT", 1)[0]
-
-
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("guards") / "lib.sh"
-    path.write_text("declare -A STEP_PIDS=()\n" + _static("functions.sh") + _static("guards.sh"))
-    return path
+    return template_lib(tmp_path_factory.mktemp("guards") / "lib.sh", "functions.sh", "guards.sh")
 
 
 def bash(lib: Path, tmp_path: Path, script: str, env: dict | None = None, **stubs: str):

@@ -10,23 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT
+from helpers.scripts import template_lib
 from slurm_ab.model.rundir import job_formats
 from slurm_ab.parse.events import read_events
-
-TEMPLATES = ROOT / "sbatch_templates"
-
-
-def _static(name: str) -> str:
-    text = (TEMPLATES / name).read_text().replace("{% raw %}", "").replace("{% endraw %}", "")
-    return text.split("\ntrap on_exit EXIT", 1)[0]
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("timestop") / "lib.sh"
-    path.write_text("declare -A STEP_PIDS=()\n" + _static("functions.sh") + _static("pipeline.sh"))
-    return path
+    return template_lib(tmp_path_factory.mktemp("timestop") / "lib.sh", "functions.sh", "pipeline.sh")
 
 
 def run(lib: Path, tmp_path: Path, script: str, squeue: str):

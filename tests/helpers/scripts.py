@@ -80,3 +80,13 @@ def shellcheck(path: Path) -> subprocess.CompletedProcess:
             pytest.fail("shellcheck is not installed under CI: `make setup` must install it")
         pytest.skip("shellcheck not installed (make setup installs it)")
     return subprocess.run(["shellcheck", "-x", str(path)], capture_output=True, text=True)
+
+
+def template_lib(path: Path, *names: str) -> Path:
+    """The static functions of sbatch_templates/NAMES (up to each one's EXIT trap) as one bash
+    library at PATH, for tests that call the job's own functions."""
+    def part(name: str) -> str:
+        text = (ROOT / "sbatch_templates" / name).read_text().replace("{% raw %}", "").replace("{% endraw %}", "")
+        return text.split("\ntrap on_exit EXIT", 1)[0]
+    path.write_text("declare -A STEP_PIDS=()\n" + "".join(part(n) for n in names))
+    return path
