@@ -13,6 +13,7 @@ from helpers.scripts import layout_formats, template_lib
 from slurm_ab.model.rundir import Layout
 from slurm_ab.parse.events import read_events
 
+
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory) -> Path:
     return template_lib(tmp_path_factory.mktemp("guards") / "lib.sh", "functions.sh", "guards.sh")
