@@ -732,6 +732,8 @@ teardown() {
   (( TORN_DOWN )) && return 0
   TORN_DOWN=1
   event teardown "reason=$reason"
+  # GPU samplers on a node that no longer answers Slurm end on this file (telemetry.sh)
+  if (( ${#SAMPLER_PIDS[@]} )); then : 2>/dev/null >"$RUN_DIR/$F_SAMPLERS_STOP"; fi
   local -a pids=()
   [[ -n "${CLIENT_PID:-}" ]] && pids+=("$CLIENT_PID")
   for pid in "${STEP_PIDS[@]}" "${SAMPLER_PIDS[@]}"; do pids+=("$pid"); done

@@ -8,12 +8,21 @@
 # local time). A sampler that fails costs the telemetry, never the launch: its steps are not
 # critical (SAMPLER_PIDS, not STEP_PIDS) and the teardown ends them with the others.
 
-# The node side of a GPU sampler step: N EXPORTER_WORDS(N) SAMPLER_WORDS...
+# The node side of a GPU sampler step: STOP_FILE N EXPORTER_WORDS(N) SAMPLER_WORDS... A sampler has
+# no peer to lose: on a node whose slurmd died (the job ends NODE_FAIL; no step signal reaches the
+# node) it would sample until the node reboots. It also ends when the launch's teardown writes
+# STOP_FILE (F_SAMPLERS_STOP, on the shared run directory), polled once a second.
 # shellcheck disable=SC2016  # expands on the node
-SAMPLER_NODE='export LC_ALL=C; n=$1; shift; exporter=("${@:1:n}"); shift "$n"
+SAMPLER_NODE='export LC_ALL=C; stop=$1 n=$2; shift 2; exporter=("${@:1:n}"); shift "$n"
 printf "# slurm-ab telemetry node=%s epoch=%s tz=%s\n" "${SLURMD_NODENAME:-$(hostname)}" "$(date +%s.%N)" "$(date +%z)"
-if (( n )); then "${exporter[@]}" >/dev/null 2>&1 & fi
-"$@"'
+pids=()
+if (( n )); then "${exporter[@]}" >/dev/null 2>&1 & pids+=($!); fi
+"$@" & s=$!; pids+=("$s")
+while kill -0 "$s" 2>/dev/null; do
+  if [[ -e $stop ]]; then kill "${pids[@]}" 2>/dev/null; break; fi
+  sleep 1
+done
+wait "$s"'
 
 # start_samplers: one GPU sampler step per het group of the running launch (a task per node, its
 # file per node rank), then the host sampler on ROUTER_HOST.
@@ -26,7 +35,7 @@ start_samplers() {
     container_flags "$g"                 # the group's container (its servers' name, when named)
     srun --het-group="$g" --nodes="${#nodes[@]}" --ntasks-per-node=1 "${TELEMETRY_STEP[@]}" \
       --output="$(rpath "$F_GPU_SAMPLES" "$g" %t)" "${CT[@]}" "${SRUN_EXTRA[@]}" \
-      env "${SERVER_ENV[@]}" bash -c "$SAMPLER_NODE" "sampler-r$g" "${#TELEMETRY_EXPORTER[@]}" \
+      env "${SERVER_ENV[@]}" bash -c "$SAMPLER_NODE" "sampler-r$g" "$RUN_DIR/$F_SAMPLERS_STOP" "${#TELEMETRY_EXPORTER[@]}" \
       "${TELEMETRY_EXPORTER[@]}" "${TELEMETRY_GPU[@]}" &
     SAMPLER_PIDS+=($!)
   done

@@ -64,7 +64,8 @@ GROUPS = {
 # sacct identity, a Layout pass path (the pass file's name format; tests/test_layout_paths.py pins
 # every pass path directly).
 CURATED = [
-    ("slurm_ab/ab_stats/family.py", "p = adjusted[d.metric]", "p = d.p_value"),            # Holm skipped
+    ("slurm_ab/ab_stats/family.py", "zip(holm(ps), holm_levels(ps, confidence))",
+     "zip(ps, [confidence] * len(ps))"),                                                   # Holm skipped
     ("slurm_ab/collect/job.py", "abs(submit - submitted) > SUBMIT_TOLERANCE_S",
      "(submit - submitted) > SUBMIT_TOLERANCE_S"),                                         # earlier record kept
     ("slurm_ab/model/rundir.py", '"bench": "bench-{key}.jsonl",', '"bench": "bench.jsonl",'),  # one file per launch

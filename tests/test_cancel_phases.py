@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import NO_IMPORT
+from helpers import NO_IMPORT, lanes
 from helpers.jobdrive import Job, cli, measure
 from helpers.jobs import slurm_env
 from slurm_ab.model.rundir import Layout
@@ -150,9 +150,13 @@ def test_clean_lists_then_removes_what_an_ended_run_left(workdir, others):
         "1796300000.000 2026-12-03 11:00:00.000 hosts replica=0 head=node01 nodes=node01,node02 port=1 dist_port=2\n")
     left = CACHE / "slurm-ab-2"
     (left / ".cache").mkdir(parents=True, exist_ok=True)
+    # the killed job's nodes: two of this worker's lane (the clean-up job can only run there)
+    a, b = lanes.nodes()[:2]
+    Layout(run).events.write_text(
+        f"1796300000.000 2026-12-03 11:00:00.000 hosts replica=0 head={a} nodes={a},{b} port=1 dist_port=2\n")
     r = cli("clean", cwd=workdir)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (f"killed (job 2): may be left on the nodes: cache directory {left} on node01, node02: its clean-up "
+    assert (f"killed (job 2): may be left on the nodes: cache directory {left} on {a}, {b}: its clean-up "
             "never ran") in r.stdout and "nothing removed (dry run)" in r.stdout
     assert left.is_dir()
     t0 = time.time()

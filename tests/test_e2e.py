@@ -231,12 +231,17 @@ def test_the_seeds_dataset_through_the_0523_client(runs, mode):
 
 
 def test_report_and_compare_print_the_seed_tables(runs, workdir):
-    r = slurm_ab("report", *(runs[m]["run_dir"].name for m in MODES), cwd=workdir)
+    names = [runs[m]["run_dir"].name for m in MODES]
+    r = slurm_ab("report", *names, "--format", "md", cwd=workdir)
     assert r.returncode == 0, r.stderr
     header = r.stdout.splitlines()[0]
-    for col in ("Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95", "E2E mean / p95"):
+    cols = ("Input TPS", "Output TPS", "TTFT mean / p95", "TPOT mean / p95", "E2E mean / p95")
+    for col in cols:
         assert col in header
     assert r.stdout.count("| ok") == 3
+    # on a terminal (here: 120 columns) the same table in column groups that fit, verdict first
+    t = slurm_ab("report", *names, cwd=workdir)
+    assert all(col in t.stdout for col in cols) and max(map(len, t.stdout.splitlines())) <= 120, t.stdout
     c = slurm_ab("compare", runs["tp32"]["run_dir"].name, runs["tp32-dflash"]["run_dir"].name, cwd=workdir)
     assert c.returncode == 0, c.stderr
     for row in ("Benchmark duration", "Input / Output TPS", "TTFT mean / p95", "TPOT mean / p95",

@@ -23,6 +23,7 @@ import pytest
 
 from helpers.jobdrive import Job, Tracker, access_posts, cli, processes_of_job
 from helpers.lanes import heal, idle_nodes
+from helpers.terminal import unwrapped
 from helpers.rundir_builder import KEY
 from slurm_ab.model.rundir import SUMMARY_FORMATS, Layout
 
@@ -81,7 +82,7 @@ def printed_verdict(j: Job, verdict: str) -> None:
     """`submit --wait` printed the verdict and its first reason to the user."""
     out = j.output()
     assert f"verdict: {verdict}" in out, out[-3000:]
-    assert f"  - {j.summary()['reasons'][0]}" in out
+    assert f"  - {j.summary()['reasons'][0]}" in unwrapped(out)
 
 
 def tree_digest(d: Path) -> dict[str, str]:
@@ -307,7 +308,7 @@ def test_node_lost_mid_benchmark(job):
     state = "down" if states[0]["state"] == "down" else "down (not responding)"
     assert s["reasons"][0] == (f"node {node} (replica 1 node rank 1) failed (srun: Node failure on {node}; "
                                f"Slurm: {state}, reason: slurm-ab-test-node-lost)"), s["reasons"]
-    assert f"  - {s['reasons'][0]}" in r.stdout
+    assert f"  - {s['reasons'][0]}" in unwrapped(r.stdout)
     assert "job NODE_FAIL (Slurm, exit code 0:0)" in s["reasons"]
     assert [kv for _, k, kv in j.events() if k == "fail"][0] == {"kind": "signal", "signal": "TERM"}
     measure("node lost mid-benchmark (slurmd killed + node DOWN)", detect, verdict_line(j))

@@ -195,7 +195,11 @@ def test_pd_gpudirect_checksum_and_flaky_transfers(tmp_path):
     found = {f.kind: f for f in diagnose([p, q, r], root=tmp_path)}
     assert found["pd_gpudirect"].line == 1 and found["pd_gpudirect"].file == "logs/server-r1-n1.log"
     assert found["pd_kv_checksum"].file == "logs/server-r1-n0.log"
-    assert "Failed to send kv chunk of 9" in found["pd_transfer_failed"].excerpt or \
-        found["pd_transfer_failed"].file in ("logs/server-r1-n1.log", "logs/server-r0-n0.log")
+    # The decode logged its side first (12:01, told by the prefill's conn.py before the prefill's
+    # scheduler polled the failure: a race in SGLang too); the prefill's line, which says why, ranks first.
+    assert "Failed to send kv chunk of 9" in found["pd_transfer_failed"].excerpt
+    assert found["pd_transfer_failed"].file == "logs/server-r0-n0.log"
+    assert found["pd_transfer_reported"].file == "logs/server-r1-n1.log"
     order = ROOT_CAUSE_KINDS
-    assert order.index("pd_gpudirect") < order.index("pd_kv_checksum") < order.index("pd_transfer_failed")
+    assert order.index("pd_gpudirect") < order.index("pd_kv_checksum") < order.index("pd_transfer_failed") \
+        < order.index("pd_transfer_reported")

@@ -476,6 +476,6 @@ def test_cluster_router_profile_and_address_mode_run(workdir, profile, address, 
         steps = [line.split("|") for line in out.splitlines() if line.startswith(f"{j.job_id}+0.")
                  and not line.split("|")[0].endswith((".batch", ".extern"))]
         without_gpu = [s for s in steps if "gres/gpu" not in s[1]]
-        # the sweep of ended jobs' leftovers, preflight, server | router, client, the nodes'
-        # clean-up at the end (cache, container)
-        assert len(without_gpu) == 4 and len(steps) == 6, steps
+        # the sweep of ended jobs' leftovers, preflight, server, GPU sampler (--overlap: it sees the
+        # GPUs) | router, client, host sampler, the nodes' clean-up at the end (cache, container)
+        assert len(without_gpu) == 5 and len(steps) == 8, steps

@@ -21,6 +21,7 @@ from slurm_ab.model.rundir import Layout, open_run
 from helpers import NO_IMPORT, SMALL
 from helpers.lanes import idle_nodes
 from helpers.jobdrive import Job, cli, final_sacct, job_starter, measure
+from helpers.terminal import unwrapped
 
 FAST = 'server.env.SLURM_AB_EMU_TIME_SCALE="0.02"'
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -203,7 +204,7 @@ def test_sigterm_reaches_sglang_first_and_collect_refuses_another_jobs_sacct(job
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stdout + r.stderr
     assert "verdict: ok" in r.stdout
-    note = next(line for line in r.stdout.splitlines() if line.startswith("note: sacct ignored"))
+    note = next(line for line in unwrapped(r.stdout).splitlines() if line.startswith("note: sacct ignored"))
     assert note.startswith(f"note: sacct ignored: Slurm's job {other} is another job (its name is wrap, this "
                            f"run's job was ab-{j.run_id}")
     summary = json.loads(Layout(copy).summary("json").read_text())

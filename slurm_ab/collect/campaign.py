@@ -57,16 +57,16 @@ def collect(run_dir: str | Path, *, sacct: Mapping | None = None, all_samples: b
     checked = _correctness(run, manifest)
     stop = time_stop(job_events, run.campaign)
     seq = next(iter(job_events.named("sequential_stop")), None)
-    ran = seq.get_int("launches_run") if seq is not None else None
+    # launches the job never started: after a block it had no time for, or after a sequential decision
+    ends = [(stop.launches_run, SKIPPED_TIME)] if stop is not None else []
+    if seq is not None and seq.get_int("launches_run") is not None:
+        ends.append((seq.get_int("launches_run"), SKIPPED))
     for launch in run.campaign.launches:
-        if stop is not None and launch.index > stop.launches_run:     # the job did not start its block
-            launches.append(LaunchSummary(launch.index, launch.mode, root.rel(root.launch(launch).root),
-                                          SKIPPED_TIME, None, tuple(f"{p.key}: {SKIPPED_TIME}" for p in launch.passes)))
-            continue
         lay = root.launch(launch)
-        if ran is not None and launch.index > ran:     # a sequential campaign decided before it
-            launches.append(LaunchSummary(launch.index, launch.mode, root.rel(lay.root), SKIPPED, None,
-                                          tuple(f"{p.key}: {SKIPPED}" for p in launch.passes)))
+        skipped = next((why for last, why in ends if launch.index > last), None)
+        if skipped:
+            launches.append(LaunchSummary(launch.index, launch.mode, root.rel(lay.root), skipped, None,
+                                          tuple(f"{p.key}: {skipped}" for p in launch.passes)))
             continue
         own = read_events(lay.events)
         events = launch_view(job_events, own, launch.index)

@@ -93,6 +93,9 @@ FILES = {
     "telemetry": "telemetry",
     "gpu_samples": "telemetry/gpu-r{g}-n{rank}.log",
     "host_samples": "telemetry/host.log",
+    # written by the launch's teardown: a GPU sampler whose node lost its slurmd (no step signal
+    # reaches it) sees it and ends (telemetry.sh's SAMPLER_NODE)
+    "samplers_stop": "telemetry/samplers.stop",
     # profiles: every GPU rank's trace of a profiled pass (SGLang names the files), the heads'
     # answers to /start_profile and /stop_profile, nsys' report per node
     "profiles": "profiles",
@@ -310,6 +313,7 @@ class Layout:
     # ---- a launch's telemetry and profiles ------------------------------------------------------
     telemetry = property(lambda self: self._file("telemetry"))
     host_samples = property(lambda self: self._file("host_samples"))
+    samplers_stop = property(lambda self: self._file("samplers_stop"))
     profiles = property(lambda self: self._file("profiles"))
 
     def gpu_samples(self, replica: int, rank: int) -> Path:
@@ -429,7 +433,7 @@ def job_formats(pd: bool = True, sequential: bool = True, capacity: bool = True,
         ("SCRAPE_PARTIAL", lay.scrape_partial(f, f), "scrape target, time stamp"),
         ("SCRAPE_CURL", lay.scrape_curl(f, f), "scrape target, time stamp"),
         ("TELEMETRY", lay.telemetry, ""), ("GPU_SAMPLES", lay.gpu_samples(f, f), "replica, node rank"),
-        ("HOST_SAMPLES", lay.host_samples, ""), ("PROFILES", lay.profiles, ""),
+        ("HOST_SAMPLES", lay.host_samples, ""), ("SAMPLERS_STOP", lay.samplers_stop, ""), ("PROFILES", lay.profiles, ""),
         ("PROFILE_DIR", lay.profile_dir(f), "pass key"),
         ("PROFILE_ANSWER", lay.profile_answer(f, f, f), "pass key, start|stop, replica"),
         ("NSYS_REPORT", lay.nsys_report(f, f), "replica, node rank"),
@@ -448,7 +452,7 @@ def job_formats(pd: bool = True, sequential: bool = True, capacity: bool = True,
     if not capacity:
         left_out |= {"CAPACITY_SPEC", "CAPACITY_PROGRAM", "CAPACITY_LOG"}
     if not telemetry:
-        left_out |= {"TELEMETRY", "GPU_SAMPLES", "HOST_SAMPLES"}
+        left_out |= {"TELEMETRY", "GPU_SAMPLES", "HOST_SAMPLES", "SAMPLERS_STOP"}
     if not profile:
         left_out |= {"PROFILES", "PROFILE_DIR", "PROFILE_ANSWER", "NSYS_REPORT"}
     return tuple((f"F_{name}", str(path), args) for name, path, args in files if name not in left_out)

@@ -80,6 +80,12 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
     # --disaggregation-enable-kv-checksum: the decode's digest of the KV it received differs from the
     # prefill's (decode.py _verify_kv_checksums): hardware or transport corrupted it.
     ("pd_kv_checksum", "KV checksum mismatch: the KV arrived corrupted", rb"KV checksum mismatch req="),
+    # The decode's side of a transfer the prefill reported failed without a reason frame (mooncake
+    # KVReceiver's default 'Failed to get kvcache from prefill instance, it might be dead'): the
+    # prefill's own line says why, and which role logs first is a race (conn.py tells the decode
+    # before the prefill's scheduler polls the failure), so this one ranks after it.
+    ("pd_transfer_reported", "KV transfer failed",
+     rb"Decode transfer failed for request.*Failed to get kvcache from prefill instance"),
     ("pd_transfer_failed", "KV transfer failed", rb"(?:Prefill|Decode) transfer failed for request"),
     ("pd_kv_too_small", "a prompt exceeds the decode's KV pool",
      rb"exceeds the maximum number of tokens: \d+ > \d+"),
@@ -116,7 +122,7 @@ SIGNATURES: tuple[tuple[str, str, bytes], ...] = (
 ROOT_CAUSE_KINDS = ("oom", "cuda_error", "nccl", "gloo", "pd_transfer_engine", "pd_mismatch", "pd_gpudirect",
                     "scheduler_exception", "init_failed", "health_check_failed", "child_failed",
                     "router", "pd_prefill_lost", "pd_handshake", "pd_bootstrap_timeout",
-                    "pd_waiting_timeout", "pd_kv_checksum", "pd_transfer_failed", "pd_kv_too_small", "tokenizer",
+                    "pd_waiting_timeout", "pd_kv_checksum", "pd_transfer_failed", "pd_transfer_reported", "pd_kv_too_small", "tokenizer",
                     "bad_args", "dist_init", "loopback_only")
 
 _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
