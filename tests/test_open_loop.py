@@ -91,6 +91,7 @@ def test_a_pass_shorter_than_its_requests_cannot_tell():
     arr = _poisson(20.0, 40)                                  # 2 s of arrivals, 8 s requests
     ld = check_load(20.0, arr, _served(arr, 8.0, 64), 0.1)
     assert not ld.saturated and "too short to tell" in ld.notes[-1]
+    assert "no scrape of the servers' waiting queue in the second half of the arrivals" in ld.notes[-1]
 
 
 def test_a_client_that_could_not_send_fast_enough_is_said():
@@ -146,3 +147,82 @@ def test_answers_and_charts_keep_each_rate_apart():
     cmp = SimpleNamespace(a="a", b="b", concurrency=40, rate=4.0, rows=[head])
     cs = SimpleNamespace(campaign=SimpleNamespace(order="blocked"))
     assert [x.subject for x in job_answers(cs, rows, [cmp])] == ["b vs a at 4 req/s"]
+
+
+def _overload_run(tmp_path, rate: float, n: int, e2e_of, queue_of, seed: int = 3):
+    """A pass as the job records it: an access line per request in the head's log (uvicorn's real
+    format), /metrics of two replicas (SGLang 0.5.23's text, sglang:num_queue_reqs set per round)
+    every 2 s from bench_start to bench_end, the client's details (bench_serving's keys); returns
+    the load check the collector makes of them. e2e_of(i, s), queue_of(s): s seconds since the
+    first arrival."""
+    import time
+    from datetime import datetime
+
+    from slurm_ab.collect.load import waiting_queue
+    from slurm_ab.parse.bench import requests
+    from test_server_metrics import END, START, Run, rep, set_value
+
+    run = Run(tmp_path)
+    t0 = run.t + 10.0
+    arrivals = [a - 1000.0 + t0 + 0.5 for a in _poisson(rate, n, seed)]
+    stop = arrivals[-1] + 30.0
+
+    def at(t: float, name: str, *kv: str) -> None:
+        run.t = t - 1.0                     # Run.event adds its 1 s step
+        run.event(name, *kv)
+
+    def scrape_at(t: float, target: str, phase: str, text: str) -> None:
+        run.t = t - 1.0
+        run.scrape(target, phase, text)
+    at(t0, "bench_start")
+    for g in (0, 1):
+        scrape_at(t0, f"r{g}", "start", START)
+    k = 1
+    while t0 + 2 * k < stop:
+        t = t0 + 2 * k
+        for g in (0, 1):                    # each replica: half the servers' queue
+            q = float(queue_of(max(0.0, t - arrivals[0])) // 2 + g * (queue_of(max(0.0, t - arrivals[0])) % 2))
+            scrape_at(t + g * 0.01, f"r{g}", "during", set_value(END, "sglang:num_queue_reqs", q))
+        k += 1
+    for g in (0, 1):
+        scrape_at(stop, f"r{g}", "end", END)
+    at(stop + 0.5, "bench_end", "rc=0")
+    sm = run.collect([rep(0), rep(1)])
+
+    def stamp(t: float) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) + f".{int(t % 1 * 1000):03d}"
+    log = tmp_path / "server-r0-n0.log"
+    log.write_text("".join(f'[{stamp(a)}] INFO:     10.0.0.1:{40000 + i} - "POST /generate HTTP/1.1" 200 OK\n'
+                           for i, a in enumerate(arrivals)))
+    e2e = [e2e_of(i, a - arrivals[0]) for i, a in enumerate(arrivals)]
+    record = {"ttfts": [d - 63 * 0.02 for d in e2e], "itls": [[0.02] * 63 for _ in e2e], "output_lens": [64] * n,
+              "input_lens": [16512] * n, "errors": [""] * n}
+    window = (datetime.fromtimestamp(t0), datetime.fromtimestamp(stop + 0.5))
+    return check_load(rate, arrival_times([log], window), [r.e2e for r in requests(record)], 0.1,
+                      waiting_queue([r.series for r in sm.replicas]))
+
+
+def test_the_waiting_queue_tells_an_overload_too_short_for_the_client(tmp_path):
+    """Lane 3's sustained overload (16K-token shared prefix at 12 req/s, 1.55 x the emulator's
+    capacity without the cache): a prefill-first server finishes nothing while its queue drains,
+    so even the first quarter's requests take longer than the second half of the arrivals (the
+    client's side: too short to tell); the servers' waiting queue (/metrics) grew with the arrivals."""
+    def e2e(i, s):                          # the whole backlog drains before any request ends
+        return 18.0 + 0.1 * i - s
+    level = _overload_run(tmp_path / "level", 12.0, 120, e2e, lambda s: 0)
+    assert not level.saturated and not level.told and "not growing beyond its noise" in level.notes[-1], level
+    ld = _overload_run(tmp_path / "grew", 12.0, 120, e2e, lambda s: round(4.2 * s))     # 12 - 7.8 req/s
+    assert ld.saturated and ld.told, ld
+    assert ld.queue_scrapes >= 4 and ld.queue_first == 0 and ld.queue_last > 40 and ld.queue_growth > 0.1, ld
+    assert "the servers' waiting queue tells instead" in ld.notes[-1]
+    assert f"waiting queue (/metrics) {ld.queue_first:g} before the arrivals -> {ld.queue_last:g} at " in ld.evidence
+
+
+def test_the_waiting_queue_of_a_light_pass_does_not_mark_it(tmp_path):
+    """4 req/s, requests of 20 s (long outputs): the second half of the arrivals (15 s) is shorter
+    than a request's own time, the client's side cannot tell, and the servers' waiting queue holds
+    level (a few requests between prefills, Poisson bursts): never saturated."""
+    ld = _overload_run(tmp_path, 4.0, 120, lambda i, s: 20.0 + 0.01 * (i % 7), lambda s: (0, 1, 3, 0, 2)[int(s) % 5])
+    assert ld.achieved_rps == pytest.approx(4.0, rel=0.2)
+    assert not ld.saturated and not ld.told and ld.queue_scrapes >= 10, ld
+    assert "too short to tell" in ld.notes[-1] and "not growing beyond its noise" in ld.notes[-1]

@@ -19,8 +19,17 @@ not lets them grow at (arrival rate - service rate). A pass is saturated when, o
 of its arrivals, they grew at more than benchmark.saturation_growth of the arrival rate, and the
 requests that arrived then outnumber those completed then by more than twice the noise of two
 Poisson counts (2 sqrt(arrived + completed + 1)). A second half shorter than a request's own time
-(the first quarter's median E2E) cannot tell: said, never marked. A short pass shows only a gross
-overload: at 40 prompts, twice the capacity; more prompts, finer. Pure: reads the logs it is given, line by line.
+(the first quarter's median E2E) cannot tell from the client's side alone: then the servers' own
+waiting queue decides (SGLang's sglang:num_queue_reqs in the /metrics scrapes the job took during
+the arrivals, summed over replicas, from the last scrape before the first arrival to the last one
+inside the arrivals, in their second half): the pass is saturated when that queue grew at more
+than benchmark.saturation_growth of the arrival rate and by more than twice the noise of two
+Poisson counts (2 sqrt(before + last + 1)), and the client's side
+points the same way (backlog growth and arrivals over completions as above); otherwise still too
+short to tell. (A prefill-first server that cannot keep up leaves the newest requests waiting, so
+its queue grows with the overload, while one that keeps up admits them: its queue stays level.)
+A short pass shows only a gross overload: at 40 prompts, twice the capacity; more prompts, finer.
+Pure: reads the logs it is given, line by line.
 """
 from __future__ import annotations
 
@@ -28,10 +37,13 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from ..parse.server_log import GENERATE_PATHS
 from ..parse.text import in_window, line_stamp
+
+if TYPE_CHECKING:
+    from .server_metrics import GaugePoint
 
 _POSTS = tuple(f'"POST {p} '.encode() for p in GENERATE_PATHS)
 
@@ -52,6 +64,14 @@ class LoadCheck:
     under_offered: bool = False         # arrivals slower than offered beyond a Poisson sample's noise
     notes: tuple[str, ...] = ()
     told: bool = True                   # long enough to tell whether the servers kept up
+    # the servers' waiting queue (/metrics sglang:num_queue_reqs summed over replicas) at the last
+    # scrape before the first arrival and at the last one inside the arrivals (in their second half),
+    # how many scrapes fell inside and the time from the first arrival to that last one
+    queue_first: float | None = None
+    queue_last: float | None = None
+    queue_scrapes: int = 0
+    queue_span_s: float | None = None
+    queue_growth: float | None = None   # its growth per second / the achieved arrival rate
 
     @property
     def state(self) -> str:
@@ -70,7 +90,16 @@ class LoadCheck:
         if self.backlog_end is not None:
             text += (f"; served {f(self.served_rps)} req/s over the second half, in flight {self.backlog_mid} -> "
                      f"{self.backlog_end} (growth {f(self.growth, '.0%')} of the arrival rate)")
+        if self.queue_last is not None:
+            text += (f"; waiting queue (/metrics) {self.queue_first:g} before the arrivals -> {self.queue_last:g} "
+                     f"at {f(self.queue_span_s, '.1f')} s into them ({self.queue_scrapes} scrapes during them; growth "
+                     f"{f(self.queue_growth, '.0%')} of the arrival rate)")
         return text
+
+    @property
+    def queue(self) -> str:
+        """The waiting queue before -> during the arrivals (summary.md's table), "-" without."""
+        return "-" if self.queue_last is None else f"{self.queue_first:g} -> {self.queue_last:g}"
 
 
 def arrival_times(logs: Iterable[Path], window: tuple[datetime | None, datetime | None]) -> list[float]:
@@ -93,10 +122,25 @@ def arrival_times(logs: Iterable[Path], window: tuple[datetime | None, datetime 
     return sorted(out)
 
 
+def waiting_queue(series: "Sequence[Sequence[GaugePoint]]") -> list[tuple[float, float]]:
+    """(seconds as arrival_times reads them, requests waiting summed over the replicas) per scrape
+    round of the window in which every replica with the gauge reported it, in time order. series:
+    each replica's gauge points (server_metrics.ReplicaMetrics.series)."""
+    rounds: dict[str, list] = {}
+    replicas = 0
+    for points in series:
+        usable = [p for p in points if p.queued is not None and p.local]
+        replicas += bool(usable)
+        for p in usable:
+            rounds.setdefault(p.round, []).append(p)
+    return sorted((min(datetime.fromisoformat(p.local).timestamp() for p in ps), sum(p.queued for p in ps))
+                  for ps in rounds.values() if len(ps) == replicas)
+
+
 def check_load(offered: float, arrivals: Sequence[float], e2e: Sequence[float | None],
-               growth_limit: float) -> LoadCheck:
+               growth_limit: float, queue: Sequence[tuple[float, float]] = ()) -> LoadCheck:
     """arrivals: sorted seconds; e2e: each request's end-to-end seconds in the client's order (None:
-    failed). The checks above."""
+    failed); queue: the servers' waiting queue (waiting_queue). The checks above."""
     n = len(arrivals)
     if n < 2:
         return LoadCheck(offered, n, notes=(f"{n} arrival(s) in the servers' access logs: no achieved rate",))
@@ -128,14 +172,41 @@ def check_load(offered: float, arrivals: Sequence[float], e2e: Sequence[float | 
     # nothing whatever the servers' capacity: too short to tell
     early = sorted(d for d in e2e[: max(1, n // 4)] if d is not None)
     l0 = early[len(early) // 2] if early else 0.0
+    behind = (growth is not None and growth > growth_limit
+              and arrived - completed > 2 * math.sqrt(arrived + completed + 1))
+    q = _queue(queue, arrivals[0], t_end, achieved)
     if half < l0:
+        # the client's side cannot tell: the servers' waiting queue decides
+        q_grew = (q.get("queue_growth") is not None and q["queue_growth"] > growth_limit
+                  and q["queue_last"] - q["queue_first"] > 2 * math.sqrt(q["queue_first"] + q["queue_last"] + 1))
+        if behind and q_grew:
+            notes.append(f"the second half of the arrivals lasted {half:.1f} s, less than a request's own time "
+                         f"({l0:.1f} s, the first quarter's median E2E): the servers' waiting queue tells instead, "
+                         f"{q['queue_first']:g} -> {q['queue_last']:g} over the arrivals")
+            return LoadCheck(offered, n, achieved, span, served, b_mid, b_end, growth, True, under, tuple(notes),
+                             **q)
+        seen = ("no scrape of the servers' waiting queue in the second half of the arrivals (metrics.interval_s)"
+                if "queue_last" not in q else
+                f"the servers' waiting queue {q['queue_first']:g} -> {q['queue_last']:g} over the arrivals, "
+                "not growing beyond its noise")
         notes.append(f"the second half of the arrivals lasted {half:.1f} s, less than a request's own time "
-                     f"({l0:.1f} s, the first quarter's median E2E): too short to tell whether the servers kept up "
-                     "(more prompts per pass)")
-        return LoadCheck(offered, n, achieved, span, served, b_mid, b_end, growth, False, under, tuple(notes), False)
-    saturated = (growth is not None and growth > growth_limit
-                 and arrived - completed > 2 * math.sqrt(arrived + completed + 1))
-    return LoadCheck(offered, n, achieved, span, served, b_mid, b_end, growth, saturated, under, tuple(notes))
+                     f"({l0:.1f} s, the first quarter's median E2E), and {seen}: too short to tell whether the "
+                     "servers kept up (more prompts per pass)")
+        return LoadCheck(offered, n, achieved, span, served, b_mid, b_end, growth, False, under, tuple(notes), False,
+                         **q)
+    return LoadCheck(offered, n, achieved, span, served, b_mid, b_end, growth, behind, under, tuple(notes), **q)
+
+
+def _queue(points: Sequence[tuple[float, float]], first: float, last: float, achieved: float | None) -> dict:
+    """LoadCheck's queue fields: the waiting queue at the last scrape before the first arrival and at
+    the last scrape inside the arrivals, when that one falls in their second half."""
+    before = [v for t, v in points if t <= first]
+    inside = [(t, v) for t, v in points if first < t <= last]
+    if not before or not inside or inside[-1][0] < (first + last) / 2:
+        return {"queue_scrapes": len(inside)}
+    (t1, q1), q0 = inside[-1], before[-1]
+    return {"queue_first": q0, "queue_last": q1, "queue_scrapes": len(inside), "queue_span_s": t1 - first,
+            "queue_growth": (q1 - q0) / (t1 - first) / achieved if achieved else None}
 
 
 def _count_le(sorted_values: Sequence[float], t: float) -> int:
@@ -143,4 +214,4 @@ def _count_le(sorted_values: Sequence[float], t: float) -> int:
     return bisect.bisect_right(sorted_values, t)
 
 
-__all__ = ["LoadCheck", "arrival_times", "check_load"]
+__all__ = ["LoadCheck", "arrival_times", "check_load", "waiting_queue"]

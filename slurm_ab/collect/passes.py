@@ -123,7 +123,7 @@ def collect_pass(inp: PassInputs) -> PassSummary:
                         getattr(getattr(manifest.config, "pd", None), "transfer_backend", None))
         notes += pd.notes
 
-    load = _open_loop(inp, lay, read.record, names, window, notes) if inp.ref.rate else None
+    load = _open_loop(inp, lay, read.record, names, window, server_metrics, notes) if inp.ref.rate else None
     telemetry = pass_telemetry(inp.telemetry, events, manifest.config, bench.duration_s, bench.output_tokens,
                                job.node_lists) if has_result else None
     notes += list(telemetry.notes) if telemetry else []
@@ -202,18 +202,20 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         server_metrics=server_metrics, ref=inp.ref, pd=pd, load=load, telemetry=telemetry)
 
 
-def _open_loop(inp: PassInputs, lay: Layout, record, names, window, notes: list) -> "LoadCheck | None":
+def _open_loop(inp: PassInputs, lay: Layout, record, names, window, server_metrics, notes: list
+               ) -> "LoadCheck | None":
     """An open-loop pass's load check (collect.load): arrivals in the answering servers' access logs,
-    each request's E2E from the client's details; a saturated pass is noted with its evidence."""
+    each request's E2E from the client's details, the servers' waiting queue from /metrics; a
+    saturated pass is noted with its evidence."""
     from ..parse.bench import requests
-    from .load import arrival_times, check_load
+    from .load import arrival_times, check_load, waiting_queue
     if window is None:
         return None
     heads = [p for g, p in sorted(lay.head_logs().items()) if g not in names or kind_of(names[g][0]).answers]
     reqs = requests(record) or []
     growth = _saturation_growth(inp.manifest)
     load = check_load(float(inp.ref.rate), arrival_times(heads, window), [r.e2e if r.ok else None for r in reqs],
-                      growth)
+                      growth, waiting_queue([r.series for r in server_metrics.replicas]))
     notes += list(load.notes)
     if load.saturated:
         notes.append(f"saturated: the servers did not keep up with {inp.ref.rate:g} req/s: {load.evidence} "

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..collect.records import CampaignSummary, LaunchSummary
 from ..collect.rows import aggregates, comparisons, load_label, ok_rows, pass_rows
 from ..collect.write import read_summary
+from ..model.campaign import rate_text
 from ..model.rundir import Layout, open_run, read_manifest
 from . import markdown, series
 from .html import makespan_note, answer_html, percentiles_html, esc, img, job_note, page, verdict_badge, verdict_legend
@@ -131,12 +132,14 @@ def campaign_plots(run_dir: Path, job: CampaignSummary) -> list[tuple[str, str, 
         forest = [dict(r.to_dict(), label=METRIC_BY_NAME[r.metric].label if r.metric in METRIC_BY_NAME else r.metric)
                   for r in cmp.rows if r.delta.change_pct is not None]
         if forest:
-            name = f"forest-{cmp.b}-vs-{cmp.a}-c{cmp.concurrency}.png"
+            # one chart per load: open-loop passes all run at concurrency num_prompts, so a rate names it
+            at = (f"c{cmp.concurrency}", f"concurrency {cmp.concurrency}") if cmp.rate is None else \
+                (f"q{rate_text(cmp.rate)}", cmp.load)
             n = max((max(r.delta.n_a or 0, r.delta.n_b or 0) for r in cmp.rows), default=0)
-            out.append((name, f"{cmp.b} against {cmp.a} at concurrency {cmp.concurrency}: % change "
+            out.append((f"forest-{cmp.b}-vs-{cmp.a}-{at[0]}.png", f"{cmp.b} against {cmp.a} at {at[1]}: % change "
                         f"of each metric with its 95% interval (Welch on log values; passes per side up "
                         f"to {n}); the primary metric first; {verdict_legend()}",
-                        plots.png(plots.fig_forest(forest, title=f"{cmp.b} vs {cmp.a}, C={cmp.concurrency}",
+                        plots.png(plots.fig_forest(forest, title=f"{cmp.b} vs {cmp.a}, {cmp.load}",
                                                    context=ctx))))
     sw = sweep_points(job)
     if len({p["concurrency"] for p in sw}) > 1:

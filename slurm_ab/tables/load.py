@@ -1,5 +1,6 @@
 """Open-loop passes' load: offered against achieved arrival rate, the rate served, the backlog's
-growth and the saturated mark (summary.md; records from collect.load)."""
+growth, the servers' waiting queue over the arrivals and the saturated mark (summary.md; records
+from collect.load)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
@@ -21,12 +22,14 @@ def load_table(passes) -> Table | None:
                      str(ld.arrivals), num(ld.served_rps, ".2f"),
                      DASH if ld.backlog_end is None else f"{ld.backlog_mid} -> {ld.backlog_end}",
                      DASH if ld.growth is None else f"{ld.growth:+.0%}",
+                     DASH if ld.queue_last is None else f"{ld.queue} ({ld.queue_scrapes})",
                      ld.state, p.verdict])
     if not rows:
         return None
     return Table.of(["mode", "pass", "offered req/s", "achieved req/s", "arrivals", "served req/s (2nd half)",
-                     "in flight (mid -> end)", "growth / arrival rate", "load", "verdict"], rows,
-                    ["left", "left", "right", "right", "right", "right", "right", "right", "left", "left"])
+                     "in flight (mid -> end)", "growth / arrival rate", "waiting queue before -> during (scrapes)",
+                     "load", "verdict"], rows,
+                    ["left", "left", *["right"] * 7, "left", "left"])
 
 
 def load_md(passes) -> str:
