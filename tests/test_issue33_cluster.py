@@ -109,8 +109,10 @@ def test_software_ab_capacity(tmp_path):
     md = (run / "summary.md").read_text()
     assert "## Capacity: the highest rate at which 90% of the requests meet tpot <= 40 ms" in md
     assert "- v0524 " in md and " vs v0523 " in md
-    # one forest chart per compared rate (all probes run at concurrency --prompts: named by rate)
-    rates = sorted({c["rate"] for c in s["comparisons"]})
+    # one forest chart per rate both modes probed (all probes run at concurrency --prompts: named by
+    # rate; a rate only one search probed has no change to chart)
+    rates = sorted({c["rate"] for c in s["comparisons"] if any(m["change_pct"] is not None for m in c["metrics"])})
+    assert rates, s["comparisons"]
     assert sorted(p.name for p in (run / "plots").glob("forest-*.png")) == sorted(
         f"forest-v0524-vs-v0523-q{rate_text(q)}.png" for q in rates), rates
 
