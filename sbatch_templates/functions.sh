@@ -26,7 +26,10 @@ rpath() {
 # The events file: "<epoch_s.ms> <YYYY-mm-dd HH:MM:SS.mmm> <event> [key=value ...]", read by the collector.
 event() {
   local stamp
-  stamp=$(date '+%s.%3N %Y-%m-%d %H:%M:%S.%3N')
+  stamp=$(date '+%s.%3N %Y-%m-%d %H:%M:%S.%3N' 2>/dev/null)
+  # date killed by the teardown's signal (a background scrape's event): bash's own clock, whole
+  # seconds (printf %(...)T, bash 4.2+), never a line without its time
+  [[ -n $stamp ]] || stamp="$(printf '%(%s)T.000 %(%Y-%m-%d %H:%M:%S)T.000' -1 -1)"
   printf '%s %s\n' "$stamp" "$*" >>"$RUN_DIR/$F_EVENTS"
 }
 

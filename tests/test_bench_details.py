@@ -331,6 +331,9 @@ def test_goodput_boundary_requests():
     assert g.good == 1 and g.near == 1 and g.near_met == {"e2el": 1, "tpot": 0, "ttft": 0}
     g = goodput([r], {"tpot": 1.04}, slack_ms=5.0)         # 5 ms over 100 tokens: 0.05 ms of TPOT
     assert g.near_met == {"tpot": 1}
+    # the slack is divided by output - 1 (100 gaps), not by the 101 tokens: 1.0497 - 5/100 < 1.0 ms
+    # (near), 1.0497 - 5/101 > 1.0 ms (would not be)
+    assert goodput([r], {"tpot": 1.0497}, slack_ms=5.0).near_met == {"tpot": 1}
     assert goodput([r], {"e2el": 199.0}).good == 0
 
 

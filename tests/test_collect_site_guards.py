@@ -220,6 +220,9 @@ def test_sacct_elapsed_and_hostlists_as_slurm_prints_them():
     assert expand_hostlist("node[01-03,7],gpu5") == ["node01", "node02", "node03", "node7", "gpu5"]
     assert expand_hostlist("n[08-10]-ib") == ["n08-ib", "n09-ib", "n10-ib"]
     assert expand_hostlist("gpu5,node[01-02]") == ["gpu5", "node01", "node02"]
+    # two brackets in one name: their product, the first outermost (Slurm 22.05.8's
+    # `scontrol show hostnames 'r[1-2]-n[01-02]'` prints these four in this order)
+    assert expand_hostlist("r[1-2]-n[01-02],gpu5") == ["r1-n01", "r1-n02", "r2-n01", "r2-n02", "gpu5"]
     assert expand_hostlist("node05") == ["node05"] and expand_hostlist("") == [] and expand_hostlist(None) == []
     lists = {"1": "node[03-04]", "0": "node[01-02]"}
     job = job_info(_sacct(node_lists=lists, elapsed="1-00:00:01"), EventLog(), "4242")

@@ -37,6 +37,20 @@ def test_oom_first_prefill_in_the_same_file(tmp_path):
     assert {f.kind for f in found} == {"oom", "scheduler_exception"}
 
 
+def test_oom_phase_and_time_from_the_file_itself(tmp_path):
+    """Without a server log's name (no replica to borrow a phase from) the file's own batches say
+    the phase: a prefill and no decode is the first prefill, also when the batch line is the file's
+    first byte (a site's format without stamps); a traceback line's time is the stamped line above
+    it, also when that line follows an empty first line."""
+    own = _write(tmp_path, "c.log", [PREFILL, "[2026-09-02 14:12:31] x", OOM])
+    assert diagnose([own])[0].details["phase"] == "first prefill"
+    bare = _write(tmp_path, "d.log", ["Prefill batch, #new-seq: 1, #new-token: 8192", OOM])
+    assert diagnose([bare])[0].details["phase"] == "first prefill"
+    blank = _write(tmp_path, "e.log", ["", "[2026-09-02 14:12:31 TP0] Scheduler hit an exception:", OOM])
+    oom = next(f for f in diagnose([blank]) if f.kind == "oom")
+    assert oom.details["ts"] == "2026-09-02 14:12:31"
+
+
 def test_oom_phase_startup_decode_and_cross_file(tmp_path):
     start = _write(tmp_path, "a.log", ["[2026-09-02 14:10:00] loading", OOM])
     dec = _write(tmp_path, "b.log", [PREFILL, DECODE, "[2026-09-02 14:13:31] x", OOM])

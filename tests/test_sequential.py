@@ -234,3 +234,23 @@ def test_an_aa_campaign_ends_equivalent_or_runs_to_its_maximum():
         assert ends["better"] + ends["worse"] <= 75, (cov, ends)
         if cov == 0.01:
             assert ends["equivalent"] >= 900, ends
+
+
+def test_no_look_for_a_block_the_job_did_not_finish(tmp_path):
+    """A job that ended inside block 1 (launch 4 never ended: cancelled, node lost) took no look, and
+    the collector computes none; once every launch of the block has ended, the look the job would
+    have taken (killed before logging it) is computed."""
+    from slurm_ab.collect.sequential import recompute
+    from slurm_ab.parse.events import read_events
+    c = _sequential_campaign()
+    _write_passes(tmp_path, c, -0.3, 3)
+    ends = [f"{i}.0 2026-12-03 10:00:0{i}.000 launch_end launch={i} mode={c.launches[i - 1].mode} status=ok rc=0"
+            for i in (1, 2, 3)]
+    (tmp_path / "events.log").write_text("\n".join(ends) + "\n")
+    rec = recompute(tmp_path, c, read_events(tmp_path / "events.log"))
+    assert rec.looks == () and rec.decision == "continue" and rec.stopped_at is None
+    _write_passes(tmp_path, c, -0.3, 4)
+    ends.append(f"4.0 2026-12-03 10:00:04.000 launch_end launch=4 mode={c.launches[3].mode} status=ok rc=0")
+    (tmp_path / "events.log").write_text("\n".join(ends) + "\n")
+    rec = recompute(tmp_path, c, read_events(tmp_path / "events.log"))
+    assert [x.look for x in rec.looks] == [1] and rec.looks[0].job == ""

@@ -36,6 +36,7 @@ CASES = [
     ("tp32-dflash", ["mode.args.mem-fraction-static=0"], ["mem-fraction-static = 0", "strictly between 0 and 1"]),
     ("tp32", ["benchmark.concurrency=0"], ["benchmark.concurrency = 0", "must be >= 1"]),
     ("tp32", ["benchmark.num_prompts=-3"], ["benchmark.num_prompts = -3", "must be >= 1"]),
+    ("tp32", ["experiment.replicas=1"], ["experiment.replicas = 1", "must be >= 2", "not heterogeneous"]),
     ("tp32", ["model.context_length=16500"], ["benchmark.input_len = 16384", "16896 tokens exceeds the context length 16500"]),
     ("tp32", ["paths.model=\"\""], ["paths.model = ''", "missing required site value", "set it in the site file"]),
     ("tp32", ["cluster.partition=\"\""], ["cluster.partition = ''", "missing required site value"]),

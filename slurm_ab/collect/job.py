@@ -40,22 +40,31 @@ def parse_elapsed(value) -> float | None:
 
 
 def expand_hostlist(expr: str) -> list[str]:
-    """Slurm hostlist 'n[01-03,7],gpu5' -> ['n01', 'n02', 'n03', 'n7', 'gpu5']."""
+    """Slurm hostlist 'n[01-03,7],gpu5' -> ['n01', 'n02', 'n03', 'n7', 'gpu5']; several brackets in
+    one name expand as their product, the first outermost ('r[1-2]-n[1-2]' -> r1-n1, r1-n2, r2-n1,
+    r2-n2), as Slurm's hostlist.c does."""
     out: list[str] = []
     for part in re.findall(r"[^,\[]+(?:\[[^\]]*\][^,\[]*)*", expr or ""):
-        m = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", part)
-        if not m:
-            out.append(part.strip())
-            continue
-        head, ranges, tail = m.groups()
-        for rng in ranges.split(","):
-            if "-" in rng:
-                a, b = rng.split("-", 1)
-                width = len(a)
-                out.extend(f"{head}{i:0{width}d}{tail}" for i in range(int(a), int(b) + 1))
-            else:
-                out.append(f"{head}{rng}{tail}")
+        out.extend(_expand_name(part.strip()))
     return [h for h in out if h]
+
+
+def _expand_name(name: str) -> list[str]:
+    m = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", name)
+    if not m:
+        return [name]
+    head, ranges, tail = m.groups()
+    tails = _expand_name(tail)
+    out = []
+    for rng in ranges.split(","):
+        if "-" in rng:
+            a, b = rng.split("-", 1)
+            width = len(a)
+            firsts = [f"{i:0{width}d}" for i in range(int(a), int(b) + 1)]
+        else:
+            firsts = [rng]
+        out.extend(f"{head}{x}{t}" for x in firsts for t in tails)
+    return out
 
 
 def _get(d: Mapping, *names):

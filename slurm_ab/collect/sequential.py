@@ -63,10 +63,13 @@ def recompute(run_dir: Path, campaign: Campaign, events: EventLog) -> Optional[S
               for e in events.named("sequential_look") if e.get_int("look") is not None}
     stop = next(iter(events.named("sequential_stop")), None)
     last = max(logged, default=0)
+    ended = {e.get_int("launch") for e in events.named("launch_end")}
     out, final = [], None
     for k in range(1, len(spec["blocks"]) + 1):
         if k > last and (stop is not None or k > last + 1):
             break
+        if k > last and not set(spec["blocks"][k - 1]) <= ended:
+            break          # the job ended inside this block (failed, cancelled): no look it could take
         r = looks.look(spec, k, str(run_dir))
         text = " ".join(looks.fields(r))
         out.append(Look(k, logged.get(k, ""), text, str(r["decision"])))

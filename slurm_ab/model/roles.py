@@ -138,6 +138,11 @@ def _size(r: RoleTables, tree: Tree) -> list[ConfigError]:
             errs.append(ConfigError(key, None, "missing", "a positive integer"))
         elif v < 1:
             errs.append(ConfigError(key, v, "must be >= 1"))
+        elif key == "experiment.replicas" and v < 2:
+            # the job is one Slurm heterogeneous job, a component per instance: a job of one
+            # component is not heterogeneous (no SLURM_JOB_NODELIST_HET_GROUP_0, no --het-group)
+            errs.append(ConfigError(key, v, "must be >= 2: the job runs one het component per replica "
+                                             "(a one-replica job is not heterogeneous)", "2 or more"))
     return errs
 
 

@@ -74,6 +74,8 @@ def events(run_dir: Path) -> list[tuple[float, str, dict]]:
     for f in event_files(run_dir):
         for line in f.read_text().splitlines():
             parts = line.split()
+            if len(parts) < 4 or not re.fullmatch(r"\d+\.\d+", parts[0]):
+                continue                          # a torn line: parse/events.py counts it as bad
             kv = dict(p.split("=", 1) for p in parts[4:] if "=" in p)
             out.append((float(parts[0]), parts[3], kv))
     return sorted(out, key=lambda e: e[0])
