@@ -78,6 +78,10 @@ EXPECT: dict[str, tuple[str, ...]] = {
     "slurm-ab submit tp32": (*SCRIPT, r"^experiment \w+, mode tp32: ", r"^duration estimate: "),
     "slurm-ab submit tp32 tp32-dflash": (*SCRIPT, r"^campaign: modes tp32, tp32-dflash; \d+ repeat\(s\) .* in one "
                                          r"allocation$"),
+    # the README's versions.toml (its toml block), written beside it by workdir()
+    "slurm-ab dry-run v0523 v0524": (*SCRIPT, r"^campaign: modes v0523, v0524; ",
+                                     r"^ +image of v0524: /shared/containers/sglang-v0\.5\.24\.sqsh "),
+    "slurm-ab capacity tp32": (*SCRIPT, r"^capacity search: modes tp32, one launch each; \d+ open-loop probes "),
     "slurm-ab dry-run pd-1p1d": (*SCRIPT, r"^role prefill: 1 instance", r"^role decode: 1 instance",
                                  r"^KV transfer: "),
     "slurm-ab render pp8": (r"^wrote \S*results/x/job\.sbatch \(run x\); submit with: sbatch \S*results/x/job\.sbatch$",),
@@ -221,7 +225,16 @@ def workdir(tmp_path: Path) -> Path:
     for name in ("Makefile", "testbed"):
         (work / name).symlink_to(ROOT / name)
     shutil.copy(ROOT / "slurm_ab" / "data" / "sites" / "example.toml", work / "mysite.toml")
+    (work / "versions.toml").write_text(readme_toml("versions.toml"))
     return work
+
+
+def readme_toml(name: str) -> str:
+    """The README's TOML block that follows the first mention of `name`."""
+    text = README.read_text()
+    m = re.search(r"```toml\n(.*?)```", text[text.index(f"`{name}`"):], re.S)
+    assert m, f"no toml block after `{name}` in README.md"
+    return m.group(1)
 
 
 def run(cmd: str, cwd: Path, timeout: float = 300) -> tuple[int, str]:
