@@ -85,6 +85,14 @@ def test_cancel_in_every_phase_leaves_nothing(phase, workdir, others):
             j.tick()                     # the job's processes as they are stopped
             time.sleep(0.2)
         said = cancel.stdout.read()
+        if phase == "teardown" and f"job {j.job_id} is not queued or running" in said:
+            # the job's own teardown and clean-up (a second or two at this time scale) ended before
+            # the cancel reached Slurm: nothing to cancel, and still nothing may be left
+            assert cancel.returncode == 0 and j.finish(120) == 0 and j.sacct()["state"] == "COMPLETED", said
+            j.assert_nothing_left(GRACE + POLL)
+            assert not (CACHE / f"slurm-ab-{j.job_id}").exists()
+            measure(f"cancel in {phase} (the job had ended)", time.time() - t0, said.strip())
+            return
         assert cancel.returncode == 0 and f"cancelled job {j.job_id}" in said, said
         j.assert_nothing_left(GRACE + POLL)
         cache = CACHE / f"slurm-ab-{j.job_id}"

@@ -353,22 +353,23 @@ def test_transfer_hang_mid_run_holds_requests_in_the_pd_queues(procs, model_dir,
     decode still runs A), and publishes nothing while its requests wait only in a PD queue (on_idle:
     not fully idle), so A's last report stands until the decode's waiting timeout fails them."""
     cfg = tmp_path / "slow-decode.toml"
-    cfg.write_text("[decode]\ncompute_ms_per_step = 28000.0\n")      # ~56 ms a step: A decodes ~6 s
+    cfg.write_text("[decode]\ncompute_ms_per_step = 28000.0\n")      # ~56 ms a step: A decodes ~11 s
+    # (long enough for B and C to reach the decode's transfer queue while A decodes on a loaded host)
     (p, purl, bport), (d, durl) = pair(procs, model_dir, d_extra=["--decode-log-interval", "1"],
                                        p_env={"SLURM_AB_EMU_FAULT": "pd_transfer_hang_after=1"},
-                                       d_env={"SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "12",
+                                       d_env={"SGLANG_DISAGGREGATION_WAITING_TIMEOUT": "20",
                                               "SLURM_AB_EMU_CONFIG": str(cfg)})
     boot = dict(bootstrap_host=P_HOST, bootstrap_port=bport)
     done = value(metrics(purl), "sglang:num_requests_total")        # the health check's
-    join_a = dual_dispatch(purl, durl, gen(1000, 100, bootstrap_room=1, **boot))
+    join_a = dual_dispatch(purl, durl, gen(1000, 200, bootstrap_room=1, **boot))
     deadline = time.monotonic() + 20
     while value(metrics(purl), "sglang:num_requests_total") < done + 1 and time.monotonic() < deadline:
         time.sleep(0.05)                          # A's KV arrived: the prefill answered it
     hung = time.monotonic()
     # B and C, each to both roles at once (as the router sends them)
-    join_d = start_all([lambda r=r: failed_request(durl + "/generate", gen(1000, 8, bootstrap_room=r, **boot), 30)
+    join_d = start_all([lambda r=r: failed_request(durl + "/generate", gen(1000, 8, bootstrap_room=r, **boot), 45)
                         for r in (2, 3)])
-    join_p = start_all([lambda r=r: failed_request(purl + "/generate", gen(1000, 8, bootstrap_room=r, **boot), 30)
+    join_p = start_all([lambda r=r: failed_request(purl + "/generate", gen(1000, 8, bootstrap_room=r, **boot), 45)
                         for r in (2, 3)])
     assert d.wait_log("#transfer-req: 2, ", 10), d.text()[-2000:]   # while A decodes: a Decode batch line
     time.sleep(0.3)
@@ -378,17 +379,17 @@ def test_transfer_hang_mid_run_holds_requests_in_the_pd_queues(procs, model_dir,
     # the prefill's last report (its last prefill batch): B and C in its batch or inflight queue
     assert value(pm, "sglang:num_running_reqs") + value(pm, "sglang:num_prefill_inflight_queue_reqs") == 2
     assert value(pm, "sglang:num_queue_reqs") == value(pm, "sglang:num_prefill_bootstrap_queue_reqs") == 0
-    (pa, _), (da, ta) = join_a(30)
-    assert pa == da == 200 and json.loads(ta)["meta_info"]["completion_tokens"] == 100
-    assert time.monotonic() - hung < 10           # A finished before the decode gives B and C up
+    (pa, _), (da, ta) = join_a(40)
+    assert pa == da == 200 and json.loads(ta)["meta_info"]["completion_tokens"] == 200
+    assert time.monotonic() - hung < 18           # A finished before the decode gives B and C up
     time.sleep(0.5)                               # idle of batches, not of queues: nothing is published
     dm = metrics(durl)
     assert value(dm, "sglang:num_decode_transfer_queue_reqs") == 2 and value(dm, "sglang:num_running_reqs") == 1
     assert value(metrics(purl), "sglang:num_requests_total") == done + 1
     failed = re.compile(r"Decode transfer failed for request rank=0 decode_req\.req\.rid='[0-9a-f]+' "
                         r"decode_req\.req\.bootstrap_room=([23]) with exception KVTransferError\(bootstrap_room=\1\): "
-                        r"Request \1 timed out after 1\d\.\ds in KVPoll\.WaitingForInput$", re.M)
-    deadline = time.monotonic() + 15
+                        r"Request \1 timed out after 2\d\.\ds in KVPoll\.WaitingForInput$", re.M)
+    deadline = time.monotonic() + 25
     while len(failed.findall(d.text())) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert sorted(failed.findall(d.text())) == ["2", "3"]
