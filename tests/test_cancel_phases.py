@@ -150,13 +150,18 @@ def test_clean_lists_then_removes_what_an_ended_run_left(workdir, others):
     from slurm_ab.model.sources import Sources
     from helpers.scripts import plan_for
 
-    plan = plan_for(Sources(str(Path(__file__).parents[1] / "testbed/sites/local.toml"), (), ()), "tp32", "killed")
+    # its own cache.dir: the sweep every other job of the suite runs first (on any lane: the local
+    # nodes share one /tmp) would remove an ended job's directory in the site's cache.dir before
+    # `clean --yes` could
+    own = Path("/tmp/slurm-ab-cache-clean-test")
+    plan = plan_for(Sources(str(Path(__file__).parents[1] / "testbed/sites/local.toml"), (),
+                            (f'cache.dir="{own}"',)), "tp32", "killed")
     run = workdir / "results" / "killed"
     run.mkdir(parents=True)
     Layout(run).manifest.write_text(json.dumps({"run_id": "killed", "job_id": "2", "config": plan.exp.to_dict()}))
     Layout(run).events.write_text(
         "1796300000.000 2026-12-03 11:00:00.000 hosts replica=0 head=node01 nodes=node01,node02 port=1 dist_port=2\n")
-    left = CACHE / "slurm-ab-2"
+    left = own / "slurm-ab-2"
     (left / ".cache").mkdir(parents=True, exist_ok=True)
     # the killed job's nodes: two of this worker's lane (the clean-up job can only run there)
     a, b = lanes.nodes()[:2]
