@@ -9,8 +9,8 @@ WARMUP_BODY=""
 
 log() { printf '%s slurm-ab: %s\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
 
-# Milliseconds since the epoch (GNU date): EPOCHREALTIME is bash 5 only, and its decimal point is
-# the locale's.
+# Milliseconds since the epoch (GNU date): bash's own microsecond clock variable is bash 5 only,
+# and its decimal point is the locale's.
 # shellcheck disable=SC2317  # runs from a trap (teardown)
 now_ms() { date '+%s%3N'; }
 

@@ -66,10 +66,10 @@ def recompute(run_dir: Path, campaign: Campaign, events: EventLog) -> Optional[S
     ended = {e.get_int("launch") for e in events.named("launch_end")}
     out, final = [], None
     for k in range(1, len(spec["blocks"]) + 1):
-        if k > last and (stop is not None or k > last + 1):
+        # past the job's last look: only the one it would take next, after a block every launch
+        # of which ended (a job that ended inside a block, failed or cancelled, took no look there)
+        if k > last and (stop is not None or k > last + 1 or not set(spec["blocks"][k - 1]) <= ended):
             break
-        if k > last and not set(spec["blocks"][k - 1]) <= ended:
-            break          # the job ended inside this block (failed, cancelled): no look it could take
         r = looks.look(spec, k, str(run_dir))
         text = " ".join(looks.fields(r))
         out.append(Look(k, logged.get(k, ""), text, str(r["decision"])))
