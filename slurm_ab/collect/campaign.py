@@ -141,11 +141,7 @@ def _correctness(run, manifest: Manifest) -> dict:
 def _ran_rate(view: EventLog | None) -> float | None:
     """The request rate a pass ran at (bench_start rate=; None: closed loop, or it never started)."""
     start = view.last.get("bench_start") if view is not None else None
-    try:
-        q = float(start.fields.get("rate", "inf")) if start is not None else float("inf")
-    except ValueError:
-        return None
-    return q if 0 < q < float("inf") else None
+    return rundir.recorded_rate(start.fields.get("rate")) if start is not None else None
 
 
 def _status(end: dict | None, started: bool, events: EventLog) -> str:

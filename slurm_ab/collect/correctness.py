@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..model.experiment import Correctness
+from ..model.experiment import Correctness, instance_name
 from ..model.rundir import Layout
 
 
@@ -63,7 +63,6 @@ def target_name(target: str, names: dict | None = None) -> str:
         return "the router"
     g = int(target[1:]) if target[1:].isdigit() else None
     if names and g in names:
-        from ..model.experiment import instance_name
         return instance_name(*names[g])
     return f"replica {g}" if g is not None else target
 

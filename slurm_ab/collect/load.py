@@ -34,6 +34,7 @@ Pure: reads the logs it is given, line by line.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -210,8 +211,7 @@ def _queue(points: Sequence[tuple[float, float]], first: float, last: float, ach
 
 
 def _count_le(sorted_values: Sequence[float], t: float) -> int:
-    import bisect
-    return bisect.bisect_right(sorted_values, t)
+    return bisect_right(sorted_values, t)
 
 
 __all__ = ["LoadCheck", "arrival_times", "check_load", "waiting_queue"]

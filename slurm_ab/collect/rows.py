@@ -9,7 +9,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..ab_stats import METRICS, PRIMARY_DEFAULT, Aggregate, aggregate
 from ..ab_stats.family import Row
-from ..model.campaign import Campaign
+from ..model.campaign import Campaign, rate_text
 from .records import CampaignSummary, PassSummary
 from .sequential import SequentialRecord, primary_row
 
@@ -174,7 +174,6 @@ class GroupAggregate:
 
 def load_label(concurrency, rate) -> str:
     """"C=8" or "4 req/s" (model.campaign.Pass.load)."""
-    from ..model.campaign import rate_text
     return f"C={concurrency}" if rate is None else f"{rate_text(rate)} req/s"
 
 

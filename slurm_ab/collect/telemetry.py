@@ -211,7 +211,7 @@ def node_figures(f: GpuFile, window: tuple[float, float], max_gap: float, node: 
         if bad is not None and gap is None:
             length, a, b = bad
             gap = (f"{node} ({component} node rank {rank}): no GPU sample for {length:.1f} s "
-                   f"({_clock(a)} .. {_clock(b)}) within the pass [{file}]" if by_gpu else "")
+                   f"({_clock(a)} .. {_clock(b)}) within the pass [{file}]")
         per.append(GpuEnergy(g, e, e / (t1 - t0) if e is not None and t1 > t0 else None))
     if not by_gpu:
         why = f"its sampler's last line: {f.last_line[:160]}" if f.last_line else "its file is empty"

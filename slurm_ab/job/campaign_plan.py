@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from ..model.campaign import (LAUNCHES_PER_BLOCK, MAX_LAUNCHES, MAX_REPEATS, MIN_BLOCKS, ORDERS, Campaign,
-                              capacity_schedule, parse_concurrencies, parse_rates, schedule)
+                              capacity_schedule, parse_concurrencies, parse_rates, rate_text, schedule)
 from ..model.errors import ConfigError, ConfigErrors
 from ..model.rundir import RELATIVE
 from ..model.experiment import Experiment
@@ -235,7 +235,7 @@ def campaign_summary(plan: JobPlan) -> str:
     cp = plan.campaign
     c = cp.campaign
     loads = ([f"concurrency {', '.join(map(str, c.concurrencies))}"] if c.concurrencies else []) + \
-        ([f"request rate {', '.join(p.load for p in _rate_passes(c))} (open loop, Poisson arrivals)"] if c.rates else [])
+        ([f"request rate {', '.join(f'{rate_text(q)} req/s' for q in dict.fromkeys(c.rates))} (open loop, Poisson arrivals)"] if c.rates else [])
     lines = [f"campaign: modes {', '.join(c.modes)}; {c.repeats} repeat(s) x {' and '.join(loads)}; order {c.order}; burn-in "
              f"{'on' if c.burn_in else 'off'}; {len(c.launches)} server launch(es), "
              f"{len(c.passes)} timed pass(es) in one allocation"]
@@ -266,15 +266,6 @@ def campaign_summary(plan: JobPlan) -> str:
             lines.append(f"  {r} role of {mode}: " + " ".join(str(w) for w in rc.env + _words(rc)))
     return "\n".join(lines) + "\n"
 
-
-def _rate_passes(c: Campaign) -> list:
-    """One pass per offered rate (for saying the rates as users read them)."""
-    out, seen = [], set()
-    for p in c.passes:
-        if p.rate is not None and p.rate not in seen:
-            seen.add(p.rate)
-            out.append(p)
-    return out
 
 
 def sequential_lines(c: Campaign) -> list[str]:

@@ -204,8 +204,7 @@ class Capacity:
     @property
     def slo_ms(self) -> dict:
         """The SLOs set, keyed as bench_serving's --goodput: {"ttft": 500.0, "tpot": 50.0}."""
-        return {k: float(v) for k, v in (("ttft", self.slo_ttft_ms), ("tpot", self.slo_tpot_ms),
-                                         ("e2el", self.slo_e2e_ms)) if v and v > 0}
+        return dict(slo_ms({"ttft_ms": self.slo_ttft_ms, "tpot_ms": self.slo_tpot_ms, "e2e_ms": self.slo_e2e_ms}))
 
 
 @dataclass(frozen=True)

@@ -619,8 +619,9 @@ def open_run(run_dir: str | Path) -> RunDir:
     return RunDir(OldRunLayout(run_dir), replace(m, campaign=one))
 
 
-def _rate(text) -> float | None:
-    """A recorded pass's request rate: None for a closed-loop pass ("inf", absent)."""
+def recorded_rate(text) -> float | None:
+    """A recorded pass's request rate (a launch plan's, a bench_start event's rate=): None for a
+    closed-loop pass ("inf", absent, not a number)."""
     try:
         q = float(text)
     except (TypeError, ValueError):
@@ -645,7 +646,7 @@ def _recorded_campaign(lay: Layout) -> Campaign | None:
                       b.fields.get("rate", "inf"))
                      for b in read_events(lay.launch(Launch(index, mode, ())).events).named("bench_start")]
         launches.append(Launch(index, mode, tuple(Pass(index, mode, *(_count(x) for x in spec[:3]),
-                                                       _rate(spec[3] if len(spec) > 3 and spec[3] != "profile" else None),
+                                                       recorded_rate(spec[3] if len(spec) > 3 and spec[3] != "profile" else None),
                                                        len(spec) > 3 and spec[3] == "search",
                                                        profile="profile" in spec[3:])
                                                   for spec in specs)))

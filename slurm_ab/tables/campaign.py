@@ -301,12 +301,13 @@ def summary_md(cs: CampaignSummary) -> str:
     return text
 
 
-def answers(cs: CampaignSummary, rows: Sequence[PassRow] | None = None) -> list:
-    """The job's answer lines (tables.answer): one per comparison, else one per mode."""
+def answers(cs: CampaignSummary, rows: Sequence[PassRow] | None = None, cmps: Sequence[Comparison] | None = None) -> list:
+    """The job's answer lines (tables.answer): one per comparison, else one per mode (`cmps`: the
+    job's comparisons when the caller has them)."""
     from .answer import job_answers
 
     rows = pass_rows(cs) if rows is None else rows
-    return job_answers(cs, rows, comparisons(cs, rows), slo_target(cs))
+    return job_answers(cs, rows, comparisons(cs, rows) if cmps is None else cmps, slo_target(cs))
 
 
 def slo_target(cs: CampaignSummary) -> float | None:
@@ -319,7 +320,8 @@ def campaign_md(cs: CampaignSummary, passes: bool = False, width: int | None = N
     (`width`: fitted to a terminal)."""
     c = cs.campaign
     rows = pass_rows(cs)
-    out = [a.text(width, paint) for a in answers(cs, rows)]
+    cmps = comparisons(cs, rows)
+    out = [a.text(width, paint) for a in answers(cs, rows, cmps)]
     out += ["", f"# Campaign {cs.run_id}", "",
             wrap(f"{len(c.modes)} mode(s), {c.launches_per_mode} launch(es) x {c.repeats} pass(es) per "
                  "mode and concurrency, concurrency "
@@ -342,7 +344,7 @@ def campaign_md(cs: CampaignSummary, passes: bool = False, width: int | None = N
     thin = thin_notes([rows_of(rows, m, x, q) for m, x, q in groups(rows)])
     if thin:
         out.append(notes(thin, width=width).lstrip("\n"))
-    for cmp in comparisons(cs, rows):
+    for cmp in cmps:
         out += ["", comparison_section(cs, cmp, rows, width).rstrip("\n")]
     if len(c.concurrencies) > 1 or len(c.rates) > 1:
         out += ["", "## Throughput-latency curve", "", curve_table(rows, width).rstrip("\n")]

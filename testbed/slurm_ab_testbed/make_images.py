@@ -12,11 +12,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .emulator.costs import load_costs
+
 DECODE_REGRESSION = 1.10         # 0.5.24's decode step x this: -9 % output tok/s at the seed's workload
 
 IMAGES = {
     "sglang-0.5.23": {"version": "0.5.23", "costs": None},
-    "sglang-0.5.24": {"version": "0.5.24", "costs": {"compute_ms_per_step": 280.0 * DECODE_REGRESSION}},
+    "sglang-0.5.24": {"version": "0.5.24",
+                      "costs": {"compute_ms_per_step": load_costs().decode.compute_ms_per_step * DECODE_REGRESSION}},
 }
 
 
