@@ -393,3 +393,28 @@ def test_a_root_cause_logged_after_the_jobs_failure_is_a_teardown_consequence(tm
     early = [Finding("nccl", f.file, f.line, f.excerpt, {**f.details, "ts": "2027-01-15T07:59:58.000000"})
              if f.kind == "nccl" else f for f in findings]
     assert "NCCL error" in diagnosis_reasons(early, nodes, events=ev)[0]
+
+
+def test_a_signalled_node_goes_before_its_peers_nccl_lines(tmp_path):
+    """Replica 1's head was SIGKILLed: its peers' NCCL 'remote process exited' lines (logged before
+    the job noticed, on a slow host) follow srun's line about the head; a peer's NCCL error of
+    another wording, or one in a replica without a signalled task, keeps its place."""
+    ev = _events(tmp_path, "fail kind=step_exited step=server-r1 rc=137")
+    nodes = {"0": ["node01", "node02"], "1": ["node05", "node06"]}
+    out = "slurm-4242.out"
+    gone = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+            "remote process exited or there was a network error, NCCL version 2.27.3")
+    peer = Finding("nccl", "logs/server-r1-n1.log", 117, gone,
+                   {"label": "NCCL error", "ts": "2026-09-02T12:35:01", "replica": 1, "node_rank": 1})
+    killed = Finding("srun_error", out, 40, "srun: error: node05: task 0: Killed", {"message": "node05: task 0: Killed"})
+    got = diagnosis_reasons([peer, killed], nodes, events=ev)
+    assert got[:2] == ["replica 1 node rank 0 (node05): srun: task 0: Killed",
+                       f"replica 1 node rank 1 (node06): NCCL error: {gone} [logs/server-r1-n1.log:117]"]
+    # the head exited with a code (it logged its own cause): the peer's line is evidence in order
+    exited = Finding("srun_error", out, 40, "srun: error: node05: task 0: Exited with exit code 1",
+                     {"message": "node05: task 0: Exited with exit code 1"})
+    assert diagnosis_reasons([peer, exited], nodes, events=ev)[0].startswith("replica 1 node rank 1 (node06): NCCL")
+    # a collective timeout (the watchdog's wording) is not an echo of the kill
+    timeout = Finding("nccl", "logs/server-r1-n1.log", 90, "Watchdog caught collective operation timeout",
+                      {"label": "NCCL error", "ts": "2026-09-02T12:35:01", "replica": 1, "node_rank": 1})
+    assert diagnosis_reasons([timeout, killed], nodes, events=ev)[0].startswith("replica 1 node rank 1 (node06): NCCL")

@@ -262,11 +262,13 @@ def test_a_slow_link_shows_as_kv_transfer_share_of_ttft(job, dp2_vs_pd):
     assert rc in (0, 1), j.output()[-3000:]
     slow = j.summary()["pd"]["breakdown"]
     kv = {x["key"]: x for x in slow["chain"]}["kv_transfer"]
-    assert kv["mean_ms"] > 10 * next(x.mean_ms for x in base.chain if x.key == "kv_transfer")
-    # a share is at most 1: compare odds (0.18 -> 0.66 is 0.22 -> 1.94), and the slow link's transfer
+    # The unlimited transfer is host scheduling more than bytes: 33 ms alone, 151 ms on CI's loaded
+    # host (beside 2 other cluster lanes and the unit tests), against 1,400-1,700 ms at 8 Mbit/s.
+    assert kv["mean_ms"] > 5 * next(x.mean_ms for x in base.chain if x.key == "kv_transfer")
+    # a share is at most 1: compare odds (0.11 -> 0.63 is 0.13 -> 1.70), and the slow link's transfer
     # must be a large part of TTFT
     odds = lambda share: share / (1 - share)                               # noqa: E731
-    assert slow["kv_share"] > 0.4 and odds(slow["kv_share"]) > 5 * odds(base.kv_share), (slow["kv_share"], base.kv_share)
+    assert slow["kv_share"] > 0.4 and odds(slow["kv_share"]) > 2.5 * odds(base.kv_share), (slow["kv_share"], base.kv_share)
     measure("PD: 8 Mbit/s on the prefill's head, benchmark", j.summary()["bench"]["duration_s"],
             f"KV transfer {kv['mean_ms']:.0f} ms = {slow['kv_share'] * 100:.1f} % of TTFT "
             f"(unlimited: {next(x.mean_ms for x in base.chain if x.key == 'kv_transfer'):.0f} ms = "

@@ -197,6 +197,10 @@ def finding_reason(f: Finding, node_lists: dict, names=None) -> str:
 
 
 _SRUN_TASK = re.compile(r"^(\S+): task (\d+): (.+)$")
+# NCCL's and GLOO's words for a peer that went away (ncclRemoteError's "remote process exited or
+# there was a network error"; gloo's "Connection closed/reset by peer"): on the other nodes of a
+# replica whose task srun saw die of a signal, the consequence of that death, not its cause.
+_PEER_GONE = re.compile(r"remote process exit|(?:closed|reset) by peer", re.I)
 
 
 def _is_job_output(name: str) -> bool:
@@ -240,7 +244,9 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
     count only when no log file has one of the same kind. srun errors printed after the job's
     FATAL line come from its own teardown and are left out. A root cause logged after the job
     declared its first failure is a consequence of the teardown (rank 0 sees NCCL peers exit
-    when the job stops the other nodes): it follows every cause logged before.
+    when the job stops the other nodes): it follows every cause logged before. A node that died of
+    a signal (srun: 'task N: Killed') logs nothing; its replica's peers log NCCL's 'remote process
+    exited' at once, before or after the job notices: those peers' lines follow srun's.
     """
     events = events or EventLog()
     fails = [e.local for e in events.failures() if e.local]
@@ -266,20 +272,28 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
             failed_replica = int(step[len("server-r"):])
             break
     hosts = _host_map(node_lists)
-    task_lines, other_sruns = [], []
+    task_lines, other_sruns, signalled = [], [], set()
     for f in sruns:
         m = _SRUN_TASK.match(f.details.get("message") or "")
         g_r = hosts.get(m.group(1)) if m else None
         if m and g_r and g_r[0] == failed_replica:
             task_lines.append(f"{component_name(g_r[0], names)} node rank {g_r[1]} ({m.group(1)}): srun: task "
                               f"{m.group(2)}: {m.group(3)}")
+            if not m.group(3).startswith("Exited"):     # 'Killed', 'Terminated', ...: no log line of its own
+                signalled.add(g_r[1])
         else:
             other_sruns.append(finding_reason(f, node_lists, names))
+    # Peers that only saw a signalled node go away (which of them logs before the job notices the
+    # step's end is a race) follow srun's line about the node that died.
+    echoes = [f for f in roots if signalled and f.kind in ("nccl", "gloo") and _PEER_GONE.search(f.excerpt)
+              and f.details.get("replica") == failed_replica and f.details.get("node_rank") not in signalled]
+    roots = [f for f in roots if f not in echoes]
 
     seen, out = set(), []
     texts = preflight_reasons(events) + guard_reasons(events, findings, node_lists, names) \
         + pd_fail_reasons(events, names) + node_reasons(lost, events, node_lists, names) \
         + [finding_reason(f, node_lists, names) for f in roots] + task_lines \
+        + [finding_reason(f, node_lists, names) for f in echoes] \
         + [finding_reason(f, node_lists, names) for f in fatal] \
         + other_sruns
     for text in texts:
