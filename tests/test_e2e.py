@@ -351,8 +351,8 @@ def test_server_metrics_beside_the_logs(runs, mode):
         # (C=8, up to a few more: SGLang counts a request until its response body has closed, and
         # the client opens its next request when it has read the last chunk; requests that finish
         # in the same decode step overlap so on both replicas: 10 seen on a loaded machine. Summed
-        # over the 8 stages it would be 64, a micro-batch 1-2.)
-        assert 7 <= pooled["running_peak"] <= 12 and 7 <= pooled["in_flight_peak"] <= 12, pooled
+        # over the 8 stages it would be 64, a micro-batch 1-2; 16 leaves CI's overloaded host room.)
+        assert 7 <= pooled["running_peak"] <= 16 and 7 <= pooled["in_flight_peak"] <= 16, pooled
         for r in sm["replicas"]:
             assert [k for k, _ in r["kv_stage_peaks"]] == list(range(8)), r["kv_stage_peaks"]
             assert all(v > 0 for _, v in r["kv_stage_peaks"]) and r["micro_batch_peak"] <= 2

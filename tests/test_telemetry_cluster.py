@@ -82,7 +82,8 @@ def test_energy_equals_the_scripted_power_and_a_gap_makes_it_unknown(ran):
     # pass 1: the fault node's sampler stalled 4 s inside the benchmark -> no energy, node and gap named
     t1 = first.telemetry
     assert t1.energy_j is None and t1.j_per_token is None
-    assert re.search(rf"{node} \(replica 1 node rank 1\): no GPU sample for (3\.[5-9]|4\.\d) s", t1.invalid), t1.invalid
+    # the 4 s stall plus the loop's 0.25 s and its sleep's overshoot on a loaded host
+    assert re.search(rf"{node} \(replica 1 node rank 1\): no GPU sample for (3\.[5-9]|[45]\.\d) s", t1.invalid), t1.invalid
     assert any(r.startswith("energy not computed: " + node) for r in first.reasons), first.reasons
     assert pass_row(first).value("energy_j_per_token") is None
     # pass 2: every node's energy is the scripted integral over the window the summary reports
