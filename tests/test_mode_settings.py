@@ -173,3 +173,33 @@ start_samplers; wait
     # the host sampler reads the node's /proc outside an exec image, with the same environment
     assert len(host) == 1 and image1 not in host[0] and f" env LC_ALL=de_DE.UTF-8 {cache} " in host[0], steps
     assert "sglang-0.5.24" in image1 and "sglang-0.5.24" not in image0
+
+
+@pytest.mark.parametrize("preflight", ["true", "false"])
+def test_cleanup_removes_every_images_containers_with_or_without_preflight(tmp_path, preflight):
+    """The job's clean-up removes the other images' pyxis containers (<prefix><job>-i1-<G>) from
+    the plan's CT_TAGS, rendered whatever else the job has: it read them through MODE_LIST, which
+    only a job with a preflight had, so with preflight.enabled = false they were left behind."""
+    cfg = _write(tmp_path, NEXT + '[modes.next.settings.container]\nimage = "/images/next.sqsh"\n')
+    plan = plan_job(Sources("example", (cfg,), GOLDEN_SETS + (f"preflight.enabled={preflight}",)),
+                    ["tp32", "next"], GOLDEN_RUN_ID, CampaignOptions(launches=1))
+    assert plan.campaign.container_tags == ("-i1",)
+    text = render_script(plan)
+    job = tmp_path / "job.sh"
+    job.write_text(text[: text.rindex("\nmain\n") + 1])
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "srun").write_text("#!/bin/bash\na=(\"$@\"); IFS='|'; echo \"CLEANUP |${a[*]//$'\\n'/ }|\"\n")
+    (bin_ / "srun").chmod(0o755)
+    harness = f"""export SLURM_JOB_ID=7 PATH={bin_}:$PATH
+source {job}; trap - EXIT
+event() {{ printf 'EVENT %s\\n' "$*"; }}
+RUN_DIR={tmp_path} HEADS=(n1 n2) R0_NODES=(n1) R1_NODES=(n2)
+cleanup_nodes
+"""
+    r = subprocess.run(["bash", "-c", harness], capture_output=True, text=True)
+    steps = [ln for ln in r.stdout.splitlines() if ln.startswith("CLEANUP ")]
+    assert len(steps) == 2, r.stdout + r.stderr
+    prefix = plan.guards.container_prefix
+    for g, step in enumerate(sorted(steps)):                 # one per het group, in the background
+        assert f"|--het-group={g}|" in step and f"|{prefix}7-{g}|" in step and f"| {prefix}7-i1-{g}|" in step, step
