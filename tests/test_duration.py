@@ -3,6 +3,7 @@ with exit 2 naming both figures, and figures measured by earlier runs of the sam
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -251,3 +252,21 @@ def test_blocks_are_priced_by_the_one_time_model_without_its_margin():
     one = plan_job(Sources("example", (), ("paths.results=/nonexistent-results",)), ["tp32"], "R",
                    CampaignOptions(repeats=3))
     assert one.time_blocks == ()                                     # one launch: no boundary to stop at
+
+
+def test_open_loop_blocks_are_priced_as_the_job_runs_them():
+    """An open-loop pass runs its arrival span (prompts / rate) and a drain, not ceil(prompts / C)
+    rounds (its C is its prompts: one round): the job's block check (TIME_BLOCKS) prices it from the
+    same schedule as --time auto (campaign_schedule), so the two never disagree."""
+    from slurm_ab.job.campaign_plan import CampaignOptions, plan_job
+    from slurm_ab.model.duration import OPEN_LOOP_DRAIN, campaign_schedule
+    plan = plan_job(Sources("example", (), ("paths.results=/nonexistent-results",)), ["tp32", "tp32-dflash"],
+                    "R", CampaignOptions(launches=2, repeats=1, rates="0.5", burn_in=False, order="counterbalanced"))
+    model = plan.duration.model
+    (p,) = plan.campaign.campaign.launches[0].passes
+    assert p.rate == 0.5 and p.concurrency == p.prompts
+    one = model.launch_s + p.prompts / 0.5 + OPEN_LOOP_DRAIN * model.default_request.seconds + model.pass_overhead_s
+    assert plan.time_blocks == ((1, math.ceil(4 * one)),)            # A B B A, priced open-loop
+    # the job's estimate (--time auto) and its blocks add up from the one schedule
+    sched = campaign_schedule(plan.campaign.campaign)
+    assert sum(s for _, s in plan.time_blocks) == math.ceil(sum(model.launch_seconds(m, ps) for m, ps in sched))

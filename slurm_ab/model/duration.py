@@ -310,7 +310,8 @@ def estimate(plan, history: History = History()) -> Estimate:
 
 def block_seconds(plan) -> tuple[tuple[int, int], ...]:
     """(first launch index, seconds) of every block of a campaign's launches (model.campaign's
-    time_blocks), each the time model's expected duration of its launches (no margin): the
+    time_blocks), each the time model's expected duration of its launches (no margin; each pass
+    priced as the estimate prices it, an open-loop one by its arrival span and drain): the
     job starts a block only when the time it has left covers this (and its launches at the pace of
     the slowest block it has already run). () for a job of one launch: no boundary to stop at (its
     time limit's teardown ends it, as any job's)."""
@@ -318,12 +319,12 @@ def block_seconds(plan) -> tuple[tuple[int, int], ...]:
     if len(cp.campaign.launches) < 2:
         return ()
     from .campaign import time_blocks
-    est = plan.duration
-    launches = {x.index: x for x in cp.campaign.launches}
+    model = plan.duration.model
+    # each launch as the estimate reads it (campaign_schedule: an open-loop pass with its rate)
+    sched = dict(zip((x.index for x in cp.campaign.launches), campaign_schedule(cp.campaign)))
     out = []
     for block in time_blocks(cp.campaign):
-        secs = sum(est.model.launch_seconds(launches[i].mode, [(p.prompts, p.concurrency)
-                                                               for p in launches[i].passes]) for i in block)
+        secs = sum(model.launch_seconds(*sched[i]) for i in block)
         out.append((block[0], int(math.ceil(secs))))
     return tuple(out)
 
