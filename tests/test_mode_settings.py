@@ -203,3 +203,21 @@ cleanup_nodes
     prefix = plan.guards.container_prefix
     for g, step in enumerate(sorted(steps)):                 # one per het group, in the background
         assert f"|--het-group={g}|" in step and f"|{prefix}7-{g}|" in step and f"| {prefix}7-i1-{g}|" in step, step
+
+
+@pytest.mark.parametrize("where", ["job", "second mode"])
+def test_saturation_growth_is_checked_for_every_mode(tmp_path, where):
+    """benchmark.saturation_growth may differ per mode ([modes.<M>.settings.benchmark]; the
+    collector reads each launch's own): every mode's value is checked (validate.resolve), not only
+    the first mode's (campaign_plan checked exps[0]'s: the second mode's 1.5 went through)."""
+    text = NEXT + "[modes.next.settings.benchmark]\nsaturation_growth = 1.5\n" if where == "second mode" else NEXT
+    sets = ("benchmark.saturation_growth=0",) if where == "job" else ()
+    cfg = _write(tmp_path, text)
+    with pytest.raises(ConfigErrors) as e:
+        plan_job(Sources("example", (cfg,), GOLDEN_SETS + sets), ["tp32", "next"], GOLDEN_RUN_ID,
+                 CampaignOptions(launches=1, rates="2"))
+    bad = [err for err in e.value.errors if err.key == "benchmark.saturation_growth"]
+    assert bad and bad[0].value == (1.5 if where == "second mode" else 0) and "(0, 1)" in str(bad[0]), str(e.value)
+    r = subprocess.run(["python3", "-m", "slurm_ab", "dry-run", "tp32", "next", "--config", cfg, "--request-rate", "2",
+                        *(a for s in sets for a in ("--set", s))], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "benchmark.saturation_growth" in r.stderr, r.stderr
