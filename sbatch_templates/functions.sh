@@ -65,11 +65,12 @@ nap() {
 # the cache's variables and ENV's words (SERVER_ENV or COMMON_ENV: [env] wins). The launch's mode sets
 # CONTAINER, CONTAINER_TAG, IMAGE_EXEC, SERVER_ENV and COMMON_ENV (use_mode_software). STEP_ENV: the
 # environment alone (the host sampler, which reads the node's /proc, runs outside an exec runtime's image).
+# An empty array through ${!ref} is "unbound" under bash 4.4's set -u: ${!ref+"${!ref}"}.
 in_image() {
   local ref="$2[@]"
   CT=("${CONTAINER[@]}")
   [[ -n ${CONTAINER_NAME:-} ]] && CT+=("--container-name=$CONTAINER_NAME${CONTAINER_TAG:-}-$1")
-  STEP_ENV=("${STEP_LOCALE[@]}" "${CACHE_ENV[@]}" "${!ref}")
+  STEP_ENV=("${STEP_LOCALE[@]}" "${CACHE_ENV[@]}" ${!ref+"${!ref}"})
   IN_IMAGE=("${IMAGE_EXEC[@]}" env "${STEP_ENV[@]}")
   return 0
 }
@@ -323,7 +324,7 @@ preflight_node() {
   # import_modules CMD_ARRAY MODULE[=DIST]...: CMD prints "MODULE VERSION" or "MODULE ERROR ..."
   import_modules() {
     local ref="$1[@]"; shift
-    local -a imp=("${!ref}")
+    local -a imp=(${!ref+"${!ref}"})
     (( ${#imp[@]} && $# )) || return 0
     out=$("${imp[@]}" "$@" 2>&1); rc=$?
     while IFS= read -r line; do

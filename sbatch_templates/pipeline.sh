@@ -92,9 +92,9 @@ run_preflight() {
     MODE_INDEX=$1
     use_mode_software
     PF_TAG="@${MODE_LIST[$1]}"
-    ref="PF_MODULES_$1[@]"; PF_MODULES=("${!ref}")
-    ref="PF_CLIENT_MODULES_$1[@]"; PF_CLIENT_MODULES=("${!ref}")
-    ref="PF_CLIENT_IMPORT_$1[@]"; PF_CLIENT_IMPORT=("${!ref}")
+    ref="PF_MODULES_$1[@]"; PF_MODULES=(${!ref+"${!ref}"})
+    ref="PF_CLIENT_MODULES_$1[@]"; PF_CLIENT_MODULES=(${!ref+"${!ref}"})
+    ref="PF_CLIENT_IMPORT_$1[@]"; PF_CLIENT_IMPORT=(${!ref+"${!ref}"})
   fi
   write_preflight_script
   event preflight_start ${PF_TAG:+"mode=${PF_TAG#@}"}
@@ -371,19 +371,20 @@ record_schedule() {
 
 # The image and environments of mode MODE_INDEX when the modes differ in them (MODE_SOFTWARE: its
 # CONTAINER_<i>, IMAGE_EXEC_<i>, SERVER_ENV_<i>, COMMON_ENV_<i>); every step reads them through
-# in_image, which adds the locale and the cache's variables as for the job's own.
+# in_image, which adds the locale and the cache's variables as for the job's own (an empty array
+# through ${!ref}: ${!ref+"${!ref}"}, as bash 4.4's set -u counts it unbound).
 use_mode_software() {
   local ref
   (( ${MODE_SOFTWARE:-0} )) || return 0
-  ref="CONTAINER_${MODE_INDEX}[@]"; CONTAINER=("${!ref}")
+  ref="CONTAINER_${MODE_INDEX}[@]"; CONTAINER=(${!ref+"${!ref}"})
   ref="CONTAINER_TAG_${MODE_INDEX}"; CONTAINER_TAG=${!ref:-}
-  ref="IMAGE_EXEC_${MODE_INDEX}[@]"; IMAGE_EXEC=("${!ref}")
+  ref="IMAGE_EXEC_${MODE_INDEX}[@]"; IMAGE_EXEC=(${!ref+"${!ref}"})
   ref="SERVER_ENV_${MODE_INDEX}[@]"
   # shellcheck disable=SC2034  # read by in_image (its ENV argument)
-  SERVER_ENV=("${!ref}")
+  SERVER_ENV=(${!ref+"${!ref}"})
   ref="COMMON_ENV_${MODE_INDEX}[@]"
   # shellcheck disable=SC2034
-  COMMON_ENV=("${!ref}")
+  COMMON_ENV=(${!ref+"${!ref}"})
 }
 
 # Every launch in turn; returns the status of the last failed launch when none succeeded (0: one did).
