@@ -270,3 +270,21 @@ def test_open_loop_blocks_are_priced_as_the_job_runs_them():
     # the job's estimate (--time auto) and its blocks add up from the one schedule
     sched = campaign_schedule(plan.campaign.campaign)
     assert sum(s for _, s in plan.time_blocks) == math.ceil(sum(model.launch_seconds(m, ps) for m, ps in sched))
+
+
+def test_an_open_loop_pass_is_measured_as_the_time_model_prices_it(tmp_path):
+    """An earlier open-loop pass's seconds per request are what the model's open-loop price
+    (prompts / rate + OPEN_LOOP_DRAIN x figure + the client's start-up) needs to give its measured
+    duration back, not its whole duration over one closed-loop round (its C is its prompts): that
+    figure (230 s here) would price the next pass at 4 x 230 s of drain."""
+    from slurm_ab.model.duration import OPEN_LOOP_DRAIN
+    results = tmp_path / "results"
+    # 40 prompts at 0.25 req/s: 160 s of arrivals, 30 s start-up, 40 s drain: 10 s a request
+    _write_run(results, "q", "tp32", load_s=600, pass_s=30 + 160 + 40, pass_fields="concurrency=40 prompts=40 rate=0.25")
+    _write_run(results, "c", "tp32", load_s=600, pass_s=30 + 5 * 20, pass_fields="concurrency=8 prompts=40 rate=inf")
+    h = read_history(_plan(f"paths.results={results}").exp)
+    assert sorted((m, c, p, round(s, 3)) for m, c, p, s, _ in h.requests) == [
+        ("tp32", 8, 40, 20), ("tp32", 40, 40, 40 / OPEN_LOOP_DRAIN)]
+    e = estimate(_plan(f"paths.results={results}"), h)
+    assert e.model.pass_seconds("tp32", 40, 40, 0.25) == pytest.approx(230)      # its measured duration back
+    assert e.model.pass_seconds("tp32", 40, 8) == pytest.approx(130)
