@@ -57,12 +57,21 @@ nap() {
   wait $! 2>/dev/null
 }
 
-# container_flags G: CT = the pyxis flags of het group G's steps (CONTAINER, and with container.name
-# one container per node, job, image and group: --container-name=<name>-<job id>[-i<K>]-<G>; the
-# launch's mode sets CONTAINER and CONTAINER_TAG, use_mode_software).
-container_flags() {
+# in_image G ENV: the one builder of what puts a step of het group G in the launch's image with its
+# environment (every step: preflight, servers, router, client, samplers, capacity search, stop rule).
+# CT, srun's options: the pyxis flags (CONTAINER, and with container.name one container per node,
+# job, image and group: --container-name=<name>-<job id>[-i<K>]-<G>); IN_IMAGE, the words before the
+# step's command: the exec runtime's (IMAGE_EXEC), then env with the submitter's locale (STEP_LOCALE),
+# the cache's variables and ENV's words (SERVER_ENV or COMMON_ENV: [env] wins). The launch's mode sets
+# CONTAINER, CONTAINER_TAG, IMAGE_EXEC, SERVER_ENV and COMMON_ENV (use_mode_software). STEP_ENV: the
+# environment alone (the host sampler, which reads the node's /proc, runs outside an exec runtime's image).
+# An empty array through ${!ref} is "unbound" under bash 4.4's set -u: ${!ref+"${!ref}"}.
+in_image() {
+  local ref="$2[@]"
   CT=("${CONTAINER[@]}")
   [[ -n ${CONTAINER_NAME:-} ]] && CT+=("--container-name=$CONTAINER_NAME${CONTAINER_TAG:-}-$1")
+  STEP_ENV=("${STEP_LOCALE[@]}" "${CACHE_ENV[@]}" ${!ref+"${!ref}"})
+  IN_IMAGE=("${IMAGE_EXEC[@]}" env "${STEP_ENV[@]}")
   return 0
 }
 
@@ -315,7 +324,7 @@ preflight_node() {
   # import_modules CMD_ARRAY MODULE[=DIST]...: CMD prints "MODULE VERSION" or "MODULE ERROR ..."
   import_modules() {
     local ref="$1[@]"; shift
-    local -a imp=("${!ref}")
+    local -a imp=(${!ref+"${!ref}"})
     (( ${#imp[@]} && $# )) || return 0
     out=$("${imp[@]}" "$@" 2>&1); rc=$?
     while IFS= read -r line; do

@@ -137,20 +137,16 @@ watch_pass() {
 # on the nodes of the job, which the next job's preflight there sweeps, or `slurm-ab clean`).
 # shellcheck disable=SC2317  # runs from a trap
 cleanup_nodes() {
-  local g rc=0 name="" i tag others
-  local -a pids=() tags=()
+  local g rc=0 name="" tag others
+  local -a pids=()
   [[ -n "${CT_PREFIX:-}${CLEANUP_CACHE:-}" ]] || return 0
   [[ -n "${CT_PREFIX:-}" ]] && name="$CT_PREFIX$SLURM_JOB_ID"
-  # a campaign's other images have containers of their own (CONTAINER_TAG_<i>: -i<K>), removed
+  # a campaign's other images have containers of their own (CT_TAGS: -i<K>, from the plan), removed
   # too; they count for nothing when absent (a mode that never ran; the sweep also finds them)
-  for i in "${!MODE_LIST[@]}"; do
-    tag="CONTAINER_TAG_$i"; tag=${!tag:-}
-    [[ -n $tag && " ${tags[*]} " != *" $tag "* ]] && tags+=("$tag")
-  done
   for g in "${!HEADS[@]}"; do
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
     others=""
-    if [[ -n $name ]]; then for tag in "${tags[@]}"; do others+=" $name$tag-$g"; done; fi
+    if [[ -n $name ]]; then for tag in "${CT_TAGS[@]}"; do others+=" $name$tag-$g"; done; fi
     ( drop_gpu_request
       # shellcheck disable=SC2016  # expands on the node
       exec timeout 60 srun --het-group="$g" --nodes="${#nodes_ref[@]}" "${NODE_STEP[@]}" "${SRUN_EXTRA[@]}" \

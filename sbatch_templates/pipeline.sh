@@ -92,9 +92,9 @@ run_preflight() {
     MODE_INDEX=$1
     use_mode_software
     PF_TAG="@${MODE_LIST[$1]}"
-    ref="PF_MODULES_$1[@]"; PF_MODULES=("${!ref}")
-    ref="PF_CLIENT_MODULES_$1[@]"; PF_CLIENT_MODULES=("${!ref}")
-    ref="PF_CLIENT_IMPORT_$1[@]"; PF_CLIENT_IMPORT=("${!ref}")
+    ref="PF_MODULES_$1[@]"; PF_MODULES=(${!ref+"${!ref}"})
+    ref="PF_CLIENT_MODULES_$1[@]"; PF_CLIENT_MODULES=(${!ref+"${!ref}"})
+    ref="PF_CLIENT_IMPORT_$1[@]"; PF_CLIENT_IMPORT=(${!ref+"${!ref}"})
   fi
   write_preflight_script
   event preflight_start ${PF_TAG:+"mode=${PF_TAG#@}"}
@@ -103,10 +103,10 @@ run_preflight() {
     (( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")
     [[ -n "${BOOT_PORTS[g]:-}" ]] && extra+=("${BOOT_PORTS[g]}")
     local ref="R${g}_NODES[@]"; local -a nodes_ref=("${!ref}")
-    container_flags "$g"
+    in_image "$g" SERVER_ENV
     srun --het-group="$g" --nodes="${#nodes_ref[@]}" --ntasks-per-node=1 \
       --output="$(rpath "$F_PREFLIGHT_LOG" "$g" %t)" "${CT[@]}" "${SRUN_EXTRA[@]}" \
-      "${IMAGE_EXEC[@]}" env "${SERVER_ENV[@]}" bash "$(preflight_script)" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
+      "${IN_IMAGE[@]}" bash "$(preflight_script)" "$g" "${PORTS[g]}" "${DIST_PORTS[g]}" "${extra[@]}" &
     PF_PIDS+=($!)
   done
   wait_preflight
@@ -143,7 +143,7 @@ start_servers() {
     if declare -F nsys_wrap >/dev/null; then nsys_wrap "$g"; fi       # profile.nsys (profile.sh)
     log "launch $LAUNCH ($MODE), $(group_name "$g"): starting SGLang on ${nodes_ref[*]} (head ${HEADS[g]}:${PORTS[g]})"
     event server_launch "replica=$g" "role=${GROUP_ROLES[g]}"
-    container_flags "$g"
+    in_image "$g" SERVER_ENV
     # $SLURM_NODEID must expand on each node, not here; so must the node's SGLANG_HOST_IP (the
     # preflight's file of the node, when IPDIR is set: pd.host_ip_interface)
     # shellcheck disable=SC2016
@@ -152,7 +152,7 @@ start_servers() {
       bash -c 'ip=""; n=${SLURMD_NODENAME:-${HOSTNAME:-unknown}}
         if [[ -n $1 ]]; then printf -v f "%s/$2" "$1" "$n"; ip=$(cat "$f") || { echo "slurm-ab: no SGLANG_HOST_IP for $n ($f)" >&2; exit 1; }; fi
         shift 2; exec env ${ip:+"SGLANG_HOST_IP=$ip"} "$@" --node-rank "$SLURM_NODEID"' \
-      "server-r$g" "$ipdir" "${F_PREFLIGHT_HOST_IP:-}" "${IMAGE_EXEC[@]}" env "${SERVER_ENV[@]}" "${cmd[@]}" \
+      "server-r$g" "$ipdir" "${F_PREFLIGHT_HOST_IP:-}" "${IN_IMAGE[@]}" "${cmd[@]}" \
       --dist-init-addr "${ADDRS[g]}:${DIST_PORTS[g]}" --port "${PORTS[g]}" &
     STEP_PIDS[server-r$g]=$!
   done
@@ -162,9 +162,9 @@ start_router() {
   router_command
   log "router: ${ROUTER_CMD[*]}"
   event router_launch "port=$ROUTER_PORT" "host=$ROUTER_HOST" "profile=$ROUTER_PROFILE"
-  container_flags 0
+  in_image 0 COMMON_ENV
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$F_ROUTER_LOG" \
-    "${CT[@]}" "${SRUN_EXTRA[@]}" "${IMAGE_EXEC[@]}" env "${COMMON_ENV[@]}" "${ROUTER_CMD[@]}" &
+    "${CT[@]}" "${SRUN_EXTRA[@]}" "${IN_IMAGE[@]}" "${ROUTER_CMD[@]}" &
   STEP_PIDS[router]=$!
   wait_router_ready
   record_server_info
@@ -181,9 +181,9 @@ run_pass() {
     "rate=$PASS_RATE"
   scrape_metrics start
   [[ -n ${PASS_PROFILE:-} ]] && profile_request start      # a profiled pass (profile.sh)
-  container_flags 0
+  in_image 0 COMMON_ENV
   side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$PASS_CLIENT_LOG" \
-    "${CT[@]}" "${SRUN_EXTRA[@]}" "${IMAGE_EXEC[@]}" env "${COMMON_ENV[@]}" "${CLIENT_CMD[@]}" &
+    "${CT[@]}" "${SRUN_EXTRA[@]}" "${IN_IMAGE[@]}" "${CLIENT_CMD[@]}" &
   CLIENT_PID=$!
   scrape_metrics_during "$CLIENT_PID"
   watch_pass "$CLIENT_PID" "$(pass_limit "$PASS_PROMPTS" "$PASS_C" "$MODE" "$PASS_RATE")"
@@ -256,9 +256,9 @@ run_launch() {
 capacity_rate() {
   local out rc
   out=$(rpath "$F_CAPACITY_LOG" "$PASS_KEY")
-  container_flags 0
+  in_image 0 COMMON_ENV
   ( side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" "${CT[@]}" "${SRUN_EXTRA[@]}" \
-      "${IMAGE_EXEC[@]}" env "${COMMON_ENV[@]}" LC_ALL=C "${CAPACITY_PY[@]}" "$CAMPAIGN_DIR/$F_CAPACITY_PROGRAM" \
+      "${IN_IMAGE[@]}" LC_ALL=C "${CAPACITY_PY[@]}" "$CAMPAIGN_DIR/$F_CAPACITY_PROGRAM" \
       "$CAMPAIGN_DIR/$F_CAPACITY_SPEC" "$RUN_DIR" "$PASS_KEY" ) >"$out.rate" 2>"$out"
   rc=$?
   PASS_RATE=$(tail -n 1 "$out.rate" 2>/dev/null)
@@ -274,8 +274,8 @@ capacity_rate() {
 }
 
 # sequential_look N: after launch N. When N ends a block (SEQ_LOOK_AFTER), the stop rule looks at
-# the blocks so far (a step on ROUTER_HOST with the client's Python, in the job's image as the other
-# side steps: pyxis' CT or the exec runtime's IMAGE_EXEC; reading the clients' own pass files); the
+# the blocks so far (a step on ROUTER_HOST with the client's Python, in the launch's image as the other
+# side steps: in_image; reading the clients' own pass files); the
 # look goes into events.log. Returns 0 when it decided: the campaign ends here, at a block's end
 # (sequential_stop), so the design stays balanced.
 sequential_look() {
@@ -285,9 +285,9 @@ sequential_look() {
     (( SEQ_LOOK_AFTER[j] == n )) && k=$(( j + 1 ))
   done
   (( k )) || return 1
-  container_flags 0
+  in_image 0 COMMON_ENV
   out=$(side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" "${CT[@]}" "${SRUN_EXTRA[@]}" \
-    "${IMAGE_EXEC[@]}" env LC_ALL=C "${COMMON_ENV[@]}" "${SEQ_PYTHON[@]}" "$RUN_DIR/$F_STOP_RULE" "$RUN_DIR/$F_SEQ_SPEC" "$k" "$RUN_DIR" \
+    "${IN_IMAGE[@]}" LC_ALL=C "${SEQ_PYTHON[@]}" "$RUN_DIR/$F_STOP_RULE" "$RUN_DIR/$F_SEQ_SPEC" "$k" "$RUN_DIR" \
     2>>"$RUN_DIR/$F_STOP_RULE_LOG")
   if [[ $out != look=* ]]; then
     event sequential_look "look=$k" decision=error "note=stop_rule_failed_see_$F_STOP_RULE_LOG"
@@ -370,15 +370,21 @@ record_schedule() {
 }
 
 # The image and environments of mode MODE_INDEX when the modes differ in them (MODE_SOFTWARE: its
-# CONTAINER_<i>, IMAGE_EXEC_<i>, SERVER_ENV_<i>, COMMON_ENV_<i>; the cache's variables first).
+# CONTAINER_<i>, IMAGE_EXEC_<i>, SERVER_ENV_<i>, COMMON_ENV_<i>); every step reads them through
+# in_image, which adds the locale and the cache's variables as for the job's own (an empty array
+# through ${!ref}: ${!ref+"${!ref}"}, as bash 4.4's set -u counts it unbound).
 use_mode_software() {
   local ref
   (( ${MODE_SOFTWARE:-0} )) || return 0
-  ref="CONTAINER_${MODE_INDEX}[@]"; CONTAINER=("${!ref}")
+  ref="CONTAINER_${MODE_INDEX}[@]"; CONTAINER=(${!ref+"${!ref}"})
   ref="CONTAINER_TAG_${MODE_INDEX}"; CONTAINER_TAG=${!ref:-}
-  ref="IMAGE_EXEC_${MODE_INDEX}[@]"; IMAGE_EXEC=("${!ref}")
-  ref="SERVER_ENV_${MODE_INDEX}[@]"; SERVER_ENV=("${CACHE_ENV[@]}" "${!ref}")
-  ref="COMMON_ENV_${MODE_INDEX}[@]"; COMMON_ENV=("${CACHE_ENV[@]}" "${!ref}")
+  ref="IMAGE_EXEC_${MODE_INDEX}[@]"; IMAGE_EXEC=(${!ref+"${!ref}"})
+  ref="SERVER_ENV_${MODE_INDEX}[@]"
+  # shellcheck disable=SC2034  # read by in_image (its ENV argument)
+  SERVER_ENV=(${!ref+"${!ref}"})
+  ref="COMMON_ENV_${MODE_INDEX}[@]"
+  # shellcheck disable=SC2034
+  COMMON_ENV=(${!ref+"${!ref}"})
 }
 
 # Every launch in turn; returns the status of the last failed launch when none succeeded (0: one did).

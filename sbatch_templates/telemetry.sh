@@ -32,17 +32,17 @@ start_samplers() {
   for g in "${!HEADS[@]}"; do
     ref="R${g}_NODES[@]"
     local -a nodes=("${!ref}")
-    container_flags "$g"                 # the group's container (its servers' name, when named)
+    in_image "$g" SERVER_ENV             # the group's container (its servers' name, when named) or image
     srun --het-group="$g" --nodes="${#nodes[@]}" --ntasks-per-node=1 "${TELEMETRY_STEP[@]}" \
       --output="$(rpath "$F_GPU_SAMPLES" "$g" %t)" "${CT[@]}" "${SRUN_EXTRA[@]}" \
-      env "${SERVER_ENV[@]}" bash -c "$SAMPLER_NODE" "sampler-r$g" "$RUN_DIR/$F_SAMPLERS_STOP" "${#TELEMETRY_EXPORTER[@]}" \
+      "${IN_IMAGE[@]}" bash -c "$SAMPLER_NODE" "sampler-r$g" "$RUN_DIR/$F_SAMPLERS_STOP" "${#TELEMETRY_EXPORTER[@]}" \
       "${TELEMETRY_EXPORTER[@]}" "${TELEMETRY_GPU[@]}" &
     SAMPLER_PIDS+=($!)
   done
   if (( ${#TELEMETRY_HOST[@]} )); then
-    container_flags 0
+    in_image 0 COMMON_ENV
     side_srun --het-group=0 --nodelist="$ROUTER_HOST" "${SIDE_STEP[@]}" --output="$RUN_DIR/$F_HOST_SAMPLES" \
-      "${CT[@]}" "${SRUN_EXTRA[@]}" env "${COMMON_ENV[@]}" "${TELEMETRY_HOST[@]}" &
+      "${CT[@]}" "${SRUN_EXTRA[@]}" env "${STEP_ENV[@]}" "${TELEMETRY_HOST[@]}" &
     SAMPLER_PIDS+=($!)
   fi
   event telemetry_start "source=$TELEMETRY_SOURCE" "samplers=${#SAMPLER_PIDS[@]}"

@@ -9,6 +9,9 @@ whose decimal comma broke the teardown's arithmetic. The whole job runs that way
 cluster in tests/test_cancel_phases.py. By hand (2026-12-03): bash 4.2.0 and 4.4.0 built from the
 bash-4.2 / bash-4.4 tags of bminor/bash ran test_job_functions.py and test_guards.py, and a tp32 job
 on the local cluster to its verdict (ok) and a scancel mid-pass (teardown, clean-up, job_end).
+Bash 4.4's set -u also counts an empty array read through ${!ref} as unbound (5.x does not, so
+no test here sees it): a possibly empty one is read as ${!ref+"${!ref}"} (in_image,
+use_mode_software, run_preflight, pd.sh; checked by hand with 4.2.0 and 4.4.0, 2026-12-03).
 """
 from __future__ import annotations
 

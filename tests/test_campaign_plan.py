@@ -141,9 +141,9 @@ def test_sequential_campaign_golden_and_shell_checks(tmp_path):
     assert "write_stop_rule() {" not in render("tp32")        # only a sequential campaign looks
     # every step on ROUTER_HOST that runs the image's programs (router, client, the capacity search's
     # decision, the stop rule) runs in the mode's image: pyxis' CT, or an exec runtime's IMAGE_EXEC
-    # before env (the host sampler reads the node's /proc: no image)
+    # before env, both from in_image (the host sampler reads the node's /proc: no exec image)
     steps = re.findall(r'side_srun --het-group=0 --nodelist="\$ROUTER_HOST"(.*?)(?:&\n|\)\n)', text, re.S)
     assert len(steps) == 5
     for step in steps:
         assert '"${CT[@]}"' in step, step
-        assert ('"${IMAGE_EXEC[@]}" env ' in step) != ("TELEMETRY_HOST" in step), step
+        assert ('"${IN_IMAGE[@]}" ' in step) != ("TELEMETRY_HOST" in step), step

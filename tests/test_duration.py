@@ -3,6 +3,7 @@ with exit 2 naming both figures, and figures measured by earlier runs of the sam
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import pytest
@@ -251,3 +252,39 @@ def test_blocks_are_priced_by_the_one_time_model_without_its_margin():
     one = plan_job(Sources("example", (), ("paths.results=/nonexistent-results",)), ["tp32"], "R",
                    CampaignOptions(repeats=3))
     assert one.time_blocks == ()                                     # one launch: no boundary to stop at
+
+
+def test_open_loop_blocks_are_priced_as_the_job_runs_them():
+    """An open-loop pass runs its arrival span (prompts / rate) and a drain, not ceil(prompts / C)
+    rounds (its C is its prompts: one round): the job's block check (TIME_BLOCKS) prices it from the
+    same schedule as --time auto (campaign_schedule), so the two never disagree."""
+    from slurm_ab.job.campaign_plan import CampaignOptions, plan_job
+    from slurm_ab.model.duration import OPEN_LOOP_DRAIN, campaign_schedule
+    plan = plan_job(Sources("example", (), ("paths.results=/nonexistent-results",)), ["tp32", "tp32-dflash"],
+                    "R", CampaignOptions(launches=2, repeats=1, rates="0.5", burn_in=False, order="counterbalanced"))
+    model = plan.duration.model
+    (p,) = plan.campaign.campaign.launches[0].passes
+    assert p.rate == 0.5 and p.concurrency == p.prompts
+    one = model.launch_s + p.prompts / 0.5 + OPEN_LOOP_DRAIN * model.default_request.seconds + model.pass_overhead_s
+    assert plan.time_blocks == ((1, math.ceil(4 * one)),)            # A B B A, priced open-loop
+    # the job's estimate (--time auto) and its blocks add up from the one schedule
+    sched = campaign_schedule(plan.campaign.campaign)
+    assert sum(s for _, s in plan.time_blocks) == math.ceil(sum(model.launch_seconds(m, ps) for m, ps in sched))
+
+
+def test_an_open_loop_pass_is_measured_as_the_time_model_prices_it(tmp_path):
+    """An earlier open-loop pass's seconds per request are what the model's open-loop price
+    (prompts / rate + OPEN_LOOP_DRAIN x figure + the client's start-up) needs to give its measured
+    duration back, not its whole duration over one closed-loop round (its C is its prompts): that
+    figure (230 s here) would price the next pass at 4 x 230 s of drain."""
+    from slurm_ab.model.duration import OPEN_LOOP_DRAIN
+    results = tmp_path / "results"
+    # 40 prompts at 0.25 req/s: 160 s of arrivals, 30 s start-up, 40 s drain: 10 s a request
+    _write_run(results, "q", "tp32", load_s=600, pass_s=30 + 160 + 40, pass_fields="concurrency=40 prompts=40 rate=0.25")
+    _write_run(results, "c", "tp32", load_s=600, pass_s=30 + 5 * 20, pass_fields="concurrency=8 prompts=40 rate=inf")
+    h = read_history(_plan(f"paths.results={results}").exp)
+    assert sorted((m, c, p, round(s, 3)) for m, c, p, s, _ in h.requests) == [
+        ("tp32", 8, 40, 20), ("tp32", 40, 40, 40 / OPEN_LOOP_DRAIN)]
+    e = estimate(_plan(f"paths.results={results}"), h)
+    assert e.model.pass_seconds("tp32", 40, 40, 0.25) == pytest.approx(230)      # its measured duration back
+    assert e.model.pass_seconds("tp32", 40, 8) == pytest.approx(130)

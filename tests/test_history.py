@@ -176,3 +176,42 @@ def test_the_detector_states_direction_and_uses_the_points_intervals():
     # the same means, but every point a campaign whose own interval is wide: not confirmed
     assert detect([Point(v, se=30.0) for v in up], "higher") == []
     assert e_divisive([1.0] * 10 + [5.0] * 10, min_segment=4)[0][0] == 10
+
+
+def test_unlike_loads_are_never_one_series(real, tmp_path):
+    """A point's series key has the load's shape (rows.load_label: C=<C> or <rate> req/s, as the
+    collector's aggregates group (mode, concurrency, rate)): open-loop passes at two rates, and a
+    closed-loop pass whose C equals an open-loop pass's prompts (its concurrency), are three
+    series, never pooled into one point (the index grouped by mode, concurrency, prompts only)."""
+    cs, m = read_summary(real), read_manifest(real)
+    (p0,) = cs.passes
+    n = p0.ref.prompts
+
+    def run(rid: str, day: int, loads):
+        d = tmp_path / "results" / rid
+        d.mkdir(parents=True)
+        shutil.copy(Layout(real).events, Layout(d).events)
+        write_manifest(d, replace(m, run_id=rid, submitted_at=f"2026-10-{day:02d}T09:00:00+0000"))
+        passes = tuple(replace(p0, run_id=rid, bench=_scaled_bench(p0.bench, f),
+                               ref=replace(p0.ref, concurrency=c, rate=q, key=f"q{q:g}-r1" if q else f"c{c}-r1"))
+                       for c, q, f in loads)
+        Layout(d).summary("json").write_text(json.dumps(summary_record(replace(cs, run_id=rid, passes=passes))))
+
+    for day in (1, 2):
+        run(f"open{day}", day, [(n, 2.0, 0.5), (n, 4.0, 1.0)])        # half the throughput at 2 req/s
+        run(f"closed{day}", 10 + day, [(n, None, 2.0)])               # C = prompts, closed loop
+    # an index of the schema before the load's rate (its points keyed by concurrency alone) is rebuilt
+    import sqlite3
+    old = sqlite3.connect(str(tmp_path / "index.sqlite"))
+    old.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    old.execute("INSERT INTO meta VALUES ('schema', '1')")
+    old.commit()
+    old.close()
+    update(tmp_path / "results", tmp_path / "index.sqlite")
+    series = {s.workload.split(" ", 2)[2]: s for s in build(points(tmp_path / "index.sqlite"), SETTINGS)}
+    assert sorted(series) == sorted([f"C={n} P={n}", f"2 req/s P={n}", f"4 req/s P={n}"]), series.keys()
+    assert [p.run_id for p in series[f"C={n} P={n}"].points] == ["closed1", "closed2"]
+    two, four = series[f"2 req/s P={n}"].points, series[f"4 req/s P={n}"].points
+    assert [p.run_id for p in two] == [p.run_id for p in four] == ["open1", "open2"]
+    assert all(p.n == 1 and p.passes == 1 for p in two + four)
+    assert two[0].value == pytest.approx(four[0].value / 2)

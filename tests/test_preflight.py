@@ -243,10 +243,10 @@ def test_preflight_is_the_first_step_one_per_component():
     assert pf.index("write_preflight_script\n  event preflight_start") < pf.index("srun --het-group=\"$g\"")
     assert pf.count("\n    srun ") == 1 and 'for g in "${!HEADS[@]}"' in pf
     assert '(( g == 0 )) && extra=("$ROUTER_PORT" "$ROUTER_METRICS_PORT")' in pf
-    # the group's container (container_flags G: one per node, job and group)
-    assert 'container_flags "$g"' in pf and '"${CT[@]}" "${SRUN_EXTRA[@]}"' in pf
+    # the group's container and environment (in_image G: one container per node, job and group)
+    assert 'in_image "$g" SERVER_ENV' in pf and '"${CT[@]}" "${SRUN_EXTRA[@]}"' in pf
     # its script: the job's own, or (run_preflight I) a mode's in its own image (preflight_script)
-    assert '"${IMAGE_EXEC[@]}" env "${SERVER_ENV[@]}" bash "$(preflight_script)" "$g" "${PORTS[g]}"' in pf
+    assert '"${IN_IMAGE[@]}" bash "$(preflight_script)" "$g" "${PORTS[g]}"' in pf
     assert "printf '%s' \"$RUN_DIR/$F_PREFLIGHT_SCRIPT\"" in _function(text, "preflight_script")
     assert pf.rstrip().endswith("wait_preflight\n}")
     assert "PF_GPUS=8\n" in gen and "PF_MODULES=(sglang sglang_router=sglang-router)\n" in gen

@@ -81,8 +81,8 @@ def test_one_named_container_per_node_job_and_het_group():
     script = static(text) + """trap - EXIT TERM INT USR1
 CONTAINER=(--container-image=/i.sqsh)
 for SLURM_JOB_ID in 7 8; do CONTAINER_NAME=slurm-ab-$SLURM_JOB_ID
-  for g in 0 1; do container_flags $g; echo "${CT[*]}"; done; done
-CONTAINER_NAME=""; container_flags 1; echo "${CT[*]}"
+  for g in 0 1; do in_image $g SERVER_ENV; echo "${CT[*]}"; done; done
+CONTAINER_NAME=""; in_image 1 SERVER_ENV; echo "${CT[*]}"
 """
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
     lines = r.stdout.splitlines()

@@ -301,6 +301,32 @@ def test_an_open_loop_campaigns_profiled_pass_keeps_its_rate(tmp_path):
     assert "profile.target = 'extra': a capacity search's probes are all it runs" in str(e.value)
 
 
+def test_profile_target_takes_every_pass_key_the_plan_makes():
+    """profile.target is checked against campaign.PASS_KEY, the pattern of what Pass.key makes:
+    an open-loop pass (q4-r1, q2.5-r2) may be profiled as a closed-loop one (the old pattern, a
+    copy of the closed-loop keys only, refused them); every key of closed, open-loop, burn-in,
+    profiled and probe passes matches it, and a name no pass can have is still refused."""
+    from slurm_ab.job.campaign_plan import CampaignOptions, plan_job
+    from slurm_ab.model.campaign import PASS_KEY, schedule
+    from slurm_ab.model.errors import ConfigErrors
+    plan = plan_job(Sources("example", (), ("paths.results=/r", 'profile.target="q4-r1"')), ["tp32"], "R",
+                    CampaignOptions(rates="2.5,4", repeats=2))
+    assert [p.key for p in plan.campaign.campaign.launches[0].passes if p.profile] == ["q4-r1"]
+    keys = {p.key for concs, rates in (((8, 16), ()), ((8, 16), (0.25, 4.0)), ((), (12.5, 4.0)))
+            for prof in ("", "extra")
+            for la in schedule(("tp32",), 2, concs, "blocked", True, 40, rates=rates, profile=prof).launches
+            for p in la.passes}
+    keys |= {p.key for la in plan_job(Sources("example", (), ("paths.results=/r", "capacity.slo_tpot_ms=60")),
+                                      ["tp32"], "R", CampaignOptions(capacity=True)).campaign.campaign.launches
+             for p in la.passes}
+    assert {"c8-r1", "c8-burnin", "c8-profile", "q0.25-r2", "q12.5-burnin", "q12.5-profile", "probe1"} <= keys
+    assert all(PASS_KEY.fullmatch(k) for k in keys), keys
+    for bad in ("q4", "c8-r", "q-r1", "x8-r1", "q4-r1 "):
+        with pytest.raises(ConfigErrors) as e:
+            plan_job(Sources("example", (), ("paths.results=/r", f'profile.target="{bad}"')), ["tp32"], "R")
+        assert "not a pass to profile" in str(e.value), bad
+
+
 def test_the_host_sampler_asks_again_when_an_environment_reads_empty(tmp_path):
     """In an exec Linux sets the new name before it maps the new environment (fs/exec.c
     begin_new_exec, then binfmt_elf.c create_elf_tables): /proc/PID/environ reads empty in between.

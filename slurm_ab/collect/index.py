@@ -9,10 +9,13 @@ reader never sees half an index. SQLite's locking is unsafe on NFS/Lustre: the f
 local disk ([history] index, default $XDG_CACHE_HOME/slurm-ab, one file per results directory),
 in SQLite's default rollback journal (WAL needs shared memory a network file system lacks).
 
-A point is one (run, mode, concurrency): its ok passes' mean and 95 % interval of every metric of
-ab_stats' table (one run: its one value, no interval). Its series key: the mode, the configuration
-fingerprint (the image, every role's flags and parallelism, the model, the site: the cluster's
-name and partition) and the workload (dataset, lengths, concurrency, prompts, client).
+A point is one (run, mode, load, prompts), the load as the collector's aggregates group it (a
+concurrency, or an open-loop pass's request rate: rows.PassRow's concurrency and rate): its ok
+passes' mean and 95 % interval of every metric of ab_stats' table (one run: its one value, no
+interval). Its series key: the mode, the configuration fingerprint (the image, every role's flags
+and parallelism, the model, the site: the cluster's name and partition) and the workload (dataset,
+lengths, the load's label "C=8" or "4 req/s", prompts, client), so a closed-loop pass and open-loop
+passes at different rates are never one series.
 """
 from __future__ import annotations
 
@@ -26,18 +29,18 @@ from pathlib import Path
 from ..ab_stats import METRICS, aggregate
 from ..model import rundir
 from ..model.experiment import Experiment
-from .rows import pass_row
+from .rows import load_label, pass_row
 from .write import read_summary
 
-SCHEMA = 1
+SCHEMA = 2        # 2: points have the load's rate (an index of another schema is rebuilt)
 TABLES = (
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
     "CREATE TABLE runs (dir TEXT PRIMARY KEY, run_id TEXT, job_id TEXT, submitted_at TEXT, verdict TEXT, "
     "passes INTEGER, summary_size INTEGER, summary_mtime_ns INTEGER)",
     "CREATE TABLE configs (fingerprint TEXT PRIMARY KEY, description TEXT)",
     "CREATE TABLE points (dir TEXT, run_id TEXT, submitted_at TEXT, mode TEXT, fingerprint TEXT, workload TEXT, "
-    "concurrency INTEGER, metric TEXT, n INTEGER, passes INTEGER, mean REAL, half_width REAL, "
-    "PRIMARY KEY (dir, mode, concurrency, metric))",
+    "concurrency INTEGER, rate REAL, prompts INTEGER, metric TEXT, n INTEGER, passes INTEGER, mean REAL, "
+    "half_width REAL, PRIMARY KEY (dir, mode, concurrency, rate, prompts, metric))",
 )
 
 
@@ -67,13 +70,15 @@ def fingerprint(exp: Experiment | None, cluster: str | None) -> tuple[str, dict]
     return hashlib.sha1(text.encode()).hexdigest()[:10], desc
 
 
-def workload(exp: Experiment | None, spec, concurrency: int | None, prompts: int | None) -> str:
-    """'speed-bench/throughput_16k 16384->512 C=8 P=40 sglang_0_5_23'."""
+def workload(exp: Experiment | None, spec, concurrency: int | None, prompts: int | None,
+             rate: float | None = None) -> str:
+    """'speed-bench/throughput_16k 16384->512 C=8 P=40 sglang_0_5_23' ('4 req/s' for C=8: an
+    open-loop pass's load, rows.load_label)."""
     b = exp.benchmark if exp is not None else None
     ds = (b.dataset + (f"/{b.dataset_config}" if b.dataset_config else "")) if b else (spec.dataset or "?")
     i = spec.input_len if spec.input_len is not None else (b.input_len if b else "?")
     o = spec.output_len if spec.output_len is not None else (b.output_len if b else "?")
-    return f"{ds} {i}->{o} C={concurrency} P={prompts}" + (f" {exp.client.profile}" if exp and exp.client.profile else "")
+    return f"{ds} {i}->{o} {load_label(concurrency, rate)} P={prompts}" + (f" {exp.client.profile}" if exp and exp.client.profile else "")
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,19 @@ def _connect(path: Path) -> sqlite3.Connection:
     con = sqlite3.connect(str(path))
     con.execute("PRAGMA journal_mode=DELETE")
     return con
+
+
+def _schema(index: Path) -> int | None:
+    """The schema of an existing index file (None: unreadable): another one is rebuilt."""
+    try:
+        con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        finally:
+            con.close()
+        return int(row[0]) if row else None
+    except (sqlite3.Error, ValueError):
+        return None
 
 
 def _create(con: sqlite3.Connection, results: Path) -> None:
@@ -120,22 +138,24 @@ def _ingest(con: sqlite3.Connection, run_dir: Path, st: os.stat_result) -> None:
     con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (key, cs.run_id, cs.job_id, when, cs.verdict, len(cs.passes), st.st_size, st.st_mtime_ns))
     configs = _mode_configs(run_dir)
-    groups: dict[tuple, list] = {}
+    groups: dict[tuple, list] = {}      # (mode, concurrency, rate, prompts): the aggregates' load, and prompts
     for p in cs.passes:
-        groups.setdefault((p.ref.mode or p.mode, p.ref.concurrency, p.ref.prompts), []).append(p)
-    for (mode, conc, prompts), passes in sorted(groups.items(), key=lambda kv: (str(kv[0][0]), kv[0][1] or 0)):
+        r = pass_row(p)
+        groups.setdefault((r.mode, r.concurrency, r.rate, r.prompts), []).append((p, r))
+    for (mode, conc, rate, prompts), passes in sorted(groups.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], kv[0][2] is not None, kv[0][2] or 0.0, kv[0][3] or 0)):
         exp = configs.get(mode)
         fp, desc = fingerprint(exp, cluster)
         con.execute("INSERT OR IGNORE INTO configs VALUES (?, ?)", (fp, json.dumps(desc, sort_keys=True, default=str)))
-        wl = workload(exp, passes[0].spec, conc, prompts)
-        rows = [pass_row(p) for p in passes if p.verdict == "ok"]
+        wl = workload(exp, passes[0][0].spec, conc, prompts, rate)
+        rows = [r for p, r in passes if p.verdict == "ok"]
         for metric in METRICS:
             agg = aggregate([r.value(metric.name) for r in rows])
             if agg.n == 0:
                 continue
-            con.execute("INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (key, cs.run_id, when, mode, fp, wl, conc, metric.name, agg.n, len(passes), agg.mean,
-                         agg.half_width))
+            con.execute("INSERT INTO points VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (key, cs.run_id, when, mode, fp, wl, conc, rate, prompts, metric.name, agg.n, len(passes),
+                         agg.mean, agg.half_width))
 
 
 def update(results: Path, index: Path, rebuild: bool = False) -> Update:
@@ -143,7 +163,7 @@ def update(results: Path, index: Path, rebuild: bool = False) -> Update:
     place). Reads only summary.json and the manifests; writes only `index`."""
     results, index = Path(results), Path(index)
     index.parent.mkdir(parents=True, exist_ok=True)
-    fresh = rebuild or not index.exists()
+    fresh = rebuild or not index.exists() or _schema(index) != SCHEMA
     target = index.with_name(index.name + ".new") if fresh else index
     if fresh and target.exists():
         target.unlink()
@@ -199,7 +219,7 @@ def points(index: Path) -> list[dict]:
     con.row_factory = sqlite3.Row
     try:
         rows = con.execute("SELECT p.*, c.description FROM points p JOIN configs c USING (fingerprint) "
-                           "ORDER BY p.submitted_at, p.run_id, p.mode, p.concurrency").fetchall()
+                           "ORDER BY p.submitted_at, p.run_id, p.mode, p.concurrency, p.rate").fetchall()
         return [dict(r) for r in rows]
     finally:
         con.close()

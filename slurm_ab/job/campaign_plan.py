@@ -101,10 +101,6 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
             errors.append(ConfigError(rkey, rtext, str(e), "requests per second, e.g. 1,2.5,4"))
         if opts.concurrencies is None:
             concurrencies = ()               # open loop only, unless --concurrency asks for both
-    g = bench.saturation_growth
-    if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 < g < 1:
-        errors.append(ConfigError("benchmark.saturation_growth", g, "not a share of the arrival rate",
-                                  "a number in (0, 1), e.g. 0.1"))
     ref = exps[0].correctness.reference
     if ref and ref not in modes:
         errors.append(ConfigError("correctness.reference", ref, "not a mode of this job (the canary's answers of "

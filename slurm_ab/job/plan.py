@@ -333,6 +333,12 @@ class CampaignPlan:
         return len({s.environment for s in self.software}) <= 1
 
     @property
+    def container_tags(self) -> tuple[str, ...]:
+        """The other images' container tags (-i<K>, each once): the job's clean-up removes their
+        containers too, whatever else the job renders (CT_TAGS)."""
+        return tuple(dict.fromkeys(s.container_tag for s in self.software if s.container_tag))
+
+    @property
     def same_client(self) -> bool:
         """Every mode runs the same client command (one client_command for the job)."""
         return len({s.client.lines if s.client else () for s in self.software}) <= 1

@@ -14,6 +14,7 @@ launches (launch j of a mode runs repeats (j-1) x repeats + 1 ...), so a pass's 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 ORDERS = ("counterbalanced", "interleaved", "blocked")
@@ -75,9 +76,9 @@ class Pass:
         """Names the pass's files and events: bench-<key>.jsonl, logs/client-<key>.log
         (c<C>-r<k>; an open-loop pass q<RATE>-r<k>; burnin / profile in place of r<k>)."""
         if self.probe:
-            return f"probe{self.repeat}"
-        load = f"c{self.concurrency}" if self.rate is None else f"q{rate_text(self.rate)}"
-        tag = "burnin" if self.burn_in else "profile" if self.repeat == PROFILE_REPEAT else f"r{self.repeat}"
+            return f"{_KEY_PROBE}{self.repeat}"
+        load = f"{_KEY_CLOSED}{self.concurrency}" if self.rate is None else f"{_KEY_OPEN}{rate_text(self.rate)}"
+        tag = _KEY_BURNIN if self.burn_in else _KEY_PROFILE if self.repeat == PROFILE_REPEAT else f"{_KEY_REPEAT}{self.repeat}"
         return f"{load}-{tag}"
 
     @property
@@ -104,6 +105,15 @@ class Pass:
 def rate_text(rate: float) -> str:
     """A rate as file names and the job script write it: 4, 2.5, 0.25 (no exponent, no sign)."""
     return f"{rate:.6f}".rstrip("0").rstrip(".")
+
+
+# The parts Pass.key is made of, and PASS_KEY, the pattern of every key it makes (profile.target
+# is checked against it: telemetry_checks): <load>-<tag> (load c<C> or q<rate_text>; tag r<k>,
+# burnin or profile), or a capacity search's probe<k>.
+_KEY_CLOSED, _KEY_OPEN, _KEY_REPEAT, _KEY_BURNIN, _KEY_PROFILE, _KEY_PROBE = "c", "q", "r", "burnin", "profile", "probe"
+_RATE_TEXT = r"\d+(?:\.\d+)?"              # what rate_text writes
+PASS_KEY = re.compile(
+    rf"(?:{_KEY_CLOSED}\d+|{_KEY_OPEN}{_RATE_TEXT})-(?:{_KEY_REPEAT}\d+|{_KEY_BURNIN}|{_KEY_PROFILE})|{_KEY_PROBE}\d+")
 
 
 @dataclass(frozen=True)

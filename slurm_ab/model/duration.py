@@ -8,7 +8,8 @@ client's own start-up. Each figure is the site's [estimate] value unless earlier
 paths.results measured it: the model load of the same model on as many nodes at the same lengths
 (events.log: first server_launch -> last ready; a launch that never became ready took at least
 its ready timeout, so it counts with that), the seconds per request of the same model and mode at
-the same lengths, concurrency and prompts (bench_start -> bench_end of a pass that ended well).
+the same lengths, concurrency and prompts (bench_start -> bench_end of a pass that ended well; of
+an open-loop pass, its time after the arrivals' span over OPEN_LOOP_DRAIN: the model's own price).
 The largest measured value counts: an estimate that is too short kills the job part-way, with an
 unbalanced A/B. The site's default model load is conservative for the same reason (30 min:
 a 1T-parameter model on 8 nodes loads in 10-30 min).
@@ -120,6 +121,7 @@ def _run_dirs(results: Path) -> list[Path]:
 def _launch_figures(events_path: Path, mode: str, cfg, run_id: str, pass_overhead_s: float,
                     loads: list, requests: list, not_ready: list) -> None:
     from ..parse.events import read_events
+    from .rundir import recorded_rate
 
     ev = read_events(events_path)
     launched = ev.named("server_launch")
@@ -146,7 +148,10 @@ def _launch_figures(events_path: Path, mode: str, cfg, run_id: str, pass_overhea
         conc = s.get_int("concurrency") or bench.concurrency
         if not isinstance(prompts, int) or not isinstance(conc, int):
             continue
-        per = max(0.0, e.epoch - s.epoch - pass_overhead_s) / rounds(prompts, conc)
+        took = max(0.0, e.epoch - s.epoch - pass_overhead_s)
+        rate = recorded_rate(s.fields.get("rate"))
+        # the inverse of TimeModel.pass_seconds: an open-loop pass's drain after its arrivals' span
+        per = max(0.0, took - prompts / rate) / OPEN_LOOP_DRAIN if rate else took / rounds(prompts, conc)
         requests.append((mode, conc, prompts, per, run_id))
 
 
@@ -310,7 +315,8 @@ def estimate(plan, history: History = History()) -> Estimate:
 
 def block_seconds(plan) -> tuple[tuple[int, int], ...]:
     """(first launch index, seconds) of every block of a campaign's launches (model.campaign's
-    time_blocks), each the time model's expected duration of its launches (no margin): the
+    time_blocks), each the time model's expected duration of its launches (no margin; each pass
+    priced as the estimate prices it, an open-loop one by its arrival span and drain): the
     job starts a block only when the time it has left covers this (and its launches at the pace of
     the slowest block it has already run). () for a job of one launch: no boundary to stop at (its
     time limit's teardown ends it, as any job's)."""
@@ -318,12 +324,12 @@ def block_seconds(plan) -> tuple[tuple[int, int], ...]:
     if len(cp.campaign.launches) < 2:
         return ()
     from .campaign import time_blocks
-    est = plan.duration
-    launches = {x.index: x for x in cp.campaign.launches}
+    model = plan.duration.model
+    # each launch as the estimate reads it (campaign_schedule: an open-loop pass with its rate)
+    sched = dict(zip((x.index for x in cp.campaign.launches), campaign_schedule(cp.campaign)))
     out = []
     for block in time_blocks(cp.campaign):
-        secs = sum(est.model.launch_seconds(launches[i].mode, [(p.prompts, p.concurrency)
-                                                               for p in launches[i].passes]) for i in block)
+        secs = sum(model.launch_seconds(*sched[i]) for i in block)
         out.append((block[0], int(math.ceil(secs))))
     return tuple(out)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from .campaign import PASS_KEY, PROFILE_EXTRA
 from .config import Tree
 from .errors import ConfigError
 from .experiment import TELEMETRY_SOURCES
@@ -18,7 +19,6 @@ URL = re.compile(r"https?://[A-Za-z0-9_.:\[\]-]+(/[A-Za-z0-9_./?=&%-]*)?")
 NEEDED_FIELDS = ("timestamp", "index", "power.draw")
 # ProfileReq.activities SGLang 0.5.23 knows (managers/io_struct.py, profiler_manager.py)
 ACTIVITIES = ("CPU", "GPU", "MEM", "CUDA_PROFILER", "RPD")
-PROFILE_TARGET = re.compile(r"|extra|c\d+-(r\d+|burnin)")
 
 
 def _number(v) -> bool:
@@ -85,10 +85,10 @@ def _telemetry(t: dict) -> list[ConfigError]:
 
 def _profile(p: dict) -> list[ConfigError]:
     errs: list[ConfigError] = []
-    if not PROFILE_TARGET.fullmatch(p["target"]):
+    if p["target"] not in ("", PROFILE_EXTRA) and not PASS_KEY.fullmatch(p["target"]):
         errs.append(ConfigError("profile.target", p["target"], "not a pass to profile",
-                                "\"\" (none), \"extra\" (a dedicated pass after the timed ones), or a pass key "
-                                "such as c8-r2"))
+                                f"\"\" (none), \"{PROFILE_EXTRA}\" (a dedicated pass after the timed ones), or a "
+                                "pass key such as c8-r2 or q4-r1"))
     bad = [a for a in p["activities"] if a not in ACTIVITIES]
     if bad or not p["activities"]:
         errs.append(ConfigError("profile.activities", p["activities"],

@@ -305,6 +305,10 @@ def _bench_checks(tree: Tree) -> list[ConfigError]:
         errs.append(ConfigError("warmup.token_id", w["token_id"], "must be >= 0"))
     if not NAME.fullmatch(b["backend"]):
         errs.append(ConfigError("benchmark.backend", b["backend"], "not a backend name", "e.g. sglang"))
+    g = b["saturation_growth"]            # a mode may set its own: checked with every mode
+    if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 < g < 1:
+        errs.append(ConfigError("benchmark.saturation_growth", g, "not a share of the arrival rate",
+                                "a number in (0, 1), e.g. 0.1"))
     ctx = tree["model"]["context_length"]         # a role's --context-length: roles.py
     for what, total in (("benchmark", b["input_len"] + b["output_len"]), ("warmup", w["input_len"] + w["output_len"])):
         if total > ctx:
