@@ -339,6 +339,39 @@ def prior_rates(cond: Condition, metrics, n: int, pilots: int, rng, costs, spend
             "rows": rows}
 
 
+PRIOR_NAMES = ("none", "pilot", "pilot variance x 0.5", "pilot variance x 2", "other day, launch CoV / 3",
+               "other day, launch CoV x 3")
+
+
+def prior_tables(pri: list) -> str:
+    """Section 5 in short (docs/statistics.md): per design and spending, each prior at the shipped
+    guard: A/A better/worse, +10% node-hours / max, the lower coverage (A/A, +10%); then the guard
+    levels where a prior is too small."""
+    out = ["| CoV | design | spending | first look / max | measure | " + " | ".join(PRIOR_NAMES) + " |",
+           "|---|---|---|---:|---|" + "---:|" * len(PRIOR_NAMES)]
+    for p in pri:
+        rows = {r["prior"]: r for r in p["rows"] if r["guard"] in (None, PRIOR_GUARD)
+                and (r["prior"] == "none" or r["guard"] == PRIOR_GUARD)}
+        lc = ", ".join(p["condition"].split(", ")[:2])
+        head = f"| {lc} | {p['blocks']} x {p['repeats']} | {p['spending']} | {p['first_look_share']:.0%} |"
+        for label, f in (("A/A better/worse", lambda r: f"{r['aa_false']:.1%}"),
+                         ("+10% node-hours / max", lambda r: f"{r['ab10_expected_share']:.0%}"),
+                         ("coverage (lower of A/A, +10%)", lambda r: f"{min(r['aa_coverage'], r['ab10_coverage']):.1%}")):
+            out.append(f"{head} {label} | " + " | ".join(f(rows[n]) for n in PRIOR_NAMES) + " |")
+            head = "| | | | |"
+    out += ["", "| CoV | design | spending | prior | guard off | 0.10 | 0.25 | 0.50 |",
+            "|---|---|---|---|---:|---:|---:|---:|"]
+    for p in pri:
+        lc = ", ".join(p["condition"].split(", ")[:2])
+        for name, what, f in (("pilot", "+10% node-hours / max", lambda r: f"{r['ab10_expected_share']:.0%}"),
+                              ("pilot variance x 0.5", "A/A better/worse", lambda r: f"{r['aa_false']:.1%}"),
+                              ("other day, launch CoV / 3", "A/A better/worse", lambda r: f"{r['aa_false']:.1%}")):
+            by = {r["guard"]: r for r in p["rows"] if r["prior"] == name}
+            out.append(f"| {lc} | {p['blocks']} x {p['repeats']} | {p['spending']} | {name}: {what} | "
+                       + " | ".join(f(by[g]) for g in PRIOR_GUARDS) + " |")
+    return "\n".join(out)
+
+
 def _true_var(cond: Condition, repeats: int) -> float:
     """The campaign's true launch-mean variance (log scale) at `repeats` passes per launch."""
     from slurm_ab.ab_stats.planner import Noise
@@ -507,6 +540,8 @@ def main(argv=None) -> int:
                       f"{p['first_look_share']:.0%} | {r['prior']} | {ratio} | {guard} | {r['aa_false']:.1%} | "
                       f"{r['aa_equivalent']:.1%} | {r['aa_coverage']:.1%} | {r['ab10_better']:.1%} | "
                       f"{r['ab10_expected_share']:.0%} | {r['ab10_coverage']:.1%} | {used} |")
+        print("\nin short (docs/statistics.md):\n")
+        print(prior_tables(pri))
     print()
     for name, passed in checks.items():
         print(f"{'met' if passed else 'NOT MET'}: {name}")

@@ -132,6 +132,12 @@ def test_the_collector_recomputes_a_look_with_the_prior_as_the_job_logged_it(tmp
         "2.0 2026-12-03 10:00:01.000 sequential_stop look=1 decision=better launches_run=4 launches_planned=8\n")
     rec = recompute(tmp_path, c, read_events(tmp_path / "events.log"))
     assert rec.agree and rec.stopped_at == 1 and rec.decision == "better" and "prior=used" in rec.looks[0].job
+    assert rec.prior == "pilot" and rec.prior_uses == ("used",)
+    from slurm_ab.collect.records import CampaignSummary, read_record
+    back = read_record(CampaignSummary, json.loads(json.dumps(CampaignSummary("r", None, c, sequential=rec).to_dict())))
+    assert back.sequential == rec
+    from slurm_ab.tables.campaign import _sequential_note
+    assert "the prior from pilot pooled at look 1;" in _sequential_note(rec)
     # the collector without the manifest's prior would not agree: the prior is part of the look
     assert not recompute(tmp_path, _campaign(None), read_events(tmp_path / "events.log")).agree
 
