@@ -50,6 +50,8 @@ def test_a_real_change_stops_before_the_maximum_and_collect_reproduces_every_loo
                  "--no-report", "--sequential", "--launches", "6", "--repeats", "1", "--prior-from", str(pilot),
                  *CLIENT_052, *set_args(*FAST), cwd=tmp_path, timeout=900)
     print(f"sequential tp32 vs tp32-dflash: {time.monotonic() - t0:.0f} s")
+    for x in _events(tmp_path / "results" / run_id, "sequential_look"):
+        print(" ".join(f"{k}={v}" for k, v in x.items()))
     run_dir = tmp_path / "results" / run_id
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
     looks = _events(run_dir, "sequential_look")
