@@ -418,3 +418,35 @@ def test_a_signalled_node_goes_before_its_peers_nccl_lines(tmp_path):
     timeout = Finding("nccl", "logs/server-r1-n1.log", 90, "Watchdog caught collective operation timeout",
                       {"label": "NCCL error", "ts": "2026-09-02T12:35:01", "replica": 1, "node_rank": 1})
     assert diagnosis_reasons([timeout, killed], nodes, events=ev)[0].startswith("replica 1 node rank 1 (node06): NCCL")
+
+
+def test_a_killed_head_goes_before_its_peers_whole_fatal_sequence(tmp_path):
+    """The emulator's peers of a SIGKILLed head log SGLang's whole fatal sequence ('Scheduler hit an
+    exception' with NCCL's 'remote process exited' traceback, then the launcher's sigquit line) and
+    kill themselves a moment later (srun's first line is the head's). Through diagnose() on those
+    lines, the head's srun line is the first reason whatever the peers logged before the job noticed."""
+    from slurm_ab_testbed.emulator.tracebacks import SIGQUIT, peer_lost_traceback
+
+    nodes = {"0": ["node01", "node02", "node03"], "1": ["node05", "node06", "node07"]}
+    head = _log(tmp_path, 1, 0, "[2026-09-02 12:34:50 TP0] Decode batch, #running-req: 8\n")
+    peers = [_log(tmp_path, 1, r, f"[2026-09-02 12:35:01 TP{8 * r}] Lost connection to node rank 0 (10.0.0.5): "
+                                  "connection closed\n",
+                  f"[2026-09-02 12:35:01 TP{8 * r}] Scheduler hit an exception: "
+                  f"{peer_lost_traceback('node rank 0 (10.0.0.5)').rstrip()}\n",
+                  f"[2026-09-02 12:35:01] {SIGQUIT}\n") for r in (1, 2)]
+    out = Layout(tmp_path).slurm_out(4242)
+    out.write_text("srun: error: node05: task 0: Killed\nsrun: error: node06: task 1: Killed\n"
+                   "srun: error: node07: task 2: Killed\n"
+                   "2027-01-15 08:00:00 slurm-ab: FATAL: server step of replica 1 exited with status 137\n")
+    ev = _events(tmp_path, "fail kind=step_exited step=server-r1 replica=1 rc=137")
+    findings = diagnose([head, *peers, out], root=tmp_path)
+    assert {f.kind for f in findings if f.details.get("node_rank") == 1} >= {"nccl", "scheduler_exception",
+                                                                             "child_failed"}
+    got = diagnosis_reasons(findings, nodes, events=ev)
+    assert got[0] == "replica 1 node rank 0 (node05): srun: task 0: Killed", got
+    # the peers' lines are kept as evidence, after it
+    assert got[1].startswith("replica 1 node rank 1 (node06): NCCL error: ") and "remote process exited" in got[1]
+    # without the head's srun line (an older Slurm, a lost output) the peers' lines are all there is
+    out.write_text("2027-01-15 08:00:00 slurm-ab: FATAL: server step of replica 1 exited with status 137\n")
+    got = diagnosis_reasons(diagnose([head, *peers, out], root=tmp_path), nodes, events=ev)
+    assert got[0].startswith("replica 1 node rank 1 (node06): "), got

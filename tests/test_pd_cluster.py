@@ -304,13 +304,16 @@ def test_transfers_that_hang_mid_run_fail_the_pass_by_the_stall_watchdog(job):
               "decode": ("sglang:num_decode_prealloc_queue_reqs", "sglang:num_decode_transfer_queue_reqs")}[f["role"]]
     held = dict(x.rsplit(":", 1) for x in f["held"].split(","))
     assert any(int(held.get(q, 0)) > 0 for q in queues), f        # a PD queue held requests
-    assert stall_s <= int(f["seconds"]) <= stall_s + every + 2, f
+    # the job checks every `every` s; a loaded host stretches a check's curl calls by a second or two
+    assert stall_s <= int(f["seconds"]) <= stall_s + 2 * every + 2, f
     # from the last scrape of that server before its final count (the hang began after it) to the stop
     scrapes = [(t, _requests_done(j.launch(), kv)) for t, k, kv in j.events()
                if k == "metrics_scrape" and kv.get("target") == f"r{g}n0" and t < t_fail]
     before = max(t for t, n in scrapes if n is not None and n < float(f["finished"]))
     took = t_fail - before
-    assert took <= stall_s + 2 * every + 3, took
+    # the final request finished up to a scrape interval after that scrape, the job's check saw it up
+    # to a check interval later, then stall_s; each interval stretched by a loaded host's curl calls
+    assert took <= stall_s + 2 * every + 6, took
     s = j.summary()
     assert s["verdict"] == "failed", s["reasons"]
     r = next(x for x in s["reasons"] if " stalled in pass " in x)

@@ -82,11 +82,12 @@ def test_a_hung_replica_is_caught_and_torn_down_with_its_grace(job):
     # SGLang got SIGTERM first and its grace (cluster.teardown_grace_s = 10) before SIGKILL: the hung
     # replica could not drain, the healthy one exited on its own well before. Besides the grace the
     # gap holds two Slurm calls (scancel of the TERM, before the grace starts; squeue, before the
-    # KILL): up to ~1 s each while slurmctld serves the other lanes' jobs (2.0 s seen)
-    assert 9.5 <= t_kill - t_term <= 13, t_kill - t_term
+    # KILL): ~1 s each while slurmctld serves the other lanes' jobs (2.0 s seen), more on CI's
+    # overloaded host; a grace counted twice would be 20 s
+    assert 9.5 <= t_kill - t_term <= 16, t_kill - t_term
     hung = j.launch().server_log(1, 0)
     term = stamp_of(log_line(hung, "SIGTERM received. signum=15"))
-    assert t_term - 0.5 <= term <= t_term + 2
+    assert t_term - 0.5 <= term <= t_term + 4
     assert "Gracefully exiting... Remaining number of requests 0." not in hung.read_text()
     healthy = j.launch().server_log(0, 0)
     drained = stamp_of(log_line(healthy, "Gracefully exiting... Remaining number of requests 0."))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import os
 import subprocess
 import time
 
@@ -298,3 +299,48 @@ def test_an_open_loop_campaigns_profiled_pass_keeps_its_rate(tmp_path):
         plan_job(Sources("example", (), ("paths.results=/r", "capacity.slo_tpot_ms=60", 'profile.target="extra"')),
                  ["tp32"], "R", CampaignOptions(capacity=True))
     assert "profile.target = 'extra': a capacity search's probes are all it runs" in str(e.value)
+
+
+def test_the_host_sampler_asks_again_when_an_environment_reads_empty(tmp_path):
+    """In an exec Linux sets the new name before it maps the new environment (fs/exec.c
+    begin_new_exec, then binfmt_elf.c create_elf_tables): /proc/PID/environ reads empty in between.
+    The packaged sampler, its first read of the job's process made empty as in that window, still
+    samples the process (it used to cache 'not the job's' for good: a loaded CI node's client went
+    unsampled)."""
+    import sys
+    import tomllib
+    from helpers import ROOT
+    from slurm_ab.parse.telemetry import read_host_file
+    cmd = tomllib.loads((ROOT / "slurm_ab" / "data" / "experiment.toml").read_text())["telemetry"]["host_command"]
+    assert cmd[:2] == ["python3", "-c"]
+    window = ("import builtins, io, sys\n"
+              "real, faked = builtins.open, set()\n"
+              "def fake(path, *a, **k):\n"
+              "    p = str(path)\n"
+              "    if p.endswith('/environ') and p not in faked:\n"
+              "        try:\n"
+              "            argv = real(p[:-len('environ')] + 'cmdline', 'rb').read()\n"
+              "        except OSError:\n"
+              "            argv = b''\n"
+              "        if b'job-marker' in argv:\n"
+              "            faked.add(p)\n"
+              "            return io.BytesIO(b'')\n"
+              "    return real(path, *a, **k)\n"
+              "builtins.open = fake\n"
+              "exec(compile(sys.argv.pop(1), 'host_command', 'exec'))\n")
+    burn = "import sys, time\nt = time.time()\nwhile time.time() - t < float(sys.argv[1]): pass\n"
+    out = tmp_path / "host.log"
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    with open(out, "w") as f:
+        sampler = subprocess.Popen([sys.executable, "-c", window, cmd[2], "0.2"], env={**env, "SLURM_JOB_ID": "34035"},
+                                   stdout=f)
+        try:
+            time.sleep(0.5)
+            mine = subprocess.Popen([sys.executable, "-c", burn, "2.0", "job-marker"], env={**env, "SLURM_JOB_ID": "34035"})
+            mine.wait(20)
+            time.sleep(0.3)
+        finally:
+            sampler.terminate()
+            sampler.wait(10)
+    seen = [p for p in read_host_file(out).procs if "job-marker" in p.argv]
+    assert len(seen) >= 2 and all(p.pid == mine.pid for p in seen), out.read_text()[-2000:]

@@ -198,9 +198,11 @@ def finding_reason(f: Finding, node_lists: dict, names=None) -> str:
 
 _SRUN_TASK = re.compile(r"^(\S+): task (\d+): (.+)$")
 # NCCL's and GLOO's words for a peer that went away (ncclRemoteError's "remote process exited or
-# there was a network error"; gloo's "Connection closed/reset by peer"): on the other nodes of a
-# replica whose task srun saw die of a signal, the consequence of that death, not its cause.
+# there was a network error"; gloo's "Connection closed/reset by peer"): a node that logs them saw
+# another node die. With them, that node's scheduler logs "Scheduler hit an exception" and its
+# launcher "Received sigquit from a child process" (SGLang's fatal sequence): all echoes.
 _PEER_GONE = re.compile(r"remote process exit|(?:closed|reset) by peer", re.I)
+_ECHO_KINDS = ("nccl", "gloo", "scheduler_exception", "child_failed")
 
 
 def _is_job_output(name: str) -> bool:
@@ -272,21 +274,28 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
             failed_replica = int(step[len("server-r"):])
             break
     hosts = _host_map(node_lists)
-    task_lines, other_sruns, signalled = [], [], set()
+    # Node ranks of the failed replica that saw a peer go away (their logs say so).
+    saw_peer_go = {f.details.get("node_rank") for f in findings
+                   if f.kind in ("nccl", "gloo") and f.details.get("replica") == failed_replica
+                   and _PEER_GONE.search(f.excerpt)}
+    tasks, other_sruns = [], []
     for f in sruns:
         m = _SRUN_TASK.match(f.details.get("message") or "")
         g_r = hosts.get(m.group(1)) if m else None
         if m and g_r and g_r[0] == failed_replica:
-            task_lines.append(f"{component_name(g_r[0], names)} node rank {g_r[1]} ({m.group(1)}): srun: task "
-                              f"{m.group(2)}: {m.group(3)}")
-            if not m.group(3).startswith("Exited"):     # 'Killed', 'Terminated', ...: no log line of its own
-                signalled.add(g_r[1])
+            # a task killed by a signal ('Killed', 'Terminated', ...) on a node whose log does not
+            # say it saw a peer go: the node that died first, with no log line of its own
+            origin = not m.group(3).startswith("Exited") and g_r[1] not in saw_peer_go
+            tasks.append((not origin, f"{component_name(g_r[0], names)} node rank {g_r[1]} ({m.group(1)}): "
+                                      f"srun: task {m.group(2)}: {m.group(3)}"))
         else:
             other_sruns.append(finding_reason(f, node_lists, names))
-    # Peers that only saw a signalled node go away (which of them logs before the job notices the
-    # step's end is a race) follow srun's line about the node that died.
-    echoes = [f for f in roots if signalled and f.kind in ("nccl", "gloo") and _PEER_GONE.search(f.excerpt)
-              and f.details.get("replica") == failed_replica and f.details.get("node_rank") not in signalled]
+    task_lines = [text for _, text in sorted(tasks, key=lambda t: t[0])]
+    # When srun saw such a node die, its peers' fatal sequence (logged before or after the job
+    # noticed the step's end: a race) follows srun's line about it; their own causes (an OOM, a
+    # CUDA error) keep their place.
+    echoes = [f for f in roots if any(not later for later, _ in tasks) and f.kind in _ECHO_KINDS
+              and f.details.get("replica") == failed_replica and f.details.get("node_rank") in saw_peer_go]
     roots = [f for f in roots if f not in echoes]
 
     seen, out = set(), []
