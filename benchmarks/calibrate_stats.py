@@ -25,11 +25,19 @@ being calibrated: the analysis and the stop rule). Sections:
 4. The planner with pilot uncertainty: simulated 4 x 2 pilots, their variance components (REML)
    and serial estimates -> ``planner.plan`` (detect 5 % at 80 %) -> the chosen design's true power,
    simulated through ``ab_stats.delta`` at the true noise: its median and 10th percentile.
+5. A prior for the first look (--prior-from): the pilot's launch-mean variance pooled into every
+   look (ab_stats.looks.pooled) where the planner's maxima have 2-5 blocks (pass CoV 1.5 %), from
+   simulated 4 x 2 pilots through components/pilot_noise: right, 2x too small, 2x too large, and
+   pilots of another day (launch CoV 3x smaller / larger); the F guard at several levels on the same
+   campaigns; power-2 and power-1 spending. A/A false better/worse with every look, coverage, and
+   the +10% expected node-hours against the maximum, with and without the prior.
 
 Exit 1 when a target is missed. Targets (issue 30): A/A false better/worse <= 7.5 % (fixed
 primary, and sequential with every look); fixed whole table <= 10 %; blocked never plain;
-coverage >= 93 %; +10 % stops on average within half the maximum node-hours; planner: median
-true power >= 80 %, >= 70 % in 9 of 10 pilots.
+coverage >= 93 %; +10 % stops on average within half the maximum node-hours (6+ blocks; with a
+right prior and power-1, 5 blocks; the gap at 2-4 blocks is printed); every prior at the shipped
+guard: A/A <= 7.5 %, coverage >= 93 %; planner: median true power >= 80 %, >= 70 % in 9 of 10
+pilots.
 """
 from __future__ import annotations
 
@@ -49,8 +57,9 @@ for p in (ROOT, ROOT / "testbed"):
 from slurm_ab.ab_stats import BETTER, WORSE, delta  # noqa: E402
 from slurm_ab.ab_stats import looks  # noqa: E402
 from slurm_ab.ab_stats.family import compare  # noqa: E402
+from slurm_ab.ab_stats.sequential import PRIOR_GUARD  # noqa: E402
 from slurm_ab.ab_stats.verdicts import kind  # noqa: E402
-from slurm_ab.model.campaign import schedule  # noqa: E402
+from slurm_ab.model.campaign import SPENDING_DEFAULT, schedule  # noqa: E402
 from slurm_ab_testbed.emulator.costs import load_costs  # noqa: E402
 from slurm_ab_testbed.emulator.noise import lognormal_factor  # noqa: E402
 
@@ -238,6 +247,145 @@ def sequential_rates(blocks: int, repeats: int, cond: Condition, metrics, n: int
             "ab10_coverage": cover, "max_node_hours": hours[-1]}
 
 
+# ---- 3b. a prior for the first look: the pilot's launch-mean variance pooled into every look ------
+
+PRIOR_GUARDS = (None, 0.10, 0.25, 0.50)     # None: no guard (the prior always pooled)
+PRIOR_SPENDINGS = ("power-2", "power-1")
+
+
+def pilot_pool(cond: Condition, metrics, pilots: int, rng, repeats: int) -> list[tuple[float, int]]:
+    """(launch-mean variance at `repeats` passes per launch, df) of simulated 4 x 2 pilots under
+    `cond`, as --prior-from computes them: components + serial -> planner.pilot_noise (AR(1) stated,
+    since 2 passes per launch cannot estimate it) -> Noise.launch_var."""
+    from slurm_ab.ab_stats.components import components, serial
+    from slurm_ab.ab_stats.planner import pilot_noise
+    out = []
+    while len(out) < pilots:
+        a, b = campaign_rows("counterbalanced", 4, 2, cond, metrics, 0.0, rng)
+        comp, ser = components(a + b, "steady_output_tps"), serial(a + b, "steady_output_tps")
+        if comp.launch_cov is None or comp.pass_cov is None or not comp.launch_df:
+            continue
+        n = pilot_noise(comp, ser, ar1=cond.ar1)
+        out.append((n.launch_var(repeats), comp.launch_df))
+    return out
+
+
+def _units(blocks: int, repeats: int, cond: Condition, metrics, effect: float, rng) -> list:
+    a, bb = campaign_rows("counterbalanced", 2 * blocks, repeats, cond, metrics, effect, rng)
+    means: dict = {}
+    for r in a + bb:
+        means.setdefault((r["launch"], r["mode"]), []).append(math.log(r["steady_output_tps"]))
+    return sorted((la, m == "B", sum(v) / len(v)) for (la, m), v in means.items())
+
+
+def _path(units, blocks: int, spec: dict):
+    """(look that decided, its fields) of one campaign through the stop rule."""
+    out = None
+    for k in range(1, blocks + 1):
+        out = looks.decide([u for u in units if u[0] <= 4 * k], k, spec)
+        if out["decision"] != looks.CONTINUE:
+            return k, out
+    return blocks, out
+
+
+def prior_rates(cond: Condition, metrics, n: int, pilots: int, rng, costs, spending: str = SPENDING_DEFAULT) -> dict:
+    """The sequential design of section 3 without a prior and with one from a 4 x 2 pilot: right,
+    its variance 2x too small and 2x too large, and pilots of another day (launch CoV 3x smaller,
+    3x larger than the campaign's); each guard level (None: pooled always) on the same campaigns."""
+    from slurm_ab.ab_stats.planner import Design
+    from slurm_ab.ab_stats.sequential import critical_table, prior_spec
+    blocks, repeats = planned_max(cond, costs)
+    pools = {"pilot": pilot_pool(cond, metrics, pilots, rng, repeats)}
+    for name, f in (("other day, launch CoV / 3", 1 / 3), ("other day, launch CoV x 3", 3.0)):
+        day = Condition(cond.launch_cov * f, cond.pass_cov, cond.ar1, cond.drift, cond.cold, cond.missing, cond.est_sd)
+        pools[name] = pilot_pool(day, metrics, pilots, rng, repeats)
+    scenarios = {"none": None, "pilot": ("pilot", 1.0), "pilot variance x 0.5": ("pilot", 0.5),
+                 "pilot variance x 2": ("pilot", 2.0), "other day, launch CoV / 3": ("other day, launch CoV / 3", 1.0),
+                 "other day, launch CoV x 3": ("other day, launch CoV x 3", 1.0)}
+    max_df0 = max(df for pool in pools.values() for _, df in pool)
+    b = critical_table(blocks, 4 * blocks + max_df0, name=spending)
+    base = {"critical": [list(r) for r in b.critical], "blocks": [()] * blocks, "margin_pct": MARGIN,
+            "better": "higher", "log": True}
+    f_up = {(df, g): prior_spec(1.0, df, 4 * blocks, g if g is not None else 1e-12)["f_upper"]
+            for df in {d for pool in pools.values() for _, d in pool} for g in PRIOR_GUARDS}
+    hours = [Design(2 * k, repeats).node_hours(costs) for k in range(1, blocks + 1)]
+    cells: dict = {}
+    for effect in (0.0, 0.10):
+        for _ in range(n):
+            units = _units(blocks, repeats, cond, metrics, effect, rng)
+            for sc, how in scenarios.items():
+                guards = (None,) if how is None else PRIOR_GUARDS
+                if how is not None:
+                    v, df = rng.choice(pools[how[0]])
+                for g in guards:
+                    spec = base if how is None else dict(base, prior={"variance": v * how[1], "df": df,
+                                                                      "f_upper": f_up[(df, g)]})
+                    k, out = _path(units, blocks, spec)
+                    c = cells.setdefault((sc, g, effect), {"false": 0, "eq": 0, "hours": 0.0, "better": 0, "cover": 0,
+                                                           "used1": 0})
+                    c["false"] += out["decision"] in PLAIN
+                    c["eq"] += out["decision"] == "equivalent"
+                    c["better"] += out["decision"] == BETTER
+                    c["hours"] += hours[k - 1] / hours[-1]
+                    lo, hi = out["low_pct"], out["high_pct"]
+                    c["cover"] += lo is not None and lo <= effect * 100 <= hi
+                    c["used1"] += looks.decide([u for u in units if u[0] <= 4], 1, spec).get("prior") == "used"
+    rows = []
+    for sc, how in scenarios.items():
+        for g in ((None,) if how is None else PRIOR_GUARDS):
+            aa, ab = cells[(sc, g, 0.0)], cells[(sc, g, 0.10)]
+            pool = pools[how[0]] if how else []
+            rows.append({"prior": sc, "guard": g, "aa_false": aa["false"] / n, "aa_equivalent": aa["eq"] / n,
+                         "aa_expected_share": aa["hours"] / n, "ab10_better": ab["better"] / n,
+                         "ab10_expected_share": ab["hours"] / n, "ab10_coverage": ab["cover"] / n,
+                         "aa_coverage": aa["cover"] / n,
+                         "prior_used_look1": (aa["used1"] + ab["used1"]) / (2 * n) if how else None,
+                         "prior_over_truth": (sum(v for v, _ in pool) / len(pool) * how[1] / _true_var(cond, repeats)
+                                              if how else None)})
+    return {"blocks": blocks, "repeats": repeats, "spending": spending, "max_node_hours": hours[-1],
+            "first_look_share": hours[0] / hours[-1],
+            "rows": rows}
+
+
+PRIOR_NAMES = ("none", "pilot", "pilot variance x 0.5", "pilot variance x 2", "other day, launch CoV / 3",
+               "other day, launch CoV x 3")
+
+
+def prior_tables(pri: list) -> str:
+    """Section 5 in short (docs/statistics.md): per design and spending, each prior at the shipped
+    guard: A/A better/worse, +10% node-hours / max, the lower coverage (A/A, +10%); then the guard
+    levels where a prior is too small."""
+    out = ["| CoV | design | spending | first look / max | measure | " + " | ".join(PRIOR_NAMES) + " |",
+           "|---|---|---|---:|---|" + "---:|" * len(PRIOR_NAMES)]
+    for p in pri:
+        rows = {r["prior"]: r for r in p["rows"] if r["guard"] in (None, PRIOR_GUARD)
+                and (r["prior"] == "none" or r["guard"] == PRIOR_GUARD)}
+        lc = ", ".join(p["condition"].split(", ")[:2])
+        head = f"| {lc} | {p['blocks']} x {p['repeats']} | {p['spending']} | {p['first_look_share']:.0%} |"
+        for label, f in (("A/A better/worse", lambda r: f"{r['aa_false']:.1%}"),
+                         ("+10% node-hours / max", lambda r: f"{r['ab10_expected_share']:.0%}"),
+                         ("coverage (lower of A/A, +10%)", lambda r: f"{min(r['aa_coverage'], r['ab10_coverage']):.1%}")):
+            out.append(f"{head} {label} | " + " | ".join(f(rows[n]) for n in PRIOR_NAMES) + " |")
+            head = "| | | | |"
+    out += ["", "| CoV | design | spending | prior | guard off | 0.10 | 0.25 | 0.50 |",
+            "|---|---|---|---|---:|---:|---:|---:|"]
+    for p in pri:
+        lc = ", ".join(p["condition"].split(", ")[:2])
+        for name, what, f in (("pilot", "+10% node-hours / max", lambda r: f"{r['ab10_expected_share']:.0%}"),
+                              ("pilot variance x 0.5", "A/A better/worse", lambda r: f"{r['aa_false']:.1%}"),
+                              ("other day, launch CoV / 3", "A/A better/worse", lambda r: f"{r['aa_false']:.1%}")):
+            by = {r["guard"]: r for r in p["rows"] if r["prior"] == name}
+            out.append(f"| {lc} | {p['blocks']} x {p['repeats']} | {p['spending']} | {name}: {what} | "
+                       + " | ".join(f(by[g]) for g in PRIOR_GUARDS) + " |")
+    return "\n".join(out)
+
+
+def _true_var(cond: Condition, repeats: int) -> float:
+    """The campaign's true launch-mean variance (log scale) at `repeats` passes per launch."""
+    from slurm_ab.ab_stats.planner import Noise
+    return Noise(cond.launch_cov, math.hypot(cond.pass_cov, cond.est_sd), cond.ar1).launch_var(repeats)
+
+
 # ---- 4. the planner from simulated pilots ------------------------------------------------------
 
 def planner_rates(cond: Condition, metrics, pilots: int, rng, costs, truth_campaigns: int) -> dict:
@@ -285,7 +433,8 @@ def main(argv=None) -> int:
                     help="sequential designs' most blocks (0: the planner's design for 5%% at 80%% per condition)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="a smoke run: few campaigns, one condition")
-    ap.add_argument("--sections", default="1234", help="which sections to run (e.g. 34)")
+    ap.add_argument("--sections", default="12345", help="which sections to run (e.g. 34)")
+    ap.add_argument("--prior-pilots", type=int, default=60, help="simulated pilots per prior (section 5)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     if a.quick:
@@ -308,6 +457,11 @@ def main(argv=None) -> int:
                                  a.campaigns, rng, costs), condition=c.name()) for c in conds] if "3" in sec else []
     pl = [dict(planner_rates(c, metrics, a.pilots, rng, costs, max(200, a.campaigns // 5)), condition=c.name())
           for c in conds if c.pass_cov == PASS_COVS[-1] or a.quick] if "4" in sec else []
+    # 5: where a maximum of 2-5 blocks (pass CoV 1.5 %) cannot stop at its first look without a prior
+    pri = [dict(prior_rates(c, metrics, a.campaigns, a.prior_pilots, rng, costs, sp), condition=c.name())
+           for sp in PRIOR_SPENDINGS for c in conds if c.pass_cov == PASS_COVS[0] or a.quick] if "5" in sec else []
+    shipped = [(p, r) for p in pri for r in p["rows"] if r["guard"] in (None, PRIOR_GUARD) and
+               (r["prior"] == "none" or r["guard"] == PRIOR_GUARD)]
     elapsed = time.perf_counter() - t0
     checks = {
         "fixed A/A primary <= 7.5%": all(r["aa_primary"] <= 0.075 for r in fixed),
@@ -320,13 +474,24 @@ def main(argv=None) -> int:
         # the target applies where the planner's 5 % design has 6 blocks or more
         "sequential +10% within half the max node-hours (6+ blocks)": all(
             r["ab10_expected_share"] <= 0.5 for r in seq if r["blocks"] >= 6),
+        "prior (every prior, guard as shipped): A/A better/worse <= 7.5% (every look)": all(
+            r["aa_false"] <= 0.075 for _, r in shipped),
+        "prior (every prior, guard as shipped): coverage >= 93% (+10% and A/A)": all(
+            r["ab10_coverage"] >= 0.93 and r["aa_coverage"] >= 0.93 for _, r in shipped),
+        # the claim docs/statistics.md makes: with the pilot's prior and power-1 spending a +10% change
+        # stops within half the maximum node-hours at 5-block maxima; at 2-4 blocks it does not
+        # (a 2-block maximum's first look alone costs 51%: the preflight and the first block), which
+        # the run prints as a known gap below
+        "prior (right pilot, power-1): +10% within half the max node-hours (5+ blocks)": all(
+            r["ab10_expected_share"] <= 0.5 for p, r in shipped if r["prior"] == "pilot" and
+            p["blocks"] >= 5 and p["spending"] == "power-1"),
         "planner median true power >= 80%": all(r["median_power"] >= 0.80 for r in pl),
         "planner >= 70% in 9 of 10 pilots": all(r["below_70"] <= 0.10 for r in pl),
     }
     ok = all(checks.values())
     result = {"campaigns": a.campaigns, "pilots": a.pilots, "seed": a.seed, "seconds": elapsed,
               "emulator_noise": {"launch_cv": noise.launch_cv, "pass_cv": noise.pass_cv}, "estimator": est,
-              "fixed": fixed, "blocked": blocked, "sequential": seq, "planner": pl, "checks": checks,
+              "fixed": fixed, "blocked": blocked, "sequential": seq, "planner": pl, "prior": pri, "checks": checks,
               "targets_met": ok}
     if a.json:
         print(json.dumps(result, indent=2))
@@ -368,9 +533,32 @@ def main(argv=None) -> int:
     for r in pl:
         print(f"| {r['condition']} | {r['pilots']} | {r['out_of_reach']} | {r['median_power']:.0%} | {r['p10_power']:.0%} | "
               f"{r['below_70']:.0%} | {', '.join(f'{k}: {v}' for k, v in r['designs'].items())} |")
+    if pri:
+        print("\n5. a prior for the first look (--prior-from): the pilot's launch-mean variance pooled into every look; "
+              f"guard: one-sided F test at {PRIOR_GUARD:g} (shipped), other levels on the same campaigns\n")
+        print("| condition | spending | design | first look / max | prior | prior / true variance | guard | "
+              "A/A better/worse (all looks) | A/A equivalent ±3% | A/A coverage | +10% better | +10% node-hours / max | "
+              "coverage (+10%) | prior pooled at look 1 |")
+        print("|---|---|---|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        for p in pri:
+            for r in p["rows"]:
+                ratio = "-" if r["prior_over_truth"] is None else f"{r['prior_over_truth']:.2f}"
+                used = "-" if r["prior_used_look1"] is None else f"{r['prior_used_look1']:.0%}"
+                guard = "-" if r["prior"] == "none" else "off" if r["guard"] is None else f"{r['guard']:g}"
+                print(f"| {p['condition']} | {p['spending']} | {p['blocks']} x {p['repeats']} | "
+                      f"{p['first_look_share']:.0%} | {r['prior']} | {ratio} | {guard} | {r['aa_false']:.1%} | "
+                      f"{r['aa_equivalent']:.1%} | {r['aa_coverage']:.1%} | {r['ab10_better']:.1%} | "
+                      f"{r['ab10_expected_share']:.0%} | {r['ab10_coverage']:.1%} | {used} |")
+        print("\nin short (docs/statistics.md):\n")
+        print(prior_tables(pri))
     print()
     for name, passed in checks.items():
         print(f"{'met' if passed else 'NOT MET'}: {name}")
+    gap = [(p, r) for p, r in shipped if r["prior"] == "pilot" and r["ab10_expected_share"] > 0.5]
+    if gap:       # issue 30's target at 2-5 block maxima: said, with its figures, not hidden
+        print("known gap (issue 30: +10% within half the max node-hours, right pilot): " + "; ".join(
+            f"{p['blocks']} blocks {p['spending']}: {r['ab10_expected_share']:.0%} (first look alone "
+            f"{p['first_look_share']:.0%})" for p, r in gap))
     return 0 if ok else 1
 
 

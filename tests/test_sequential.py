@@ -67,11 +67,12 @@ def test_mode_effect_is_statsmodels_ols_on_mode_and_position():
     rng = random.Random(3)
     units = [(i, m == "B", math.log(100) + (0.05 if m == "B" else 0) + 0.002 * i + rng.gauss(0, 0.02))
              for i, m in enumerate("ABBAABBAABBA", 1)]
-    est, se, df = looks.mode_effect(units)
+    est, s2, df, inv = looks.mode_fit(units)
+    se = math.sqrt(s2 * inv)
     x = np.array([[1.0, float(b), float(p)] for p, b, _ in units])
     fit = OLS(np.array([y for _, _, y in units]), x).fit()
     assert (est, se, df) == pytest.approx((fit.params[1], fit.bse[1], fit.df_resid), rel=1e-9)
-    assert looks.mode_effect(units[:3]) is None
+    assert looks.mode_fit(units[:3]) is None
 
 
 def _spec(k_max: int, margin: float = 3.0) -> dict:

@@ -1,9 +1,11 @@
 """A sequential campaign on the real local cluster (issue 30): tp32 against tp32-dflash stops
 before its maximum with the decision in events.log, and `collect` reproduces every look from the
 raw files. One job: SGLang 0.5.2's client, no preflight, one pass of 16 prompts per launch (the
-launch is the unit), at most 3 blocks (--launches 6 per mode). Look 1 cannot decide (4 launch
-means regressed on mode and position leave 1 degree of freedom: its critical t is ~115), look 2
-(8 launches, 5 degrees of freedom) can, so a stop before the maximum needs 8 launches. Launch-to-
+launch is the unit), at most 3 blocks (--launches 6 per mode). On its own look 1 cannot decide (4
+launch means regressed on mode and position leave 1 degree of freedom: its critical t is ~115);
+the job carries a prior (--prior-from a collected pilot campaign of 6 launches: 3 degrees of
+freedom), pooled at every look unless the look's own variance contradicts it (then dropped), and
+every look's event and its recomputation say which (prior=used|dropped). Launch-to-
 launch noise on this 2-core machine under the suite's load reaches 8 %, and DFlash's own difference
 with 128 output tokens (or at time scale 0.02, where the host's jitter dominates) is a few percent
 and of either sign: the job runs 512 output tokens with 32 draft tokens at the site's clock (the
@@ -40,12 +42,16 @@ def _events(run_dir: Path, name: str) -> list[dict]:
 
 
 def test_a_real_change_stops_before_the_maximum_and_collect_reproduces_every_look(tmp_path, local_cluster):
+    from test_planner import _campaign_dir
     run_id = f"seq-ab-{int(time.time())}"
+    pilot = _campaign_dir(tmp_path / "pilots")       # a collected campaign (summary.json) of 6 launches x 3 passes
     t0 = time.monotonic()
     r = slurm_ab("submit", "tp32", "tp32-dflash", "--site", "local", "--run-id", run_id, "--wait", "--no-collector",
-                 "--no-report", "--sequential", "--launches", "6", "--repeats", "1", *CLIENT_052, *set_args(*FAST),
-                 cwd=tmp_path, timeout=900)
+                 "--no-report", "--sequential", "--launches", "6", "--repeats", "1", "--prior-from", str(pilot),
+                 *CLIENT_052, *set_args(*FAST), cwd=tmp_path, timeout=900)
     print(f"sequential tp32 vs tp32-dflash: {time.monotonic() - t0:.0f} s")
+    for x in _events(tmp_path / "results" / run_id, "sequential_look"):
+        print(" ".join(f"{k}={v}" for k, v in x.items()))
     run_dir = tmp_path / "results" / run_id
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-3000:]
     looks = _events(run_dir, "sequential_look")
@@ -53,6 +59,8 @@ def test_a_real_change_stops_before_the_maximum_and_collect_reproduces_every_loo
     assert stop["decision"] in ("better", "worse") and int(stop["launches_run"]) < 12      # 3 blocks at most
     assert [x["look"] for x in looks] == [str(k) for k in range(1, int(stop["look"]) + 1)]
     assert looks[-1]["decision"] == stop["decision"] and all(x["decision"] == "continue" for x in looks[:-1])
+    assert all(x["prior"] in ("used", "dropped") for x in looks), looks       # each look says whether it pooled
+    assert all(int(x["df"]) == 4 * int(x["look"]) - 3 + (3 if x["prior"] == "used" else 0) for x in looks), looks
     started = [int(x["launch"]) for x in _events(run_dir, "launch_start")]
     assert started == list(range(1, int(stop["launches_run"]) + 1))            # never mid-block
     assert int(stop["launches_run"]) % 4 == 0

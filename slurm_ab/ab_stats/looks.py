@@ -14,6 +14,15 @@ mode coefficient's t interval at the look's critical value (spec["critical"][loo
 computed by slurm_ab at render time: ab_stats/sequential.py) decides: better/worse when it
 excludes 0, equivalent when it lies inside (-margin, +margin), else go on; at the last look
 'no significant difference'.
+
+With a prior (spec["prior"]: a pilot's launch-mean variance at this campaign's passes per launch
+and its degrees of freedom, --prior-from), the look's residual variance is pooled with it
+(df_prior s0^2 + df s^2) / (df_prior + df), t with df_prior + df degrees of freedom, so the first
+look, which has 1 degree of freedom of its own, can decide. A one-sided F test guards it: when the
+look's own variance exceeds the prior's beyond spec["prior"]["f_upper"][df - 1] (the F quantile,
+computed at render time) the prior is dropped at that look and the look uses its own variance
+alone (field prior=dropped); a look's variance below the prior's keeps it (pooling then only
+widens the interval).
 """
 from __future__ import annotations
 
@@ -111,10 +120,11 @@ def _solve(a, b):
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def mode_effect(units):
-    """Least squares of launch values on (1, is B, run position): (estimate, se, df) of the mode
-    coefficient; None when it cannot be estimated (fewer than 2 launches a side, no residual
-    degrees of freedom). `units`: [(position, is_b, value)]."""
+def mode_fit(units):
+    """Least squares of launch values on (1, is B, run position): (estimate, residual variance,
+    df, (X'X)^-1 entry) of the mode coefficient (se = sqrt(variance x entry); the residual variance
+    is what a prior is pooled with); None when it cannot be estimated (fewer than 2 launches a
+    side, no residual degrees of freedom). `units`: [(position, is_b, value)]."""
     n = len(units)
     nb = sum(1 for _, b, _ in units if b)
     if nb < 2 or n - nb < 2 or n < 4:
@@ -128,8 +138,21 @@ def mode_effect(units):
         return None
     rss = sum((y - sum(bi * xi for bi, xi in zip(beta, x))) ** 2 for x, y in zip(xs, ys))
     df = n - 3
-    se = math.sqrt(max(rss, 0.0) / df * inv1[1])
-    return beta[1], se, df
+    return beta[1], max(rss, 0.0) / df, df, inv1[1]
+
+
+def pooled(fit, prior):
+    """(estimate, se, df, use) of the mode coefficient with the prior's variance pooled in:
+    use 'used' (df_prior + df degrees of freedom), 'dropped' (the look's own variance exceeds the
+    prior's at the guard's F quantile: its own se and df) or '-' (no prior). `fit`: mode_fit's."""
+    est, s2, df, inv = fit
+    if not prior:
+        return est, math.sqrt(s2 * inv), df, "-"
+    v0, df0 = float(prior["variance"]), int(prior["df"])
+    f_upper = prior["f_upper"]
+    if v0 <= 0 or df0 < 1 or s2 / v0 > f_upper[min(df, len(f_upper)) - 1]:
+        return est, math.sqrt(s2 * inv), df, "dropped"
+    return est, math.sqrt((df0 * v0 + df * s2) / (df0 + df) * inv), df0 + df, "used"
 
 
 def _fmt(x) -> str:
@@ -163,16 +186,23 @@ def look(spec: dict, k: int, root: str = ".") -> dict:
 
 def decide(units, k: int, spec: dict) -> dict:
     """The test and decision of look k over launch values `units` [(position, is_b, value)]
-    (spec: critical, blocks, margin_pct, better, log, scale)."""
+    (spec: critical, blocks, margin_pct, better, log, scale, prior)."""
     out = {"launches_a": sum(1 for u in units if not u[1]), "launches_b": sum(1 for u in units if u[1])}
-    fit = mode_effect(units)
+    prior = spec.get("prior")
+    fit = mode_fit(units)
+    if fit is not None:
+        fit = pooled(fit, prior)
+        if prior:
+            out["prior"] = fit[3]
     last = k >= len(spec["blocks"])
     if fit is None or fit[1] <= 0:
         out.update(estimate_pct=None, low_pct=None, high_pct=None, se=None, df=None if fit is None else fit[2],
                    crit=None, decision=MAX_DECISION if last else CONTINUE,
                    note="no_estimate" if fit is None else "no_spread")
+        if prior and fit is None:
+            out["prior"] = "-"
         return out
-    est, se, df = fit
+    est, se, df, _ = fit
     row = spec["critical"][k - 1]
     crit = row[min(df, len(row)) - 1]
     lo, hi = est - crit * se, est + crit * se
@@ -202,7 +232,8 @@ def fields(result: dict) -> list[str]:
     order = ("look", "blocks", "of", "launches_a", "launches_b", "passes", "estimate_pct", "low_pct",
              "high_pct", "se", "df", "crit", "decision", "missing", "note")
     out = []
-    for key in order:
+    # a campaign with a prior says at every look whether it was pooled (used / dropped / -)
+    for key in order + (("prior",) if "prior" in result else ()):
         v = result.get(key)
         text = _fmt(v) if isinstance(v, float) else ("-" if v is None else str(v))
         out.append(f"{key}={text.replace(' ', '_')}")

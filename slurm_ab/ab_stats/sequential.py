@@ -29,8 +29,12 @@ from functools import lru_cache
 from ..model.campaign import MAX_BLOCKS, MIN_BLOCKS, SPENDING_DEFAULT, spending_power
 
 ALPHA = 0.05
-__all__ = ["ALPHA", "Boundaries", "MAX_BLOCKS", "MIN_BLOCKS", "SPENDING_DEFAULT", "boundaries", "critical_table",
-           "exit_probabilities", "job_spec", "nominal_alpha", "spending", "spending_fn", "spending_power"]
+__all__ = ["ALPHA", "Boundaries", "MAX_BLOCKS", "MIN_BLOCKS", "PRIOR_GUARD", "SPENDING_DEFAULT", "boundaries",
+           "critical_table", "exit_probabilities", "job_spec", "nominal_alpha", "prior_spec", "spending", "spending_fn",
+           "spending_power"]
+# the one-sided level of the F test that drops a prior whose variance the look's own contradicts
+# (looks.pooled): chosen by the calibration (docs/statistics.md, "A prior for the first look")
+PRIOR_GUARD = 0.25
 GRID = 301                 # points of the integration grid per look (801 gives the same to 1e-5)
 
 
@@ -151,6 +155,15 @@ def critical_table(blocks: int, max_df: int, alpha: float = ALPHA, name: str = S
                       tuple(float(f"{p:.6g}") for p in nom), crit)
 
 
+def prior_spec(variance: float, df: int, max_df: int, guard: float = PRIOR_GUARD) -> dict:
+    """What the stop rule needs of a prior (looks.pooled): the launch-mean variance (log scale, at
+    the campaign's passes per launch), its degrees of freedom, and the guard's upper F quantile
+    F_{1 - guard}(df, df_prior) for every own degrees of freedom 1..max_df."""
+    from scipy import stats
+    return {"variance": float(f"{variance:.6g}"), "df": int(df), "guard": guard,
+            "f_upper": [round(float(stats.f.isf(guard, d, df)), 6) for d in range(1, max_df + 1)]}
+
+
 def job_spec(campaign, critical_df: int = 0) -> dict:
     """What the job's stop rule reads (sequential.json) and the collector rebuilds to recompute
     every look: the two modes, the metric and its direction, the margin, each block's launches,
@@ -159,7 +172,9 @@ def job_spec(campaign, critical_df: int = 0) -> dict:
     from ..model.rundir import RELATIVE, launch_dirname
     from .metrics import METRIC_BY_NAME
     blocks = campaign.blocks
-    b = critical_table(len(blocks), critical_df or 4 * len(blocks), ALPHA, campaign.spending)
+    own_df = critical_df or 4 * len(blocks)
+    prior = campaign.prior
+    b = critical_table(len(blocks), own_df + (prior.df if prior else 0), ALPHA, campaign.spending)
     metric = campaign.primary_metric
     return {"version": 1, "a": campaign.modes[0], "b": campaign.modes[1], "metric": metric,
             "better": METRIC_BY_NAME[metric].better, "log": True, "margin_pct": campaign.margin_pct,
@@ -171,4 +186,5 @@ def job_spec(campaign, critical_df: int = 0) -> dict:
                                      for p in la.passes if not p.discarded]}
                          for la in campaign.launches],
             "spending": b.spending, "z": list(b.z), "nominal": list(b.nominal),
-            "critical": [list(r) for r in b.critical]}
+            "critical": [list(r) for r in b.critical],
+            **({"prior": {**prior_spec(prior.variance, prior.df, own_df), "source": prior.source}} if prior else {})}

@@ -37,6 +37,13 @@ def campaign_options(f):
                      help="Sequential: a look after every counterbalanced block (A B B A), stopping when the "
                           "answer is clear (better/worse, or equivalent within --margin); at most "
                           "benchmark.max_blocks blocks, or --launches 2K. Default: benchmark.sequential (off).")(f)
+    f = click.option("--prior-from", "prior_from", default=None, metavar="CAMPAIGN", expose_value=False,
+                     callback=_remember,
+                     help="A sequential campaign's prior: the launch-mean variance (and its degrees of "
+                          "freedom) of the primary metric measured in CAMPAIGN (a collected campaign of 2+ "
+                          "launches per mode, as `plan --from` reads it), pooled with each look's own so "
+                          "the first look can decide; dropped at a look whose own variance exceeds it "
+                          "(F test; docs/statistics.md). Needs --sequential.")(f)
     f = click.option("--plan", "plan_from", default=None, metavar="CAMPAIGN", expose_value=False,
                      callback=_remember,
                      help="Launches and passes from the planner (slurm-ab plan): variance and times "
@@ -91,9 +98,37 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in, launches_over
         if launches is not None or repeats is not None:
             raise UsageError("--plan chooses --launches and --repeats: give one or the other")
         launches, repeats, order = planned_shape(src, modes, extra["plan_from"])
+    prior = pilot_prior(src, modes, extra["prior_from"]) if extra.get("prior_from") else None
     return plan_job(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches,
                                                               extra.get("sequential"), extra.get("margin"),
-                                                              extra.get("rates")))
+                                                              extra.get("rates"), prior=prior))
+
+
+def pilot_prior(src, modes, ref: str):
+    """--prior-from CAMPAIGN: the pilot's noise of the primary metric (as `plan --from` measures
+    it: REML components with their degrees of freedom, AR(1) and drift) for a sequential
+    campaign's looks; ConfigErrors naming the option when the campaign cannot give one."""
+    import os
+
+    from . import planner as planner_cli
+    from ..ab_stats.planner import pilot_noise
+    from ..job.campaign_plan import PilotPrior
+    from ..model import rundir
+    from ..model.errors import ConfigError, ConfigErrors
+    from ..model.sources import load_experiment
+
+    allowed = "a collected campaign (run directory, run id or job id) with 2 or more launches per mode"
+    try:
+        run_dir = rundir.find(ref, Path(os.environ.get("SLURM_AB_RESULTS", "results")))
+        primary = load_experiment(src, modes[0]).benchmark.primary_metric
+        comp, _, ser = planner_cli.from_campaign(run_dir, primary)
+    except UsageError as e:
+        raise ConfigErrors([ConfigError("--prior-from", ref, str(e), allowed)]) from None
+    if comp.launch_cov is None or comp.pass_cov is None or not comp.launch_df:
+        raise ConfigErrors([ConfigError("--prior-from", ref, "no launch-level variance in that campaign ("
+                                        + (comp.note or "one launch per mode") + ")", allowed)])
+    return PilotPrior(ref, pilot_noise(comp, ser), f"{run_dir.name} ({comp.metric}, {comp.launches} launches, "
+                      f"{ser.repeats} passes per launch)")
 
 
 def fit_blocks(make, fit):

@@ -47,6 +47,8 @@ class SequentialRecord:
     nominal: Optional[float]        # its two-sided level
     agree: bool                     # every look the job logged equals its recomputation
     spending: str = ""              # the alpha-spending function of its boundaries (benchmark.spending)
+    prior: str = ""                 # where its prior came from (--prior-from; "" none)
+    prior_uses: tuple[str, ...] = ()  # per look: used / dropped (the guard) / - (no estimate)
 
 
 def _verdict(decision: str, margin: float) -> str:
@@ -64,7 +66,7 @@ def recompute(run_dir: Path, campaign: Campaign, events: EventLog) -> Optional[S
     stop = next(iter(events.named("sequential_stop")), None)
     last = max(logged, default=0)
     ended = {e.get_int("launch") for e in events.named("launch_end")}
-    out, final = [], None
+    out, final, uses = [], None, []
     for k in range(1, len(spec["blocks"]) + 1):
         # past the job's last look: only the one it would take next, after a block every launch
         # of which ended (a job that ended inside a block, failed or cancelled, took no look there)
@@ -73,18 +75,21 @@ def recompute(run_dir: Path, campaign: Campaign, events: EventLog) -> Optional[S
         r = looks.look(spec, k, str(run_dir))
         text = " ".join(looks.fields(r))
         out.append(Look(k, logged.get(k, ""), text, str(r["decision"])))
+        uses.append(str(r.get("prior", "")))
         final = r
         if r["decision"] not in (looks.CONTINUE,) and k >= last:
             break
+    prior = campaign.prior.source if campaign.prior else ""
     if final is None:
         return SequentialRecord(len(spec["blocks"]), (), None, looks.CONTINUE, SAME, None, None, None, None, True,
-                                spec["spending"])
+                                spec["spending"], prior)
     stopped = stop.get_int("look") if stop is not None else None
     decision = str(final["decision"])
     nominal = spec["nominal"][final["look"] - 1]
     return SequentialRecord(len(spec["blocks"]), tuple(out), stopped, decision,
                             _verdict(decision, campaign.margin_pct), final.get("low_pct"), final.get("high_pct"),
-                            final.get("estimate_pct"), nominal, all(x.agrees for x in out if x.job), spec["spending"])
+                            final.get("estimate_pct"), nominal, all(x.agrees for x in out if x.job), spec["spending"],
+                            prior, tuple(uses) if prior else ())
 
 
 def primary_row(row: Row, seq: SequentialRecord) -> Row:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..model.campaign import (LAUNCHES_PER_BLOCK, MAX_LAUNCHES, MAX_REPEATS, MIN_BLOCKS, ORDERS, Campaign,
-                              capacity_schedule, parse_concurrencies, parse_rates, rate_text, schedule)
+                              Prior, capacity_schedule, parse_concurrencies, parse_rates, rate_text, schedule)
 from ..model.errors import ConfigError, ConfigErrors
 from ..model.rundir import RELATIVE
 from ..model.experiment import Experiment
 from ..ab_stats.metrics import PRIMARY_CHOICES
+from ..ab_stats.planner import Noise
 from .render import mode_lines
 from .plan import JobPlan, check_run_id, component_options, make_plan
 
@@ -37,6 +38,17 @@ class CampaignOptions:
     margin: str | None = None           # --margin: '3%' or '3'
     rates: str | None = None           # --request-rate "2,4,8": open-loop passes
     capacity: bool = False             # a capacity search ([capacity]): one launch of probes per mode
+    prior: PilotPrior | None = None    # --prior-from: a pilot's noise for a sequential campaign's looks
+
+
+@dataclass(frozen=True)
+class PilotPrior:
+    """What --prior-from measured in a pilot campaign (cli/campaign.pilot_prior): its noise (a
+    planner.Noise with the launch-mean variance's degrees of freedom) and where it came from."""
+
+    ref: str                           # the option's value, as the user gave it
+    noise: Noise                       # its launch-mean variance's degrees of freedom in launch_df
+    source: str                        # run id, metric, launches, passes per launch
 
 
 def _shape(exp: Experiment) -> tuple:
@@ -125,11 +137,18 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
         return capacity_schedule(modes, exps[0].capacity.prompts or bench.num_prompts, spec, primary)
     if sequential:
         errors += _sequential_checks(modes, order, concurrencies, launches, opts)
+    if opts.prior is not None and not sequential:
+        errors.append(ConfigError("--prior-from", opts.prior.ref, "a prior is pooled into a sequential campaign's "
+                                  "looks; this campaign is fixed", "with --sequential (or benchmark.sequential = "
+                                  "true) and two modes"))
     if errors:
         raise ConfigErrors(errors)
     target = exps[0].profile.target
     out = schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
                    launches, primary, margin, sequential, bench.spending, rates, target)
+    if opts.prior is not None:
+        n = opts.prior.noise
+        out = replace(out, prior=Prior(float(f"{n.launch_var(repeats):.6g}"), int(n.launch_df), opts.prior.source))
     if target and not out.profiled:
         keys = sorted({p.key for p in out.passes}, key=lambda k: (len(k), k))
         raise ConfigErrors([ConfigError("profile.target", target, "no pass of this job has that key",
@@ -276,14 +295,28 @@ def sequential_lines(c: Campaign) -> list[str]:
             f"when it lies inside ±{c.margin_pct:g}%; never mid-block",
             "  look boundaries |z| >= " + ", ".join(f"{z:.3f}" for z in b.z) + " (nominal two-sided levels "
             + ", ".join(f"{p:.2g}" for p in b.nominal) + "; t critical values per degrees of freedom in the "
-            "script)"]
+            "script)"] + prior_lines(c)
+
+
+def prior_lines(c: Campaign) -> list[str]:
+    """A sequential campaign's prior (--prior-from), as dry-run shows it."""
+    from ..ab_stats.sequential import PRIOR_GUARD
+
+    if c.prior is None:
+        return []
+    p = c.prior
+    return [f"  prior (--prior-from): launch-mean variance {p.variance:.4g} (log scale; CoV "
+            f"{p.variance ** 0.5:.2%} at {c.repeats} passes per launch) with {p.df} degrees of freedom, from {p.source}; "
+            f"pooled with each look's own (t with {p.df} + the look's degrees of freedom), dropped at a look whose "
+            f"own variance exceeds it (one-sided F test at {PRIOR_GUARD:g}); each look's event says "
+            "prior=used|dropped"]
 
 
 def _words(cmd) -> tuple:
     return tuple(w for line in cmd.lines for w in line)
 
 
-__all__ = ["CampaignOptions", "campaign_summary", "default_run_id", "plan_job", "resolve_options"]
+__all__ = ["CampaignOptions", "PilotPrior", "campaign_summary", "default_run_id", "plan_job", "resolve_options"]
 
 
 def plan_job(src, modes: list[str], run_id: str | None = None,

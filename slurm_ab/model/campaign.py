@@ -137,6 +137,23 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Prior:
+    """A pilot's launch-mean variance for a sequential campaign's looks (--prior-from): pooled
+    with each look's own (ab_stats/looks.py), so the first look can decide."""
+
+    variance: float                 # log scale, of a launch's mean at this campaign's passes per launch
+    df: int                         # its degrees of freedom (the pilot's launch level)
+    source: str = ""                # where it was measured (run id, passes per launch)
+
+    def to_dict(self) -> dict:
+        return {"variance": self.variance, "df": self.df, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Prior":
+        return cls(float(d["variance"]), int(d["df"]), str(d.get("source", "")))
+
+
+@dataclass(frozen=True)
 class Campaign:
     modes: tuple[str, ...]
     repeats: int
@@ -152,6 +169,7 @@ class Campaign:
     rates: tuple[float, ...] = ()           # open-loop passes' request rates (--request-rate)
     capacity: dict | None = None            # a capacity search's spec (ab_stats.capacity): slo_ms,
                                             # attainment, lo, hi, probes
+    prior: Prior | None = None              # a sequential campaign's prior variance (--prior-from)
 
     @property
     def blocks(self) -> tuple[tuple[int, ...], ...]:
@@ -197,7 +215,8 @@ class Campaign:
                 "sequential": self.sequential, "spending": self.spending,
                 "launches": [x.to_dict() for x in self.launches],
                 **({"rates": list(self.rates)} if self.rates else {}),
-                **({"capacity": self.capacity} if self.capacity else {})}
+                **({"capacity": self.capacity} if self.capacity else {}),
+                **({"prior": self.prior.to_dict()} if self.prior else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Campaign":
@@ -208,7 +227,7 @@ class Campaign:
                    int(d.get("launches_per_mode", per_mode)), str(d.get("primary_metric", "output_tps")),
                    float(d.get("margin_pct") or 0.0), bool(d.get("sequential", False)),
                    str(d.get("spending") or SPENDING_DEFAULT), tuple(float(r) for r in d.get("rates", ())),
-                   d.get("capacity") or None)
+                   d.get("capacity") or None, Prior.from_dict(d["prior"]) if d.get("prior") else None)
 
 
 def time_blocks(campaign: Campaign) -> tuple[tuple[int, ...], ...]:

@@ -262,7 +262,17 @@ def _sequential_note(seq: SequentialRecord) -> str:
         else f"a look recomputed from the raw files DIFFERS from the job's (see {RELATIVE.summary('json')} 'sequential')"
     return (f"sequential: {where} ({seq.decision}); the primary row is that look's decision on the "
             "clients' own figures, its interval the repeated confidence interval at the look's level "
-            f"({seq.spending or 'alpha'} spending, two-sided 5% over all looks); {agree}")
+            f"({seq.spending or 'alpha'} spending, two-sided 5% over all looks){_prior_note(seq)}; {agree}")
+
+
+def _prior_note(seq: SequentialRecord) -> str:
+    """Which looks pooled the prior (--prior-from) and which dropped it (its F guard)."""
+    if not seq.prior:
+        return ""
+    said = [f"{what} at look{'s' if len(ks) > 1 else ''} {', '.join(ks)}"
+            for what, name in (("pooled", "used"), ("dropped (the look's own variance exceeded it)", "dropped"))
+            for ks in [[str(i) for i, u in enumerate(seq.prior_uses, 1) if u == name]] if ks]
+    return f"; the prior from {seq.prior} " + ("; ".join(said) if said else "was not used (no estimate)")
 
 
 def _family_note(rows: Sequence[Row]) -> str:
