@@ -38,14 +38,16 @@ def _run(args: list[str], timeout: float = 90) -> subprocess.CompletedProcess:
                               capture_output=True, text=True, timeout=timeout)
 
 
-def load(page: Path) -> tuple[dict, str]:
-    """(probe results, the DOM Chromium built) of a page."""
+def load(page: Path, width: int = 1280) -> tuple[dict, str]:
+    """(probe results, the DOM Chromium built) of a page, laid out at the screenshot's width: at
+    Chromium's default 800 px the figures shrink and the height measured cut the screenshots short."""
     page = Path(page).resolve()
     probe_page = page.with_name(f".probe-{page.name}")
     text = page.read_text()
     probe_page.write_text(text.replace("</body>", PROBE + "</body>", 1))
     try:
-        r = _run(["--virtual-time-budget=10000", "--dump-dom", probe_page.as_uri()])
+        r = _run([f"--window-size={width},800", "--virtual-time-budget=10000", "--dump-dom",
+                  probe_page.as_uri()])
     finally:
         probe_page.unlink()
     m = re.search(r'<pre id="__probe">(.*?)</pre>', r.stdout, re.S)
