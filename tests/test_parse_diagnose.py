@@ -112,9 +112,35 @@ def test_job_slurm_and_router_lines(tmp_path):
     assert by["job_fatal"].details["message"] == "replica 1 not healthy after 30 s"
     assert by["job_fatal"].line == 2 and by["job_fatal"].file == "slurm-7.out"
     assert by["srun_error"].details["message"] == "node07: task 2: Exited with exit code 1"
+    assert by["srun_error"].details["teardown"] is True           # printed after the FATAL line
     assert by["slurm_timeout"].line == 4 and by["slurm_cancelled"].line == 5
     assert by["router"].file == "logs/router.log" and by["router"].line == 1
     assert by["tokenizer"].line == 2 and by["connection_refused"].line == 3
+
+
+def test_srun_errors_of_a_teardown_are_marked_and_give_way_to_one_outside(tmp_path):
+    """srun's 'task N: Killed' lines as a launch (or the job) tears its steps down are routine: the
+    finding is marked 'teardown' and replaced by the first srun error printed while a launch ran;
+    the collector's reasons leave a marked one out (the no-client page led with one, issue 32)."""
+    from slurm_ab.collect.verdict import diagnosis_reasons
+    lines = ["2026-11-30 14:57:47 slurm-ab: client: python3 -m sglang.bench_serving ...",
+             "2026-11-30 14:58:05 slurm-ab: launch 1 (tp32) done: tearing down",
+             "srun: error: node07: task 2: Killed",
+             "srun: error: node04: task 3: Killed",
+             "2026-11-30 14:58:06 slurm-ab: teardown (launch-end) done",
+             "srun: error: node05: task 0: Killed",
+             "2026-11-30 14:58:07 slurm-ab: replica 0: starting SGLang on node01",
+             "srun: error: node09: task 0: Exited with exit code 2",
+             "2026-11-30 14:59:00 slurm-ab: benchmark done: results in /r (slurm-ab collect 7)",
+             "srun: error: node01: task 0: Killed"]
+    (f,) = [f for f in diagnose([_write(tmp_path, "slurm-7.out", lines[:7])], root=tmp_path)
+            if f.kind == "srun_error"]
+    assert (f.line, f.details["teardown"], f.details["count"]) == (3, True, 3)
+    assert diagnosis_reasons([f], {}) == []
+    (f,) = [f for f in diagnose([_write(tmp_path, "slurm-7.out", lines)], root=tmp_path)
+            if f.kind == "srun_error"]
+    assert (f.line, "teardown" in f.details, f.details["count"]) == (8, False, 5)
+    assert diagnosis_reasons([f], {}) == ["srun: node09: task 0: Exited with exit code 2"]
 
 
 def test_nccl_gloo_init_and_clean_logs(tmp_path):

@@ -192,9 +192,11 @@ def lines_of(*kinds: str) -> list[str]:
 # ---- running a line ------------------------------------------------------------------------------
 
 def env() -> dict:
-    """This environment without the user's slurm-ab defaults; the slurm-ab and python3 of this
-    interpreter first on PATH (make's PY is python3)."""
-    e = {k: v for k, v in os.environ.items() if k not in ("SLURM_AB_SITE", "RUN_ID", "SLURM_AB_RESULTS")}
+    """This environment without the user's slurm-ab defaults or a terminal's size (pytest-xdist's
+    workers set COLUMNS=80: the README shows output at the default 120); the slurm-ab and python3
+    of this interpreter first on PATH (make's PY is python3)."""
+    e = {k: v for k, v in os.environ.items()
+         if k not in ("SLURM_AB_SITE", "RUN_ID", "SLURM_AB_RESULTS", "COLUMNS", "LINES")}
     e["PATH"] = os.pathsep.join([sysconfig.get_path("scripts"), str(Path(sys.executable).parent), e.get("PATH", "")])
     return e
 

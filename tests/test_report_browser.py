@@ -217,6 +217,9 @@ def test_each_misleading_case_of_issue_32_is_fixed_on_its_page(pages):
     # diagnosis: what is abnormal for this run, the routine lines apart
     diag = text["no-client"][text["no-client"].index("<h2>Diagnosis</h2>"):]
     assert "No line of the logs explains the verdict" in diag and "<h3>nccl_net" not in diag
+    # the teardown's 'task N: Killed' lines are no reason of the verdict either: the missing output is
+    verdict = text["no-client"][:text["no-client"].index("<h2>Results</h2>")]
+    assert "Killed" not in verdict and "no benchmark result" in verdict
     assert diag.index("Routine lines") < diag.index("No device found") and "CANCELLED AT" in diag
     assert text["dev-oom"].index("<h3>oom") < text["dev-oom"].index("Routine lines")
     # history: oldest first, with date and workload columns; runs are points, never joined

@@ -244,7 +244,8 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
 
     The job's output (slurm-*.out) repeats the last lines of the failing logs: its root causes
     count only when no log file has one of the same kind. srun errors printed after the job's
-    FATAL line come from its own teardown and are left out. A root cause logged after the job
+    FATAL line come from its own teardown and are left out, as are those diagnose marks as printed
+    while a launch or the job tore its steps down (details 'teardown'). A root cause logged after the job
     declared its first failure is a consequence of the teardown (rank 0 sees NCCL peers exit
     when the job stops the other nodes): it follows every cause logged before. A node that died of
     a signal (srun: 'task N: Killed') logs nothing; its replica's peers log NCCL's 'remote process
@@ -262,7 +263,7 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
     roots = [f for f in roots if not (_is_job_output(f.file) and f.kind in in_logs)]
     fatal = [f for f in findings if f.kind == "job_fatal"]
     fatal_at = {f.file: f.line for f in fatal}
-    sruns = [f for f in findings if f.kind == "srun_error"
+    sruns = [f for f in findings if f.kind == "srun_error" and not f.details.get("teardown")
              and (f.file not in fatal_at or f.line < fatal_at[f.file])]
     lost = [f for f in findings if f.kind == "node_failure"]
 

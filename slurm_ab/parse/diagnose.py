@@ -135,7 +135,13 @@ ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ai
            b"profiled value", b"Dist", b"Uvicorn running on http://", b"No device found",
            b"Using network Socket", b"libibverbs", b"Please install", b"NIXL_ERR", b"No available RNIC",
            b"mismatch", b"pp size", b"Lost connection with prefill", b"Could not fetch prefill", b"KVPoll",
-           b"transfer failed for request", b"exceeds the maximum number of tokens", b"DMA BUF")
+           b"transfer failed for request", b"exceeds the maximum number of tokens", b"DMA BUF",
+           b"slurm-ab: ")
+# The job's own lines (slurm-*.out) that start tearing steps down: a launch that is done, the job's
+# end after its launches, a FATAL. srun's errors after one of them ('task N: Killed' as the steps
+# go) are the teardown's, not a cause, until the job logs anything else (the next launch starts).
+_TEARDOWN = re.compile(rb"slurm-ab: (?:FATAL|launch \d+ \(.*\) done: tearing down|benchmark done|teardown \()")
+_JOB_LINE = b"slurm-ab: "
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
 _FAILED_NODE = re.compile(r"Node failure on (\S+)")
 _PROFILED = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")
@@ -215,6 +221,8 @@ def _ts_at(buf: bytes, pos: int, lo: int) -> datetime | None:
 def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding], _FileState]:
     state = _FileState()
     found: dict[str, list] = {}          # kind -> [finding fields..., count]
+    job_output = Path(shown).name.startswith("slurm-")
+    tearing_down = False                     # in the job's output: since a _TEARDOWN line
     lineno = 1
     carried: datetime | None = None          # last stamp of the previous blocks
     for buf, lo, hi in iter_blocks(path, block):
@@ -224,6 +232,8 @@ def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding
             le = buf.find(b"\n", ls, hi)
             le = hi if le < 0 else le
             raw = buf[ls:le]
+            if job_output and _JOB_LINE in raw:
+                tearing_down = bool(_TEARDOWN.search(raw))
             for kind, label, rx in _EACH:
                 if rx.search(raw):
                     break
@@ -233,9 +243,11 @@ def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding
             counted = ls
             state.advance(buf, done, ls)
             done = ls
-            if kind in found:
+            if kind in found and not (kind == "srun_error" and found[kind][4].get("teardown")
+                                      and not tearing_down):
                 found[kind][-1] += 1
                 continue
+            count = found[kind][-1] + 1 if kind in found else 1   # a teardown's srun line replaced
             text = decode(raw[:2000])
             ts = line_timestamp(text) or _previous_ts(buf, lo, ls) or carried
             details = {"label": label, "ts": ts.isoformat(sep=" ") if ts else None}
@@ -252,11 +264,13 @@ def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding
                 details["message"] = text.split("FATAL", 1)[1].lstrip(": ").strip()
             if kind == "srun_error":
                 details["message"] = text.split("srun: error:", 1)[1].strip()
+                if tearing_down:            # kept only until an srun error outside a teardown
+                    details["teardown"] = True
             if kind == "node_failure":
                 m = _FAILED_NODE.search(text)
                 if m:
                     details["node"] = m.group(1)
-            found[kind] = [kind, shown, lineno, _excerpt(text), details, 1]
+            found[kind] = [kind, shown, lineno, _excerpt(text), details, count]
         state.advance(buf, done, hi)
         lineno += buf.count(b"\n", counted, hi)
         carried = _previous_ts(buf, lo, hi) or carried
