@@ -92,6 +92,12 @@ class DecodeRole:
         self.next_dp = 0
         self.mismatch_prob = _env_float("SGLANG_TEST_DISAGG_KV_CHECKSUM_MISMATCH_PROB", 0.0)
         self.mismatch_rng = random.Random(hash((a.random_seed or 0, 0)))
+
+    def start(self, engine) -> None:
+        """Attach the engine, then start the scheduler's PD steps: started in __init__, the loop
+        could read the budget before the engine was attached (AttributeError in its thread, and
+        every request then waited in the prealloc queue for good: seen on a loaded host)."""
+        self.engine = engine
         for target, name in ((self._loop, "pd-decode"), (self._heartbeat, "HeartbeatChecker")):
             threading.Thread(target=target, name=name, daemon=True).start()
 
