@@ -238,6 +238,6 @@ def test_an_interrupted_benchmark_never_counts_more_successes_than_prompts(tmp_p
     rep = lambda n: SimpleNamespace(requests_served=n, role="decode", requests_source="access_log", name="decode 0")
     events = read_events(ev)
     assert interrupted_reason(events, [rep(12)], 16, False).startswith(
-        "benchmark interrupted 20 s after it started: 12 of 16 requests had succeeded")
+        "benchmark interrupted 20 s after it started: at most 12 of 16 requests had succeeded")
     text = interrupted_reason(events, [rep(22)], 16, False)
     assert "22 of 16" not in text and "more than the 16 prompts: the router retried some" in text

@@ -253,9 +253,12 @@ def interrupted_reason(events, replicas, total: int | None, has_result: bool) ->
                 f"more than the {total} prompts: the router retried some, so how many succeeded is "
                 "unknown; the client wrote no result")
     if exact:
-        return (f"benchmark interrupted{after}: {n}" + (f" of {total}" if total else "")
-                + f" requests had succeeded (HTTP 200 in the server access logs: {per}; a "
-                "streamed request is logged when it starts); the client wrote no result")
+        # uvicorn writes a streamed request's access line when its answer starts, not when it
+        # ends: a 200 is a request that began to be answered, so n bounds the successes from above
+        return (f"benchmark interrupted{after}: at most {n}" + (f" of {total}" if total else "")
+                + f" requests had succeeded (HTTP 200 in the server access logs: {per}; a streamed "
+                "request is logged when its answer starts, so some may have been cut off); the client "
+                "wrote no result")
     return (f"benchmark interrupted{after}: about {n}" + (f" of {total}" if total else "")
             + f" requests had reached the servers (no access log; new sequences in prefill "
             f"lines: {per}); the client wrote no result")
