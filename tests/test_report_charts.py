@@ -518,3 +518,33 @@ def test_percentiles_of_too_few_requests_are_marked():
     assert c1[p95].endswith("*") and not c8[p95].endswith("*") and not c1[head.index("TTFT mean (s)")].endswith("*")
     (note,) = thin_notes([rows[:2], rows[2:]])
     assert note.startswith("* p95 from 2 request(s) per pass, fewer than 20")
+
+
+def test_a_label_is_never_drawn_over_another_points_marker():
+    """Run-vs-sweep Pareto panels: A's C=8 point sits just left of B's; its label (5 pt right of
+    it) fell on B's marker and was hidden under it. Each label now clears every other point and
+    every label placed before it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from slurm_ab.report.figstyle import place_labels
+
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.set_xlim(0, 100)
+    ax.set_ylim(0, 30)
+    items = [(50, 24.4, "C=8", "tab:blue"), (52, 24.8, "C=8", "tab:orange"), (80, 5, "C=1", "tab:orange")]
+    for x, y, _, c in items:
+        ax.plot([x], [y], "o", color=c, markersize=9)
+    labels = place_labels(ax, items)
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    boxes = [a.get_window_extent(r) for a in labels]
+    radius = 9 / 2 * fig.dpi / 72                     # the markers' radius in pixels
+    for i, (box, (x, y, _, _)) in enumerate(zip(boxes, items)):
+        for j, (ox, oy, _, _) in enumerate(items):
+            if j != i:                                   # the marker's disc and the label's box
+                mx, my = ax.transData.transform((ox, oy))
+                dx, dy = max(box.x0 - mx, 0, mx - box.x1), max(box.y0 - my, 0, my - box.y1)
+                assert math.hypot(dx, dy) > radius, (i, j, box, (mx, my))
+        assert not any(box.overlaps(b) for b in boxes[:i]), i
+    plt.close(fig)

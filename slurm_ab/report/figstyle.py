@@ -113,8 +113,10 @@ def window_handles(windows: dict | None, bench: tuple | None, failure: float | N
 def place_labels(ax, items, fontsize: float = 9.0) -> list:
     """Annotate points (x, y, text, colour) so that labels of points that fall together do not
     pile up: a label whose spot (5 pt right, 4 pt up of its point, in the axes' current limits) is
-    within a label's height and width of one already placed moves up a line. Call after the
-    limits are set; returns the annotations."""
+    within a label's height and width of one already placed, or over another point's marker,
+    moves up a line (at most 20 lines). Call after the
+    limits are set; returns the annotations, drawn above every marker (another series' marker
+    next to a point hid its label on run-vs-sweep pages)."""
     fig = ax.figure
     w_in, h_in = fig.get_size_inches()
     box = ax.get_position()
@@ -125,15 +127,22 @@ def place_labels(ax, items, fontsize: float = 9.0) -> list:
         fx = (math.log(x / x0) / math.log(x1 / x0)) if logx and x > 0 else (x - x0) / ((x1 - x0) or 1.0)
         return fx * w_in * 72 * box.width, (y - y0) / ((y1 - y0) or 1.0) * h_in * 72 * box.height
     placed, out = [], []
+    points = [pts(x, y) for x, y, _, _ in items]
+
+    def on_marker(lx, ly, width, own):
+        """A label's box (lx, ly: its lower left) over another point's marker (~7 pt round)."""
+        return any(lx - 7 < mx < lx + width + 7 and ly - 7 < my < ly + fontsize + 7
+                   for mx, my in points if (mx, my) != own)
     for x, y, text, colour in items:
         px, py = pts(x, y)
         width, dy = 0.6 * fontsize * len(text), 4.0
-        while any(abs((px + 5) - qx) < max(width, qw) and abs((py + dy) - qy) < fontsize * 1.2
-                  for qx, qy, qw in placed):
+        while dy < 20 * fontsize and (
+                any(abs((px + 5) - qx) < max(width, qw) and abs((py + dy) - qy) < fontsize * 1.2
+                    for qx, qy, qw in placed) or on_marker(px + 5, py + dy, width, (px, py))):
             dy += fontsize * 1.25
         placed.append((px + 5, py + dy, width))
         out.append(ax.annotate(text, (x, y), textcoords="offset points", xytext=(5, dy), fontsize=fontsize,
-                               color=colour))
+                               color=colour, zorder=10))
     return out
 
 
