@@ -45,21 +45,38 @@ SPEC = ["--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "
 FAST_ENV = {"SLURM_AB_EMU_TIME_SCALE": "0.005", "PYTHONUNBUFFERED": "1"}
 
 
+# Ports for the servers a test starts, below the kernel's ephemeral range (ip_local_port_range,
+# 32768-60999 by default): a port the kernel handed out for port 0 and was released was free only
+# until the kernel handed it out again, to another server's own port-0 listener or to a client
+# connection's local end ('address already in use' when the test's server bound it: seen in a
+# full run, test_emulator_pd's decode on 127.0.0.3). Ports here are never handed out that way;
+# each is checked free on every address, and chosen at random so tests running side by side
+# rarely pick the same one.
+TEST_PORTS = range(10000, 20000)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> list[int]:
-    """n distinct free ports (held open together so they differ)."""
-    socks = []
+    """n distinct ports of TEST_PORTS free on every address (held open together so they differ)."""
+    import random
+
+    socks, ports = [], []
     try:
-        for _ in range(n):
+        for port in random.sample(TEST_PORTS, len(TEST_PORTS)):
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            ports.append(port)
+            if len(ports) == n:
+                return ports
+        raise RuntimeError(f"fewer than {n} free ports in {TEST_PORTS}")
     finally:
         for s in socks:
             s.close()
