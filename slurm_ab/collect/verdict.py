@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Sequence
 
-from ..parse.diagnose import NO_KV_MEMORY, ROOT_CAUSE_KINDS, Finding
+from ..parse.diagnose import NO_KV_MEMORY, ROOT_CAUSE_KINDS, Finding, is_job_output
 from ..parse.events import EventLog
 from ..parse.preflight import preflight_reasons
 from ..model.rundir import RELATIVE, server_log_identity
@@ -205,10 +205,6 @@ _PEER_GONE = re.compile(r"remote process exit|(?:closed|reset) by peer", re.I)
 _ECHO_KINDS = ("nccl", "gloo", "scheduler_exception", "child_failed")
 
 
-def _is_job_output(name: str) -> bool:
-    return PurePath(name).name.startswith("slurm-")
-
-
 def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict, names=None) -> list[str]:
     """Nodes that failed under the job: srun's 'Node failure on X' lines and the nodes the job
     found down, drained or not responding in Slurm as it ended (events 'node_state')."""
@@ -259,8 +255,8 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
         after = failed_at is not None and f.ts is not None and f.ts > failed_at
         return (after, ROOT_CAUSE_KINDS.index(f.kind), f.details.get("ts") or "9999", f.file, f.line)
     roots = sorted((f for f in findings if f.kind in ROOT_CAUSE_KINDS), key=key)
-    in_logs = {f.kind for f in roots if not _is_job_output(f.file)}
-    roots = [f for f in roots if not (_is_job_output(f.file) and f.kind in in_logs)]
+    in_logs = {f.kind for f in roots if not is_job_output(f.file)}
+    roots = [f for f in roots if not (is_job_output(f.file) and f.kind in in_logs)]
     fatal = [f for f in findings if f.kind == "job_fatal"]
     fatal_at = {f.file: f.line for f in fatal}
     sruns = [f for f in findings if f.kind == "srun_error" and not f.details.get("teardown")

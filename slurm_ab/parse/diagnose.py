@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Iterable
 
 from ..model.rundir import server_log_identity
@@ -129,6 +129,7 @@ _EACH = [(kind, label, re.compile(rx)) for kind, label, rx in SIGNATURES]
 # Literal fragments, one of which every signature contains: blocks are searched for these with
 # bytes.find (C speed; a regex alternation would test every byte), and only lines holding one
 # are matched against the signatures.
+_JOB_LINE = b"slurm-ab: "                 # the prefix of the job's own lines (functions.sh log)
 ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ailed",
            b"xception", b"FATAL", b"CANCELLED", b"DUE TO NODE", b"sigquit", b"No available",
            b"pool is full", b"refused", b"loo", b"Watchdog", b"okenizer", b"nccl",
@@ -136,12 +137,11 @@ ANCHORS = (b"out of memory", b"OutOfMemory", b"Not enough memory", b"rror", b"ai
            b"Using network Socket", b"libibverbs", b"Please install", b"NIXL_ERR", b"No available RNIC",
            b"mismatch", b"pp size", b"Lost connection with prefill", b"Could not fetch prefill", b"KVPoll",
            b"transfer failed for request", b"exceeds the maximum number of tokens", b"DMA BUF",
-           b"slurm-ab: ")
+           _JOB_LINE)
 # The job's own lines (slurm-*.out) that start tearing steps down: a launch that is done, the job's
 # end after its launches, a FATAL. srun's errors after one of them ('task N: Killed' as the steps
 # go) are the teardown's, not a cause, until the job logs anything else (the next launch starts).
 _TEARDOWN = re.compile(rb"slurm-ab: (?:FATAL|launch \d+ \(.*\) done: tearing down|benchmark done|teardown \()")
-_JOB_LINE = b"slurm-ab: "
 _MEMFRAC = re.compile(rb"mem_fraction_static=([0-9.]+)|--mem-fraction-static[ =]([0-9.]+)")
 _FAILED_NODE = re.compile(r"Node failure on (\S+)")
 _PROFILED = re.compile(r"max_total_tokens=(\d+) is larger than the profiled value (-?\d+)")
@@ -218,10 +218,15 @@ def _ts_at(buf: bytes, pos: int, lo: int) -> datetime | None:
     return line_timestamp(decode(buf[ls: ls + 200]))
 
 
+def is_job_output(name: str) -> bool:
+    """The job's own output (slurm-<id>.out, its name in the job script), not a server's log."""
+    return PurePath(name).name.startswith("slurm-")
+
+
 def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding], _FileState]:
     state = _FileState()
     found: dict[str, list] = {}          # kind -> [finding fields..., count]
-    job_output = Path(shown).name.startswith("slurm-")
+    job_output = is_job_output(shown)
     tearing_down = False                     # in the job's output: since a _TEARDOWN line
     lineno = 1
     carried: datetime | None = None          # last stamp of the previous blocks

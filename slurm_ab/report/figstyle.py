@@ -114,9 +114,9 @@ def place_labels(ax, items, fontsize: float = 9.0) -> list:
     """Annotate points (x, y, text, colour) so that labels of points that fall together do not
     pile up: a label whose spot (5 pt right, 4 pt up of its point, in the axes' current limits) is
     within a label's height and width of one already placed, or over another point's marker,
-    moves up a line (at most 20 lines). Call after the
-    limits are set; returns the annotations, drawn above every marker (another series' marker
-    next to a point hid its label on run-vs-sweep pages)."""
+    moves up a line (at most 20 lines). Call after the limits are set; returns the annotations,
+    drawn above every marker (another series' marker next to a point hid its label on run-vs-sweep
+    pages)."""
     fig = ax.figure
     w_in, h_in = fig.get_size_inches()
     box = ax.get_position()
@@ -133,8 +133,7 @@ def place_labels(ax, items, fontsize: float = 9.0) -> list:
         """A label's box (lx, ly: its lower left) over another point's marker (~7 pt round)."""
         return any(lx - 7 < mx < lx + width + 7 and ly - 7 < my < ly + fontsize + 7
                    for mx, my in points if (mx, my) != own)
-    for x, y, text, colour in items:
-        px, py = pts(x, y)
+    for (x, y, text, colour), (px, py) in zip(items, points):
         width, dy = 0.6 * fontsize * len(text), 4.0
         while dy < 20 * fontsize and (
                 any(abs((px + 5) - qx) < max(width, qw) and abs((py + dy) - qy) < fontsize * 1.2

@@ -6,6 +6,7 @@ so a failing test leaves nothing behind. Waits are bounded.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -61,8 +62,6 @@ def free_port() -> int:
 
 def free_ports(n: int) -> list[int]:
     """n distinct ports of TEST_PORTS free on every address (held open together so they differ)."""
-    import random
-
     socks, ports = [], []
     try:
         for port in random.sample(TEST_PORTS, len(TEST_PORTS)):

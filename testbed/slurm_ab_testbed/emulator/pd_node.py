@@ -93,10 +93,7 @@ def start_role(node, core, engine):
     else:
         slots = node.replica.max_running_requests + (a.disaggregation_decode_extra_slots or 0)
         role = DecodeRole(ctx, ip, node.replica.memory.max_total_num_tokens, slots, node.kv_endpoints)
-    if isinstance(role, DecodeRole):
-        role.start(engine)
-    else:
-        role.engine = engine
+    role.start(engine)
     core.pd = role
     return role
 

@@ -76,7 +76,7 @@ class PrefillRole:
     def __init__(self, ctx: RoleContext, worker_endpoint: Callable[[int], Optional[str]] = lambda node: None):
         self.ctx = ctx
         self.worker_endpoint = worker_endpoint   # prefill node rank -> its side channel (the registry's)
-        self.engine = None                   # engine.Engine, attached once built
+        self.engine = None                   # engine.Engine, attached by start()
         self.lock = threading.Lock()
         self.queue: dict = {}                # room -> Sender waiting for the decode's metadata
         self.inflight: dict = {}             # room -> Sender whose KV is on its way
@@ -88,8 +88,13 @@ class PrefillRole:
         self.fail_prob = faults.pd_transfer_fail_prob or 0.0
         self.rng = random.Random(ctx.knobs.seed if ctx.knobs.seed is not None else os.getpid())
         self.probe_s = _env_float("SGLANG_FAILED_SESSION_PROBE_INTERVAL_S", 30.0)
+
+    def start(self, engine) -> None:
+        """Attach the engine, then start the bootstrap-timeout watch and the session probe (as
+        DecodeRole.start: no thread of the role runs before its engine is there)."""
+        self.engine = engine
         threading.Thread(target=self._watch, name="pd-bootstrap-timeout", daemon=True).start()
-        if ctx.args.disaggregation_transfer_backend == "mooncake":
+        if self.ctx.args.disaggregation_transfer_backend == "mooncake":
             threading.Thread(target=self._probe, name="pd-session-probe", daemon=True).start()
 
     def register(self, url: str, payloads: list[dict]) -> None:
