@@ -45,6 +45,7 @@ BUSY_CLIENT = textwrap.dedent('''
     runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
 ''')
 PYTHON = "/var/lib/slurm-ab-local/clients/sglang-0.5.2-env/bin/python3"
+FINE = "telemetry.interval_ms=200"      # the energy split at a pass's bounds under 1 % (testbed/sites/local.toml)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def ran(tmp_path_factory, local_cluster):
     busy.write_text(f"[client_profiles.sglang_0_5_2]\ncommand = {json.dumps([PYTHON, '-c', BUSY_CLIENT])}\n")
     _, r1 = idle_nodes()
     node = r1[1]
-    job = Job(work, "telemetry", "benchmark.num_prompts=24", "benchmark.output_len=256",
+    job = Job(work, "telemetry", FINE, "benchmark.num_prompts=24", "benchmark.output_len=256",
               'server.env.SLURM_AB_FAKE_GPU_FAULT="throttle,gap"', f'server.env.SLURM_AB_FAKE_GPU_FAULT_NODES="{node}"',
               client=(*CLIENT_052, "--config", str(busy)), extra=("--repeats", "2", "--profile", "extra"), report=True)
     try:
@@ -202,7 +203,7 @@ def pd_ran(ran, tmp_path_factory):
     """pd-1p1d, 16 x 128 with 0.5.2's client (vllm backend through the PD router), no module imports
     in the preflight, --profile extra: after the tp32 job (one job at a time in a lane)."""
     work = tmp_path_factory.mktemp("telemetry-pd")
-    job = Job(work, "pd-profile", NO_IMPORT, "benchmark.num_prompts=16", "benchmark.output_len=128",
+    job = Job(work, "pd-profile", FINE, NO_IMPORT, "benchmark.num_prompts=16", "benchmark.output_len=128",
               mode="pd-1p1d", extra=("--profile", "extra"))
     try:
         yield job, job.finish(300)
