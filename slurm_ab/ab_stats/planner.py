@@ -110,6 +110,22 @@ def pilot_noise(comp, ser, ar1: Optional[float] = None, drift_pct: Optional[floa
 
 
 @dataclass(frozen=True)
+class PilotPrior:
+    """What --prior-from measured in a pilot campaign (cli/planner.pilot_prior): its noise (the
+    launch-mean variance's degrees of freedom in launch_df) and where it came from."""
+
+    ref: str                           # the option's value, as the user gave it
+    noise: Noise
+    source: str                        # run id, metric, launches, passes per launch
+
+    def at(self, repeats: int):
+        """The prior of a campaign of `repeats` passes per launch as its job carries it
+        (model.campaign.Prior): submit writes it, the planner's simulated looks pool it."""
+        from ..model.campaign import Prior
+        return Prior(float(f"{self.noise.launch_var(repeats):.6g}"), int(self.noise.launch_df), self.source)
+
+
+@dataclass(frozen=True)
 class Runs:
     """What every launch of a mode runs: the campaign options dry-run and submit would use."""
 
@@ -240,6 +256,15 @@ class Sequential:
     max_node_hours: float
     campaigns: int
 
+    @property
+    def share(self) -> float:
+        """Expected node-hours at the target change over the maximum's."""
+        return self.expected_node_hours / self.max_node_hours
+
+    @property
+    def aa_share(self) -> float:
+        return self.aa_expected_node_hours / self.max_node_hours
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -259,6 +284,8 @@ class Plan:
     low_power: Optional[float] = None   # its 10th percentile over the pilot's uncertainty
     sequential: Optional[Sequential] = None
     margin_pct: float = 0.0
+    prior: Optional[PilotPrior] = None  # --prior-from: pooled into the sequential design's looks
+    without_prior: Optional[Sequential] = None  # the same design and campaigns without it
 
 
 def candidates(n: Noise, c: Costs, target: Target, max_launches: int = MAX_LAUNCHES,
@@ -317,21 +344,22 @@ def verify(d: Design, n: Noise, detect_pct: float, campaigns: int = 2000, seed: 
 
 def sequential_oc(d: Design, n: Noise, c: Costs, detect_pct: float, margin_pct: float = 0.0,
                   campaigns: int = 2000, seed: int = 5, var: Optional[float] = None, aa: bool = True,
-                  spending: str = SPENDING_DEFAULT) -> Sequential:
+                  spending: str = SPENDING_DEFAULT, prior: Optional[PilotPrior] = None) -> Sequential:
     """Simulate a sequential campaign of d.launches / 2 blocks looking after each block with the
-    job's own stop rule (looks.decide, the boundaries of sequential.critical_table): power, stops
-    per look, A/A errors and equivalence, expected and maximum node-hours (the time model's
-    estimate of the blocks run)."""
+    job's own stop rule (looks.decide, the boundaries and prior of sequential.rule_spec): power,
+    stops per look, A/A errors and equivalence, expected and maximum node-hours (the time model's
+    estimate of the blocks run). A prior is the pilot's fixed value (the user has that pilot),
+    pooled as the job pools it; the campaigns' noise is `n` (and `var`) as without one, and a
+    seed gives the same campaigns with and without it."""
     import numpy as np
 
     from ..model.campaign import LAUNCHES_PER_BLOCK
     from . import looks
-    from .sequential import critical_table
+    from .sequential import rule_spec
 
     blocks = d.launches // LAUNCHES_PER_BLOCK
-    bounds = critical_table(blocks, 4 * blocks, name=spending)
-    spec = {"critical": [list(r) for r in bounds.critical], "blocks": [()] * blocks, "margin_pct": margin_pct,
-            "better": "higher", "log": True}
+    spec = {**rule_spec(blocks, spending, prior.at(d.repeats) if prior else None), "blocks": [()] * blocks,
+            "margin_pct": margin_pct, "better": "higher", "log": True}
     rng = np.random.default_rng(seed)
     want = "better" if detect_pct >= 0 else "worse"
 
@@ -362,7 +390,7 @@ def sequential_oc(d: Design, n: Noise, c: Costs, detect_pct: float, margin_pct: 
 
 
 def _by_expected_cost(fits: list[Design], n: Noise, c: Costs, detect: float, margin_pct: float,
-                      seed: int, spending: str) -> list[Design]:
+                      seed: int, spending: str, prior: Optional[PilotPrior]) -> list[Design]:
     """Sequential candidates in order of their expected node-hours at the target change
     (simulated roughly at the planning variance): per passes per launch the three smallest
     numbers of blocks that reach the target as fixed designs."""
@@ -371,22 +399,24 @@ def _by_expected_cost(fits: list[Design], n: Noise, c: Costs, detect: float, mar
         short += [d for d in fits if d.repeats == k][:3]
     short = sorted(short, key=lambda d: d.node_hours(c))[:9]
     scored = [(sequential_oc(d, n, c, detect, margin_pct, 300, seed, n.planning(d.repeats), aa=False,
-                             spending=spending), d)
+                             spending=spending, prior=prior), d)
               for d in short]
     return [d for _, d in sorted(scored, key=lambda x: x[0].expected_node_hours)]
 
 
 def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 1,
-         sequential: bool = False, margin_pct: float = 0.0, spending: str = SPENDING_DEFAULT) -> Plan:
+         sequential: bool = False, margin_pct: float = 0.0, spending: str = SPENDING_DEFAULT,
+         prior: Optional[PilotPrior] = None) -> Plan:
     """The cheapest design meeting the target that fits the time limit, checked by simulation
     (a candidate whose simulated power falls short gives way to the next). Sequential: designs of
     whole blocks (even launches per mode, 2 blocks or more), priced by their maximum, checked by
-    simulating the stop rule at the planning variance."""
+    simulating the stop rule at the planning variance; with a prior (--prior-from) its looks pool
+    it, and the same design's campaigns without it show what it buys."""
     cands = candidates(n, c, target)
     if sequential:
         cands = [d for d in cands if d.launches % 2 == 0 and d.launches >= 4]
     fits = [d for d in cands if d.fits(c)]
-    base = Plan(None, target, n, c, margin_pct=margin_pct)
+    base = Plan(None, target, n, c, margin_pct=margin_pct, prior=prior)
     if not cands:
         return replace(base, reason=f"no design of up to {MAX_LAUNCHES} launches x 12 passes per mode reaches the target")
     if not fits:
@@ -399,28 +429,32 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
     detect = target.detect_pct if target.detect_pct is not None else target.halfwidth_pct
     sim_power = 0.0
     if sequential:
-        fits = _by_expected_cost(fits, n, c, detect, margin_pct, seed, spending)
+        fits = _by_expected_cost(fits, n, c, detect, margin_pct, seed, spending, prior)
     if campaigns <= 0:          # analytic only (the calibration's many pilots)
         d = fits[0]
         sure, point, low = d.assurance(n, detect, target.power) if target.detect_pct is not None else (None,) * 3
         return Plan(d, target, n, c, d.planned_power(n, detect), d.halfwidth_pct(n), sure=sure, point_power=point,
-                    low_power=low, margin_pct=margin_pct)
+                    low_power=low, margin_pct=margin_pct, prior=prior)
     for i, d in enumerate(fits[:8]):
         var = n.planning(d.repeats)
         if sequential:
-            oc = sequential_oc(d, n, c, detect, margin_pct, campaigns, seed, var, spending=spending)
+            oc = sequential_oc(d, n, c, detect, margin_pct, campaigns, seed, var, spending=spending, prior=prior)
             sim_power, sim_fp = oc.power, oc.aa_false
         else:
             oc = None
             sim_power, sim_fp = verify(d, n, detect, campaigns, seed, var)
         if target.halfwidth_pct is not None or sim_power >= target.power:
             sure, point, low = d.assurance(n, detect, target.power)
+            plain = None
             if sequential:      # costs at the estimate, not the bound
-                oc = replace(sequential_oc(d, n, c, detect, margin_pct, campaigns, seed + 1, spending=spending),
-                             power=oc.power)
+                oc = replace(sequential_oc(d, n, c, detect, margin_pct, campaigns, seed + 1, spending=spending,
+                                           prior=prior), power=oc.power)
+                if prior:
+                    plain = sequential_oc(d, n, c, detect, margin_pct, campaigns, seed + 1, spending=spending)
             return Plan(d, target, n, c, d.planned_power(n, detect), d.halfwidth_pct(n), sim_power, sim_fp,
                         campaigns, alternatives=tuple((x, x.node_hours(c)) for x in fits[i + 1:i + 4]),
-                        sure=sure, point_power=point, low_power=low, sequential=oc, margin_pct=margin_pct)
+                        sure=sure, point_power=point, low_power=low, sequential=oc, margin_pct=margin_pct,
+                        prior=prior, without_prior=plain)
     d = fits[0]
     return replace(base, reason=(f"the analytic candidates fall short in simulation (e.g. {d.launches} x "
                                  f"{d.repeats}: {sim_power:.0%})"))
@@ -448,8 +482,16 @@ def _noise_line(n: Noise) -> str:
     return line
 
 
-def text(p: Plan, modes: tuple[str, str] = ("A", "B")) -> str:
-    """The plan as the `slurm-ab plan` command prints it."""
+def _expected(s: Sequential, detect: float, label: str = "", maximum: bool = True) -> str:
+    return (f"expected node-hours{' ' + label if label else ''}: {s.expected_node_hours:.1f} at a {detect:+g}% change "
+            f"(stops on average at {s.share:.0%} of the maximum's node-hours), {s.aa_expected_node_hours:.1f} under "
+            f"no change ({s.aa_share:.0%})" + (f"; maximum {s.max_node_hours:.1f}" if maximum else ""))
+
+
+def text(p: Plan, modes: tuple[str, str] = ("A", "B"), pilot: Optional[str] = None) -> str:
+    """The plan as the `slurm-ab plan` command prints it; `pilot`: the --from campaign, offered as
+    a sequential design's prior when none is given (not applied unasked: a prior is only right for
+    a pilot of the campaign's conditions, which the user knows)."""
     from ..model.campaign import launch_order
 
     n, c = p.noise, p.costs
@@ -472,10 +514,20 @@ def text(p: Plan, modes: tuple[str, str] = ("A", "B")) -> str:
               f"queue waits: 1 (one allocation; as separate jobs: {c.modes * d.launches})"]
     if p.sequential:
         s = p.sequential
-        lines += [f"expected node-hours: {s.expected_node_hours:.1f} at a {detect:+g}% change, "
-                  f"{s.aa_expected_node_hours:.1f} under no change (max {s.max_node_hours:.1f}; simulated "
-                  f"{s.campaigns} campaigns at the pilot's estimate through the job's stop rule)",
-                  "stops per look at the change: " + ", ".join(f"{x:.0%}" for x in s.stop_share)
+        sim = f"simulated {s.campaigns} campaigns at the pilot's estimate through the job's stop rule"
+        if p.prior:
+            v = p.prior.at(d.repeats)
+            per = f"{d.repeats} pass{'es' if d.repeats != 1 else ''} per launch"
+            lines += [f"prior (--prior-from {p.prior.ref}): launch-mean variance {v.variance:.4g} (CoV "
+                      f"{v.variance ** 0.5:.2%} at {per}), {v.df} degrees of freedom, from {v.source}; pooled into "
+                      "every look as the job pools it (dropped by the F guard where a look's own variance "
+                      "contradicts it)",
+                      _expected(s, detect, "with the prior") + f"; {sim}",
+                      _expected(p.without_prior, detect, "without it", maximum=False) + " (the same campaigns)"]
+        else:
+            lines.append(_expected(s, detect) + f"; {sim}")
+        lines += [f"stops per look{' with the prior' if p.prior else ''} at the change: "
+                  + ", ".join(f"{x:.0%}" for x in s.stop_share)
                   + "; under no change: " + ", ".join(f"{x:.0%}" for x in s.aa_stop_share),
                   f"expected: power {p.sim_power:.0%} at {detect:+g}% (simulated at the planning variance), "
                   f"A/A false better/worse {s.aa_false:.1%}, A/A equivalent within ±{p.margin_pct:g}% "
@@ -491,7 +543,13 @@ def text(p: Plan, modes: tuple[str, str] = ("A", "B")) -> str:
                      f"how sure: power {p.point_power:.0%} if the stated variances are right (they are taken as "
                      "exact)")
     lines.append(f"submit: slurm-ab submit {modes[0]} {modes[1]} --launches {d.launches} --repeats {d.repeats} "
-                 f"--order {d.order}" + (" --sequential" if p.sequential else ""))
+                 f"--order {d.order}" + (" --sequential" if p.sequential else "")
+                 + (f" --prior-from {p.prior.ref}" if p.prior and p.sequential else ""))
+    if p.sequential and not p.prior and pilot:
+        lines.append(f"a prior: --prior-from {pilot} pools this pilot's launch-mean variance into every look, so the "
+                     f"first look can decide; `slurm-ab plan {modes[0]} {modes[1]} --sequential --from {pilot} "
+                     f"--prior-from {pilot}` prices it (use it when the pilot measured this campaign's conditions: "
+                     "docs/statistics.md, \"A prior for the first look\")")
     for alt, nh in p.alternatives:
         lines.append(f"  next: {alt.launches} x {alt.repeats}: {nh:.1f} node-hours, power "
                      f"{alt.planned_power(n, p.target.detect_pct):.0%}" if p.target.detect_pct is not None

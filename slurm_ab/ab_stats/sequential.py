@@ -30,8 +30,8 @@ from ..model.campaign import MAX_BLOCKS, MIN_BLOCKS, SPENDING_DEFAULT, spending_
 
 ALPHA = 0.05
 __all__ = ["ALPHA", "Boundaries", "MAX_BLOCKS", "MIN_BLOCKS", "PRIOR_GUARD", "SPENDING_DEFAULT", "boundaries",
-           "critical_table", "exit_probabilities", "job_spec", "nominal_alpha", "prior_spec", "spending", "spending_fn",
-           "spending_power"]
+           "critical_table", "exit_probabilities", "job_spec", "nominal_alpha", "prior_spec", "rule_spec", "spending",
+           "spending_fn", "spending_power"]
 # the one-sided level of the F test that drops a prior whose variance the look's own contradicts
 # (looks.pooled): chosen by the calibration (docs/statistics.md, "A prior for the first look")
 PRIOR_GUARD = 0.25
@@ -164,6 +164,17 @@ def prior_spec(variance: float, df: int, max_df: int, guard: float = PRIOR_GUARD
             "f_upper": [round(float(stats.f.isf(guard, d, df)), 6) for d in range(1, max_df + 1)]}
 
 
+def rule_spec(blocks: int, spending: str, prior=None, own_df: int = 0) -> dict:
+    """The stop rule's boundaries and prior (looks.decide reads "critical" and "prior") for at most
+    `blocks` blocks: t quantiles up to own_df (default 4K) plus the prior's df, the guard's F
+    quantiles up to own_df. One function, so the planner's simulated looks are the job's."""
+    own_df = own_df or 4 * blocks
+    b = critical_table(blocks, own_df + (prior.df if prior else 0), ALPHA, spending)
+    return {"spending": b.spending, "z": list(b.z), "nominal": list(b.nominal),
+            "critical": [list(r) for r in b.critical],
+            **({"prior": {**prior_spec(prior.variance, prior.df, own_df), "source": prior.source}} if prior else {})}
+
+
 def job_spec(campaign, critical_df: int = 0) -> dict:
     """What the job's stop rule reads (sequential.json) and the collector rebuilds to recompute
     every look: the two modes, the metric and its direction, the margin, each block's launches,
@@ -172,9 +183,6 @@ def job_spec(campaign, critical_df: int = 0) -> dict:
     from ..model.rundir import RELATIVE, launch_dirname
     from .metrics import METRIC_BY_NAME
     blocks = campaign.blocks
-    own_df = critical_df or 4 * len(blocks)
-    prior = campaign.prior
-    b = critical_table(len(blocks), own_df + (prior.df if prior else 0), ALPHA, campaign.spending)
     metric = campaign.primary_metric
     return {"version": 1, "a": campaign.modes[0], "b": campaign.modes[1], "metric": metric,
             "better": METRIC_BY_NAME[metric].better, "log": True, "margin_pct": campaign.margin_pct,
@@ -185,6 +193,4 @@ def job_spec(campaign, critical_df: int = 0) -> dict:
                                       "client_log": str(RELATIVE.client_log(p.key))}
                                      for p in la.passes if not p.discarded]}
                          for la in campaign.launches],
-            "spending": b.spending, "z": list(b.z), "nominal": list(b.nominal),
-            "critical": [list(r) for r in b.critical],
-            **({"prior": {**prior_spec(prior.variance, prior.df, own_df), "source": prior.source}} if prior else {})}
+            **rule_spec(len(blocks), campaign.spending, campaign.prior, critical_df)}

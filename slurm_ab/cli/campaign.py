@@ -86,6 +86,7 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in, launches_over
     [benchmark]: one mode runs one launch and one pass by default). --plan CAMPAIGN sets
     launches, repeats and order from the planner."""
     from ..job.campaign_plan import CampaignOptions, plan_job
+    from .planner import pilot_prior
 
     import dataclasses
     import json
@@ -102,33 +103,6 @@ def plan(src, modes, run_id, repeats, concurrency, order, burn_in, launches_over
     return plan_job(src, list(modes), run_id, CampaignOptions(repeats, concurrency, order, burn_in, launches,
                                                               extra.get("sequential"), extra.get("margin"),
                                                               extra.get("rates"), prior=prior))
-
-
-def pilot_prior(src, modes, ref: str):
-    """--prior-from CAMPAIGN: the pilot's noise of the primary metric (as `plan --from` measures
-    it: REML components with their degrees of freedom, AR(1) and drift) for a sequential
-    campaign's looks; ConfigErrors naming the option when the campaign cannot give one."""
-    import os
-
-    from . import planner as planner_cli
-    from ..ab_stats.planner import pilot_noise
-    from ..job.campaign_plan import PilotPrior
-    from ..model import rundir
-    from ..model.errors import ConfigError, ConfigErrors
-    from ..model.sources import load_experiment
-
-    allowed = "a collected campaign (run directory, run id or job id) with 2 or more launches per mode"
-    try:
-        run_dir = rundir.find(ref, Path(os.environ.get("SLURM_AB_RESULTS", "results")))
-        primary = load_experiment(src, modes[0]).benchmark.primary_metric
-        comp, _, ser = planner_cli.from_campaign(run_dir, primary)
-    except UsageError as e:
-        raise ConfigErrors([ConfigError("--prior-from", ref, str(e), allowed)]) from None
-    if comp.launch_cov is None or comp.pass_cov is None or not comp.launch_df:
-        raise ConfigErrors([ConfigError("--prior-from", ref, "no launch-level variance in that campaign ("
-                                        + (comp.note or "one launch per mode") + ")", allowed)])
-    return PilotPrior(ref, pilot_noise(comp, ser), f"{run_dir.name} ({comp.metric}, {comp.launches} launches, "
-                      f"{ser.repeats} passes per launch)")
 
 
 def fit_blocks(make, fit):
@@ -163,7 +137,8 @@ def planned_shape(src, modes, ref: str) -> tuple[int, int, str]:
     run_dir = rundir.find(ref, Path(os.environ.get("SLURM_AB_RESULTS", "results")))
     extra = _meta()
     p, _ = planner_cli.plan_for_modes(src, tuple(modes), run_dir, {"sequential": extra.get("sequential"),
-                                                                   "margin": extra.get("margin")})
+                                                                   "margin": extra.get("margin"),
+                                                                   "prior_from": extra.get("prior_from")})
     if p.design is None:
         raise UsageError(f"--plan {ref}: {p.reason}")
     click.echo(f"plan: {p.design.launches} launches per mode x {p.design.repeats} passes, "

@@ -612,9 +612,13 @@ def clean(runs, yes):
                    "node-hours). Default: benchmark.sequential.")
 @click.option("--margin", default=None, metavar="PCT",
               help="Equivalence margin of a sequential design (default: benchmark.margin_pct).")
+@click.option("--prior-from", "prior_from", default=None, metavar="CAMPAIGN",
+              help="Price the sequential design with submit --prior-from CAMPAIGN's prior: that collected "
+                   "pilot's launch-mean variance pooled into every simulated look as the job pools it; the "
+                   "output shows expected node-hours with and without it. Needs --sequential.")
 @_config_options
 def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, detect, power, halfwidth,
-             time_limit_min, ar1, drift_pct, sequential, margin, site, configs, sets):
+             time_limit_min, ar1, drift_pct, sequential, margin, prior_from, site, configs, sets):
     """The cheapest campaign design (launches per mode, passes per launch, order) comparing two
     MODES to a target, its node-hours, queue waits and A/A false-positive rate."""
     from ..ab_stats import planner
@@ -624,10 +628,10 @@ def plan_cmd(modes, from_campaign, launch_cov, pass_cov, load_min, pass_min, det
             "pass_cov": None if pass_cov is None else pass_cov / 100.0, "load_min": load_min,
             "pass_min": pass_min, "detect": detect, "power": power, "halfwidth": halfwidth,
             "time_limit_min": time_limit_min, "ar1": ar1, "drift_pct": drift_pct, "sequential": sequential,
-            "margin": margin}
+            "margin": margin, "prior_from": prior_from}
     src = _find_run(from_campaign) if from_campaign else None
     p, notes = planner_cli.plan_for_modes(_sources(site, configs, sets), tuple(modes), src, opts)
-    click.echo("".join(f"{n}\n" for n in notes) + planner.text(p, tuple(modes)), nl=False)
+    click.echo("".join(f"{n}\n" for n in notes) + planner.text(p, tuple(modes), from_campaign), nl=False)
     if p.design is None:
         sys.exit(1)
 

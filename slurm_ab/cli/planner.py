@@ -41,6 +41,31 @@ def from_campaign(run_dir: Path, primary: str = "output_tps") -> tuple[Component
     return components(columns(rows), metric), first_pass(columns(rows), metric), serial(columns(rows), metric)
 
 
+def pilot_prior(src, modes, ref: str):
+    """--prior-from CAMPAIGN: the pilot's noise of the primary metric (as `plan --from` measures
+    it: REML components with their degrees of freedom, AR(1) and drift) for a sequential
+    campaign's looks; ConfigErrors naming the option when the campaign cannot give one."""
+    import os
+
+    from ..ab_stats.planner import PilotPrior
+    from ..model import rundir
+    from ..model.errors import ConfigError, ConfigErrors
+    from ..model.sources import load_experiment
+
+    allowed = "a collected campaign (run directory, run id or job id) with 2 or more launches per mode"
+    try:
+        run_dir = rundir.find(ref, Path(os.environ.get("SLURM_AB_RESULTS", "results")))
+        primary = load_experiment(src, modes[0]).benchmark.primary_metric
+        comp, _, ser = from_campaign(run_dir, primary)
+    except UsageError as e:
+        raise ConfigErrors([ConfigError("--prior-from", ref, str(e), allowed)]) from None
+    if comp.launch_cov is None or comp.pass_cov is None or not comp.launch_df:
+        raise ConfigErrors([ConfigError("--prior-from", ref, "no launch-level variance in that campaign ("
+                                        + (comp.note or "one launch per mode") + ")", allowed)])
+    return PilotPrior(ref, pilot_noise(comp, ser), f"{run_dir.name} ({comp.metric}, {comp.launches} launches, "
+                      f"{ser.repeats} passes per launch)")
+
+
 def inputs(src_campaign: Optional[Path], launch_cov, pass_cov, primary: str, ar1=None, drift_pct=None
            ) -> tuple[Noise, list[str]]:
     """(Noise, notes): stated values win over measured ones; what neither gives is an error
@@ -170,18 +195,27 @@ def target(detect: Optional[str], halfwidth: Optional[str], power: float) -> Tar
 
 def plan_for_modes(src, modes: tuple, campaign: Optional[Path], opts: dict) -> tuple:
     """(Plan, notes) for the modes' experiment: its nodes, time model and time limit, the
-    campaign's or the stated noise."""
+    campaign's or the stated noise, and a sequential design's prior (--prior-from, as submit
+    reads it; ConfigErrors naming the option without --sequential)."""
     from ..ab_stats.planner import plan
+    from ..model.errors import ConfigError, ConfigErrors
     from ..model.sources import load_experiment
 
     check_options(opts)
     exp = load_experiment(src, modes[0])
+    sequential = opts.get("sequential")
+    sequential = exp.benchmark.sequential if sequential is None else sequential
+    prior = None
+    if opts.get("prior_from"):
+        if not sequential:
+            raise ConfigErrors([ConfigError("--prior-from", opts["prior_from"], "a prior is pooled into a sequential "
+                                            "design's looks; this design is fixed", "with --sequential (or "
+                                            "benchmark.sequential = true)")])
+        prior = pilot_prior(src, modes, opts["prior_from"])      # as submit --prior-from reads it
     noise, notes = inputs(campaign, opts.get("launch_cov"), opts.get("pass_cov"), exp.benchmark.primary_metric,
                           opts.get("ar1"), opts.get("drift_pct"))
     c, limit_notes = costs(exp, tuple(modes), opts.get("load_min"), opts.get("pass_min"), opts.get("time_limit_min"))
     margin = percent(opts.get("margin")) if opts.get("margin") is not None else exp.benchmark.margin_pct
-    sequential = opts.get("sequential")
-    sequential = exp.benchmark.sequential if sequential is None else sequential
     return plan(noise, c, target(opts.get("detect"), opts.get("halfwidth"), opts.get("power", 0.8)),
                 campaigns=opts.get("campaigns", 1000), sequential=bool(sequential),
-                margin_pct=margin, spending=exp.benchmark.spending), notes + limit_notes
+                margin_pct=margin, spending=exp.benchmark.spending, prior=prior), notes + limit_notes

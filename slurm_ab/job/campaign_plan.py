@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, replace
 
 from ..model.campaign import (LAUNCHES_PER_BLOCK, MAX_LAUNCHES, MAX_REPEATS, MIN_BLOCKS, ORDERS, Campaign,
-                              Prior, capacity_schedule, parse_concurrencies, parse_rates, rate_text, schedule)
+                              capacity_schedule, parse_concurrencies, parse_rates, rate_text, schedule)
 from ..model.errors import ConfigError, ConfigErrors
 from ..model.rundir import RELATIVE
 from ..model.experiment import Experiment
 from ..ab_stats.metrics import PRIMARY_CHOICES
-from ..ab_stats.planner import Noise
+from ..ab_stats.planner import PilotPrior
 from .render import mode_lines
 from .plan import JobPlan, check_run_id, component_options, make_plan
 
@@ -39,16 +39,6 @@ class CampaignOptions:
     rates: str | None = None           # --request-rate "2,4,8": open-loop passes
     capacity: bool = False             # a capacity search ([capacity]): one launch of probes per mode
     prior: PilotPrior | None = None    # --prior-from: a pilot's noise for a sequential campaign's looks
-
-
-@dataclass(frozen=True)
-class PilotPrior:
-    """What --prior-from measured in a pilot campaign (cli/campaign.pilot_prior): its noise (a
-    planner.Noise with the launch-mean variance's degrees of freedom) and where it came from."""
-
-    ref: str                           # the option's value, as the user gave it
-    noise: Noise                       # its launch-mean variance's degrees of freedom in launch_df
-    source: str                        # run id, metric, launches, passes per launch
 
 
 def _shape(exp: Experiment) -> tuple:
@@ -147,8 +137,7 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
     out = schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
                    launches, primary, margin, sequential, bench.spending, rates, target)
     if opts.prior is not None:
-        n = opts.prior.noise
-        out = replace(out, prior=Prior(float(f"{n.launch_var(repeats):.6g}"), int(n.launch_df), opts.prior.source))
+        out = replace(out, prior=opts.prior.at(repeats))
     if target and not out.profiled:
         keys = sorted({p.key for p in out.passes}, key=lambda k: (len(k), k))
         raise ConfigErrors([ConfigError("profile.target", target, "no pass of this job has that key",
