@@ -31,13 +31,20 @@ being calibrated: the analysis and the stop rule). Sections:
    pilots of another day (launch CoV 3x smaller / larger); the F guard at several levels on the same
    campaigns; power-2 and power-1 spending. A/A false better/worse with every look, coverage, and
    the +10% expected node-hours against the maximum, with and without the prior.
+6. The planner priced with a prior (plan --sequential --prior-from): per condition (the local
+   cluster's measured launch 0.27 % / pass 7.37 % too, also as stated: no AR(1), drift, cold pass
+   or gaps) and spending, the design ``planner.plan`` picks for 5 % at 80 % without a prior and
+   with a right one (the true launch-mean variance, df 5: a 4 x 2 pilot's), each simulated here
+   through the stop rule with ``sequential.rule_spec`` (the job's boundaries and prior): at +10 %
+   and A/A the expected node-hours against the maximum, with and without the prior on the same
+   campaigns, and the A/A error with it.
 
 Exit 1 when a target is missed. Targets (issue 30): A/A false better/worse <= 7.5 % (fixed
 primary, and sequential with every look); fixed whole table <= 10 %; blocked never plain;
 coverage >= 93 %; +10 % stops on average within half the maximum node-hours (6+ blocks; with a
 right prior and power-1, 5 blocks; the gap at 2-4 blocks is printed); every prior at the shipped
 guard: A/A <= 7.5 %, coverage >= 93 %; planner: median true power >= 80 %, >= 70 % in 9 of 10
-pilots.
+pilots; the planner's sequential designs with a right prior: A/A <= 7.5 %.
 """
 from __future__ import annotations
 
@@ -380,6 +387,59 @@ def prior_tables(pri: list) -> str:
     return "\n".join(out)
 
 
+# ---- 6. the planner's sequential design priced with a prior ------------------------------------
+
+LOCAL = (0.0027, 0.0737)    # the local cluster's steady TPS (docs/campaigns.md): estimator noise included
+
+
+def planner_prior_rates(cond: Condition, metrics, n: int, rng, costs, spending: str, planner_campaigns: int) -> dict:
+    """The designs plan() picks for 5 % at 80 % without and with a right prior (the true
+    launch-mean variance at the design's passes, df 5), then `n` campaigns of each at A/A and +10 %
+    through looks.decide with rule_spec's spec: expected node-hours / max with and without the
+    prior (the same campaigns), A/A better/worse with it."""
+    from slurm_ab.ab_stats.planner import Design, Noise, PilotPrior, Target, plan
+    from slurm_ab.ab_stats.sequential import rule_spec
+    noise = Noise(cond.launch_cov, math.hypot(cond.pass_cov, cond.est_sd), cond.ar1, cond.drift)
+    prior = PilotPrior("pilot", Noise(noise.launch_cov, noise.pass_cov, noise.ar1, launch_df=5, pilot_repeats=2),
+                       "right pilot")
+    out = {"spending": spending, "cov": f"launch {cond.launch_cov:.2%}, pass {cond.pass_cov:.2%}"
+           + ("" if cond.ar1 or cond.drift else " (AR(1) 0, no drift, cold pass or gaps)")}
+    for key, pr in (("plain", None), ("prior", prior)):
+        d = plan(noise, costs, Target(detect_pct=5.0), campaigns=planner_campaigns, sequential=True,
+                 margin_pct=MARGIN, spending=spending, prior=pr).design
+        blocks = d.launches // 2
+        hours = [Design(2 * k, d.repeats).node_hours(costs) for k in range(1, blocks + 1)]
+        specs = {use: {**rule_spec(blocks, spending, prior.at(d.repeats) if use else None), "blocks": [()] * blocks,
+                       "margin_pct": MARGIN, "better": "higher", "log": True} for use in (False, True)}
+        cell = {use: {"ab10_share": 0.0, "aa_share": 0.0, "aa_false": 0.0} for use in ("without", "with")}
+        for effect in (0.0, 0.10):
+            for _ in range(n):
+                units = _units(blocks, d.repeats, cond, metrics, effect, rng)
+                for use, spec in specs.items():
+                    k, o = _path(units, blocks, spec)
+                    c = cell["with" if use else "without"]
+                    c["ab10_share" if effect else "aa_share"] += hours[k - 1] / hours[-1] / n
+                    c["aa_false"] += (not effect and o["decision"] in PLAIN) / n
+        out[key] = {"blocks": blocks, "repeats": d.repeats, "max_node_hours": hours[-1], **cell}
+    return out
+
+
+def planner_prior_table(ppr: list) -> str:
+    """Section 6 (docs/statistics.md): per condition and spending, the planner's design without and
+    with the prior, +10% and A/A node-hours / max without / with it, A/A better/worse with it."""
+    out = ["| CoV | spending | planner's design | max node-hours | +10% node-hours / max: without / with prior | "
+           "A/A node-hours / max: without / with | A/A better/worse with prior |", "|---|---|---|---:|---:|---:|---:|"]
+    for r in ppr:
+        lc = r["cov"]
+        for key, label in (("plain", "without a prior"), ("prior", "with the prior")):
+            d = r[key]
+            out.append(f"| {lc} | {r['spending']} | {label}: {d['blocks']} x {d['repeats']} | {d['max_node_hours']:.0f} | "
+                       f"{d['without']['ab10_share']:.0%} / {d['with']['ab10_share']:.0%} | "
+                       f"{d['without']['aa_share']:.0%} / {d['with']['aa_share']:.0%} | {d['with']['aa_false']:.1%} |")
+            lc = ""
+    return "\n".join(out)
+
+
 def _true_var(cond: Condition, repeats: int) -> float:
     """The campaign's true launch-mean variance (log scale) at `repeats` passes per launch."""
     from slurm_ab.ab_stats.planner import Noise
@@ -433,7 +493,7 @@ def main(argv=None) -> int:
                     help="sequential designs' most blocks (0: the planner's design for 5%% at 80%% per condition)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="a smoke run: few campaigns, one condition")
-    ap.add_argument("--sections", default="12345", help="which sections to run (e.g. 34)")
+    ap.add_argument("--sections", default="123456", help="which sections to run (e.g. 34)")
     ap.add_argument("--prior-pilots", type=int, default=60, help="simulated pilots per prior (section 5)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
@@ -460,6 +520,11 @@ def main(argv=None) -> int:
     # 5: where a maximum of 2-5 blocks (pass CoV 1.5 %) cannot stop at its first look without a prior
     pri = [dict(prior_rates(c, metrics, a.campaigns, a.prior_pilots, rng, costs, sp), condition=c.name())
            for sp in PRIOR_SPENDINGS for c in conds if c.pass_cov == PASS_COVS[0] or a.quick] if "5" in sec else []
+    # 6: the planner's own choice with and without a prior, the local cluster's noise first
+    pp_conds = ([Condition(*LOCAL, ar1=0.0, drift=0.0, cold=0.0, missing=0.0), Condition(*LOCAL)] + conds
+                if not a.quick else conds)
+    ppr = [dict(planner_prior_rates(c, metrics, a.campaigns, rng, costs, sp, max(200, a.campaigns // 2)),
+                condition=c.name()) for c in pp_conds for sp in PRIOR_SPENDINGS] if "6" in sec else []
     shipped = [(p, r) for p in pri for r in p["rows"] if r["guard"] in (None, PRIOR_GUARD) and
                (r["prior"] == "none" or r["guard"] == PRIOR_GUARD)]
     elapsed = time.perf_counter() - t0
@@ -485,13 +550,16 @@ def main(argv=None) -> int:
         "prior (right pilot, power-1): +10% within half the max node-hours (5+ blocks)": all(
             r["ab10_expected_share"] <= 0.5 for p, r in shipped if r["prior"] == "pilot" and
             p["blocks"] >= 5 and p["spending"] == "power-1"),
+        "planner with a prior: A/A better/worse <= 7.5% (every look)": all(
+            r[d]["with"]["aa_false"] <= 0.075 for r in ppr for d in ("plain", "prior")),
         "planner median true power >= 80%": all(r["median_power"] >= 0.80 for r in pl),
         "planner >= 70% in 9 of 10 pilots": all(r["below_70"] <= 0.10 for r in pl),
     }
     ok = all(checks.values())
     result = {"campaigns": a.campaigns, "pilots": a.pilots, "seed": a.seed, "seconds": elapsed,
               "emulator_noise": {"launch_cv": noise.launch_cv, "pass_cv": noise.pass_cv}, "estimator": est,
-              "fixed": fixed, "blocked": blocked, "sequential": seq, "planner": pl, "prior": pri, "checks": checks,
+              "fixed": fixed, "blocked": blocked, "sequential": seq, "planner": pl, "prior": pri,
+              "planner_prior": ppr, "checks": checks,
               "targets_met": ok}
     if a.json:
         print(json.dumps(result, indent=2))
@@ -551,6 +619,11 @@ def main(argv=None) -> int:
                       f"{r['ab10_expected_share']:.0%} | {r['ab10_coverage']:.1%} | {used} |")
         print("\nin short (docs/statistics.md):\n")
         print(prior_tables(pri))
+    if ppr:
+        print("\n6. the planner's sequential design for 5% at 80% priced with a prior (plan --sequential "
+              "--prior-from; a right prior: the true launch-mean variance, df 5), simulated at +10% and A/A; "
+              "node-hours / max on the same campaigns without / with the prior\n")
+        print(planner_prior_table(ppr))
     print()
     for name, passed in checks.items():
         print(f"{'met' if passed else 'NOT MET'}: {name}")
