@@ -76,9 +76,9 @@ def test_out_of_reach_within_a_time_limit_is_said():
     assert "out of reach" in text(p)
 
 
-def _campaign_dir(tmp_path):
+def _campaign_dir(tmp_path, launch_sd: float = 0.02):
     """A collected campaign: summary.json with ok passes of 2 x 3 launches (A B B A A B) and each
-    launch's events.log (load 60 s, warm-up 30 s, passes of 120 s)."""
+    launch's events.log (load 60 s, warm-up 30 s, passes of 120 s); LAUNCH_SD: the launches' noise."""
     import random
 
     from slurm_ab.collect.records import BenchResult, CampaignSummary, PassRef, PassSummary
@@ -93,7 +93,7 @@ def _campaign_dir(tmp_path):
     write_manifest(root.root, Manifest(run_id="camp", campaign=c))
     passes = []
     for la in c.launches:
-        u = rng.gauss(0, 0.02)
+        u = rng.gauss(0, launch_sd)
         lay = root.launch(la)
         lay.root.mkdir()
         t0 = 1_700_000_000.0 + 1000 * la.index

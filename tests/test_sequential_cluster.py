@@ -6,7 +6,10 @@ launch means regressed on mode and position leave 1 degree of freedom: its criti
 the job carries a prior (--prior-from a collected pilot campaign of 6 launches: 3 degrees of
 freedom), pooled at every look unless the look's own variance contradicts it (then dropped), and
 every look's event and its recomputation say which (prior=used|dropped). Launch-to-
-launch noise on this 2-core machine under the suite's load reaches 8 %, and DFlash's own difference
+launch noise on this 2-core machine under the suite's load reaches 8 % (launch means ~6 % apart in
+the suite's runs): the pilot is made that noisy, so its prior fits and is used at look 1 (where
+it decides at 4 launches) unless the guard drops it (by construction in ~1 run of 4: then at
+look 2, 8 launches; a pilot of 2 %, as before, was dropped every time). DFlash's own difference
 with 128 output tokens (or at time scale 0.02, where the host's jitter dominates) is a few percent
 and of either sign: the job runs 512 output tokens with 32 draft tokens at the site's clock (the
 emulator's verify cost grows with them: -47 % in its offline simulator), a change no load hides, so
@@ -44,7 +47,7 @@ def _events(run_dir: Path, name: str) -> list[dict]:
 def test_a_real_change_stops_before_the_maximum_and_collect_reproduces_every_look(tmp_path, local_cluster):
     from test_planner import _campaign_dir
     run_id = f"seq-ab-{int(time.time())}"
-    pilot = _campaign_dir(tmp_path / "pilots")       # a collected campaign (summary.json) of 6 launches x 3 passes
+    pilot = _campaign_dir(tmp_path / "pilots", launch_sd=0.06)  # a collected campaign (summary.json) of 6 launches x 3 passes
     t0 = time.monotonic()
     r = slurm_ab("submit", "tp32", "tp32-dflash", "--site", "local", "--run-id", run_id, "--wait", "--no-collector",
                  "--no-report", "--sequential", "--launches", "6", "--repeats", "1", "--prior-from", str(pilot),
