@@ -230,3 +230,17 @@ def test_plan_prior_from_is_validated_as_submit_validates_it(cli, tmp_path):
     assert "(allowed: with --sequential" in err
     code, _, err = cli("plan", *AB, "--sequential", "--prior-from", str(tmp_path / "none"), *STATED)
     assert code == 2 and "--prior-from = " in err and "no run" in err and "allowed: a collected campaign" in err
+
+
+def test_how_sure_is_a_number_for_a_large_change(cli, tmp_path):
+    """scipy's nct.cdf is NaN far in the lower tail: a pilot's plan for +50 % printed 'nan%'."""
+    from slurm_ab.ab_stats.planner import two_sided_power
+    assert two_sided_power(2.57, 5, 10.0) == pytest.approx(0.99999998733, abs=1e-10)
+    assert two_sided_power(2.57, 5, -10.0) == two_sided_power(2.57, 5, 10.0)
+    code, out, err = cli("plan", "tp32", "tp32-dflash", "--from", str(_campaign_dir(tmp_path)), "--detect", "50%",
+                         "--load-min", "15", "--pass-min", "5", "--time-limit-min", "600")
+    assert code == 0, err
+    sure = next(line for line in out.splitlines() if line.startswith("how sure:"))
+    assert "nan" not in sure and "%" in sure, sure
+    import re      # a NaN power also counted as "below 80 %": the old line said 68 % of the variances
+    assert int(re.search(r"under (\d+)% of the variances", sure).group(1)) >= 90, sure

@@ -184,7 +184,7 @@ class Design:
             return 1.0
         tc = stats.t.ppf(0.5 + confidence / 2.0, df)
         ncp = math.log1p(detect_pct / 100.0) / se
-        return float(stats.nct.sf(tc, df, ncp) + stats.nct.cdf(-tc, df, ncp))
+        return float(two_sided_power(tc, df, ncp))
 
     def planned_power(self, n: Noise, detect_pct: float) -> float:
         """Power at the variance the planner sizes for (the upper confidence bound)."""
@@ -203,7 +203,7 @@ class Design:
         df = self.df()
         tc = stats.t.ppf(0.975, df)
         ncp = math.log1p(detect_pct / 100.0) / se
-        pw = stats.nct.sf(tc, df, ncp) + stats.nct.cdf(-tc, df, ncp)
+        pw = two_sided_power(tc, df, ncp)
         return float(np.mean(pw >= power)), point, float(np.quantile(pw, 0.1))
 
     def halfwidth_pct(self, n: Noise, confidence: float = 0.95) -> float:
@@ -213,6 +213,14 @@ class Design:
         from scipy import stats
         se = self.se(n, n.planning(self.repeats))
         return math.expm1(stats.t.ppf(0.5 + confidence / 2.0, self.df()) * se) * 100.0
+
+
+def two_sided_power(tc, df, ncp):
+    """P(|T| > tc) for a noncentral t: both tails through nct.sf. scipy 1.17's nct.cdf returns NaN
+    far in the lower tail (cdf(-2.57, 5, ncp=10)), which made "how sure" print nan%; the lower
+    tail is sf at -ncp by symmetry, which stays finite (equal to the digit where both are)."""
+    from scipy import stats
+    return stats.nct.sf(tc, df, ncp) + stats.nct.sf(tc, df, -ncp)
 
 
 @lru_cache(maxsize=4096)
