@@ -446,6 +446,15 @@ def test_a_killed_head_goes_before_its_peers_whole_fatal_sequence(tmp_path):
     assert got[0] == "replica 1 node rank 0 (node05): srun: task 0: Killed", got
     # the peers' lines are kept as evidence, after it
     assert got[1].startswith("replica 1 node rank 1 (node06): NCCL error: ") and "remote process exited" in got[1]
+    # srun reports the nodes' exits as they arrive: a peer (dead by SGLang's fatal sequence) may come
+    # before the head (seen in a suite run: node25 task 2 first, the head node23 task 0 fourth)
+    out.write_text("srun: error: node07: task 2: Killed\nsrun: launch/slurm: _step_signal: Terminating StepId=1206.3\n"
+                   "srun: error: node06: task 1: Killed\nsrun: error: node05: task 0: Killed\n"
+                   "srun: Force Terminated StepId=1206.3\n"
+                   "2027-01-15 08:00:00 slurm-ab: FATAL: server step of replica 1 exited with status 137\n")
+    got = diagnosis_reasons(diagnose([head, *peers, out], root=tmp_path), nodes, events=ev)
+    assert got[0] == "replica 1 node rank 0 (node05): srun: task 0: Killed", got
+    assert got[1].startswith("replica 1 node rank ") and "NCCL error: " in got[1], got
     # without the head's srun line (an older Slurm, a lost output) the peers' lines are all there is
     out.write_text("2027-01-15 08:00:00 slurm-ab: FATAL: server step of replica 1 exited with status 137\n")
     got = diagnosis_reasons(diagnose([head, *peers, out], root=tmp_path), nodes, events=ev)

@@ -245,7 +245,9 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
     declared its first failure is a consequence of the teardown (rank 0 sees NCCL peers exit
     when the job stops the other nodes): it follows every cause logged before. A node that died of
     a signal (srun: 'task N: Killed') logs nothing; its replica's peers log NCCL's 'remote process
-    exited' at once, before or after the job notices: those peers' lines follow srun's.
+    exited' at once, before or after the job notices: those peers' lines follow srun's, and srun's
+    lines about the peers themselves (SGLang's fatal sequence kills them; srun may report one
+    before the node that died first) follow the FATAL line.
     """
     events = events or EventLog()
     fails = [e.local for e in events.failures() if e.local]
@@ -287,7 +289,11 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
                                       f"srun: task {m.group(2)}: {m.group(3)}"))
         else:
             other_sruns.append(finding_reason(f, node_lists, names))
-    task_lines = [text for _, text in sorted(tasks, key=lambda t: t[0])]
+    # the node that died first, then its peers' echoes; srun's lines about the peers (dead by
+    # SGLang's fatal sequence) after the job's FATAL: consequences, kept as evidence
+    origins = [text for later, text in tasks if not later]
+    peers_died = [text for later, text in tasks if later]
+    task_lines, late_tasks = (origins, peers_died) if origins else (peers_died, [])
     # When srun saw such a node die, its peers' fatal sequence (logged before or after the job
     # noticed the step's end: a race) follows srun's line about it; their own causes (an OOM, a
     # CUDA error) keep their place.
@@ -301,7 +307,7 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
         + [finding_reason(f, node_lists, names) for f in roots] + task_lines \
         + [finding_reason(f, node_lists, names) for f in echoes] \
         + [finding_reason(f, node_lists, names) for f in fatal] \
-        + other_sruns
+        + late_tasks + other_sruns
     for text in texts:
         if text not in seen:
             seen.add(text)

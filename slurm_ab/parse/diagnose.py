@@ -251,6 +251,8 @@ def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding
             if kind in found and not (kind == "srun_error" and found[kind][4].get("teardown")
                                       and not tearing_down):
                 found[kind][-1] += 1
+                if kind == "srun_error" and not tearing_down:
+                    _other_task(found, raw, shown, lineno, _previous_ts(buf, lo, ls) or carried)
                 continue
             count = found[kind][-1] + 1 if kind in found else 1   # a teardown's srun line replaced
             text = decode(raw[:2000])
@@ -286,6 +288,28 @@ def _scan_file(path: Path, shown: str, block: int = BLOCK) -> tuple[list[Finding
         details["count"] = count
         out.append(Finding(kind, f, line, excerpt, details))
     return out, state
+
+
+SRUN_TASKS_KEPT = 64       # distinct srun lines kept beside a file's first (one per task of a large job)
+
+
+def _other_task(found: dict, raw: bytes, shown: str, lineno: int, ts: datetime | None) -> None:
+    """Keep an srun error outside a teardown whose message differs from the first one's as a
+    finding of its own: which task srun saw die first is a race between the nodes' reports (a
+    replica's peers, killed by SGLang's fatal sequence once their head died, may be reported
+    before it), and collect.verdict tells the node that died first from the ones that saw a peer
+    go only with every task's line."""
+    text = decode(raw[:2000])
+    message = text.split("srun: error:", 1)[-1].strip()
+    key = ("srun_error", message)
+    if found["srun_error"][4].get("message") == message or key in found:
+        if key in found:
+            found[key][-1] += 1
+        return
+    if sum(1 for k in found if isinstance(k, tuple)) >= SRUN_TASKS_KEPT:
+        return
+    found[key] = ["srun_error", shown, lineno, _excerpt(text),
+                  {"label": "srun error", "ts": ts.isoformat(sep=" ") if ts else None, "message": message}, 1]
 
 
 def _previous_ts(buf: bytes, lo: int, ls: int) -> datetime | None:
