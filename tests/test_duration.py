@@ -100,6 +100,29 @@ def test_auto_is_bounded_by_the_partitions_max_time(cli, tmp_path, monkeypatch):
     assert code == 0 and "#SBATCH --time=00:48:00" in out and "partition gpu allows 04:00:00" in err
 
 
+def test_a_grace_longer_than_killwait_is_said_at_dry_run(cli, tmp_path, monkeypatch):
+    """The servers' steps run with srun --kill-on-bad-exit=1: at teardown the first rank to exit
+    on SIGTERM makes Slurm SIGKILL the rest KillWait later, so a grace above KillWait is not what
+    SGLang gets (seen on the local cluster: KillWait 5 s, grace 10 s, the hung head killed after
+    5.7 s). The example site's grace is 20 s."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text('#!/bin/sh\nif [ "$2" = config ]; then echo "KillWait                = $KW sec"; '
+                      'else echo "PartitionName=$5 State=UP MaxTime=UNLIMITED MinNodes=0"; fi\n')
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("SBATCH_PARTITION", raising=False)
+    monkeypatch.setenv("KW", "5")
+    code, out, err = cli("dry-run", "tp32")
+    assert code == 0, err
+    assert ("WARNING: cluster.teardown_grace_s = 20 s is longer than this cluster's KillWait (5 s)" in err
+            and "SGLang gets about 5 s to drain, not 20" in err), err
+    monkeypatch.setenv("KW", "30")                                  # Slurm's default
+    code, out, err = cli("dry-run", "tp32")
+    assert code == 0 and "WARNING" not in err and "KillWait" not in err
+
+
 def test_auto_where_slurm_does_not_answer_says_so(cli, tmp_path, monkeypatch):
     _fake_scontrol(tmp_path, monkeypatch, None)
     code, out, err = cli("dry-run", "tp32", "tp32-dflash", "--repeats", "3")

@@ -180,6 +180,8 @@ def submit(modes, run_id, wait, verbose, no_collector, no_report, repeats, concu
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     s = do_submit(plan, collector=not no_collector)
+    for w in plan.duration.warnings:
+        click.echo(f"slurm-ab: warning: {w}", err=True)
     n = len(plan.campaign.campaign.passes)
     what = f"{', '.join(plan.campaign.modes)}: {n} timed pass{'es' if n != 1 else ''}"
     click.echo(f"submitted job {s.job_id} ({what}, run {plan.run_id})")

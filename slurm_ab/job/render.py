@@ -318,6 +318,7 @@ def site_lines(plan: JobPlan) -> list[str]:
         if given is not None and given < d.limit_s else ""
     out.append(f"duration estimate: {d.text}; time limit {_time(plan)}{short}"
                + (f" ({d.limit_note})" if d.limit_note else ""))
+    out += [f"WARNING: {w}" for w in d.warnings]
     blocks = plan.time_blocks
     if blocks:
         ends = [b[0] - 1 for b in blocks[1:]] + [len(plan.campaign.launches)]

@@ -85,22 +85,9 @@ def manifest(plan: JobPlan) -> Manifest:
 
 def cluster_name() -> str | None:
     """ClusterName of the Slurm this submits to (scontrol show config), None when unknown."""
-    out = _cmd_output(["scontrol", "show", "config"])
-    for line in (out or "").splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "ClusterName":
-            return value.strip() or None
-    return None
+    from ..model.slurm import config_value
 
-
-def _cmd_output(cmd: list[str]) -> str | None:
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-        return r.stdout if r.returncode == 0 else None
-    except OSError:
-        return None
-    except subprocess.TimeoutExpired:
-        return None
+    return config_value("ClusterName")
 
 
 def _estimate_record(plan: JobPlan) -> dict:

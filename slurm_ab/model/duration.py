@@ -274,6 +274,7 @@ class Estimate:
     model: TimeModel
     text: str                    # one line for dry-run
     limit_note: str = ""         # how the time limit was chosen (fit_time_limit), for dry-run
+    warnings: tuple[str, ...] = ()   # what Slurm's settings do to this job (fit_time_limit): dry-run and submit
 
     @property
     def load(self) -> Figure:
@@ -347,6 +348,7 @@ class PartitionLimit:
     max_time: str | None         # scontrol's MaxTime ('UNLIMITED', '2-00:00:00'); None: no answer
     max_nodes: int | None = None     # MaxNodes per job (a het job: per component); None: UNLIMITED/unknown
     total_nodes: int | None = None   # TotalNodes; None: unknown
+    kill_wait_s: int | None = None   # the cluster's KillWait (scontrol show config); None: unknown
 
     @property
     def seconds(self) -> int | None:
@@ -367,20 +369,35 @@ def partition_limit(exp: Experiment) -> PartitionLimit:
     the script's #SBATCH --partition, sbatch(1)); of a list, the longest (the job may start in any)."""
     import os
 
-    from .slurm import partition_fields
+    from .slurm import kill_wait_s, partition_fields
 
     name = os.environ.get("SBATCH_PARTITION") or exp.cluster.partition
     fields = [partition_fields(p) for p in name.split(",") if p]
     answers = [f.get("MaxTime") for f in fields if f]
     if not fields or None in fields or None in answers:
-        return PartitionLimit(name, None)
+        return PartitionLimit(name, None, kill_wait_s=kill_wait_s())
     unlimited = [a for a in answers if parse_time(a) is None]
 
     def most(key):          # of a list, the largest (the job may start in any); None: unlimited
         vals = [f.get(key, "") for f in fields]
         return None if not all(v.isdigit() for v in vals) else max(int(v) for v in vals)
     return PartitionLimit(name, unlimited[0] if unlimited else max(answers, key=parse_time),
-                          most("MaxNodes"), most("TotalNodes"))
+                          most("MaxNodes"), most("TotalNodes"), kill_wait_s())
+
+
+def grace_warnings(exp: Experiment, partition: PartitionLimit | None) -> tuple[str, ...]:
+    """The servers' steps run with srun --kill-on-bad-exit=1, so at teardown the first rank that
+    exits on the SIGTERM (a non-head node: nothing to drain) makes srun end the whole step
+    (slurm src/srun launch _task_finish -> _step_signal(SIG_TERM_KILL)), and Slurm SIGKILLs its
+    other tasks KillWait later: a head still draining gets min(teardown_grace_s, KillWait)."""
+    kw = partition.kill_wait_s if partition is not None else None
+    grace = exp.cluster.teardown_grace_s
+    if kw is None or grace <= kw:
+        return ()
+    return (f"cluster.teardown_grace_s = {grace} s is longer than this cluster's KillWait ({kw} s): at teardown "
+            f"Slurm kills a server step {kw} s after its first rank exits (srun --kill-on-bad-exit), so SGLang "
+            f"gets about {kw} s to drain, not {grace}; set cluster.teardown_grace_s <= {kw} to have the grace "
+            "you are told",)
 
 
 def check_partition_nodes(plan, partition: PartitionLimit | None) -> None:
@@ -432,6 +449,7 @@ def fit_time_limit(plan, history: History | None = None, partition: PartitionLim
     exp = plan.exp
     check_partition_nodes(plan, partition)
     est = estimate(plan, history_for(exp) if history is None else history)
+    est = replace(est, warnings=grace_warnings(exp, partition))
     limit = exp.cluster.time_limit
     where = f"; {partition.text()}" if partition is not None else ""
     if limit == AUTO:

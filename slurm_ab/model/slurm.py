@@ -18,6 +18,23 @@ def _run(cmd: list[str]) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
+def config_value(key: str) -> str | None:
+    """One setting of `scontrol show config` (ClusterName, KillWait, ...); None when Slurm does not
+    answer or has no value."""
+    for line in (_run(["scontrol", "show", "config"]) or "").splitlines():
+        k, _, v = line.partition("=")
+        if k.strip() == key:
+            return v.strip() or None
+    return None
+
+
+def kill_wait_s() -> int | None:
+    """Slurm's KillWait in seconds ("30 sec"): between the SIGTERM and the SIGKILL of a step Slurm
+    ends itself (a job's end or cancel, srun --kill-on-bad-exit); None when unknown."""
+    v = (config_value("KillWait") or "").split()
+    return int(v[0]) if v and v[0].isdigit() else None
+
+
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Elapsed", "Start", "End", "NodeList", "Reason",
                 "Submit", "Cluster")
 

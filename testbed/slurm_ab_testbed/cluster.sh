@@ -278,7 +278,10 @@ SchedulerParameters=bf_interval=1,bf_resolution=1
 # The emulated nodes claim more CPUs/GPUs than the host has.
 SlurmdParameters=config_overrides
 ReturnToService=2
-KillWait=5
+# Slurm's default is 30; above the local site's cluster.teardown_grace_s (10) as slurm-ab asks
+# (slurm_ab/model/duration.grace_warnings): at 5 a server step whose non-head ranks exited on the
+# teardown's SIGTERM was SIGKILLed by srun --kill-on-bad-exit 5 s later, before the grace ended.
+KillWait=15
 MinJobAge=30
 InactiveLimit=0
 Waittime=0
