@@ -152,6 +152,14 @@ def test_prior_from_is_validated_and_shown_in_dry_run(cli, tmp_path):
     assert "from camp (output_tps, 6 launches, 3 passes per launch)" in err
     spec = json.loads(script.split("<<'SLURM_AB_SEQUENTIAL_SPEC'\n")[1].split("\nSLURM_AB_SEQUENTIAL_SPEC\n")[0])
     assert spec["prior"]["df"] == 3 and spec["prior"]["variance"] > 0 and len(spec["critical"][0]) == 8 + 3
+    # benchmark.spending "auto": power-1 with a prior (calibrations 5 and 6), power-2 without; a
+    # named function is kept
+    assert spec["spending"] == "power-1" and "alpha spending power-1" in err
+    _, script, _ = cli("dry-run", "tp32", "tp32-dflash", "--sequential", "--launches", "4", "--repeats", "2")
+    assert '"spending": "power-2"' in script
+    _, script, _ = cli("dry-run", "tp32", "tp32-dflash", "--sequential", "--launches", "4", "--repeats", "2",
+                       "--prior-from", str(pilot), "--set", "benchmark.spending=power-2")
+    assert '"spending": "power-2"' in script
     # not sequential, no such run, a run without a summary: exit 2 naming the option, value and what is allowed
     code, _, err = cli("dry-run", "tp32", "tp32-dflash", "--prior-from", str(pilot))
     assert code == 2 and "--prior-from = " in err and "with --sequential" in err

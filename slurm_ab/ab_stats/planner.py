@@ -263,6 +263,7 @@ class Sequential:
     aa_expected_node_hours: float       # under no change
     max_node_hours: float
     campaigns: int
+    spending: str = ""                  # the boundaries' alpha-spending function
 
     @property
     def share(self) -> float:
@@ -394,7 +395,7 @@ def sequential_oc(d: Design, n: Noise, c: Costs, detect_pct: float, margin_pct: 
                       sum(1 for _, x in aa if x in ("better", "worse")) / len(aa),
                       sum(1 for _, x in aa if x == "equivalent") / len(aa),
                       sum(p * h for p, h in zip(share, hours)), sum(p * h for p, h in zip(aa_share, hours)),
-                      hours[-1], campaigns)
+                      hours[-1], campaigns, spending)
 
 
 def _by_expected_cost(fits: list[Design], n: Noise, c: Costs, detect: float, margin_pct: float,
@@ -414,12 +415,13 @@ def _by_expected_cost(fits: list[Design], n: Noise, c: Costs, detect: float, mar
 
 def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 1,
          sequential: bool = False, margin_pct: float = 0.0, spending: str = SPENDING_DEFAULT,
-         prior: Optional[PilotPrior] = None) -> Plan:
+         prior: Optional[PilotPrior] = None, plain_spending: Optional[str] = None) -> Plan:
     """The cheapest design meeting the target that fits the time limit, checked by simulation
     (a candidate whose simulated power falls short gives way to the next). Sequential: designs of
     whole blocks (even launches per mode, 2 blocks or more), priced by their maximum, checked by
     simulating the stop rule at the planning variance; with a prior (--prior-from) its looks pool
-    it, and the same design's campaigns without it show what it buys."""
+    it, and the same design's campaigns without it (at `plain_spending`, what the campaign would
+    spend without a prior: benchmark.spending "auto") show what it buys."""
     cands = candidates(n, c, target)
     if sequential:
         cands = [d for d in cands if d.launches % 2 == 0 and d.launches >= 4]
@@ -458,7 +460,8 @@ def plan(n: Noise, c: Costs, target: Target, campaigns: int = 2000, seed: int = 
                 oc = replace(sequential_oc(d, n, c, detect, margin_pct, campaigns, seed + 1, spending=spending,
                                            prior=prior), power=oc.power)
                 if prior:
-                    plain = sequential_oc(d, n, c, detect, margin_pct, campaigns, seed + 1, spending=spending)
+                    plain = sequential_oc(d, n, c, detect, margin_pct, campaigns, seed + 1,
+                                          spending=plain_spending or spending)
             return Plan(d, target, n, c, d.planned_power(n, detect), d.halfwidth_pct(n), sim_power, sim_fp,
                         campaigns, alternatives=tuple((x, x.node_hours(c)) for x in fits[i + 1:i + 4]),
                         sure=sure, point_power=point, low_power=low, sequential=oc, margin_pct=margin_pct,
@@ -531,7 +534,9 @@ def text(p: Plan, modes: tuple[str, str] = ("A", "B"), pilot: Optional[str] = No
                       "every look as the job pools it (dropped by the F guard where a look's own variance "
                       "contradicts it)",
                       _expected(s, detect, "with the prior") + f"; {sim}",
-                      _expected(p.without_prior, detect, "without it", maximum=False) + " (the same campaigns)"]
+                      _expected(p.without_prior, detect, "without it", maximum=False) + " (the same campaigns"
+                      + (f"; {p.without_prior.spending} spending, {s.spending} with the prior: benchmark.spending "
+                         "auto" if p.without_prior.spending != s.spending else "") + ")"]
         else:
             lines.append(_expected(s, detect) + f"; {sim}")
         lines += [f"stops per look{' with the prior' if p.prior else ''} at the change: "

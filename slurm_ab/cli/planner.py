@@ -198,6 +198,7 @@ def plan_for_modes(src, modes: tuple, campaign: Optional[Path], opts: dict) -> t
     campaign's or the stated noise, and a sequential design's prior (--prior-from, as submit
     reads it; ConfigErrors naming the option without --sequential)."""
     from ..ab_stats.planner import plan
+    from ..model.campaign import resolve_spending
     from ..model.errors import ConfigError, ConfigErrors
     from ..model.sources import load_experiment
 
@@ -218,4 +219,5 @@ def plan_for_modes(src, modes: tuple, campaign: Optional[Path], opts: dict) -> t
     margin = percent(opts.get("margin")) if opts.get("margin") is not None else exp.benchmark.margin_pct
     return plan(noise, c, target(opts.get("detect"), opts.get("halfwidth"), opts.get("power", 0.8)),
                 campaigns=opts.get("campaigns", 1000), sequential=bool(sequential),
-                margin_pct=margin, spending=exp.benchmark.spending, prior=prior), notes + limit_notes
+                margin_pct=margin, spending=resolve_spending(exp.benchmark.spending, prior is not None), prior=prior,
+                plain_spending=resolve_spending(exp.benchmark.spending, False)), notes + limit_notes

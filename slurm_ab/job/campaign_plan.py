@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass, replace
 
 from ..model.campaign import (LAUNCHES_PER_BLOCK, MAX_LAUNCHES, MAX_REPEATS, MIN_BLOCKS, ORDERS, Campaign,
-                              capacity_schedule, parse_concurrencies, parse_rates, rate_text, schedule)
+                              capacity_schedule, parse_concurrencies, parse_rates, rate_text, resolve_spending,
+                              schedule)
 from ..model.errors import ConfigError, ConfigErrors
 from ..model.rundir import RELATIVE
 from ..model.experiment import Experiment
@@ -135,7 +136,8 @@ def resolve_options(exps: list[Experiment], opts: CampaignOptions) -> Campaign:
         raise ConfigErrors(errors)
     target = exps[0].profile.target
     out = schedule(modes, repeats, concurrencies, order, burn_in, exps[0].benchmark.num_prompts, ppc,
-                   launches, primary, margin, sequential, bench.spending, rates, target)
+                   launches, primary, margin, sequential, resolve_spending(bench.spending, opts.prior is not None),
+                   rates, target)
     if opts.prior is not None:
         out = replace(out, prior=opts.prior.at(repeats))
     if target and not out.profiled:

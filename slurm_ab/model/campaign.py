@@ -28,7 +28,17 @@ LAUNCHES_PER_BLOCK = 2          # per mode
 MIN_BLOCKS, MAX_BLOCKS = 2, MAX_LAUNCHES // LAUNCHES_PER_BLOCK
 # benchmark.spending: how a sequential campaign spends its 5 % over its looks (ab_stats/sequential.py)
 SPENDING_DEFAULT = "power-2"
-SPENDING_CHOICES = "obrien-fleming, or power-R with 1 <= R <= 5 (alpha x t^R; e.g. power-2)"
+SPENDING_CHOICES = ("auto (power-1 with a prior, else power-2), obrien-fleming, or power-R with 1 <= R <= 5 "
+                    "(alpha x t^R; e.g. power-2)")
+
+
+def resolve_spending(name: str, prior: bool) -> str:
+    """benchmark.spending "auto": power-1 for a campaign with a prior (--prior-from), power-2
+    without: calibrations 5 and 6 (docs/statistics.md) find power-1 the cheaper with a prior at
+    A/A better/worse 0.1-6.1 %, power-2 the cheaper without one."""
+    if name == "auto":
+        return "power-1" if prior else SPENDING_DEFAULT
+    return name
 
 
 def spending_power(name) -> float | None:
@@ -43,7 +53,7 @@ def spending_power(name) -> float | None:
 
 
 def valid_spending(name) -> bool:
-    return name == "obrien-fleming" or spending_power(name) is not None
+    return name in ("auto", "obrien-fleming") or spending_power(name) is not None
 
 
 @dataclass(frozen=True)

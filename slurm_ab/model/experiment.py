@@ -134,7 +134,7 @@ class Benchmark:
     margin_pct: float = 3.0        # equivalence margin (percent; 0: none)
     sequential: bool = False       # group-sequential comparisons by default
     max_blocks: int = 8            # a sequential campaign's most counterbalanced blocks
-    spending: str = "power-2"      # its alpha-spending function (model.campaign.SPENDING_CHOICES)
+    spending: str = "auto"         # its alpha-spending function (model.campaign.SPENDING_CHOICES)
 
     @property
     def slo_ms(self) -> Pairs:
