@@ -93,13 +93,13 @@ def procs(tmp_path):
 # --dist loadfile each worker takes whole files, two at a start, so a long file started last would
 # keep one worker busy while the others idle. The order of the rest is pytest's.
 # Seconds each cluster test file keeps its lane busy (make test of 2026-12-07 on 2 cores, read from
-# the lanes' tmp directories): the cluster tests run a file per lane at a time (--dist loadfile),
+# the lanes' tmp directories; the sequential test's after its prior decides at look 1): the cluster tests run a file per lane at a time (--dist loadfile),
 # handed out in collection order (--no-loadscope-reorder), so the longest go first (a long file
 # handed out last kept one lane busy ~5 min after the others had finished). A file missing here
 # counts 60 s; the tests that need no cluster run in one process, where the order is moot.
 LANE_SECONDS = {
     "test_pd_cluster.py": 600, "test_e2e.py": 550, "test_issue33_cluster.py": 460,
-    "test_network_faults.py": 404, "test_campaign_e2e.py": 396, "test_sequential_cluster.py": 287,
+    "test_network_faults.py": 404, "test_campaign_e2e.py": 396, "test_sequential_cluster.py": 150,
     "test_testbed_workloads_cluster.py": 278, "test_faults.py": 247, "test_telemetry_cluster.py": 235,
     "test_site_faults.py": 202, "test_preflight.py": 133, "test_cancel_phases.py": 100,
     "test_progress_cluster.py": 63, "test_secrets_and_stub.py": 41, "test_readme.py": 13, "test_cluster.py": 4,

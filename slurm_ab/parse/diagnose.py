@@ -302,11 +302,11 @@ def _other_task(found: dict, raw: bytes, shown: str, lineno: int, ts: datetime |
     text = decode(raw[:2000])
     message = text.split("srun: error:", 1)[-1].strip()
     key = ("srun_error", message)
-    if found["srun_error"][4].get("message") == message or key in found:
-        if key in found:
-            found[key][-1] += 1
+    if key in found:
+        found[key][-1] += 1
         return
-    if sum(1 for k in found if isinstance(k, tuple)) >= SRUN_TASKS_KEPT:
+    if found["srun_error"][4].get("message") == message or \
+            sum(1 for k in found if isinstance(k, tuple)) >= SRUN_TASKS_KEPT:
         return
     found[key] = ["srun_error", shown, lineno, _excerpt(text),
                   {"label": "srun error", "ts": ts.isoformat(sep=" ") if ts else None, "message": message}, 1]
