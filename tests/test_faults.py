@@ -516,7 +516,8 @@ def test_rules_lost_node_is_named(tmp_path):
 def test_rules_hang_shows_the_last_server_line(tmp_path):
     run = build_run(tmp_path, RunSpec())
     _cut(run, "server_launch", 15, "fail kind=not_ready replicas=1", "teardown reason=exit", "job_end rc=1",
-         slurm_out="2026-09-02 12:31:06 slurm-ab: FATAL: replica 1 not healthy after 15 s\n")
+         slurm_out="srun: error: node01: task 0: Exited with exit code 1\n"     # another step's task
+                   "2026-09-02 12:31:06 slurm-ab: FATAL: replica 1 not healthy after 15 s\n")
     p = launch_layout(run).server_log(1, 0)
     p.write_text(p.read_text() + "slurmstepd-node05: error: *** STEP 4243.1 ON node05 CANCELLED AT x ***\n")
     s = collect_run(run, sacct={"state": "FAILED"})
@@ -524,6 +525,9 @@ def test_rules_hang_shows_the_last_server_line(tmp_path):
     assert s.reasons[1].startswith("replica 1 node rank 0 (node05): last log line: [2026-09-02 12:30:53 TP0 EP0] "
                                    "Load weight begin.")
     assert s.reasons[1].endswith(f"[{_rel(run, p)}]")
+    # srun's line about a task of a step that is not the stalled replica's (CI: the telemetry
+    # sampler's on the healthy replica's head) is evidence, after where the replica stopped
+    assert s.reasons[2] == "srun: node01: task 0: Exited with exit code 1"
 
 
 def test_rules_signatures_and_job_output_copies(tmp_path):

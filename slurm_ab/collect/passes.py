@@ -160,8 +160,8 @@ def collect_pass(inp: PassInputs) -> PassSummary:
         files = list(inp.job_outputs) + (lay.server_logs() + [lay.router_log, inp.client_log]
                                          if logs_exist else [])
         findings = diagnose(files, root=root)
-        diag = diagnosis_reasons(findings, job.node_lists, events, names) + \
-            stalled_replica_reasons(root, lay, events, job.node_lists, names)
+        diag = diagnosis_reasons(findings, job.node_lists, events, names,
+                                 stalled=stalled_replica_reasons(root, lay, events, job.node_lists, names))
         reasons = diag + [r for r in reasons if r not in diag] if verdict == "failed" \
             else reasons + [r for r in diag if r not in reasons]
         cut = interrupted_reason(events, replicas, spec.num_prompts, has_result)

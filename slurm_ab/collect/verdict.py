@@ -233,10 +233,12 @@ def node_reasons(lost: Sequence[Finding], events: EventLog, node_lists: dict, na
 
 
 def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
-                      events: EventLog | None = None, names=None) -> list[str]:
+                      events: EventLog | None = None, names=None, stalled: Sequence[str] = ()) -> list[str]:
     """What went wrong, most telling first: lost nodes, root causes in the logs (by kind
     priority, then time), the task srun saw die in the replica whose server step failed, the
-    job's own FATAL line, then other srun errors.
+    job's own FATAL line, where each replica the job gave up on stopped (stalled: its head log's
+    last line), then other srun errors (a line srun printed about a task of another step, e.g. a
+    telemetry sampler's, cannot be tied to the failure: it comes last).
 
     The job's output (slurm-*.out) repeats the last lines of the failing logs: its root causes
     count only when no log file has one of the same kind. srun errors printed after the job's
@@ -306,7 +308,7 @@ def diagnosis_reasons(findings: Sequence[Finding], node_lists: dict,
         + pd_fail_reasons(events, names) + node_reasons(lost, events, node_lists, names) \
         + [finding_reason(f, node_lists, names) for f in roots] + task_lines \
         + [finding_reason(f, node_lists, names) for f in echoes] \
-        + [finding_reason(f, node_lists, names) for f in fatal] \
+        + [finding_reason(f, node_lists, names) for f in fatal] + list(stalled) \
         + late_tasks + other_sruns
     for text in texts:
         if text not in seen:
