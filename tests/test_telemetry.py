@@ -123,6 +123,25 @@ def test_a_client_that_wants_a_core_is_flagged(tmp_path):
     assert client_flag(host_figures(read_host_file(f), (19.9, 20.1), "sglang.bench_serving", "node01"), 90.0, "x") is None
 
 
+def test_a_host_sampler_that_died_is_said_with_its_error(tmp_path):
+    """srun --output holds the sampler's stderr too: its traceback's last line is the reason the
+    host's samples stop, said when they stop before the pass's window ends."""
+    from slurm_ab.collect.telemetry import sampler_died
+    f = tmp_path / "host.log"
+    f.write_text("T 10.000 cpu=50.0 ncpu=2 mem=8.0 files=4000\nT 11.000 cpu=50.0 ncpu=2 mem=8.0 files=4000\n"
+                 "Traceback (most recent call last):\n  File \"<string>\", line 50, in <module>\n"
+                 "  File \"<string>\", line 19, in sched\n"
+                 "FileNotFoundError: [Errno 2] No such file or directory: '/proc/4711/task'\n")
+    h = read_host_file(f)
+    assert h.error == "FileNotFoundError: [Errno 2] No such file or directory: '/proc/4711/task'" and h.bad_lines == 4
+    assert sampler_died(h, (10.5, 30.0), "telemetry/host.log") == (
+        "host sampler: it died 19 s before the window's end: FileNotFoundError: [Errno 2] No such file or "
+        "directory: '/proc/4711/task' [telemetry/host.log]")
+    assert sampler_died(h, (5.0, 10.8), "x") is None                 # it sampled past the window
+    assert sampler_died(h, (20.0, 30.0), "x").startswith("host sampler: it died before the window: ")
+    assert read_host_file(f).error and sampler_died(read_host_file(tmp_path / "none"), (0, 1), "x") is None
+
+
 def _events(*lines: str) -> EventLog:
     return EventLog(tuple(parse_event_line(x, k) for k, x in enumerate(lines, 1)), (), True)
 
@@ -370,3 +389,49 @@ def test_the_host_sampler_asks_again_when_an_environment_reads_empty(tmp_path):
             sampler.wait(10)
     seen = [p for p in read_host_file(out).procs if "job-marker" in p.argv]
     assert len(seen) >= 2 and all(p.pid == mine.pid for p in seen), out.read_text()[-2000:]
+
+
+def test_the_host_sampler_outlives_a_process_that_ends_between_two_reads(tmp_path):
+    """A process of the job may end between the sampler's read of /proc/PID/stat and its listing
+    of /proc/PID/task (the job's curl health probes live milliseconds). Made certain here: the
+    listing of a 'job-marker' process's tasks raises as for a process that just ended. The
+    packaged sampler used to die of it (FileNotFoundError, exit 1: in CI srun printed 'node10: task
+    0: Exited with exit code 1' before a job's FATAL, and the host's telemetry ended there)."""
+    import sys
+    import tomllib
+    from helpers import ROOT
+    from slurm_ab.parse.telemetry import read_host_file
+    cmd = tomllib.loads((ROOT / "slurm_ab" / "data" / "experiment.toml").read_text())["telemetry"]["host_command"]
+    gone = ("import os, sys\n"
+            "real = os.listdir\n"
+            "def fake(path='.'):\n"
+            "    p = str(path)\n"
+            "    if p.startswith('/proc/') and p.endswith('/task'):\n"
+            "        try:\n"
+            "            argv = open(p[:-len('task')] + 'cmdline', 'rb').read()\n"
+            "        except OSError:\n"
+            "            argv = b''\n"
+            "        if b'job-marker' in argv:\n"
+            "            raise FileNotFoundError(2, 'No such file or directory', p)\n"
+            "    return real(path)\n"
+            "os.listdir = fake\n"
+            "exec(compile(sys.argv.pop(1), 'host_command', 'exec'))\n")
+    burn = "import sys, time\nt = time.time()\nwhile time.time() - t < float(sys.argv[1]): pass\n"
+    out = tmp_path / "host.log"
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    with open(out, "w") as f:
+        sampler = subprocess.Popen([sys.executable, "-c", gone, cmd[2], "0.2"], env={**env, "SLURM_JOB_ID": "34036"},
+                                   stdout=f, stderr=subprocess.PIPE)
+        try:
+            time.sleep(0.5)
+            mine = subprocess.Popen([sys.executable, "-c", burn, "1.5", "job-marker"], env={**env, "SLURM_JOB_ID": "34036"})
+            mine.wait(20)
+            time.sleep(0.5)
+            alive = sampler.poll() is None
+        finally:
+            sampler.terminate()
+            _, err = sampler.communicate(timeout=10)
+    assert alive, err.decode()[-2000:]
+    host = read_host_file(out)
+    assert host.bad_lines == 0 and len(host.node) >= 8, out.read_text()[-2000:]   # ~2.5 s at 0.2 s
+    assert [p for p in host.procs if "job-marker" in p.argv], out.read_text()[-2000:]

@@ -291,6 +291,17 @@ def client_flag(h: HostTelemetry, busy_pct: float, file: str) -> str | None:
     return None
 
 
+def sampler_died(h: HostFile, window: tuple[float, float], file: str) -> str | None:
+    """A host sampler that died before the window's end (its error in its own output) left the
+    rest of the pass unsampled: said, with its error, rather than read as a quiet client."""
+    last = max((s.t for s in h.node), default=None)
+    if h.error is None or (last is not None and last >= window[1]):
+        return None
+    when = "before its first sample" if last is None else \
+        f"{window[1] - last:.0f} s before the window's end" if last > window[0] else "before the window"
+    return f"host sampler: it died {when}: {h.error} [{file}]"
+
+
 def pass_telemetry(lt: LaunchTelemetry | None, events: EventLog, exp: Experiment | None, duration_s: float | None,
                    output_tokens: int | None, node_lists: Mapping) -> TelemetrySummary | None:
     """The telemetry of one pass (None when its launch had no samplers)."""
@@ -328,6 +339,9 @@ def pass_telemetry(lt: LaunchTelemetry | None, events: EventLog, exp: Experiment
         if host.client_samples < 2:
             notes.append(f"host sampler: {host.client_samples} sample(s) of the benchmark client in the window "
                          f"(telemetry.host_interval_ms = {cfg.host_interval_ms})")
+        died = sampler_died(lt.host, window, lt.host_file)
+        if died:
+            notes.append(died)
     return TelemetrySummary(
         source=lt.source, window=window, window_source=source, gpus=gpus, energy_j=energy,
         j_per_token=energy / output_tokens if energy is not None and output_tokens else None,

@@ -219,6 +219,7 @@ class HostFile:
     node: tuple[NodeSample, ...] = ()
     procs: tuple[ProcSample, ...] = ()
     bad_lines: int = 0
+    error: str | None = None        # the sampler's last words when it died (a traceback's last line)
 
 
 def _kv(parts) -> dict:
@@ -227,6 +228,7 @@ def _kv(parts) -> dict:
 
 def read_host_file(path: str | Path) -> HostFile:
     node, procs, bad = [], [], 0
+    error, traceback = None, False
     try:
         f = open(path, encoding="utf-8", errors="replace")
     except OSError:
@@ -234,6 +236,10 @@ def read_host_file(path: str | Path) -> HostFile:
     with f:
         for raw in f:
             line = raw.rstrip("\n")
+            if line.startswith("Traceback (most recent call last)"):
+                traceback = True
+            elif traceback and line.strip() and not line[:1].isspace():
+                error = line.strip()[:300]           # Python's last traceback line: 'Kind: message'
             try:
                 if line.startswith("T "):
                     parts = line.split()
@@ -254,5 +260,5 @@ def read_host_file(path: str | Path) -> HostFile:
                     bad += 1
             except (ValueError, KeyError, IndexError):
                 bad += 1
-    return HostFile(tuple(node), tuple(procs), bad)
+    return HostFile(tuple(node), tuple(procs), bad, error)
 
