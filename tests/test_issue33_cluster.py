@@ -69,10 +69,14 @@ def test_software_ab_capacity(tmp_path):
                  "--set", "benchmark.input_len=512", "--set", "benchmark.output_len=64",
                  "--set", "warmup.input_len=512", "--set", "preflight.client_import=false",
                  "--set", 'server.env.SLURM_AB_EMU_TIME_SCALE="0.5"',
-                 "--set", f'server.env.SLURM_AB_EMU_CONFIG="{quiet}"', cwd=tmp_path, timeout=900)
+                 "--set", f'server.env.SLURM_AB_EMU_CONFIG="{quiet}"',
+                 "--set", "cluster.teardown_grace_s=16", cwd=tmp_path, timeout=900)
     seconds = time.monotonic() - t0
     print(f"MEASURE software A/B capacity job: {seconds:.0f} s")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    # the grace above the local cluster's KillWait (15 s) is said when capacity submits, as by submit
+    assert ("slurm-ab: warning: cluster.teardown_grace_s = 16 s is longer than this cluster's KillWait (15 s)"
+            in r.stderr), r.stderr[-2000:]
     run = tmp_path / "results" / run_id
     s = _summary(run)
     la = {x["mode"]: x for x in s["launches"]}

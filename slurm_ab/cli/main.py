@@ -180,10 +180,17 @@ def submit(modes, run_id, wait, verbose, no_collector, no_report, repeats, concu
 
     plan = _plan(site, configs, sets, time_limit, modes, run_id, repeats, concurrency, order, burn_in)
     s = do_submit(plan, collector=not no_collector)
+    n = len(plan.campaign.campaign.passes)
+    _submitted(plan, s, f"{', '.join(plan.campaign.modes)}: {n} timed pass{'es' if n != 1 else ''}",
+               wait, verbose, no_report)
+
+
+def _submitted(plan, s, what: str, wait: bool, verbose: bool, no_report: bool) -> None:
+    """What every submitting command says once sbatch took the job: the plan's warnings (a
+    teardown grace over Slurm's KillWait), the job and run directory, its collector, then either
+    the follow-up commands or, with --wait, the job followed to its end and collected."""
     for w in plan.duration.warnings:
         click.echo(f"slurm-ab: warning: {w}", err=True)
-    n = len(plan.campaign.campaign.passes)
-    what = f"{', '.join(plan.campaign.modes)}: {n} timed pass{'es' if n != 1 else ''}"
     click.echo(f"submitted job {s.job_id} ({what}, run {plan.run_id})")
     click.echo(f"run directory: {s.run_dir}")
     if s.collector_job_id:
@@ -232,10 +239,7 @@ def capacity(modes, slo, attainment, rates, probes, prompts, run_id, dry, wait, 
         return
     from ..job.submit import submit as do_submit
     s = do_submit(plan, collector=not no_collector)
-    click.echo(f"submitted job {s.job_id} (capacity search of {', '.join(plan.campaign.modes)}, run {plan.run_id})")
-    click.echo(f"run directory: {s.run_dir}")
-    if wait:
-        _follow_and_collect(s.job_id, s.run_dir, report=not no_report)
+    _submitted(plan, s, f"capacity search of {', '.join(plan.campaign.modes)}", wait, False, no_report)
 
 
 def capacity_sets(slo, attainment, rates, probes, prompts):
