@@ -346,18 +346,41 @@ def test_profile_target_takes_every_pass_key_the_plan_makes():
         assert "not a pass to profile" in str(e.value), bad
 
 
+def _host_sampler_with(tmp_path, wrapper: str, job_id: str, busy_s: float):
+    """The packaged host sampler (telemetry.host_command) run for real under WRAPPER (Python that
+    patches what the sampler reads, then runs it), with a process of the job ('job-marker') busy
+    for BUSY_S seconds: (its samples, that process, whether the sampler outlived it, its stderr)."""
+    import sys
+    import tomllib
+    from helpers import ROOT
+    cmd = tomllib.loads((ROOT / "slurm_ab" / "data" / "experiment.toml").read_text())["telemetry"]["host_command"]
+    assert cmd[:2] == ["python3", "-c"]
+    burn = "import sys, time\nt = time.time()\nwhile time.time() - t < float(sys.argv[1]): pass\n"
+    out = tmp_path / "host.log"
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    with open(out, "w") as f:
+        sampler = subprocess.Popen([sys.executable, "-c", wrapper + "exec(compile(sys.argv.pop(1), 'host_command', "
+                                    "'exec'))\n", cmd[2], "0.2"], env={**env, "SLURM_JOB_ID": job_id},
+                                   stdout=f, stderr=subprocess.PIPE)
+        try:
+            time.sleep(0.5)
+            mine = subprocess.Popen([sys.executable, "-c", burn, str(busy_s), "job-marker"],
+                                    env={**env, "SLURM_JOB_ID": job_id})
+            mine.wait(20)
+            time.sleep(0.4)
+            alive = sampler.poll() is None
+        finally:
+            sampler.terminate()
+            _, err = sampler.communicate(timeout=10)
+    return out, mine, alive, err.decode(errors="replace")
+
+
 def test_the_host_sampler_asks_again_when_an_environment_reads_empty(tmp_path):
     """In an exec Linux sets the new name before it maps the new environment (fs/exec.c
     begin_new_exec, then binfmt_elf.c create_elf_tables): /proc/PID/environ reads empty in between.
     The packaged sampler, its first read of the job's process made empty as in that window, still
     samples the process (it used to cache 'not the job's' for good: a loaded CI node's client went
     unsampled)."""
-    import sys
-    import tomllib
-    from helpers import ROOT
-    from slurm_ab.parse.telemetry import read_host_file
-    cmd = tomllib.loads((ROOT / "slurm_ab" / "data" / "experiment.toml").read_text())["telemetry"]["host_command"]
-    assert cmd[:2] == ["python3", "-c"]
     window = ("import builtins, io, sys\n"
               "real, faked = builtins.open, set()\n"
               "def fake(path, *a, **k):\n"
@@ -371,22 +394,8 @@ def test_the_host_sampler_asks_again_when_an_environment_reads_empty(tmp_path):
               "            faked.add(p)\n"
               "            return io.BytesIO(b'')\n"
               "    return real(path, *a, **k)\n"
-              "builtins.open = fake\n"
-              "exec(compile(sys.argv.pop(1), 'host_command', 'exec'))\n")
-    burn = "import sys, time\nt = time.time()\nwhile time.time() - t < float(sys.argv[1]): pass\n"
-    out = tmp_path / "host.log"
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
-    with open(out, "w") as f:
-        sampler = subprocess.Popen([sys.executable, "-c", window, cmd[2], "0.2"], env={**env, "SLURM_JOB_ID": "34035"},
-                                   stdout=f)
-        try:
-            time.sleep(0.5)
-            mine = subprocess.Popen([sys.executable, "-c", burn, "2.0", "job-marker"], env={**env, "SLURM_JOB_ID": "34035"})
-            mine.wait(20)
-            time.sleep(0.3)
-        finally:
-            sampler.terminate()
-            sampler.wait(10)
+              "builtins.open = fake\n")
+    out, mine, _, _ = _host_sampler_with(tmp_path, window, "34035", 2.0)
     seen = [p for p in read_host_file(out).procs if "job-marker" in p.argv]
     assert len(seen) >= 2 and all(p.pid == mine.pid for p in seen), out.read_text()[-2000:]
 
@@ -397,11 +406,6 @@ def test_the_host_sampler_outlives_a_process_that_ends_between_two_reads(tmp_pat
     listing of a 'job-marker' process's tasks raises as for a process that just ended. The
     packaged sampler used to die of it (FileNotFoundError, exit 1: in CI srun printed 'node10: task
     0: Exited with exit code 1' before a job's FATAL, and the host's telemetry ended there)."""
-    import sys
-    import tomllib
-    from helpers import ROOT
-    from slurm_ab.parse.telemetry import read_host_file
-    cmd = tomllib.loads((ROOT / "slurm_ab" / "data" / "experiment.toml").read_text())["telemetry"]["host_command"]
     gone = ("import os, sys\n"
             "real = os.listdir\n"
             "def fake(path='.'):\n"
@@ -414,24 +418,9 @@ def test_the_host_sampler_outlives_a_process_that_ends_between_two_reads(tmp_pat
             "        if b'job-marker' in argv:\n"
             "            raise FileNotFoundError(2, 'No such file or directory', p)\n"
             "    return real(path)\n"
-            "os.listdir = fake\n"
-            "exec(compile(sys.argv.pop(1), 'host_command', 'exec'))\n")
-    burn = "import sys, time\nt = time.time()\nwhile time.time() - t < float(sys.argv[1]): pass\n"
-    out = tmp_path / "host.log"
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
-    with open(out, "w") as f:
-        sampler = subprocess.Popen([sys.executable, "-c", gone, cmd[2], "0.2"], env={**env, "SLURM_JOB_ID": "34036"},
-                                   stdout=f, stderr=subprocess.PIPE)
-        try:
-            time.sleep(0.5)
-            mine = subprocess.Popen([sys.executable, "-c", burn, "1.5", "job-marker"], env={**env, "SLURM_JOB_ID": "34036"})
-            mine.wait(20)
-            time.sleep(0.5)
-            alive = sampler.poll() is None
-        finally:
-            sampler.terminate()
-            _, err = sampler.communicate(timeout=10)
-    assert alive, err.decode()[-2000:]
+            "os.listdir = fake\n")
+    out, _, alive, err = _host_sampler_with(tmp_path, gone, "34036", 1.5)
+    assert alive, err[-2000:]
     host = read_host_file(out)
-    assert host.bad_lines == 0 and len(host.node) >= 8, out.read_text()[-2000:]   # ~2.5 s at 0.2 s
+    assert host.bad_lines == 0 and len(host.node) >= 8, out.read_text()[-2000:]   # ~2.4 s at 0.2 s
     assert [p for p in host.procs if "job-marker" in p.argv], out.read_text()[-2000:]
