@@ -236,10 +236,6 @@ def read_host_file(path: str | Path) -> HostFile:
     with f:
         for raw in f:
             line = raw.rstrip("\n")
-            if line.startswith("Traceback (most recent call last)"):
-                traceback = True
-            elif traceback and line.strip() and not line[:1].isspace():
-                error = line.strip()[:300]           # Python's last traceback line: 'Kind: message'
             try:
                 if line.startswith("T "):
                     parts = line.split()
@@ -257,7 +253,11 @@ def read_host_file(path: str | Path) -> HostFile:
                                             int(kv.get("rss", 0)), int(kv.get("fds", 0)),
                                             int(lim) if lim.isdigit() else None, tuple(cmd.split("\x1f"))))
                 elif line.strip():
-                    bad += 1
+                    bad += 1              # not a sample: the sampler's own words (a traceback)
+                    if line.startswith("Traceback (most recent call last)"):
+                        traceback = True
+                    elif traceback and not line[:1].isspace():
+                        error = line.strip()[:300]     # Python's last traceback line: 'Kind: message'
             except (ValueError, KeyError, IndexError):
                 bad += 1
     return HostFile(tuple(node), tuple(procs), bad, error)
